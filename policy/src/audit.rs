@@ -1,0 +1,316 @@
+//! Audit primitives: pseudonymous subject references, the canonical encoding of an event, the
+//! hash chain, and its verification.
+//!
+//! `hash = SHA-256(prev_hash || canonical(event))`. The canonical encoding is length-prefixed, so
+//! no choice of field values can make two different events encode alike.
+
+use std::fmt::Write as _;
+
+use chrono::{DateTime, SecondsFormat, Utc};
+use hmac::{Hmac, KeyInit, Mac};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+/// The `prev_hash` of the first event.
+pub const GENESIS_HASH: &str = "0000000000000000000000000000000000000000000000000000000000000000";
+
+/// `HMAC-SHA256(key, tenant "/" subject)`, hex. Lets the audit log name a subject without
+/// holding its key; whoever has the HMAC key can recompute it to answer "what happened to X".
+pub fn subject_ref(key: &[u8], tenant: &str, subject: &str) -> String {
+    // HMAC accepts keys of any length, so this never takes the error branch.
+    match Hmac::<Sha256>::new_from_slice(key) {
+        Ok(mut mac) => {
+            mac.update(tenant.as_bytes());
+            mac.update(b"/");
+            mac.update(subject.as_bytes());
+            hex::encode(mac.finalize().into_bytes())
+        }
+        Err(_) => String::new(),
+    }
+}
+
+/// What happened, before it is sealed into the chain. Content-free by construction: every field
+/// is an identifier, a name or an outcome, never a payload.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuditEntry {
+    pub at: DateTime<Utc>,
+    pub actor: String,
+    pub action: String,
+    pub request_id: String,
+    pub subject_ref: Option<String>,
+    pub target: String,
+    pub target_ref: Option<String>,
+    pub result: String,
+    pub attempt: i64,
+}
+
+/// One sealed row of the chain.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuditRecord {
+    pub seq: i64,
+    #[serde(flatten)]
+    pub entry: AuditEntry,
+    pub prev_hash: String,
+    pub hash: String,
+}
+
+/// Timestamps are hashed at microsecond precision, the finest both state stores keep.
+pub fn canonical_time(at: DateTime<Utc>) -> String {
+    at.to_rfc3339_opts(SecondsFormat::Micros, true)
+}
+
+/// The bytes that are hashed for an event at position `seq`.
+pub fn canonical(seq: i64, entry: &AuditEntry) -> Vec<u8> {
+    let mut out = String::with_capacity(256);
+    let mut field = |name: &str, value: Option<&str>| {
+        // Writing to a String cannot fail.
+        let _ = match value {
+            Some(v) => writeln!(out, "{name}:{}:{v}", v.len()),
+            None => writeln!(out, "{name}!"),
+        };
+    };
+    field("v", Some("1"));
+    field("seq", Some(&seq.to_string()));
+    field("at", Some(&canonical_time(entry.at)));
+    field("actor", Some(&entry.actor));
+    field("action", Some(&entry.action));
+    field("request_id", Some(&entry.request_id));
+    field("subject_ref", entry.subject_ref.as_deref());
+    field("target", Some(&entry.target));
+    field("target_ref", entry.target_ref.as_deref());
+    field("result", Some(&entry.result));
+    field("attempt", Some(&entry.attempt.to_string()));
+    out.into_bytes()
+}
+
+/// `SHA-256(prev_hash || canonical(seq, entry))`, hex. `prev_hash` is hashed as the hex text it
+/// is stored as, so a verifier needs nothing but the rows.
+pub fn chain_hash(prev_hash: &str, seq: i64, entry: &AuditEntry) -> String {
+    let mut hasher = Sha256::new();
+    hasher.update(prev_hash.as_bytes());
+    hasher.update(canonical(seq, entry));
+    hex::encode(hasher.finalize())
+}
+
+/// Seals `entry` as the row after (`prev_seq`, `prev_hash`).
+pub fn seal(prev_seq: i64, prev_hash: &str, entry: AuditEntry) -> AuditRecord {
+    let seq = prev_seq.saturating_add(1);
+    let hash = chain_hash(prev_hash, seq, &entry);
+    AuditRecord {
+        seq,
+        entry,
+        prev_hash: prev_hash.to_owned(),
+        hash,
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[serde(rename_all = "snake_case", tag = "problem")]
+pub enum ChainBreak {
+    #[error("row {expected} is missing (the next row found is {found})")]
+    Missing { expected: i64, found: i64 },
+    #[error("row {seq} does not point at the hash of the row before it")]
+    Unlinked { seq: i64 },
+    #[error("row {seq} was altered: its content does not match its hash")]
+    Altered { seq: i64 },
+}
+
+impl ChainBreak {
+    /// The sequence number of the first row that is wrong.
+    pub fn seq(&self) -> i64 {
+        match *self {
+            ChainBreak::Missing { expected, .. } => expected,
+            ChainBreak::Unlinked { seq } | ChainBreak::Altered { seq } => seq,
+        }
+    }
+}
+
+/// The end of a verified chain.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChainHead {
+    pub seq: i64,
+    pub hash: String,
+}
+
+impl Default for ChainHead {
+    fn default() -> Self {
+        ChainHead {
+            seq: 0,
+            hash: GENESIS_HASH.to_owned(),
+        }
+    }
+}
+
+/// Checks rows one at a time, in `seq` order, so a long log can be verified page by page.
+#[derive(Debug, Clone, Default)]
+pub struct ChainVerifier {
+    head: ChainHead,
+}
+
+impl ChainVerifier {
+    pub fn push(&mut self, record: &AuditRecord) -> Result<(), ChainBreak> {
+        let expected = self.head.seq.saturating_add(1);
+        if record.seq != expected {
+            return Err(ChainBreak::Missing {
+                expected,
+                found: record.seq,
+            });
+        }
+        if record.prev_hash != self.head.hash {
+            return Err(ChainBreak::Unlinked { seq: record.seq });
+        }
+        if chain_hash(&record.prev_hash, record.seq, &record.entry) != record.hash {
+            return Err(ChainBreak::Altered { seq: record.seq });
+        }
+        self.head = ChainHead {
+            seq: record.seq,
+            hash: record.hash.clone(),
+        };
+        Ok(())
+    }
+
+    pub fn head(&self) -> &ChainHead {
+        &self.head
+    }
+}
+
+/// Verifies a whole chain from its first row; on success, its head.
+pub fn verify_chain<'a>(
+    records: impl IntoIterator<Item = &'a AuditRecord>,
+) -> Result<ChainHead, ChainBreak> {
+    let mut verifier = ChainVerifier::default();
+    for record in records {
+        verifier.push(record)?;
+    }
+    Ok(verifier.head)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::TimeZone;
+    use proptest::prelude::*;
+
+    fn entry(i: u32) -> AuditEntry {
+        AuditEntry {
+            at: Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, i % 60).unwrap(),
+            actor: format!("dpo-{i}"),
+            action: "consent.grant".into(),
+            request_id: format!("req-{i}"),
+            subject_ref: (i % 2 == 0).then(|| subject_ref(b"key", "acme", "u1")),
+            target: "consent".into(),
+            target_ref: Some(format!("g{i}")),
+            result: "ok".into(),
+            attempt: 1,
+        }
+    }
+
+    fn chain(n: u32) -> Vec<AuditRecord> {
+        let mut head = ChainHead::default();
+        (0..n)
+            .map(|i| {
+                let record = seal(head.seq, &head.hash, entry(i));
+                head = ChainHead {
+                    seq: record.seq,
+                    hash: record.hash.clone(),
+                };
+                record
+            })
+            .collect()
+    }
+
+    #[test]
+    fn subject_refs_depend_on_key_tenant_and_subject() {
+        let r = subject_ref(b"key", "acme", "u1");
+        assert_eq!(r.len(), 64);
+        assert_eq!(r, subject_ref(b"key", "acme", "u1"));
+        assert_ne!(r, subject_ref(b"other", "acme", "u1"));
+        assert_ne!(r, subject_ref(b"key", "acme", "u2"));
+        // The separator keeps ("ac", "me/u1") apart from ("acme", "u1") only if it cannot occur in
+        // a tenant; tenants are validated names, but pin the current behaviour.
+        assert_ne!(subject_ref(b"key", "acm", "eu1"), r);
+        assert!(!r.contains("u1"));
+    }
+
+    #[test]
+    fn a_sound_chain_verifies_to_its_head() {
+        let rows = chain(5);
+        assert_eq!(
+            verify_chain(&rows),
+            Ok(ChainHead {
+                seq: 5,
+                hash: rows[4].hash.clone()
+            })
+        );
+        assert_eq!(rows[0].prev_hash, GENESIS_HASH);
+        assert_eq!(verify_chain(&[]), Ok(ChainHead::default()));
+    }
+
+    #[test]
+    fn tampering_names_the_first_bad_row() {
+        let rows = chain(6);
+
+        let mut edited = rows.clone();
+        edited[2].entry.actor = "mallory".into();
+        assert_eq!(verify_chain(&edited), Err(ChainBreak::Altered { seq: 3 }));
+
+        let mut deleted = rows.clone();
+        deleted.remove(3);
+        assert_eq!(
+            verify_chain(&deleted),
+            Err(ChainBreak::Missing {
+                expected: 4,
+                found: 5
+            })
+        );
+
+        let mut swapped = rows.clone();
+        swapped.swap(1, 2);
+        (swapped[1].seq, swapped[2].seq) = (2, 3);
+        assert_eq!(verify_chain(&swapped).map_err(|e| e.seq()), Err(2));
+
+        let mut rehashed = rows.clone();
+        rehashed[3].entry.result = "denied".into();
+        rehashed[3].hash = chain_hash(&rehashed[3].prev_hash, 4, &rehashed[3].entry);
+        assert_eq!(
+            verify_chain(&rehashed),
+            Err(ChainBreak::Unlinked { seq: 5 })
+        );
+    }
+
+    #[test]
+    fn canonical_encoding_separates_fields_and_absence() {
+        let a = AuditEntry {
+            target_ref: None,
+            ..entry(1)
+        };
+        let b = AuditEntry {
+            target_ref: Some(String::new()),
+            ..entry(1)
+        };
+        assert_ne!(canonical(1, &a), canonical(1, &b));
+        let c = AuditEntry {
+            actor: "ab".into(),
+            action: "c".into(),
+            ..entry(1)
+        };
+        let d = AuditEntry {
+            actor: "a".into(),
+            action: "bc".into(),
+            ..entry(1)
+        };
+        assert_ne!(canonical(1, &c), canonical(1, &d));
+        assert_ne!(canonical(1, &a), canonical(2, &a));
+    }
+
+    proptest! {
+        #[test]
+        fn any_single_edit_is_caught_at_its_row(n in 1u32..20, pick in any::<prop::sample::Index>(), actor in "[a-z]{1,8}") {
+            let mut rows = chain(n);
+            let i = pick.index(rows.len());
+            prop_assume!(rows[i].entry.actor != actor);
+            rows[i].entry.actor = actor;
+            prop_assert_eq!(verify_chain(&rows).map_err(|e| e.seq()), Err(rows[i].seq));
+        }
+    }
+}

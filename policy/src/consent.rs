@@ -1,0 +1,229 @@
+//! Consent grants and the question "does an active grant cover this use, now?".
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::str::FromStr;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+/// What may be done with a subject's data. The set is closed: adding an action is a policy change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Action {
+    Store,
+    Retrieve,
+    Embed,
+    SendToProvider,
+    ProviderRetention,
+    Train,
+}
+
+impl Action {
+    pub const ALL: [Action; 6] = [
+        Action::Store,
+        Action::Retrieve,
+        Action::Embed,
+        Action::SendToProvider,
+        Action::ProviderRetention,
+        Action::Train,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Action::Store => "store",
+            Action::Retrieve => "retrieve",
+            Action::Embed => "embed",
+            Action::SendToProvider => "send_to_provider",
+            Action::ProviderRetention => "provider_retention",
+            Action::Train => "train",
+        }
+    }
+}
+
+impl fmt::Display for Action {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown action {0:?}")]
+pub struct UnknownAction(pub String);
+
+impl FromStr for Action {
+    type Err = UnknownAction;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Action::ALL
+            .into_iter()
+            .find(|a| a.as_str() == s)
+            .ok_or_else(|| UnknownAction(s.to_owned()))
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ConsentStatus {
+    /// Granted with a start in the future.
+    Pending,
+    Active,
+    Revoked,
+    Expired,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConsentGrant {
+    pub id: String,
+    pub tenant: String,
+    pub subject: String,
+    pub purpose: String,
+    pub category: String,
+    pub actions: BTreeSet<Action>,
+    pub granted_at: DateTime<Utc>,
+    pub expires_at: Option<DateTime<Utc>>,
+    pub revoked_at: Option<DateTime<Utc>>,
+    pub policy_version: i64,
+    pub source: String,
+}
+
+impl ConsentGrant {
+    /// Revocation wins over expiry: a revoked grant reports `revoked` even after it would have expired.
+    pub fn status(&self, now: DateTime<Utc>) -> ConsentStatus {
+        if self.revoked_at.is_some_and(|at| at <= now) {
+            ConsentStatus::Revoked
+        } else if self.expires_at.is_some_and(|at| at <= now) {
+            ConsentStatus::Expired
+        } else if self.granted_at > now {
+            ConsentStatus::Pending
+        } else {
+            ConsentStatus::Active
+        }
+    }
+
+    pub fn covers(
+        &self,
+        purpose: &str,
+        category: &str,
+        action: Action,
+        now: DateTime<Utc>,
+    ) -> bool {
+        self.purpose == purpose
+            && self.category == category
+            && self.actions.contains(&action)
+            && self.status(now) == ConsentStatus::Active
+    }
+}
+
+/// The grants that cover (purpose, category, action) at `now`.
+pub fn covering<'a>(
+    grants: &'a [ConsentGrant],
+    purpose: &'a str,
+    category: &'a str,
+    action: Action,
+    now: DateTime<Utc>,
+) -> impl Iterator<Item = &'a ConsentGrant> + 'a {
+    grants
+        .iter()
+        .filter(move |g| g.covers(purpose, category, action, now))
+}
+
+/// How long consent for this use lasts: `None` when nothing covers it, `Some(None)` when a
+/// covering grant has no end, otherwise the latest end among the covering grants.
+pub fn coverage_end(
+    grants: &[ConsentGrant],
+    purpose: &str,
+    category: &str,
+    action: Action,
+    now: DateTime<Utc>,
+) -> Option<Option<DateTime<Utc>>> {
+    covering(grants, purpose, category, action, now).fold(None, |end, g| {
+        match (end, g.expires_at) {
+            (None, e) => Some(e),
+            (Some(None), _) | (_, None) => Some(None),
+            (Some(Some(a)), Some(b)) => Some(Some(a.max(b))),
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::TimeZone;
+
+    fn t(h: u32) -> DateTime<Utc> {
+        Utc.with_ymd_and_hms(2026, 1, 1, h, 0, 0).unwrap()
+    }
+
+    fn grant(expires: Option<u32>, revoked: Option<u32>) -> ConsentGrant {
+        ConsentGrant {
+            id: "g1".into(),
+            tenant: "acme".into(),
+            subject: "u1".into(),
+            purpose: "personalization".into(),
+            category: "preference".into(),
+            actions: [Action::Store, Action::Retrieve].into(),
+            granted_at: t(1),
+            expires_at: expires.map(t),
+            revoked_at: revoked.map(t),
+            policy_version: 1,
+            source: "signup".into(),
+        }
+    }
+
+    #[test]
+    fn status_over_time() {
+        // (expires, revoked, now, expected)
+        let cases = [
+            (None, None, 0, ConsentStatus::Pending),
+            (None, None, 1, ConsentStatus::Active),
+            (Some(5), None, 4, ConsentStatus::Active),
+            (Some(5), None, 5, ConsentStatus::Expired),
+            (None, Some(3), 3, ConsentStatus::Revoked),
+            (Some(2), Some(3), 4, ConsentStatus::Revoked),
+            (None, Some(3), 2, ConsentStatus::Active),
+        ];
+        for (expires, revoked, now, expected) in cases {
+            assert_eq!(
+                grant(expires, revoked).status(t(now)),
+                expected,
+                "expires={expires:?} revoked={revoked:?} now={now}"
+            );
+        }
+    }
+
+    #[test]
+    fn covers_needs_every_part() {
+        let g = grant(None, None);
+        assert!(g.covers("personalization", "preference", Action::Store, t(2)));
+        assert!(!g.covers("training", "preference", Action::Store, t(2)));
+        assert!(!g.covers("personalization", "health", Action::Store, t(2)));
+        assert!(!g.covers("personalization", "preference", Action::Train, t(2)));
+    }
+
+    #[test]
+    fn coverage_end_takes_the_latest_and_open_ended_wins() {
+        let short = grant(Some(5), None);
+        let long = ConsentGrant {
+            expires_at: Some(t(9)),
+            ..grant(None, None)
+        };
+        let open = grant(None, None);
+        let now = t(2);
+        let end = |gs: &[ConsentGrant]| {
+            coverage_end(gs, "personalization", "preference", Action::Store, now)
+        };
+        assert_eq!(end(&[]), None);
+        assert_eq!(end(std::slice::from_ref(&short)), Some(Some(t(5))));
+        assert_eq!(end(&[short.clone(), long]), Some(Some(t(9))));
+        assert_eq!(end(&[short, open]), Some(None));
+    }
+
+    #[test]
+    fn actions_round_trip_through_their_names() {
+        for a in Action::ALL {
+            assert_eq!(a.as_str().parse::<Action>(), Ok(a));
+            assert_eq!(serde_json::to_value(a).unwrap(), a.as_str());
+        }
+        assert!("delete".parse::<Action>().is_err());
+    }
+}

@@ -1,0 +1,220 @@
+//! The two decisions every request goes through: may this item be written, may this item be read.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::consent::{Action, ConsentGrant, coverage_end};
+use crate::retention::{Layer, RetentionBounds, RetentionPolicy, retain_until};
+use crate::subject::SubjectState;
+
+/// What Lethe knows about one subject: state, epoch and grants.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct SubjectPolicy {
+    pub state: SubjectState,
+    pub grants: Vec<ConsentGrant>,
+}
+
+/// Read access to the policy a decision needs. The data plane answers it from its cache; tests
+/// from a [`PolicySnapshot`].
+pub trait PolicyView {
+    /// `None` for a subject Lethe has never heard of: it is active, in epoch 0, with no consent.
+    fn subject(&self, tenant: &str, subject: &str) -> Option<&SubjectPolicy>;
+    /// `None` when the tenant has no retention rules (then nothing may be written).
+    fn retention(&self, tenant: &str) -> Option<&RetentionPolicy>;
+}
+
+/// A plain, owned policy: tenant -> subject -> policy, and tenant -> retention rules.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PolicySnapshot {
+    pub subjects: BTreeMap<String, BTreeMap<String, SubjectPolicy>>,
+    pub retention: BTreeMap<String, RetentionPolicy>,
+}
+
+impl PolicyView for PolicySnapshot {
+    fn subject(&self, tenant: &str, subject: &str) -> Option<&SubjectPolicy> {
+        self.subjects.get(tenant)?.get(subject)
+    }
+    fn retention(&self, tenant: &str) -> Option<&RetentionPolicy> {
+        self.retention.get(tenant)
+    }
+}
+
+/// The metadata Lethe writes into every stored item. The stamp in the store is the source of
+/// truth for reads and for purges.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Stamp {
+    pub tenant: String,
+    pub subject: String,
+    pub purpose: String,
+    pub category: String,
+    pub layer: Layer,
+    pub expires_at: DateTime<Utc>,
+    pub epoch: i64,
+}
+
+/// The facts of one item a client wants to write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WriteFacts<'a> {
+    pub tenant: &'a str,
+    pub subject: &'a str,
+    pub purpose: &'a str,
+    pub category: &'a str,
+    pub layer: Layer,
+    /// `store` for records, `embed` for vectors computed from them, and so on.
+    pub action: Action,
+    /// The epoch the write was authorised under, when it was authorised earlier than now.
+    pub authorised_epoch: Option<i64>,
+    /// A client may ask for an earlier expiry than policy gives, never a later one.
+    pub requested_expires_at: Option<DateTime<Utc>>,
+}
+
+/// Who is reading, and for what.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReadContext<'a> {
+    pub tenant: &'a str,
+    /// Set when the caller's token is bound to one subject.
+    pub bound_subject: Option<&'a str>,
+    /// Set when the caller declared a purpose; items kept for another purpose are not served.
+    pub purpose: Option<&'a str>,
+}
+
+/// Why a decision refused. Each has a stable code that reaches the client; none carries content.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, thiserror::Error)]
+pub enum Refusal {
+    #[error("the item is outside the caller's tenant, subject or purpose")]
+    ScopeViolation,
+    #[error("the subject is under erasure")]
+    SubjectSuppressed,
+    #[error("the write was authorised under an earlier deletion epoch")]
+    StaleEpoch,
+    #[error("no active consent covers this use")]
+    ConsentRequired,
+    #[error("no retention rule covers this purpose and category")]
+    NoRetentionRule,
+    #[error("the item's retention period has passed")]
+    Expired,
+    #[error("the item carries no Lethe stamp")]
+    UnstampedItem,
+}
+
+impl Refusal {
+    pub fn code(self) -> &'static str {
+        match self {
+            Refusal::ScopeViolation => "scope_violation",
+            Refusal::SubjectSuppressed => "subject_suppressed",
+            Refusal::StaleEpoch => "stale_epoch",
+            Refusal::ConsentRequired => "consent_required",
+            Refusal::NoRetentionRule => "no_retention_rule",
+            Refusal::Expired => "expired",
+            Refusal::UnstampedItem => "unstamped_item",
+        }
+    }
+}
+
+static UNKNOWN_SUBJECT: SubjectPolicy = SubjectPolicy {
+    state: SubjectState {
+        status: crate::subject::SubjectStatus::Active,
+        epoch: 0,
+    },
+    grants: Vec::new(),
+};
+
+fn subject_policy<'v>(view: &'v impl PolicyView, tenant: &str, subject: &str) -> &'v SubjectPolicy {
+    view.subject(tenant, subject).unwrap_or(&UNKNOWN_SUBJECT)
+}
+
+/// May this item be written? On yes, the stamp to write with it.
+pub fn decide_write(
+    view: &impl PolicyView,
+    facts: &WriteFacts<'_>,
+    now: DateTime<Utc>,
+) -> Result<Stamp, Refusal> {
+    let policy = subject_policy(view, facts.tenant, facts.subject);
+    if !policy.state.is_active() {
+        return Err(Refusal::SubjectSuppressed);
+    }
+    if facts
+        .authorised_epoch
+        .is_some_and(|e| e != policy.state.epoch)
+    {
+        return Err(Refusal::StaleEpoch);
+    }
+    let consent_end = coverage_end(
+        &policy.grants,
+        facts.purpose,
+        facts.category,
+        facts.action,
+        now,
+    )
+    .ok_or(Refusal::ConsentRequired)?;
+    let retention = view
+        .retention(facts.tenant)
+        .ok_or(Refusal::NoRetentionRule)?;
+    let rule = retention
+        .rule_for(facts.purpose, facts.category, facts.layer)
+        .ok_or(Refusal::NoRetentionRule)?;
+    let expires_at = retain_until(&RetentionBounds {
+        created_at: now,
+        max_age: rule.max_age,
+        consent_end,
+        purpose_end: retention.purpose_end(facts.purpose),
+        legal_end: rule.legal_end,
+        requested: facts.requested_expires_at,
+    });
+    if expires_at <= now {
+        return Err(Refusal::Expired);
+    }
+    Ok(Stamp {
+        tenant: facts.tenant.to_owned(),
+        subject: facts.subject.to_owned(),
+        purpose: facts.purpose.to_owned(),
+        category: facts.category.to_owned(),
+        layer: facts.layer,
+        expires_at,
+        epoch: policy.state.epoch,
+    })
+}
+
+/// May this stored item be served? `stamp` is what the store holds for it, if anything.
+pub fn decide_read(
+    view: &impl PolicyView,
+    ctx: &ReadContext<'_>,
+    stamp: Option<&Stamp>,
+    now: DateTime<Utc>,
+) -> Result<(), Refusal> {
+    let stamp = stamp.ok_or(Refusal::UnstampedItem)?;
+    let in_scope = stamp.tenant == ctx.tenant
+        && ctx.bound_subject.is_none_or(|s| s == stamp.subject)
+        && ctx.purpose.is_none_or(|p| p == stamp.purpose);
+    if !in_scope {
+        return Err(Refusal::ScopeViolation);
+    }
+    let policy = subject_policy(view, &stamp.tenant, &stamp.subject);
+    if !policy.state.is_active() {
+        return Err(Refusal::SubjectSuppressed);
+    }
+    // Items from before a suppression stay unreadable even if the subject comes back.
+    if stamp.epoch != policy.state.epoch {
+        return Err(Refusal::StaleEpoch);
+    }
+    if stamp.expires_at <= now {
+        return Err(Refusal::Expired);
+    }
+    if coverage_end(
+        &policy.grants,
+        &stamp.purpose,
+        &stamp.category,
+        Action::Retrieve,
+        now,
+    )
+    .is_none()
+    {
+        return Err(Refusal::ConsentRequired);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;

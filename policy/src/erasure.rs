@@ -1,0 +1,255 @@
+//! The erasure request state machine, as pure transitions.
+//!
+//! `requested -> authorized -> suppressed -> propagating <-> retrying -> verifying -> completed`,
+//! with `rejected`, `held` (legal hold) and `exception -> manual_review -> propagating`.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErasureState {
+    Requested,
+    Authorized,
+    Held,
+    Suppressed,
+    Propagating,
+    Retrying,
+    Verifying,
+    Completed,
+    Rejected,
+    Exception,
+    ManualReview,
+}
+
+impl ErasureState {
+    pub const ALL: [ErasureState; 11] = [
+        ErasureState::Requested,
+        ErasureState::Authorized,
+        ErasureState::Held,
+        ErasureState::Suppressed,
+        ErasureState::Propagating,
+        ErasureState::Retrying,
+        ErasureState::Verifying,
+        ErasureState::Completed,
+        ErasureState::Rejected,
+        ErasureState::Exception,
+        ErasureState::ManualReview,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErasureState::Requested => "requested",
+            ErasureState::Authorized => "authorized",
+            ErasureState::Held => "held",
+            ErasureState::Suppressed => "suppressed",
+            ErasureState::Propagating => "propagating",
+            ErasureState::Retrying => "retrying",
+            ErasureState::Verifying => "verifying",
+            ErasureState::Completed => "completed",
+            ErasureState::Rejected => "rejected",
+            ErasureState::Exception => "exception",
+            ErasureState::ManualReview => "manual_review",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|state| state.as_str() == s)
+    }
+
+    pub fn is_final(self) -> bool {
+        matches!(self, ErasureState::Completed | ErasureState::Rejected)
+    }
+
+    /// From `suppressed` on, the subject is unreadable; nothing may take that back.
+    pub fn is_suppressed(self) -> bool {
+        matches!(
+            self,
+            ErasureState::Suppressed
+                | ErasureState::Propagating
+                | ErasureState::Retrying
+                | ErasureState::Verifying
+                | ErasureState::Completed
+                | ErasureState::Exception
+                | ErasureState::ManualReview
+        )
+    }
+}
+
+impl fmt::Display for ErasureState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErasureEvent {
+    /// The required approvals are in.
+    Authorize,
+    Reject,
+    /// A legal hold covers the subject at the moment of the flip.
+    HoldPlaced,
+    HoldReleased,
+    /// Subject state and epoch committed, invalidation broadcast.
+    Suppress,
+    PurgeStarted,
+    PurgeFailed,
+    RetryStarted,
+    RetriesExhausted,
+    Escalate,
+    /// An operator resolved the exception and sends the purge out again.
+    Resume,
+    PurgeDone,
+    VerificationFailed,
+    Verified,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("an erasure request in state {from} cannot take {event:?}")]
+pub struct IllegalTransition {
+    pub from: ErasureState,
+    pub event: ErasureEvent,
+}
+
+/// The next state, or a refusal naming the illegal step.
+pub fn transition(
+    from: ErasureState,
+    event: ErasureEvent,
+) -> Result<ErasureState, IllegalTransition> {
+    use ErasureEvent as E;
+    use ErasureState as S;
+    let to = match (from, event) {
+        (S::Requested, E::Authorize) => S::Authorized,
+        (S::Requested | S::Authorized | S::Held, E::Reject) => S::Rejected,
+        (S::Authorized, E::HoldPlaced) => S::Held,
+        (S::Held, E::HoldReleased) => S::Authorized,
+        (S::Authorized, E::Suppress) => S::Suppressed,
+        (S::Suppressed, E::PurgeStarted) => S::Propagating,
+        (S::Propagating | S::Verifying, E::PurgeFailed) => S::Retrying,
+        (S::Retrying, E::RetryStarted) => S::Propagating,
+        (S::Retrying, E::RetriesExhausted) => S::Exception,
+        (S::Exception, E::Escalate) => S::ManualReview,
+        (S::ManualReview, E::Resume) => S::Propagating,
+        (S::Propagating | S::Retrying, E::PurgeDone) => S::Verifying,
+        (S::Verifying, E::VerificationFailed) => S::Propagating,
+        (S::Verifying, E::Verified) => S::Completed,
+        _ => return Err(IllegalTransition { from, event }),
+    };
+    Ok(to)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const EVENTS: [ErasureEvent; 14] = [
+        ErasureEvent::Authorize,
+        ErasureEvent::Reject,
+        ErasureEvent::HoldPlaced,
+        ErasureEvent::HoldReleased,
+        ErasureEvent::Suppress,
+        ErasureEvent::PurgeStarted,
+        ErasureEvent::PurgeFailed,
+        ErasureEvent::RetryStarted,
+        ErasureEvent::RetriesExhausted,
+        ErasureEvent::Escalate,
+        ErasureEvent::Resume,
+        ErasureEvent::PurgeDone,
+        ErasureEvent::VerificationFailed,
+        ErasureEvent::Verified,
+    ];
+
+    /// Every legal step, written out once so that the table above is checked against a second
+    /// statement of the same diagram.
+    const LEGAL: [(ErasureState, ErasureEvent, ErasureState); 18] = {
+        use ErasureEvent as E;
+        use ErasureState as S;
+        [
+            (S::Requested, E::Authorize, S::Authorized),
+            (S::Requested, E::Reject, S::Rejected),
+            (S::Authorized, E::Reject, S::Rejected),
+            (S::Held, E::Reject, S::Rejected),
+            (S::Authorized, E::HoldPlaced, S::Held),
+            (S::Held, E::HoldReleased, S::Authorized),
+            (S::Authorized, E::Suppress, S::Suppressed),
+            (S::Suppressed, E::PurgeStarted, S::Propagating),
+            (S::Propagating, E::PurgeFailed, S::Retrying),
+            (S::Verifying, E::PurgeFailed, S::Retrying),
+            (S::Retrying, E::RetryStarted, S::Propagating),
+            (S::Retrying, E::RetriesExhausted, S::Exception),
+            (S::Exception, E::Escalate, S::ManualReview),
+            (S::ManualReview, E::Resume, S::Propagating),
+            (S::Propagating, E::PurgeDone, S::Verifying),
+            (S::Retrying, E::PurgeDone, S::Verifying),
+            (S::Verifying, E::VerificationFailed, S::Propagating),
+            (S::Verifying, E::Verified, S::Completed),
+        ]
+    };
+
+    #[test]
+    fn every_pair_is_legal_exactly_when_listed() {
+        for from in ErasureState::ALL {
+            for event in EVENTS {
+                let listed = LEGAL
+                    .iter()
+                    .find(|(f, e, _)| *f == from && *e == event)
+                    .map(|(_, _, to)| *to);
+                match (transition(from, event), listed) {
+                    (Ok(to), Some(expected)) => assert_eq!(to, expected),
+                    (Err(e), None) => assert_eq!(e, IllegalTransition { from, event }),
+                    (got, listed) => panic!("{from} + {event:?}: got {got:?}, listed {listed:?}"),
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_happy_path_and_the_hold() {
+        use ErasureEvent::*;
+        let path = [
+            Authorize,
+            HoldPlaced,
+            HoldReleased,
+            Suppress,
+            PurgeStarted,
+            PurgeFailed,
+            RetryStarted,
+            PurgeDone,
+            Verified,
+        ];
+        let end = path
+            .into_iter()
+            .try_fold(ErasureState::Requested, transition);
+        assert_eq!(end, Ok(ErasureState::Completed));
+    }
+
+    #[test]
+    fn states_round_trip_by_name() {
+        for s in ErasureState::ALL {
+            assert_eq!(ErasureState::parse(s.as_str()), Some(s));
+            assert_eq!(serde_json::to_value(s).unwrap(), s.as_str());
+        }
+    }
+
+    proptest! {
+        /// Whatever the events, a request never leaves the suppressed region once in it, and
+        /// final states take nothing.
+        #[test]
+        fn suppression_is_never_undone(events in proptest::collection::vec(proptest::sample::select(EVENTS.to_vec()), 0..40)) {
+            let mut state = ErasureState::Requested;
+            for event in events {
+                match transition(state, event) {
+                    Ok(next) => {
+                        prop_assert!(!state.is_final());
+                        prop_assert!(!state.is_suppressed() || next.is_suppressed());
+                        state = next;
+                    }
+                    Err(e) => prop_assert_eq!(e.from, state),
+                }
+            }
+        }
+    }
+}

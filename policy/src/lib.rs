@@ -1,0 +1,23 @@
+//! Lethe's decision core.
+//!
+//! Pure on purpose: no I/O, no clock (every function that depends on time takes `now`), no
+//! panics. The gateway feeds it a policy snapshot and the facts of a request and gets back a
+//! decision; everything here can be tested with plain data.
+
+pub mod audit;
+pub mod consent;
+pub mod decision;
+pub mod erasure;
+pub mod hold;
+pub mod retention;
+pub mod subject;
+
+pub use consent::{Action, ConsentGrant, ConsentStatus};
+pub use decision::{
+    PolicySnapshot, PolicyView, ReadContext, Refusal, Stamp, SubjectPolicy, WriteFacts,
+    decide_read, decide_write,
+};
+pub use erasure::{ErasureEvent, ErasureState, IllegalTransition};
+pub use hold::LegalHold;
+pub use retention::{Layer, MaxAge, RetentionBounds, RetentionPolicy, RetentionRule, retain_until};
+pub use subject::{SubjectState, SubjectStatus};
