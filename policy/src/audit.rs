@@ -113,6 +113,8 @@ pub enum ChainBreak {
     Unlinked { seq: i64 },
     #[error("row {seq} was altered: its content does not match its hash")]
     Altered { seq: i64 },
+    #[error("the log ends at row {last} but its head says {head}: rows after {last} are missing")]
+    Truncated { last: i64, head: i64 },
 }
 
 impl ChainBreak {
@@ -121,6 +123,7 @@ impl ChainBreak {
         match *self {
             ChainBreak::Missing { expected, .. } => expected,
             ChainBreak::Unlinked { seq } | ChainBreak::Altered { seq } => seq,
+            ChainBreak::Truncated { last, .. } => last.saturating_add(1),
         }
     }
 }
@@ -169,8 +172,18 @@ impl ChainVerifier {
         Ok(())
     }
 
-    pub fn head(&self) -> &ChainHead {
-        &self.head
+    /// Ends verification against the head the store recorded, which catches rows cut off the end.
+    pub fn finish(self, recorded: &ChainHead) -> Result<ChainHead, ChainBreak> {
+        if self.head == *recorded {
+            Ok(self.head)
+        } else if self.head.seq < recorded.seq {
+            Err(ChainBreak::Truncated {
+                last: self.head.seq,
+                head: recorded.seq,
+            })
+        } else {
+            Err(ChainBreak::Unlinked { seq: self.head.seq })
+        }
     }
 }
 
@@ -275,6 +288,17 @@ mod tests {
         assert_eq!(
             verify_chain(&rehashed),
             Err(ChainBreak::Unlinked { seq: 5 })
+        );
+
+        let recorded = ChainHead {
+            seq: 6,
+            hash: rows[5].hash.clone(),
+        };
+        let mut verifier = ChainVerifier::default();
+        rows[..5].iter().try_for_each(|r| verifier.push(r)).unwrap();
+        assert_eq!(
+            verifier.finish(&recorded),
+            Err(ChainBreak::Truncated { last: 5, head: 6 })
         );
     }
 

@@ -1,0 +1,13 @@
+//! The `lethe` gateway: state store, control plane, CLI.
+
+pub mod store;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
+
+use chrono::{DateTime, SubsecRound, Utc};
+
+/// The current time at the precision both state stores keep (microseconds), so that what is
+/// written, read back and hashed is the same instant.
+pub fn now() -> DateTime<Utc> {
+    Utc::now().trunc_subsecs(6)
+}

@@ -1,0 +1,61 @@
+//! Embedded migrations, applied in order, each in its own transaction with its bookkeeping row.
+
+pub struct Migration {
+    pub version: i64,
+    pub name: &'static str,
+    pub sql: &'static str,
+}
+
+pub const SQLITE: &[Migration] = &[Migration {
+    version: 1,
+    name: "init",
+    sql: include_str!("../../../migrations/sqlite/0001_init.sql"),
+}];
+
+pub const POSTGRES: &[Migration] = &[Migration {
+    version: 1,
+    name: "init",
+    sql: include_str!("../../../migrations/postgres/0001_init.sql"),
+}];
+
+pub const BOOKKEEPING: &str = "CREATE TABLE IF NOT EXISTS lethe_migrations (
+    version    BIGINT PRIMARY KEY,
+    name       TEXT   NOT NULL,
+    applied_at TEXT   NOT NULL
+)";
+
+/// Runs each migration of `$list` not yet recorded, over a transaction opened by `$begin`
+/// (after `$lock`, which serialises concurrent migrators on PostgreSQL).
+macro_rules! run_migrations {
+    ($pool:expr, $begin:expr, $lock:expr, $list:expr) => {{
+        sqlx::query(crate::store::migrate::BOOKKEEPING)
+            .execute($pool)
+            .await?;
+        let mut applied = Vec::new();
+        for m in $list {
+            let mut tx = $begin.await?;
+            sqlx::query($lock).execute(&mut *tx).await?;
+            let done: Option<i64> =
+                sqlx::query_scalar("SELECT version FROM lethe_migrations WHERE version = $1")
+                    .bind(m.version)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+            if done.is_some() {
+                continue;
+            }
+            sqlx::raw_sql(m.sql).execute(&mut *tx).await?;
+            sqlx::query(
+                "INSERT INTO lethe_migrations (version, name, applied_at) VALUES ($1, $2, $3)",
+            )
+            .bind(m.version)
+            .bind(m.name)
+            .bind(chrono::Utc::now().to_rfc3339())
+            .execute(&mut *tx)
+            .await?;
+            tx.commit().await?;
+            applied.push(m.version);
+        }
+        Ok(applied)
+    }};
+}
+pub(crate) use run_migrations;

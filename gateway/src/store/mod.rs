@@ -1,0 +1,235 @@
+//! The state store: consent, retention, holds, subjects, lineage, erasure, audit.
+//!
+//! One trait, two implementations with the same schema in meaning: SQLite (embedded default, one
+//! file) and PostgreSQL (shared by many replicas). Every change is written in one transaction
+//! together with its audit event, so nothing is ever half-applied or unaudited.
+
+mod migrate;
+mod postgres;
+mod sql;
+mod sqlite;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use lethe_policy::audit::{AuditEntry, AuditRecord, ChainBreak, ChainHead, ChainVerifier};
+use lethe_policy::{ConsentGrant, Layer, LegalHold, RetentionPolicy, SubjectState};
+use serde::Serialize;
+
+pub use postgres::PgStore;
+pub use sqlite::SqliteStore;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("not found")]
+    NotFound,
+    #[error("the consent grant is already revoked")]
+    AlreadyRevoked,
+    #[error("the legal hold is already released")]
+    AlreadyReleased,
+    #[error("the subject is suppressed or erased")]
+    SubjectNotActive,
+    #[error("the state store is unavailable: {0}")]
+    Unavailable(#[source] sqlx::Error),
+    #[error("state store error: {0}")]
+    Database(#[source] sqlx::Error),
+    #[error("the state store holds data Lethe cannot read: {0}")]
+    Corrupt(String),
+    #[error("unsupported state store URL (expected sqlite://PATH or postgres://...): {0}")]
+    UnsupportedUrl(String),
+}
+
+impl From<sqlx::Error> for StoreError {
+    fn from(e: sqlx::Error) -> Self {
+        use sqlx::Error as E;
+        match e {
+            E::RowNotFound => StoreError::NotFound,
+            E::Io(_)
+            | E::Tls(_)
+            | E::PoolTimedOut
+            | E::PoolClosed
+            | E::WorkerCrashed
+            | E::Protocol(_) => StoreError::Unavailable(e),
+            E::ColumnDecode { .. }
+            | E::Decode(_)
+            | E::ColumnNotFound(_)
+            | E::TypeNotFound { .. } => StoreError::Corrupt(e.to_string()),
+            other => StoreError::Database(other),
+        }
+    }
+}
+
+/// One version of a tenant's retention rules.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RetentionVersion {
+    pub version: i64,
+    #[serde(flatten)]
+    pub policy: RetentionPolicy,
+    pub created_at: DateTime<Utc>,
+    pub created_by: String,
+}
+
+/// A legal hold and who placed and released it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct HoldRecord {
+    #[serde(flatten)]
+    pub hold: LegalHold,
+    pub placed_by: String,
+    pub released_by: Option<String>,
+}
+
+/// A lineage row: one stored item, whose it is, and what it was derived from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ItemRecord {
+    pub store: String,
+    pub collection: String,
+    pub item_id: String,
+    pub tenant: String,
+    pub subject: String,
+    pub purpose: String,
+    pub category: String,
+    pub layer: Layer,
+    pub created_at: DateTime<Utc>,
+    pub expires_at: DateTime<Utc>,
+    pub epoch: i64,
+    pub source_ref: Option<String>,
+    pub parents: Vec<String>,
+}
+
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    /// `sqlite` or `postgres`.
+    fn backend(&self) -> &'static str;
+    /// Applies pending migrations; returns the versions it applied.
+    async fn migrate(&self) -> Result<Vec<i64>, StoreError>;
+    async fn ping(&self) -> Result<(), StoreError>;
+
+    /// Key material Lethe generated for itself: stores `fresh` under `name` unless a value is
+    /// already there, and returns the stored value (so every replica ends up with the same key).
+    async fn generated_secret(
+        &self,
+        name: &str,
+        fresh: &[u8],
+        at: DateTime<Utc>,
+    ) -> Result<Vec<u8>, StoreError>;
+
+    async fn subject(
+        &self,
+        tenant: &str,
+        subject: &str,
+    ) -> Result<Option<SubjectState>, StoreError>;
+
+    /// Creates the subject (active, epoch 0) if Lethe has not seen it; refuses a suppressed or
+    /// erased subject.
+    async fn create_grant(&self, grant: &ConsentGrant, audit: AuditEntry)
+    -> Result<(), StoreError>;
+    async fn grant(&self, id: &str) -> Result<ConsentGrant, StoreError>;
+    async fn revoke_grant(
+        &self,
+        id: &str,
+        at: DateTime<Utc>,
+        audit: AuditEntry,
+    ) -> Result<ConsentGrant, StoreError>;
+    async fn grants(&self, tenant: &str, subject: &str) -> Result<Vec<ConsentGrant>, StoreError>;
+
+    async fn retention(&self, tenant: &str) -> Result<Option<RetentionVersion>, StoreError>;
+    /// Stores `policy` as the tenant's next version.
+    async fn replace_retention(
+        &self,
+        tenant: &str,
+        policy: &RetentionPolicy,
+        at: DateTime<Utc>,
+        actor: &str,
+        audit: AuditEntry,
+    ) -> Result<RetentionVersion, StoreError>;
+
+    async fn place_hold(&self, hold: &HoldRecord, audit: AuditEntry) -> Result<(), StoreError>;
+    async fn hold(&self, id: &str) -> Result<HoldRecord, StoreError>;
+    async fn release_hold(
+        &self,
+        id: &str,
+        at: DateTime<Utc>,
+        actor: &str,
+        audit: AuditEntry,
+    ) -> Result<HoldRecord, StoreError>;
+    /// The tenant's holds; with a subject, those that can apply to it (tenant-wide and its own).
+    async fn holds(
+        &self,
+        tenant: &str,
+        subject: Option<&str>,
+    ) -> Result<Vec<HoldRecord>, StoreError>;
+
+    /// Records lineage rows; a row for an item already known replaces it.
+    async fn record_items(&self, items: &[ItemRecord]) -> Result<(), StoreError>;
+    /// Live lineage rows (items and threads) of a subject, counted per store.
+    async fn inventory(
+        &self,
+        tenant: &str,
+        subject: &str,
+    ) -> Result<BTreeMap<String, i64>, StoreError>;
+
+    /// Appends one event to the chain (for events that change nothing else).
+    async fn append_audit(&self, entry: AuditEntry) -> Result<AuditRecord, StoreError>;
+    /// Rows with `seq > after`, in order, at most `limit`.
+    async fn audit_page(&self, after: i64, limit: i64) -> Result<Vec<AuditRecord>, StoreError>;
+    /// The head the store recorded with the last append.
+    async fn audit_head(&self) -> Result<ChainHead, StoreError>;
+}
+
+/// Opens the store a URL names: `sqlite://PATH` (created if missing) or `postgres://...`.
+pub async fn connect(url: &str) -> Result<Arc<dyn Store>, StoreError> {
+    if url.starts_with("sqlite:") {
+        Ok(Arc::new(SqliteStore::connect(url).await?))
+    } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        Ok(Arc::new(PgStore::connect(url).await?))
+    } else {
+        Err(StoreError::UnsupportedUrl(url.to_owned()))
+    }
+}
+
+/// Whether the audit chain is intact, reading it page by page.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(untagged)]
+pub enum ChainReport {
+    Intact {
+        ok: bool,
+        head: ChainHead,
+    },
+    Broken {
+        ok: bool,
+        first_bad_seq: i64,
+        problem: ChainBreak,
+        message: String,
+    },
+}
+
+pub async fn verify_audit(store: &dyn Store) -> Result<ChainReport, StoreError> {
+    const PAGE: i64 = 1000;
+    let recorded = store.audit_head().await?;
+    let mut verifier = ChainVerifier::default();
+    let mut after = 0;
+    let outcome = loop {
+        let page = store.audit_page(after, PAGE).await?;
+        let Some(last) = page.last() else {
+            break verifier.finish(&recorded);
+        };
+        after = last.seq;
+        if let Err(e) = page.iter().try_for_each(|r| verifier.push(r)) {
+            break Err(e);
+        }
+    };
+    Ok(match outcome {
+        Ok(head) => ChainReport::Intact { ok: true, head },
+        Err(problem) => ChainReport::Broken {
+            ok: false,
+            first_bad_seq: problem.seq(),
+            message: problem.to_string(),
+            problem,
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests;

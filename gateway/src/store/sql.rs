@@ -1,0 +1,412 @@
+//! The SQL both backends share. The statements are written once, in the subset of SQL that
+//! PostgreSQL and SQLite both accept (`$N` placeholders, `ON CONFLICT`); each backend supplies
+//! how it opens a write transaction and how it locks the audit head.
+
+/// Implements [`Store`](super::Store) for `$store` over database `$db`. `$store` must have
+/// `pool: sqlx::Pool<$db>`, `async fn write_tx(&self)` and `const LOCK_AUDIT_HEAD: &str`.
+macro_rules! impl_store {
+    ($store:ty, $db:ty) => {
+        mod shared_sql {
+            use std::collections::{BTreeMap, BTreeSet};
+
+            use async_trait::async_trait;
+            use chrono::{DateTime, Utc};
+            use lethe_policy::audit::{seal, AuditEntry, AuditRecord, ChainHead};
+            use lethe_policy::{Action, ConsentGrant, LegalHold, RetentionPolicy, SubjectState, SubjectStatus};
+            use sqlx::types::Json;
+            use sqlx::Row as _;
+
+            use super::*;
+            use crate::store::{HoldRecord, ItemRecord, RetentionVersion, Store, StoreError};
+
+            type Row = <$db as sqlx::Database>::Row;
+            type Tx = sqlx::Transaction<'static, $db>;
+
+            macro_rules! select_grants {
+                () => {
+                    "SELECT id, tenant, subject, purpose, category, actions, granted_at, expires_at, revoked_at, policy_version, source FROM consent_grants "
+                };
+            }
+            macro_rules! select_holds {
+                () => {
+                    "SELECT id, tenant, subject, reason, placed_at, placed_by, released_at, released_by FROM legal_holds "
+                };
+            }
+
+            fn grant_from_row(row: &Row) -> Result<ConsentGrant, StoreError> {
+                let actions: Json<BTreeSet<Action>> = row.try_get("actions")?;
+                Ok(ConsentGrant {
+                    id: row.try_get("id")?,
+                    tenant: row.try_get("tenant")?,
+                    subject: row.try_get("subject")?,
+                    purpose: row.try_get("purpose")?,
+                    category: row.try_get("category")?,
+                    actions: actions.0,
+                    granted_at: row.try_get("granted_at")?,
+                    expires_at: row.try_get("expires_at")?,
+                    revoked_at: row.try_get("revoked_at")?,
+                    policy_version: row.try_get("policy_version")?,
+                    source: row.try_get("source")?,
+                })
+            }
+
+            fn hold_from_row(row: &Row) -> Result<HoldRecord, StoreError> {
+                Ok(HoldRecord {
+                    hold: LegalHold {
+                        id: row.try_get("id")?,
+                        tenant: row.try_get("tenant")?,
+                        subject: row.try_get("subject")?,
+                        reason: row.try_get("reason")?,
+                        placed_at: row.try_get("placed_at")?,
+                        released_at: row.try_get("released_at")?,
+                    },
+                    placed_by: row.try_get("placed_by")?,
+                    released_by: row.try_get("released_by")?,
+                })
+            }
+
+            fn audit_from_row(row: &Row) -> Result<AuditRecord, StoreError> {
+                Ok(AuditRecord {
+                    seq: row.try_get("seq")?,
+                    entry: AuditEntry {
+                        at: row.try_get("at")?,
+                        actor: row.try_get("actor")?,
+                        action: row.try_get("action")?,
+                        request_id: row.try_get("request_id")?,
+                        subject_ref: row.try_get("subject_ref")?,
+                        target: row.try_get("target")?,
+                        target_ref: row.try_get("target_ref")?,
+                        result: row.try_get("result")?,
+                        attempt: row.try_get("attempt")?,
+                    },
+                    prev_hash: row.try_get("prev_hash")?,
+                    hash: row.try_get("hash")?,
+                })
+            }
+
+            /// Seals `entry` after the current head, inside the caller's transaction, with the
+            /// head locked so that concurrent appends queue instead of forking the chain.
+            async fn append_in(tx: &mut Tx, entry: AuditEntry) -> Result<AuditRecord, StoreError> {
+                let head = sqlx::query(<$store>::LOCK_AUDIT_HEAD).fetch_one(&mut **tx).await?;
+                let record = seal(head.try_get("seq")?, &head.try_get::<String, _>("hash")?, entry);
+                let e = &record.entry;
+                sqlx::query(
+                    "INSERT INTO audit_events (seq, at, actor, action, request_id, subject_ref, target, target_ref, result, attempt, prev_hash, hash)
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
+                )
+                .bind(record.seq)
+                .bind(e.at)
+                .bind(&e.actor)
+                .bind(&e.action)
+                .bind(&e.request_id)
+                .bind(&e.subject_ref)
+                .bind(&e.target)
+                .bind(&e.target_ref)
+                .bind(&e.result)
+                .bind(e.attempt)
+                .bind(&record.prev_hash)
+                .bind(&record.hash)
+                .execute(&mut **tx)
+                .await?;
+                sqlx::query("UPDATE audit_head SET seq = $1, hash = $2 WHERE id = 1")
+                    .bind(record.seq)
+                    .bind(&record.hash)
+                    .execute(&mut **tx)
+                    .await?;
+                Ok(record)
+            }
+
+            fn status_of(text: &str) -> Result<SubjectStatus, StoreError> {
+                SubjectStatus::parse(text).ok_or_else(|| StoreError::Corrupt(format!("unknown subject status {text:?}")))
+            }
+
+            #[async_trait]
+            impl Store for $store {
+                fn backend(&self) -> &'static str {
+                    <$store>::BACKEND
+                }
+
+                async fn migrate(&self) -> Result<Vec<i64>, StoreError> {
+                    self.run_migrations().await
+                }
+
+                async fn ping(&self) -> Result<(), StoreError> {
+                    sqlx::query("SELECT 1").execute(&self.pool).await?;
+                    Ok(())
+                }
+
+                async fn generated_secret(&self, name: &str, fresh: &[u8], at: DateTime<Utc>) -> Result<Vec<u8>, StoreError> {
+                    sqlx::query("INSERT INTO generated_secrets (name, value, created_at) VALUES ($1, $2, $3) ON CONFLICT (name) DO NOTHING")
+                        .bind(name)
+                        .bind(fresh)
+                        .bind(at)
+                        .execute(&self.pool)
+                        .await?;
+                    Ok(sqlx::query_scalar("SELECT value FROM generated_secrets WHERE name = $1")
+                        .bind(name)
+                        .fetch_one(&self.pool)
+                        .await?)
+                }
+
+                async fn subject(&self, tenant: &str, subject: &str) -> Result<Option<SubjectState>, StoreError> {
+                    let row = sqlx::query("SELECT status, epoch FROM subjects WHERE tenant = $1 AND subject = $2")
+                        .bind(tenant)
+                        .bind(subject)
+                        .fetch_optional(&self.pool)
+                        .await?;
+                    row.map(|row| {
+                        Ok(SubjectState { status: status_of(&row.try_get::<String, _>("status")?)?, epoch: row.try_get("epoch")? })
+                    })
+                    .transpose()
+                }
+
+                async fn create_grant(&self, grant: &ConsentGrant, audit: AuditEntry) -> Result<(), StoreError> {
+                    let mut tx = self.write_tx().await?;
+                    sqlx::query(
+                        "INSERT INTO subjects (tenant, subject, status, epoch, created_at, updated_at)
+                         VALUES ($1, $2, 'active', 0, $3, $3) ON CONFLICT (tenant, subject) DO NOTHING",
+                    )
+                    .bind(&grant.tenant)
+                    .bind(&grant.subject)
+                    .bind(grant.granted_at)
+                    .execute(&mut *tx)
+                    .await?;
+                    let status: String = sqlx::query_scalar("SELECT status FROM subjects WHERE tenant = $1 AND subject = $2")
+                        .bind(&grant.tenant)
+                        .bind(&grant.subject)
+                        .fetch_one(&mut *tx)
+                        .await?;
+                    if status_of(&status)? != SubjectStatus::Active {
+                        return Err(StoreError::SubjectNotActive);
+                    }
+                    sqlx::query(
+                        "INSERT INTO consent_grants (id, tenant, subject, purpose, category, actions, granted_at, expires_at, revoked_at, policy_version, source)
+                         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+                    )
+                    .bind(&grant.id)
+                    .bind(&grant.tenant)
+                    .bind(&grant.subject)
+                    .bind(&grant.purpose)
+                    .bind(&grant.category)
+                    .bind(Json(&grant.actions))
+                    .bind(grant.granted_at)
+                    .bind(grant.expires_at)
+                    .bind(grant.revoked_at)
+                    .bind(grant.policy_version)
+                    .bind(&grant.source)
+                    .execute(&mut *tx)
+                    .await?;
+                    append_in(&mut tx, audit).await?;
+                    tx.commit().await?;
+                    Ok(())
+                }
+
+                async fn grant(&self, id: &str) -> Result<ConsentGrant, StoreError> {
+                    let sql = concat!(select_grants!(), "WHERE id = $1");
+                    let row = sqlx::query(sql).bind(id).fetch_one(&self.pool).await?;
+                    grant_from_row(&row)
+                }
+
+                async fn revoke_grant(&self, id: &str, at: DateTime<Utc>, audit: AuditEntry) -> Result<ConsentGrant, StoreError> {
+                    let mut tx = self.write_tx().await?;
+                    let updated = sqlx::query("UPDATE consent_grants SET revoked_at = $1 WHERE id = $2 AND revoked_at IS NULL")
+                        .bind(at)
+                        .bind(id)
+                        .execute(&mut *tx)
+                        .await?
+                        .rows_affected();
+                    let sql = concat!(select_grants!(), "WHERE id = $1");
+                    let grant = grant_from_row(&sqlx::query(sql).bind(id).fetch_one(&mut *tx).await?)?;
+                    if updated == 0 {
+                        return Err(StoreError::AlreadyRevoked);
+                    }
+                    append_in(&mut tx, audit).await?;
+                    tx.commit().await?;
+                    Ok(grant)
+                }
+
+                async fn grants(&self, tenant: &str, subject: &str) -> Result<Vec<ConsentGrant>, StoreError> {
+                    let sql = concat!(select_grants!(), "WHERE tenant = $1 AND subject = $2 ORDER BY granted_at, id");
+                    let rows = sqlx::query(sql).bind(tenant).bind(subject).fetch_all(&self.pool).await?;
+                    rows.iter().map(grant_from_row).collect()
+                }
+
+                async fn retention(&self, tenant: &str) -> Result<Option<RetentionVersion>, StoreError> {
+                    let row = sqlx::query(
+                        "SELECT version, policy, created_at, created_by FROM retention_rule_sets
+                         WHERE tenant = $1 ORDER BY version DESC LIMIT 1",
+                    )
+                    .bind(tenant)
+                    .fetch_optional(&self.pool)
+                    .await?;
+                    row.map(|row| {
+                        let policy: Json<RetentionPolicy> = row.try_get("policy")?;
+                        Ok(RetentionVersion {
+                            version: row.try_get("version")?,
+                            policy: policy.0,
+                            created_at: row.try_get("created_at")?,
+                            created_by: row.try_get("created_by")?,
+                        })
+                    })
+                    .transpose()
+                }
+
+                async fn replace_retention(
+                    &self,
+                    tenant: &str,
+                    policy: &RetentionPolicy,
+                    at: DateTime<Utc>,
+                    actor: &str,
+                    audit: AuditEntry,
+                ) -> Result<RetentionVersion, StoreError> {
+                    let mut tx = self.write_tx().await?;
+                    let last: Option<i64> = sqlx::query_scalar("SELECT MAX(version) FROM retention_rule_sets WHERE tenant = $1")
+                        .bind(tenant)
+                        .fetch_one(&mut *tx)
+                        .await?;
+                    let version = last.unwrap_or(0) + 1;
+                    sqlx::query(
+                        "INSERT INTO retention_rule_sets (tenant, version, policy, created_at, created_by) VALUES ($1, $2, $3, $4, $5)",
+                    )
+                    .bind(tenant)
+                    .bind(version)
+                    .bind(Json(policy))
+                    .bind(at)
+                    .bind(actor)
+                    .execute(&mut *tx)
+                    .await?;
+                    append_in(&mut tx, AuditEntry { target_ref: Some(version.to_string()), ..audit }).await?;
+                    tx.commit().await?;
+                    Ok(RetentionVersion { version, policy: policy.clone(), created_at: at, created_by: actor.to_owned() })
+                }
+
+                async fn place_hold(&self, hold: &HoldRecord, audit: AuditEntry) -> Result<(), StoreError> {
+                    let mut tx = self.write_tx().await?;
+                    let h = &hold.hold;
+                    sqlx::query(
+                        "INSERT INTO legal_holds (id, tenant, subject, reason, placed_at, placed_by, released_at, released_by)
+                         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+                    )
+                    .bind(&h.id)
+                    .bind(&h.tenant)
+                    .bind(&h.subject)
+                    .bind(&h.reason)
+                    .bind(h.placed_at)
+                    .bind(&hold.placed_by)
+                    .bind(h.released_at)
+                    .bind(&hold.released_by)
+                    .execute(&mut *tx)
+                    .await?;
+                    append_in(&mut tx, audit).await?;
+                    tx.commit().await?;
+                    Ok(())
+                }
+
+                async fn hold(&self, id: &str) -> Result<HoldRecord, StoreError> {
+                    let sql = concat!(select_holds!(), "WHERE id = $1");
+                    hold_from_row(&sqlx::query(sql).bind(id).fetch_one(&self.pool).await?)
+                }
+
+                async fn release_hold(&self, id: &str, at: DateTime<Utc>, actor: &str, audit: AuditEntry) -> Result<HoldRecord, StoreError> {
+                    let mut tx = self.write_tx().await?;
+                    let updated = sqlx::query("UPDATE legal_holds SET released_at = $1, released_by = $2 WHERE id = $3 AND released_at IS NULL")
+                        .bind(at)
+                        .bind(actor)
+                        .bind(id)
+                        .execute(&mut *tx)
+                        .await?
+                        .rows_affected();
+                    let sql = concat!(select_holds!(), "WHERE id = $1");
+                    let hold = hold_from_row(&sqlx::query(sql).bind(id).fetch_one(&mut *tx).await?)?;
+                    if updated == 0 {
+                        return Err(StoreError::AlreadyReleased);
+                    }
+                    append_in(&mut tx, audit).await?;
+                    tx.commit().await?;
+                    Ok(hold)
+                }
+
+                async fn holds(&self, tenant: &str, subject: Option<&str>) -> Result<Vec<HoldRecord>, StoreError> {
+                    let sql = concat!(
+                        select_holds!(),
+                        "WHERE tenant = $1 AND ($2 IS NULL OR subject IS NULL OR subject = $2) ORDER BY placed_at, id"
+                    );
+                    let rows = sqlx::query(sql).bind(tenant).bind(subject).fetch_all(&self.pool).await?;
+                    rows.iter().map(hold_from_row).collect()
+                }
+
+                async fn record_items(&self, items: &[ItemRecord]) -> Result<(), StoreError> {
+                    let mut tx = self.write_tx().await?;
+                    for item in items {
+                        sqlx::query(
+                            "INSERT INTO items (store, collection, item_id, tenant, subject, purpose, category, layer, created_at, expires_at, epoch, source_ref, parents, deleted_at)
+                             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, NULL)
+                             ON CONFLICT (store, collection, item_id) DO UPDATE SET
+                               tenant = excluded.tenant, subject = excluded.subject, purpose = excluded.purpose,
+                               category = excluded.category, layer = excluded.layer, created_at = excluded.created_at,
+                               expires_at = excluded.expires_at, epoch = excluded.epoch, source_ref = excluded.source_ref,
+                               parents = excluded.parents, deleted_at = NULL",
+                        )
+                        .bind(&item.store)
+                        .bind(&item.collection)
+                        .bind(&item.item_id)
+                        .bind(&item.tenant)
+                        .bind(&item.subject)
+                        .bind(&item.purpose)
+                        .bind(&item.category)
+                        .bind(item.layer.as_str())
+                        .bind(item.created_at)
+                        .bind(item.expires_at)
+                        .bind(item.epoch)
+                        .bind(&item.source_ref)
+                        .bind(Json(&item.parents))
+                        .execute(&mut *tx)
+                        .await?;
+                    }
+                    tx.commit().await?;
+                    Ok(())
+                }
+
+                async fn inventory(&self, tenant: &str, subject: &str) -> Result<BTreeMap<String, i64>, StoreError> {
+                    let rows = sqlx::query(
+                        "SELECT store, COUNT(*) AS n FROM (
+                             SELECT store FROM items WHERE tenant = $1 AND subject = $2 AND deleted_at IS NULL
+                             UNION ALL
+                             SELECT store FROM threads WHERE tenant = $1 AND subject = $2 AND deleted_at IS NULL
+                         ) AS live GROUP BY store ORDER BY store",
+                    )
+                    .bind(tenant)
+                    .bind(subject)
+                    .fetch_all(&self.pool)
+                    .await?;
+                    rows.iter().map(|r| Ok((r.try_get("store")?, r.try_get("n")?))).collect()
+                }
+
+                async fn append_audit(&self, entry: AuditEntry) -> Result<AuditRecord, StoreError> {
+                    let mut tx = self.write_tx().await?;
+                    let record = append_in(&mut tx, entry).await?;
+                    tx.commit().await?;
+                    Ok(record)
+                }
+
+                async fn audit_page(&self, after: i64, limit: i64) -> Result<Vec<AuditRecord>, StoreError> {
+                    let rows = sqlx::query(
+                        "SELECT seq, at, actor, action, request_id, subject_ref, target, target_ref, result, attempt, prev_hash, hash
+                         FROM audit_events WHERE seq > $1 ORDER BY seq LIMIT $2",
+                    )
+                    .bind(after)
+                    .bind(limit)
+                    .fetch_all(&self.pool)
+                    .await?;
+                    rows.iter().map(audit_from_row).collect()
+                }
+
+                async fn audit_head(&self) -> Result<ChainHead, StoreError> {
+                    let row = sqlx::query("SELECT seq, hash FROM audit_head WHERE id = 1").fetch_one(&self.pool).await?;
+                    Ok(ChainHead { seq: row.try_get("seq")?, hash: row.try_get("hash")? })
+                }
+            }
+        }
+    };
+}
+pub(crate) use impl_store;

@@ -1,0 +1,57 @@
+//! SQLite: the embedded default. One file, one writer at a time.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
+};
+
+use super::StoreError;
+use super::migrate::{SQLITE, run_migrations};
+use super::sql::impl_store;
+
+pub struct SqliteStore {
+    pool: SqlitePool,
+}
+
+impl SqliteStore {
+    const BACKEND: &'static str = "sqlite";
+    /// `BEGIN IMMEDIATE` already holds the database's write lock for the whole transaction.
+    const LOCK_AUDIT_HEAD: &'static str = "SELECT seq, hash FROM audit_head WHERE id = 1";
+
+    /// Opens (and creates, with its folder) the database a `sqlite://PATH` URL names.
+    pub async fn connect(url: &str) -> Result<Self, StoreError> {
+        let options = SqliteConnectOptions::from_str(url)?
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Full)
+            .foreign_keys(true)
+            .busy_timeout(Duration::from_secs(5));
+        if let Some(dir) = options
+            .get_filename()
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty())
+        {
+            std::fs::create_dir_all(dir)
+                .map_err(|e| StoreError::Unavailable(sqlx::Error::Io(e)))?;
+        }
+        let pool = SqlitePoolOptions::new()
+            .max_connections(4)
+            .acquire_timeout(Duration::from_secs(5))
+            .connect_with(options)
+            .await?;
+        Ok(SqliteStore { pool })
+    }
+
+    /// Write transactions take the write lock up front, so two of them never deadlock upgrading.
+    async fn write_tx(&self) -> Result<sqlx::Transaction<'static, sqlx::Sqlite>, StoreError> {
+        Ok(self.pool.begin_with("BEGIN IMMEDIATE").await?)
+    }
+
+    async fn run_migrations(&self) -> Result<Vec<i64>, StoreError> {
+        run_migrations!(&self.pool, self.write_tx(), "SELECT 1", SQLITE)
+    }
+}
+
+impl_store!(SqliteStore, sqlx::Sqlite);

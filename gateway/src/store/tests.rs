@@ -1,0 +1,380 @@
+//! One suite, run against both backends: every test below exists once for SQLite and once for
+//! PostgreSQL (a fresh database on the local server).
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use chrono::TimeDelta;
+use lethe_policy::audit::{AuditEntry, subject_ref};
+use lethe_policy::{
+    Action, ConsentGrant, Layer, LegalHold, RetentionPolicy, RetentionRule, SubjectStatus,
+};
+
+use super::*;
+use crate::now;
+use crate::testing::{fresh_postgres_database, fresh_sqlite_url, migrated};
+
+macro_rules! on_both_backends {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite {
+            $(#[tokio::test] async fn $name() { super::$name(&crate::testing::migrated(&crate::testing::fresh_sqlite_url()).await).await })*
+        }
+        mod postgres {
+            $(#[tokio::test] async fn $name() {
+                let url = crate::testing::fresh_postgres_database().await.expect("create a PostgreSQL test database");
+                super::$name(&crate::testing::migrated(&url).await).await
+            })*
+        }
+    };
+}
+
+on_both_backends!(
+    migrations_apply_once,
+    grants_are_created_listed_and_revoked_once,
+    retention_rules_are_versioned,
+    holds_are_placed_and_released_once,
+    inventory_counts_live_lineage_per_store,
+    generated_secrets_are_kept,
+    audit_appends_form_one_chain_under_concurrency,
+);
+
+fn audit(action: &str, target_ref: Option<&str>) -> AuditEntry {
+    AuditEntry {
+        at: now(),
+        actor: "dpo@test".into(),
+        action: action.into(),
+        request_id: uuid::Uuid::new_v4().to_string(),
+        subject_ref: Some(subject_ref(b"k", "acme", "u1")),
+        target: "test".into(),
+        target_ref: target_ref.map(str::to_owned),
+        result: "ok".into(),
+        attempt: 1,
+    }
+}
+
+fn grant(id: &str, subject: &str) -> ConsentGrant {
+    ConsentGrant {
+        id: id.into(),
+        tenant: "acme".into(),
+        subject: subject.into(),
+        purpose: "personalization".into(),
+        category: "preference".into(),
+        actions: BTreeSet::from([Action::Store, Action::Retrieve]),
+        granted_at: now(),
+        expires_at: Some(now() + TimeDelta::days(30)),
+        revoked_at: None,
+        policy_version: 3,
+        source: "signup-form".into(),
+    }
+}
+
+async fn migrations_apply_once(store: &Arc<dyn Store>) {
+    assert_eq!(store.migrate().await.unwrap(), Vec::<i64>::new());
+    store.ping().await.unwrap();
+    assert_eq!(store.audit_head().await.unwrap(), ChainHead::default());
+}
+
+async fn grants_are_created_listed_and_revoked_once(store: &Arc<dyn Store>) {
+    let g = grant("g1", "u1");
+    store
+        .create_grant(&g, audit("consent.grant", Some("g1")))
+        .await
+        .unwrap();
+    store
+        .create_grant(&grant("g2", "u1"), audit("consent.grant", Some("g2")))
+        .await
+        .unwrap();
+    store
+        .create_grant(&grant("g3", "u2"), audit("consent.grant", Some("g3")))
+        .await
+        .unwrap();
+
+    assert_eq!(
+        store.grant("g1").await.unwrap(),
+        g,
+        "a grant reads back exactly as written"
+    );
+    let listed = store.grants("acme", "u1").await.unwrap();
+    assert_eq!(
+        listed.iter().map(|g| g.id.as_str()).collect::<Vec<_>>(),
+        ["g1", "g2"]
+    );
+    assert!(store.grants("other", "u1").await.unwrap().is_empty());
+    assert_eq!(
+        store.subject("acme", "u1").await.unwrap(),
+        Some(SubjectState {
+            status: SubjectStatus::Active,
+            epoch: 0
+        })
+    );
+    assert_eq!(store.subject("acme", "nobody").await.unwrap(), None);
+
+    let at = now();
+    let revoked = store
+        .revoke_grant("g1", at, audit("consent.revoke", Some("g1")))
+        .await
+        .unwrap();
+    assert_eq!(revoked.revoked_at, Some(at));
+    let head = store.audit_head().await.unwrap();
+    assert!(matches!(
+        store
+            .revoke_grant("g1", now(), audit("consent.revoke", Some("g1")))
+            .await,
+        Err(StoreError::AlreadyRevoked)
+    ));
+    assert!(matches!(
+        store
+            .revoke_grant("nope", now(), audit("consent.revoke", None))
+            .await,
+        Err(StoreError::NotFound)
+    ));
+    assert_eq!(
+        store.audit_head().await.unwrap(),
+        head,
+        "a refused change writes no audit event"
+    );
+    assert_eq!(
+        store.grant("g1").await.unwrap().revoked_at,
+        Some(at),
+        "the first revocation stands"
+    );
+
+    let duplicate = store
+        .create_grant(&g, audit("consent.grant", Some("g1")))
+        .await;
+    assert!(duplicate.is_err(), "ids are unique");
+    assert_eq!(
+        store.audit_head().await.unwrap(),
+        head,
+        "and the failed insert left no audit event"
+    );
+    assert_eq!(head.seq, 4);
+}
+
+async fn retention_rules_are_versioned(store: &Arc<dyn Store>) {
+    assert_eq!(store.retention("acme").await.unwrap(), None);
+    let policy = |age: &str| RetentionPolicy {
+        rules: vec![RetentionRule {
+            purpose: "personalization".into(),
+            category: "preference".into(),
+            layer: Some(Layer::Cache),
+            max_age: age.parse().unwrap(),
+            legal_end: None,
+        }],
+        purpose_ends: vec![],
+    };
+    let v1 = store
+        .replace_retention(
+            "acme",
+            &policy("30d"),
+            now(),
+            "dpo",
+            audit("retention.replace", None),
+        )
+        .await
+        .unwrap();
+    let v2 = store
+        .replace_retention(
+            "acme",
+            &policy("7d"),
+            now(),
+            "dpo",
+            audit("retention.replace", None),
+        )
+        .await
+        .unwrap();
+    assert_eq!((v1.version, v2.version), (1, 2));
+    assert_eq!(store.retention("acme").await.unwrap(), Some(v2));
+    let other = store
+        .replace_retention(
+            "globex",
+            &policy("1d"),
+            now(),
+            "dpo",
+            audit("retention.replace", None),
+        )
+        .await
+        .unwrap();
+    assert_eq!(other.version, 1, "versions count per tenant");
+    let events = store.audit_page(0, 10).await.unwrap();
+    assert_eq!(
+        events[1].entry.target_ref.as_deref(),
+        Some("2"),
+        "the audit event names the version"
+    );
+}
+
+async fn holds_are_placed_and_released_once(store: &Arc<dyn Store>) {
+    let hold = |id: &str, subject: Option<&str>| HoldRecord {
+        hold: LegalHold {
+            id: id.into(),
+            tenant: "acme".into(),
+            subject: subject.map(str::to_owned),
+            reason: "case 42".into(),
+            placed_at: now(),
+            released_at: None,
+        },
+        placed_by: "counsel".into(),
+        released_by: None,
+    };
+    store
+        .place_hold(&hold("h1", None), audit("hold.place", Some("h1")))
+        .await
+        .unwrap();
+    store
+        .place_hold(&hold("h2", Some("u1")), audit("hold.place", Some("h2")))
+        .await
+        .unwrap();
+    store
+        .place_hold(&hold("h3", Some("u2")), audit("hold.place", Some("h3")))
+        .await
+        .unwrap();
+    let ids = |hs: Vec<HoldRecord>| hs.into_iter().map(|h| h.hold.id).collect::<Vec<_>>();
+    assert_eq!(
+        ids(store.holds("acme", Some("u1")).await.unwrap()),
+        ["h1", "h2"]
+    );
+    assert_eq!(
+        ids(store.holds("acme", None).await.unwrap()),
+        ["h1", "h2", "h3"]
+    );
+
+    let released = store
+        .release_hold("h2", now(), "counsel", audit("hold.release", Some("h2")))
+        .await
+        .unwrap();
+    assert!(released.hold.released_at.is_some());
+    assert_eq!(released.released_by.as_deref(), Some("counsel"));
+    assert!(matches!(
+        store
+            .release_hold("h2", now(), "counsel", audit("hold.release", Some("h2")))
+            .await,
+        Err(StoreError::AlreadyReleased)
+    ));
+    assert_eq!(store.audit_head().await.unwrap().seq, 4);
+}
+
+async fn inventory_counts_live_lineage_per_store(store: &Arc<dyn Store>) {
+    let item = |store: &str, id: &str, subject: &str| ItemRecord {
+        store: store.into(),
+        collection: "memories".into(),
+        item_id: id.into(),
+        tenant: "acme".into(),
+        subject: subject.into(),
+        purpose: "personalization".into(),
+        category: "preference".into(),
+        layer: Layer::Raw,
+        created_at: now(),
+        expires_at: now() + TimeDelta::days(1),
+        epoch: 0,
+        source_ref: Some("chat-1".into()),
+        parents: vec!["p1".into()],
+    };
+    store
+        .record_items(&[
+            item("chroma", "a", "u1"),
+            item("chroma", "b", "u1"),
+            item("redis", "c", "u1"),
+            item("chroma", "d", "u2"),
+        ])
+        .await
+        .unwrap();
+    store
+        .record_items(&[item("chroma", "a", "u1")])
+        .await
+        .unwrap();
+    let counts = store.inventory("acme", "u1").await.unwrap();
+    assert_eq!(
+        counts,
+        BTreeMap::from([("chroma".to_owned(), 2), ("redis".to_owned(), 1)])
+    );
+    assert!(store.inventory("acme", "u3").await.unwrap().is_empty());
+}
+
+async fn generated_secrets_are_kept(store: &Arc<dyn Store>) {
+    let first = store
+        .generated_secret("jwt", b"first", now())
+        .await
+        .unwrap();
+    let second = store
+        .generated_secret("jwt", b"second", now())
+        .await
+        .unwrap();
+    assert_eq!(
+        (first.as_slice(), second.as_slice()),
+        (&b"first"[..], &b"first"[..])
+    );
+}
+
+/// Many writers append at once; the chain must come out whole, with no gap and no fork.
+async fn audit_appends_form_one_chain_under_concurrency(store: &Arc<dyn Store>) {
+    const WRITERS: usize = 8;
+    const EACH: usize = 25;
+    let tasks: Vec<_> = (0..WRITERS)
+        .map(|w| {
+            let store = Arc::clone(store);
+            tokio::spawn(async move {
+                for i in 0..EACH {
+                    store
+                        .append_audit(audit("test.append", Some(&format!("{w}-{i}"))))
+                        .await
+                        .unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let report = verify_audit(store.as_ref()).await.unwrap();
+    let ChainReport::Intact { head, .. } = report else {
+        panic!("chain broken: {report:?}")
+    };
+    assert_eq!(head.seq, (WRITERS * EACH) as i64);
+    let rows = store.audit_page(0, 1000).await.unwrap();
+    let refs: BTreeSet<_> = rows
+        .iter()
+        .filter_map(|r| r.entry.target_ref.clone())
+        .collect();
+    assert_eq!(
+        refs.len(),
+        WRITERS * EACH,
+        "every append landed exactly once"
+    );
+}
+
+/// Editing, deleting, reordering or cutting off one row is reported with that row's number.
+#[tokio::test]
+async fn tampering_is_reported_with_the_row_number() {
+    let tampers = [
+        ("UPDATE audit_events SET actor = 'mallory' WHERE seq = 3", 3),
+        ("DELETE FROM audit_events WHERE seq = 2", 2),
+        (
+            "UPDATE audit_events SET seq = -2 WHERE seq = 2; UPDATE audit_events SET seq = 2 WHERE seq = 4; UPDATE audit_events SET seq = 4 WHERE seq = -2",
+            2,
+        ),
+        ("DELETE FROM audit_events WHERE seq = 5", 5),
+    ];
+    for (tamper, first_bad) in tampers {
+        for url in [fresh_sqlite_url(), fresh_postgres_database().await.unwrap()] {
+            let store = migrated(&url).await;
+            for i in 0..5 {
+                store
+                    .append_audit(audit("test.append", Some(&i.to_string())))
+                    .await
+                    .unwrap();
+            }
+            assert!(matches!(
+                verify_audit(store.as_ref()).await.unwrap(),
+                ChainReport::Intact { .. }
+            ));
+            crate::testing::execute_raw(&url, tamper).await.unwrap();
+            match verify_audit(store.as_ref()).await.unwrap() {
+                ChainReport::Broken { first_bad_seq, .. } => {
+                    assert_eq!(first_bad_seq, first_bad, "{tamper} on {url}")
+                }
+                intact => panic!("{tamper} on {url} went unnoticed: {intact:?}"),
+            }
+        }
+    }
+}

@@ -1,0 +1,55 @@
+//! Helpers for tests that need a real state store. PostgreSQL tests get a fresh database each,
+//! created on the server `LETHE_TEST_POSTGRES` names (default: the local one, trust auth).
+
+use std::sync::Arc;
+
+use crate::store::{self, Store};
+
+pub fn postgres_admin_url() -> String {
+    std::env::var("LETHE_TEST_POSTGRES")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned())
+}
+
+/// A new, empty PostgreSQL database; returns its URL.
+pub async fn fresh_postgres_database() -> Result<String, sqlx::Error> {
+    use sqlx::Connection as _;
+    let admin = postgres_admin_url();
+    let name = format!("lethe_test_{}", uuid::Uuid::new_v4().simple());
+    let mut conn = sqlx::PgConnection::connect(&admin).await?;
+    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+        .execute(&mut conn)
+        .await?;
+    let base = admin
+        .rsplit_once('/')
+        .map_or(admin.as_str(), |(base, _)| base);
+    Ok(format!("{base}/{name}"))
+}
+
+/// A new SQLite file in a fresh temporary folder; returns its URL.
+pub fn fresh_sqlite_url() -> String {
+    let dir = std::env::temp_dir().join(format!("lethe-test-{}", uuid::Uuid::new_v4().simple()));
+    format!("sqlite://{}/state.db", dir.display())
+}
+
+/// Connects to `url` and applies the migrations.
+pub async fn migrated(url: &str) -> Arc<dyn Store> {
+    let store = store::connect(url)
+        .await
+        .expect("connect to the test state store");
+    store.migrate().await.expect("migrate the test state store");
+    store
+}
+
+/// Runs statements on the database behind `url`, outside Lethe (to tamper with it in tests).
+pub async fn execute_raw(url: &str, sql: &str) -> Result<u64, sqlx::Error> {
+    use sqlx::Connection as _;
+    let sql = sqlx::AssertSqlSafe(sql.to_owned());
+    let affected = if url.starts_with("sqlite:") {
+        let mut conn = sqlx::SqliteConnection::connect(url).await?;
+        sqlx::raw_sql(sql).execute(&mut conn).await?.rows_affected()
+    } else {
+        let mut conn = sqlx::PgConnection::connect(url).await?;
+        sqlx::raw_sql(sql).execute(&mut conn).await?.rows_affected()
+    };
+    Ok(affected)
+}
