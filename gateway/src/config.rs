@@ -1,0 +1,398 @@
+//! Typed configuration. Unknown keys are refused; validation reports every problem at once.
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+/// The default configuration, also the built-in one when no file is found at the default path.
+pub const DEFAULT_CONFIG_PATH: &str = "config/lethe.toml";
+const BUILT_IN: &str = include_str!("../../config/lethe.toml");
+
+/// The whole configuration. Parsed section by section (see [`Config::parse`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    pub data_plane: DataPlaneConfig,
+    pub control_plane: ControlPlaneConfig,
+    pub state: StateConfig,
+    pub auth: AuthConfig,
+    pub audit: AuditConfig,
+    pub routes: Vec<RouteConfig>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DataPlaneConfig {
+    pub listen: SocketAddr,
+    pub max_body_bytes: u64,
+    pub request_timeout: ConfigDuration,
+    pub max_concurrency: u32,
+}
+
+impl Default for DataPlaneConfig {
+    fn default() -> Self {
+        DataPlaneConfig {
+            listen: SocketAddr::from(([127, 0, 0, 1], 7400)),
+            max_body_bytes: 10 * 1024 * 1024,
+            request_timeout: ConfigDuration(Duration::from_secs(30)),
+            max_concurrency: 1024,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ControlPlaneConfig {
+    pub listen: SocketAddr,
+    pub max_body_bytes: u64,
+}
+
+impl Default for ControlPlaneConfig {
+    fn default() -> Self {
+        ControlPlaneConfig { listen: SocketAddr::from(([127, 0, 0, 1], 7401)), max_body_bytes: 1024 * 1024 }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StateConfig {
+    /// `sqlite://PATH` (relative to the working directory) or `postgres://...`.
+    pub url: String,
+}
+
+impl Default for StateConfig {
+    fn default() -> Self {
+        StateConfig { url: "sqlite://.lethe/state.db".to_owned() }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AuthConfig {
+    pub issuer: String,
+    /// Development: the HS256 secret. When neither this nor public keys are set, Lethe uses
+    /// `LETHE_JWT_SECRET`, or generates a secret and keeps it in the state store.
+    pub hs256_secret: Option<Secret>,
+    /// Production: public keys (RS256, ES256, EdDSA) in PEM.
+    pub keys: Vec<PublicKeyConfig>,
+    /// Production: a JWKS file.
+    pub jwks: Option<PathBuf>,
+    /// Tolerated clock skew when checking `exp`.
+    pub leeway_seconds: u64,
+}
+
+impl Default for AuthConfig {
+    fn default() -> Self {
+        AuthConfig { issuer: "lethe".to_owned(), hs256_secret: None, keys: Vec::new(), jwks: None, leeway_seconds: 30 }
+    }
+}
+
+impl AuthConfig {
+    pub fn uses_public_keys(&self) -> bool {
+        !self.keys.is_empty() || self.jwks.is_some()
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+pub enum PublicKeyAlgorithm {
+    RS256,
+    ES256,
+    EdDSA,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PublicKeyConfig {
+    pub algorithm: PublicKeyAlgorithm,
+    pub pem: Secret,
+    /// When set, only tokens whose header names this `kid` are checked against this key.
+    pub kid: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AuditConfig {
+    /// The key of `subject_ref = HMAC(key, tenant/subject)`. When unset: `LETHE_AUDIT_KEY`, or a
+    /// key generated and kept in the state store.
+    pub hmac_key: Option<Secret>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AdapterKind {
+    Chroma,
+    Qdrant,
+    Langgraph,
+    Openai,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouteConfig {
+    /// `chroma`, `langgraph`, ...: names the route in logs and in `LETHE_UPSTREAM_<NAME>`.
+    pub name: String,
+    /// Path prefix on the data plane, e.g. `/chroma`.
+    pub prefix: String,
+    pub upstream: String,
+    pub adapter: AdapterKind,
+    /// The upstream's own credential, sent on every forwarded request.
+    pub credential: Option<CredentialConfig>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CredentialConfig {
+    pub header: String,
+    pub value: Secret,
+}
+
+/// Where a secret comes from: `{ env = "NAME" }`, `{ file = "PATH" }` or `{ value = "..." }`.
+#[derive(Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase", deny_unknown_fields)]
+pub enum Secret {
+    Env(String),
+    File(PathBuf),
+    Value(String),
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Secret::Env(name) => write!(f, "Secret::Env({name:?})"),
+            Secret::File(path) => write!(f, "Secret::File({path:?})"),
+            Secret::Value(_) => f.write_str("Secret::Value(<redacted>)"),
+        }
+    }
+}
+
+impl Secret {
+    /// The secret's bytes; a trailing newline in a file is not part of it.
+    pub fn resolve(&self) -> Result<Vec<u8>, String> {
+        match self {
+            Secret::Env(name) => std::env::var(name)
+                .map(String::into_bytes)
+                .map_err(|_| format!("environment variable {name} is not set")),
+            Secret::File(path) => std::fs::read(path)
+                .map(|mut bytes| {
+                    while bytes.last().is_some_and(|b| *b == b'\n' || *b == b'\r') {
+                        bytes.pop();
+                    }
+                    bytes
+                })
+                .map_err(|e| format!("cannot read {}: {e}", path.display())),
+            Secret::Value(value) => Ok(value.clone().into_bytes()),
+        }
+    }
+}
+
+/// A duration written `500ms`, `30s`, `5m` or `1h`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConfigDuration(pub Duration);
+
+impl<'de> Deserialize<'de> for ConfigDuration {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        parse_duration(&text).map(ConfigDuration).map_err(serde::de::Error::custom)
+    }
+}
+
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let bad = || format!("{text:?} is not a duration like 500ms, 30s, 5m or 1h");
+    let split = text.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?;
+    let (number, unit) = text.split_at(split);
+    let n: u64 = number.parse().map_err(|_| bad())?;
+    let duration = match unit {
+        "ms" => Duration::from_millis(n),
+        "s" => Duration::from_secs(n),
+        "m" => Duration::from_secs(n.saturating_mul(60)),
+        "h" => Duration::from_secs(n.saturating_mul(3600)),
+        _ => return Err(bad()),
+    };
+    if duration.is_zero() { Err(format!("{text:?}: must be greater than zero")) } else { Ok(duration) }
+}
+
+/// Deployment overrides from flags and environment variables; they win over the file.
+#[derive(Debug, Clone, Default)]
+pub struct Overrides {
+    pub data_listen: Option<SocketAddr>,
+    pub control_listen: Option<SocketAddr>,
+    pub state_url: Option<String>,
+}
+
+/// Every problem found, each on its own line.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}", .problems.join("\n"))]
+pub struct ConfigErrors {
+    pub problems: Vec<String>,
+}
+
+impl Config {
+    /// Reads `path`, or the default path, or, when the default path does not exist, the built-in
+    /// default; then applies the overrides and `LETHE_UPSTREAM_<NAME>`, and validates.
+    pub fn load(path: Option<&Path>, overrides: &Overrides) -> Result<Config, ConfigErrors> {
+        let text = match path {
+            Some(path) => read(path)?,
+            None if Path::new(DEFAULT_CONFIG_PATH).exists() => read(Path::new(DEFAULT_CONFIG_PATH))?,
+            None => BUILT_IN.to_owned(),
+        };
+        let mut config = Config::parse(&text)?;
+        config.apply(overrides, |name| std::env::var(name).ok());
+        let problems = config.problems();
+        if problems.is_empty() { Ok(config) } else { Err(ConfigErrors { problems }) }
+    }
+
+    /// Parses and validates a configuration text, reporting every problem.
+    pub fn check(text: &str) -> Result<Config, ConfigErrors> {
+        let config = Config::parse(text)?;
+        let problems = config.problems();
+        if problems.is_empty() { Ok(config) } else { Err(ConfigErrors { problems }) }
+    }
+
+    /// Deserialises section by section, so that a mistake in one does not hide those in others.
+    fn parse(text: &str) -> Result<Config, ConfigErrors> {
+        let mut table: toml::Table =
+            toml::from_str(text).map_err(|e| ConfigErrors { problems: vec![e.to_string().trim().to_owned()] })?;
+        let mut problems = Vec::new();
+        fn section<T: serde::de::DeserializeOwned + Default>(
+            table: &mut toml::Table,
+            key: &str,
+            problems: &mut Vec<String>,
+        ) -> T {
+            match table.remove(key) {
+                None => T::default(),
+                Some(value) => T::deserialize(value).unwrap_or_else(|e| {
+                    problems.push(format!("[{key}]: {}", e.to_string().trim()));
+                    T::default()
+                }),
+            }
+        }
+        let data_plane = section(&mut table, "data_plane", &mut problems);
+        let control_plane = section(&mut table, "control_plane", &mut problems);
+        let state = section(&mut table, "state", &mut problems);
+        let auth = section(&mut table, "auth", &mut problems);
+        let audit = section(&mut table, "audit", &mut problems);
+        let mut routes = Vec::new();
+        match table.remove("routes") {
+            None => {}
+            Some(toml::Value::Array(items)) => {
+                for (i, item) in items.into_iter().enumerate() {
+                    match RouteConfig::deserialize(item) {
+                        Ok(route) => routes.push(route),
+                        Err(e) => problems.push(format!("[[routes]] #{}: {}", i + 1, e.to_string().trim())),
+                    }
+                }
+            }
+            Some(_) => problems.push("routes: must be an array of tables ([[routes]])".to_owned()),
+        }
+        for key in table.keys() {
+            problems.push(format!(
+                "unknown section `{key}` (expected data_plane, control_plane, state, auth, audit or routes)"
+            ));
+        }
+        if problems.is_empty() {
+            Ok(Config { data_plane, control_plane, state, auth, audit, routes })
+        } else {
+            Err(ConfigErrors { problems })
+        }
+    }
+
+    fn apply(&mut self, overrides: &Overrides, env: impl Fn(&str) -> Option<String>) {
+        if let Some(addr) = overrides.data_listen {
+            self.data_plane.listen = addr;
+        }
+        if let Some(addr) = overrides.control_listen {
+            self.control_plane.listen = addr;
+        }
+        if let Some(url) = &overrides.state_url {
+            self.state.url = url.clone();
+        }
+        for route in &mut self.routes {
+            if let Some(url) = env(&upstream_env_var(&route.name)) {
+                route.upstream = url;
+            }
+        }
+    }
+
+    /// Semantic checks over a parsed configuration.
+    fn problems(&self) -> Vec<String> {
+        let mut problems = Vec::new();
+        if self.data_plane.listen == self.control_plane.listen {
+            problems.push(format!("data_plane.listen and control_plane.listen are both {}", self.data_plane.listen));
+        }
+        if self.data_plane.max_body_bytes == 0 {
+            problems.push("data_plane.max_body_bytes: must be greater than zero".to_owned());
+        }
+        if self.data_plane.max_concurrency == 0 {
+            problems.push("data_plane.max_concurrency: must be greater than zero".to_owned());
+        }
+        if self.control_plane.max_body_bytes == 0 {
+            problems.push("control_plane.max_body_bytes: must be greater than zero".to_owned());
+        }
+        let url = &self.state.url;
+        if !(url.starts_with("sqlite://") || url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+            problems.push(format!("state.url: {url:?} is neither sqlite://PATH nor postgres://..."));
+        }
+        if self.auth.issuer.trim().is_empty() {
+            problems.push("auth.issuer: must not be empty".to_owned());
+        }
+        if self.auth.hs256_secret.is_some() && self.auth.uses_public_keys() {
+            problems.push(
+                "auth: hs256_secret is for development and cannot be combined with public keys (keys, jwks)".to_owned(),
+            );
+        }
+        let mut names = BTreeSet::new();
+        let mut prefixes = BTreeSet::new();
+        for (i, route) in self.routes.iter().enumerate() {
+            let at = format!("[[routes]] #{} ({})", i + 1, route.name);
+            let name_ok = !route.name.is_empty()
+                && route.name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+            if !name_ok {
+                problems.push(format!("{at}: name must be lowercase letters, digits and _"));
+            }
+            if !names.insert(&route.name) {
+                problems.push(format!("{at}: another route already has this name"));
+            }
+            let prefix_ok = route.prefix.len() > 1
+                && route.prefix.starts_with('/')
+                && !route.prefix.ends_with('/')
+                && !route.prefix.contains("//");
+            if !prefix_ok {
+                problems.push(format!("{at}: prefix must look like /name (leading /, no trailing /)"));
+            }
+            if !prefixes.insert(&route.prefix) {
+                problems.push(format!("{at}: another route already has prefix {}", route.prefix));
+            }
+            if !is_http_url(&route.upstream) {
+                problems.push(format!("{at}: upstream {:?} is not an http(s) URL", route.upstream));
+            }
+            if let Some(credential) = &route.credential
+                && hyper::header::HeaderName::from_bytes(credential.header.as_bytes()).is_err()
+            {
+                problems.push(format!("{at}: credential.header {:?} is not a header name", credential.header));
+            }
+        }
+        problems
+    }
+}
+
+fn is_http_url(text: &str) -> bool {
+    text.parse::<hyper::Uri>().is_ok_and(|uri| {
+        matches!(uri.scheme_str(), Some("http" | "https")) && uri.host().is_some_and(|h| !h.is_empty())
+    })
+}
+
+/// `LETHE_UPSTREAM_<NAME>`: overrides the upstream URL of the route named `name`.
+pub fn upstream_env_var(name: &str) -> String {
+    format!("LETHE_UPSTREAM_{}", name.to_ascii_uppercase())
+}
+
+fn read(path: &Path) -> Result<String, ConfigErrors> {
+    std::fs::read_to_string(path)
+        .map_err(|e| ConfigErrors { problems: vec![format!("cannot read {}: {e}", path.display())] })
+}
+
+#[cfg(test)]
+mod tests;

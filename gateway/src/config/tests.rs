@@ -1,0 +1,168 @@
+use super::*;
+
+#[test]
+fn the_built_in_default_is_the_documented_one() {
+    let config = Config::check(BUILT_IN).unwrap();
+    assert_eq!(config.data_plane, DataPlaneConfig::default());
+    assert_eq!(config.control_plane, ControlPlaneConfig::default());
+    assert_eq!(config.state, StateConfig::default());
+    assert_eq!(config.auth, AuthConfig::default());
+    let routes: Vec<_> = config.routes.iter().map(|r| (r.name.as_str(), r.prefix.as_str(), r.upstream.as_str())).collect();
+    assert_eq!(
+        routes,
+        [("chroma", "/chroma", "http://127.0.0.1:8000"), ("langgraph", "/langgraph", "http://127.0.0.1:2024")]
+    );
+}
+
+#[test]
+fn every_example_config_is_valid() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../config");
+    let mut checked = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "toml") {
+            let text = std::fs::read_to_string(&path).unwrap();
+            if let Err(e) = Config::check(&text) {
+                panic!("{}:\n{e}", path.display());
+            }
+            checked += 1;
+        }
+    }
+    assert!(checked >= 2, "found only {checked} example configs");
+}
+
+#[test]
+fn an_empty_file_means_all_defaults() {
+    let config = Config::check("").unwrap();
+    assert_eq!(config.data_plane.listen.to_string(), "127.0.0.1:7400");
+    assert!(config.routes.is_empty());
+}
+
+#[test]
+fn shape_problems_are_all_reported_at_once() {
+    let text = r#"
+        [data_plane]
+        listen = "127.0.0.1:7400"
+        max_body_byte = 10
+
+        [state]
+        url = 5
+
+        [colour]
+        hue = "red"
+
+        [[routes]]
+        name = "chroma"
+        prefix = "/chroma"
+        upstream = "http://127.0.0.1:8000"
+        adapter = "mongo"
+
+        [[routes]]
+        name = "ok"
+        prefix = "/ok"
+        upstream = "http://127.0.0.1:1"
+        adapter = "chroma"
+        extra = true
+    "#;
+    let problems = Config::check(text).unwrap_err().problems;
+    assert_eq!(problems.len(), 5, "{problems:#?}");
+    let joined = problems.join("\n");
+    for needle in ["max_body_byte", "[state]", "colour", "mongo", "extra"] {
+        assert!(joined.contains(needle), "no problem mentions {needle}:\n{joined}");
+    }
+}
+
+#[test]
+fn meaning_problems_are_all_reported_at_once() {
+    let text = r#"
+        [data_plane]
+        listen = "127.0.0.1:7000"
+        max_body_bytes = 0
+        [control_plane]
+        listen = "127.0.0.1:7000"
+        [state]
+        url = "mysql://x"
+        [auth]
+        hs256_secret = { value = "dev" }
+        jwks = "/etc/jwks.json"
+        [[routes]]
+        name = "Chroma!"
+        prefix = "chroma/"
+        upstream = "ftp://x"
+        adapter = "chroma"
+        credential = { header = "bad header", value = { env = "X" } }
+        [[routes]]
+        name = "Chroma!"
+        prefix = "chroma/"
+        upstream = "http://127.0.0.1:8000"
+        adapter = "chroma"
+    "#;
+    let problems = Config::check(text).unwrap_err().problems;
+    let joined = problems.join("\n");
+    for needle in [
+        "both 127.0.0.1:7000",
+        "max_body_bytes",
+        "mysql",
+        "hs256_secret",
+        "lowercase",
+        "prefix must",
+        "ftp://x",
+        "bad header",
+        "already has this name",
+        "already has prefix",
+    ] {
+        assert!(joined.contains(needle), "no problem mentions {needle:?}:\n{joined}");
+    }
+}
+
+#[test]
+fn syntax_errors_are_reported() {
+    let problems = Config::check("[data_plane\nlisten=").unwrap_err().problems;
+    assert_eq!(problems.len(), 1);
+}
+
+#[test]
+fn overrides_win_over_the_file() {
+    let mut config = Config::check(BUILT_IN).unwrap();
+    let overrides = Overrides {
+        data_listen: Some("127.0.0.1:9400".parse().unwrap()),
+        control_listen: Some("127.0.0.1:9401".parse().unwrap()),
+        state_url: Some("postgres://localhost/lethe".into()),
+    };
+    config.apply(&overrides, |name| (name == "LETHE_UPSTREAM_CHROMA").then(|| "http://127.0.0.1:18000".to_owned()));
+    assert_eq!(config.data_plane.listen.port(), 9400);
+    assert_eq!(config.control_plane.listen.port(), 9401);
+    assert_eq!(config.state.url, "postgres://localhost/lethe");
+    assert_eq!(config.routes[0].upstream, "http://127.0.0.1:18000");
+    assert_eq!(config.routes[1].upstream, "http://127.0.0.1:2024", "other routes keep theirs");
+    assert_eq!(upstream_env_var("langgraph"), "LETHE_UPSTREAM_LANGGRAPH");
+}
+
+#[test]
+fn durations() {
+    let cases = [
+        ("500ms", Ok(Duration::from_millis(500))),
+        ("30s", Ok(Duration::from_secs(30))),
+        ("5m", Ok(Duration::from_secs(300))),
+        ("1h", Ok(Duration::from_secs(3600))),
+    ];
+    for (text, expected) in cases {
+        assert_eq!(parse_duration(text), expected, "{text}");
+    }
+    for bad in ["0s", "30", "s", "1.5s", "-1s", "10d", ""] {
+        assert!(parse_duration(bad).is_err(), "{bad} should be refused");
+    }
+}
+
+#[test]
+fn secrets_come_from_values_files_and_the_environment_and_never_print() {
+    let dir = std::env::temp_dir().join(format!("lethe-secret-{}", uuid::Uuid::new_v4().simple()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("key");
+    std::fs::write(&file, "s3cret\n").unwrap();
+    assert_eq!(Secret::File(file).resolve().unwrap(), b"s3cret");
+    assert_eq!(Secret::Value("v".into()).resolve().unwrap(), b"v");
+    assert!(Secret::Env("LETHE_TEST_SURELY_UNSET_VARIABLE".into()).resolve().unwrap_err().contains("not set"));
+    assert!(Secret::File(dir.join("missing")).resolve().is_err());
+    assert!(!format!("{:?}", Secret::Value("hunter2".into())).contains("hunter2"));
+}
