@@ -52,7 +52,10 @@ pub struct ControlPlaneConfig {
 
 impl Default for ControlPlaneConfig {
     fn default() -> Self {
-        ControlPlaneConfig { listen: SocketAddr::from(([127, 0, 0, 1], 7401)), max_body_bytes: 1024 * 1024 }
+        ControlPlaneConfig {
+            listen: SocketAddr::from(([127, 0, 0, 1], 7401)),
+            max_body_bytes: 1024 * 1024,
+        }
     }
 }
 
@@ -65,7 +68,9 @@ pub struct StateConfig {
 
 impl Default for StateConfig {
     fn default() -> Self {
-        StateConfig { url: "sqlite://.lethe/state.db".to_owned() }
+        StateConfig {
+            url: "sqlite://.lethe/state.db".to_owned(),
+        }
     }
 }
 
@@ -86,7 +91,13 @@ pub struct AuthConfig {
 
 impl Default for AuthConfig {
     fn default() -> Self {
-        AuthConfig { issuer: "lethe".to_owned(), hs256_secret: None, keys: Vec::new(), jwks: None, leeway_seconds: 30 }
+        AuthConfig {
+            issuer: "lethe".to_owned(),
+            hs256_secret: None,
+            keys: Vec::new(),
+            jwks: None,
+            leeway_seconds: 30,
+        }
     }
 }
 
@@ -195,7 +206,9 @@ pub struct ConfigDuration(pub Duration);
 impl<'de> Deserialize<'de> for ConfigDuration {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let text = String::deserialize(d)?;
-        parse_duration(&text).map(ConfigDuration).map_err(serde::de::Error::custom)
+        parse_duration(&text)
+            .map(ConfigDuration)
+            .map_err(serde::de::Error::custom)
     }
 }
 
@@ -211,7 +224,11 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
         "h" => Duration::from_secs(n.saturating_mul(3600)),
         _ => return Err(bad()),
     };
-    if duration.is_zero() { Err(format!("{text:?}: must be greater than zero")) } else { Ok(duration) }
+    if duration.is_zero() {
+        Err(format!("{text:?}: must be greater than zero"))
+    } else {
+        Ok(duration)
+    }
 }
 
 /// Deployment overrides from flags and environment variables; they win over the file.
@@ -235,26 +252,37 @@ impl Config {
     pub fn load(path: Option<&Path>, overrides: &Overrides) -> Result<Config, ConfigErrors> {
         let text = match path {
             Some(path) => read(path)?,
-            None if Path::new(DEFAULT_CONFIG_PATH).exists() => read(Path::new(DEFAULT_CONFIG_PATH))?,
+            None if Path::new(DEFAULT_CONFIG_PATH).exists() => {
+                read(Path::new(DEFAULT_CONFIG_PATH))?
+            }
             None => BUILT_IN.to_owned(),
         };
         let mut config = Config::parse(&text)?;
         config.apply(overrides, |name| std::env::var(name).ok());
         let problems = config.problems();
-        if problems.is_empty() { Ok(config) } else { Err(ConfigErrors { problems }) }
+        if problems.is_empty() {
+            Ok(config)
+        } else {
+            Err(ConfigErrors { problems })
+        }
     }
 
     /// Parses and validates a configuration text, reporting every problem.
     pub fn check(text: &str) -> Result<Config, ConfigErrors> {
         let config = Config::parse(text)?;
         let problems = config.problems();
-        if problems.is_empty() { Ok(config) } else { Err(ConfigErrors { problems }) }
+        if problems.is_empty() {
+            Ok(config)
+        } else {
+            Err(ConfigErrors { problems })
+        }
     }
 
     /// Deserialises section by section, so that a mistake in one does not hide those in others.
     fn parse(text: &str) -> Result<Config, ConfigErrors> {
-        let mut table: toml::Table =
-            toml::from_str(text).map_err(|e| ConfigErrors { problems: vec![e.to_string().trim().to_owned()] })?;
+        let mut table: toml::Table = toml::from_str(text).map_err(|e| ConfigErrors {
+            problems: vec![e.to_string().trim().to_owned()],
+        })?;
         let mut problems = Vec::new();
         fn section<T: serde::de::DeserializeOwned + Default>(
             table: &mut toml::Table,
@@ -281,7 +309,11 @@ impl Config {
                 for (i, item) in items.into_iter().enumerate() {
                     match RouteConfig::deserialize(item) {
                         Ok(route) => routes.push(route),
-                        Err(e) => problems.push(format!("[[routes]] #{}: {}", i + 1, e.to_string().trim())),
+                        Err(e) => problems.push(format!(
+                            "[[routes]] #{}: {}",
+                            i + 1,
+                            e.to_string().trim()
+                        )),
                     }
                 }
             }
@@ -293,7 +325,14 @@ impl Config {
             ));
         }
         if problems.is_empty() {
-            Ok(Config { data_plane, control_plane, state, auth, audit, routes })
+            Ok(Config {
+                data_plane,
+                control_plane,
+                state,
+                auth,
+                audit,
+                routes,
+            })
         } else {
             Err(ConfigErrors { problems })
         }
@@ -320,7 +359,10 @@ impl Config {
     fn problems(&self) -> Vec<String> {
         let mut problems = Vec::new();
         if self.data_plane.listen == self.control_plane.listen {
-            problems.push(format!("data_plane.listen and control_plane.listen are both {}", self.data_plane.listen));
+            problems.push(format!(
+                "data_plane.listen and control_plane.listen are both {}",
+                self.data_plane.listen
+            ));
         }
         if self.data_plane.max_body_bytes == 0 {
             problems.push("data_plane.max_body_bytes: must be greater than zero".to_owned());
@@ -332,8 +374,13 @@ impl Config {
             problems.push("control_plane.max_body_bytes: must be greater than zero".to_owned());
         }
         let url = &self.state.url;
-        if !(url.starts_with("sqlite://") || url.starts_with("postgres://") || url.starts_with("postgresql://")) {
-            problems.push(format!("state.url: {url:?} is neither sqlite://PATH nor postgres://..."));
+        if !(url.starts_with("sqlite://")
+            || url.starts_with("postgres://")
+            || url.starts_with("postgresql://"))
+        {
+            problems.push(format!(
+                "state.url: {url:?} is neither sqlite://PATH nor postgres://..."
+            ));
         }
         if self.auth.issuer.trim().is_empty() {
             problems.push("auth.issuer: must not be empty".to_owned());
@@ -348,9 +395,14 @@ impl Config {
         for (i, route) in self.routes.iter().enumerate() {
             let at = format!("[[routes]] #{} ({})", i + 1, route.name);
             let name_ok = !route.name.is_empty()
-                && route.name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+                && route
+                    .name
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
             if !name_ok {
-                problems.push(format!("{at}: name must be lowercase letters, digits and _"));
+                problems.push(format!(
+                    "{at}: name must be lowercase letters, digits and _"
+                ));
             }
             if !names.insert(&route.name) {
                 problems.push(format!("{at}: another route already has this name"));
@@ -360,18 +412,29 @@ impl Config {
                 && !route.prefix.ends_with('/')
                 && !route.prefix.contains("//");
             if !prefix_ok {
-                problems.push(format!("{at}: prefix must look like /name (leading /, no trailing /)"));
+                problems.push(format!(
+                    "{at}: prefix must look like /name (leading /, no trailing /)"
+                ));
             }
             if !prefixes.insert(&route.prefix) {
-                problems.push(format!("{at}: another route already has prefix {}", route.prefix));
+                problems.push(format!(
+                    "{at}: another route already has prefix {}",
+                    route.prefix
+                ));
             }
             if !is_http_url(&route.upstream) {
-                problems.push(format!("{at}: upstream {:?} is not an http(s) URL", route.upstream));
+                problems.push(format!(
+                    "{at}: upstream {:?} is not an http(s) URL",
+                    route.upstream
+                ));
             }
             if let Some(credential) = &route.credential
                 && hyper::header::HeaderName::from_bytes(credential.header.as_bytes()).is_err()
             {
-                problems.push(format!("{at}: credential.header {:?} is not a header name", credential.header));
+                problems.push(format!(
+                    "{at}: credential.header {:?} is not a header name",
+                    credential.header
+                ));
             }
         }
         problems
@@ -380,7 +443,8 @@ impl Config {
 
 fn is_http_url(text: &str) -> bool {
     text.parse::<hyper::Uri>().is_ok_and(|uri| {
-        matches!(uri.scheme_str(), Some("http" | "https")) && uri.host().is_some_and(|h| !h.is_empty())
+        matches!(uri.scheme_str(), Some("http" | "https"))
+            && uri.host().is_some_and(|h| !h.is_empty())
     })
 }
 
@@ -390,8 +454,9 @@ pub fn upstream_env_var(name: &str) -> String {
 }
 
 fn read(path: &Path) -> Result<String, ConfigErrors> {
-    std::fs::read_to_string(path)
-        .map_err(|e| ConfigErrors { problems: vec![format!("cannot read {}: {e}", path.display())] })
+    std::fs::read_to_string(path).map_err(|e| ConfigErrors {
+        problems: vec![format!("cannot read {}: {e}", path.display())],
+    })
 }
 
 #[cfg(test)]

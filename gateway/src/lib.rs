@@ -1,5 +1,6 @@
 //! The `lethe` gateway: state store, control plane, CLI.
 
+pub mod auth;
 pub mod config;
 pub mod store;
 #[cfg(any(test, feature = "testing"))]

@@ -7,10 +7,17 @@ fn the_built_in_default_is_the_documented_one() {
     assert_eq!(config.control_plane, ControlPlaneConfig::default());
     assert_eq!(config.state, StateConfig::default());
     assert_eq!(config.auth, AuthConfig::default());
-    let routes: Vec<_> = config.routes.iter().map(|r| (r.name.as_str(), r.prefix.as_str(), r.upstream.as_str())).collect();
+    let routes: Vec<_> = config
+        .routes
+        .iter()
+        .map(|r| (r.name.as_str(), r.prefix.as_str(), r.upstream.as_str()))
+        .collect();
     assert_eq!(
         routes,
-        [("chroma", "/chroma", "http://127.0.0.1:8000"), ("langgraph", "/langgraph", "http://127.0.0.1:2024")]
+        [
+            ("chroma", "/chroma", "http://127.0.0.1:8000"),
+            ("langgraph", "/langgraph", "http://127.0.0.1:2024")
+        ]
     );
 }
 
@@ -68,7 +75,10 @@ fn shape_problems_are_all_reported_at_once() {
     assert_eq!(problems.len(), 5, "{problems:#?}");
     let joined = problems.join("\n");
     for needle in ["max_body_byte", "[state]", "colour", "mongo", "extra"] {
-        assert!(joined.contains(needle), "no problem mentions {needle}:\n{joined}");
+        assert!(
+            joined.contains(needle),
+            "no problem mentions {needle}:\n{joined}"
+        );
     }
 }
 
@@ -111,7 +121,10 @@ fn meaning_problems_are_all_reported_at_once() {
         "already has this name",
         "already has prefix",
     ] {
-        assert!(joined.contains(needle), "no problem mentions {needle:?}:\n{joined}");
+        assert!(
+            joined.contains(needle),
+            "no problem mentions {needle:?}:\n{joined}"
+        );
     }
 }
 
@@ -129,12 +142,17 @@ fn overrides_win_over_the_file() {
         control_listen: Some("127.0.0.1:9401".parse().unwrap()),
         state_url: Some("postgres://localhost/lethe".into()),
     };
-    config.apply(&overrides, |name| (name == "LETHE_UPSTREAM_CHROMA").then(|| "http://127.0.0.1:18000".to_owned()));
+    config.apply(&overrides, |name| {
+        (name == "LETHE_UPSTREAM_CHROMA").then(|| "http://127.0.0.1:18000".to_owned())
+    });
     assert_eq!(config.data_plane.listen.port(), 9400);
     assert_eq!(config.control_plane.listen.port(), 9401);
     assert_eq!(config.state.url, "postgres://localhost/lethe");
     assert_eq!(config.routes[0].upstream, "http://127.0.0.1:18000");
-    assert_eq!(config.routes[1].upstream, "http://127.0.0.1:2024", "other routes keep theirs");
+    assert_eq!(
+        config.routes[1].upstream, "http://127.0.0.1:2024",
+        "other routes keep theirs"
+    );
     assert_eq!(upstream_env_var("langgraph"), "LETHE_UPSTREAM_LANGGRAPH");
 }
 
@@ -162,7 +180,12 @@ fn secrets_come_from_values_files_and_the_environment_and_never_print() {
     std::fs::write(&file, "s3cret\n").unwrap();
     assert_eq!(Secret::File(file).resolve().unwrap(), b"s3cret");
     assert_eq!(Secret::Value("v".into()).resolve().unwrap(), b"v");
-    assert!(Secret::Env("LETHE_TEST_SURELY_UNSET_VARIABLE".into()).resolve().unwrap_err().contains("not set"));
+    assert!(
+        Secret::Env("LETHE_TEST_SURELY_UNSET_VARIABLE".into())
+            .resolve()
+            .unwrap_err()
+            .contains("not set")
+    );
     assert!(Secret::File(dir.join("missing")).resolve().is_err());
     assert!(!format!("{:?}", Secret::Value("hunter2".into())).contains("hunter2"));
 }
