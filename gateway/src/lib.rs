@@ -2,6 +2,9 @@
 
 pub mod auth;
 pub mod config;
+pub mod control;
+pub mod keys;
+pub mod metrics;
 pub mod store;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;

@@ -184,12 +184,12 @@ impl RetentionPolicy {
         let mut problems = Vec::new();
         let mut seen = BTreeSet::new();
         for (i, rule) in self.rules.iter().enumerate() {
-            if rule.purpose.trim().is_empty() {
-                problems.push(format!("rules[{i}].purpose: must not be empty"));
-            }
-            if rule.category.trim().is_empty() {
-                problems.push(format!("rules[{i}].category: must not be empty"));
-            }
+            check_name(&mut problems, &format!("rules[{i}].purpose"), &rule.purpose);
+            check_name(
+                &mut problems,
+                &format!("rules[{i}].category"),
+                &rule.category,
+            );
             if !seen.insert((&rule.purpose, &rule.category, rule.layer)) {
                 problems.push(format!(
                     "rules[{i}]: a rule for ({}, {}, {}) is already defined",
@@ -201,9 +201,11 @@ impl RetentionPolicy {
         }
         let mut purposes = BTreeSet::new();
         for (i, end) in self.purpose_ends.iter().enumerate() {
-            if end.purpose.trim().is_empty() {
-                problems.push(format!("purpose_ends[{i}].purpose: must not be empty"));
-            }
+            check_name(
+                &mut problems,
+                &format!("purpose_ends[{i}].purpose"),
+                &end.purpose,
+            );
             if !purposes.insert(&end.purpose) {
                 problems.push(format!(
                     "purpose_ends[{i}]: purpose {} already has an end",
@@ -216,6 +218,17 @@ impl RetentionPolicy {
         } else {
             Err(problems)
         }
+    }
+}
+
+/// Purposes and categories: non-empty, at most 200 bytes, no control characters.
+fn check_name(problems: &mut Vec<String>, field: &str, value: &str) {
+    if value.trim().is_empty() {
+        problems.push(format!("{field}: must not be empty"));
+    } else if value.len() > 200 || value.chars().any(char::is_control) {
+        problems.push(format!(
+            "{field}: must be at most 200 bytes, without control characters"
+        ));
     }
 }
 

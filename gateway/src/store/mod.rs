@@ -62,10 +62,9 @@ impl From<sqlx::Error> for StoreError {
 }
 
 /// One version of a tenant's retention rules.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RetentionVersion {
     pub version: i64,
-    #[serde(flatten)]
     pub policy: RetentionPolicy,
     pub created_at: DateTime<Utc>,
     pub created_by: String,

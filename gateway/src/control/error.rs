@@ -1,0 +1,177 @@
+//! The one error shape of the control plane, and the layer that renders it.
+//!
+//! Handlers return [`ApiError`]; it leaves its code and message in the response extensions, and
+//! [`render_errors`] (the outermost layer) writes the JSON body with the request id. Responses
+//! axum makes itself (unknown route, wrong method) get the same shape there.
+
+use axum::Json;
+use axum::extract::Request;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+use crate::store::StoreError;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub code: &'static str,
+    pub message: String,
+    pub details: Vec<String>,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        ApiError {
+            status,
+            code,
+            message: message.into(),
+            details: Vec::new(),
+        }
+    }
+    pub fn unauthenticated(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::UNAUTHORIZED, "unauthenticated", message)
+    }
+    pub fn forbidden(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::FORBIDDEN, "forbidden", message)
+    }
+    pub fn not_found(what: &str) -> Self {
+        Self::new(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            format!("no such {what}"),
+        )
+    }
+    pub fn invalid(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_request", message)
+    }
+    pub fn validation(problems: Vec<String>) -> Self {
+        ApiError {
+            details: problems,
+            ..Self::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "validation_failed",
+                "the request has problems; see details",
+            )
+        }
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::NotFound => ApiError::not_found("object"),
+            StoreError::AlreadyRevoked => {
+                ApiError::new(StatusCode::CONFLICT, "already_revoked", e.to_string())
+            }
+            StoreError::AlreadyReleased => {
+                ApiError::new(StatusCode::CONFLICT, "already_released", e.to_string())
+            }
+            StoreError::SubjectNotActive => ApiError::new(
+                StatusCode::CONFLICT,
+                "subject_suppressed",
+                "the subject is under erasure or erased",
+            ),
+            StoreError::Unavailable(_) => {
+                tracing::warn!(error = %e, "state store unavailable");
+                ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "state_unavailable",
+                    "the state store is unavailable",
+                )
+            }
+            StoreError::Database(_) | StoreError::Corrupt(_) | StoreError::UnsupportedUrl(_) => {
+                tracing::error!(error = %e, "state store error");
+                ApiError::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "internal",
+                    "internal error",
+                )
+            }
+        }
+    }
+}
+
+/// Maps a store's `NotFound` to a 404 that names what was missing.
+pub fn not_found_as(what: &'static str) -> impl FnOnce(StoreError) -> ApiError {
+    move |e| match e {
+        StoreError::NotFound => ApiError::not_found(what),
+        other => other.into(),
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut response = self.status.into_response();
+        response.extensions_mut().insert(self);
+        response
+    }
+}
+
+/// The request id: the caller's `x-request-id` when it is a sane token, else a new one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestId(pub String);
+
+fn caller_request_id(value: &HeaderValue) -> Option<String> {
+    let text = value.to_str().ok()?;
+    let sane = !text.is_empty()
+        && text.len() <= 128
+        && text
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_.:".contains(&b));
+    sane.then(|| text.to_owned())
+}
+
+/// Outermost layer: assigns the request id and gives every error response the JSON shape.
+pub async fn render_errors(mut request: Request, next: Next) -> Response {
+    let id = request
+        .headers()
+        .get("x-request-id")
+        .and_then(caller_request_id)
+        .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+    request.extensions_mut().insert(RequestId(id.clone()));
+    let mut response = next.run(request).await;
+    let status = response.status();
+    let error = response.extensions_mut().remove::<ApiError>().or_else(|| {
+        let is_json = response
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
+        (status.is_client_error() || status.is_server_error())
+            .then_some(())
+            .filter(|()| !is_json)
+            .map(|()| generic_error(status))
+    });
+    if let Some(error) = error {
+        let mut body = json!({"code": error.code, "message": error.message, "request_id": id});
+        if !error.details.is_empty() {
+            body["details"] = json!(error.details);
+        }
+        let headers = std::mem::take(response.headers_mut());
+        response = (error.status, Json(json!({ "error": body }))).into_response();
+        for (name, value) in headers
+            .iter()
+            .filter(|(name, _)| *name == header::ALLOW || *name == header::WWW_AUTHENTICATE)
+        {
+            response.headers_mut().insert(name.clone(), value.clone());
+        }
+    }
+    if let Ok(value) = HeaderValue::from_str(&id) {
+        response.headers_mut().insert("x-request-id", value);
+    }
+    response
+}
+
+fn generic_error(status: StatusCode) -> ApiError {
+    let code = match status {
+        StatusCode::NOT_FOUND => "not_found",
+        StatusCode::METHOD_NOT_ALLOWED => "method_not_allowed",
+        StatusCode::PAYLOAD_TOO_LARGE => "body_too_large",
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => "unsupported_media_type",
+        StatusCode::REQUEST_TIMEOUT => "timeout",
+        s if s.is_client_error() => "invalid_request",
+        _ => "internal",
+    };
+    ApiError::new(status, code, status.canonical_reason().unwrap_or("error"))
+}

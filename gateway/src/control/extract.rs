@@ -1,0 +1,158 @@
+//! Extractors: the authenticated caller, and JSON bodies whose rejections use the error shape.
+
+use std::sync::Arc;
+
+use axum::extract::rejection::JsonRejection;
+use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::http::request::Parts;
+use axum::http::{StatusCode, header};
+use lethe_policy::audit::{AuditEntry, subject_ref};
+use serde::de::DeserializeOwned;
+
+use super::ControlState;
+use super::error::{ApiError, RequestId};
+use crate::auth::{AuthError, Claims, Role};
+
+/// A verified compliance or admin caller.
+#[derive(Debug, Clone)]
+pub struct Caller {
+    pub claims: Claims,
+    pub request_id: String,
+    audit_key: Arc<[u8]>,
+}
+
+impl Caller {
+    /// The tenant the caller acts on: the one asked for, which a compliance token must match.
+    pub fn tenant<'a>(&'a self, asked: Option<&'a str>) -> Result<&'a str, ApiError> {
+        match asked {
+            None => Ok(&self.claims.tenant),
+            Some(t) if self.claims.role == Role::Admin || t == self.claims.tenant => Ok(t),
+            Some(_) => Err(ApiError::forbidden("the token is for another tenant")),
+        }
+    }
+
+    /// Objects of other tenants look absent to a compliance caller.
+    pub fn can_see(&self, tenant: &str) -> bool {
+        self.claims.role == Role::Admin || tenant == self.claims.tenant
+    }
+
+    pub fn subject_ref(&self, tenant: &str, subject: &str) -> String {
+        subject_ref(&self.audit_key, tenant, subject)
+    }
+
+    /// The audit event of a successful change made by this caller.
+    pub fn audit(
+        &self,
+        action: &str,
+        subject: Option<(&str, &str)>,
+        target: &str,
+        target_ref: Option<&str>,
+    ) -> AuditEntry {
+        AuditEntry {
+            at: crate::now(),
+            actor: self.claims.sub.clone(),
+            action: action.to_owned(),
+            request_id: self.request_id.clone(),
+            subject_ref: subject.map(|(tenant, subject)| self.subject_ref(tenant, subject)),
+            target: target.to_owned(),
+            target_ref: target_ref.map(str::to_owned),
+            result: "ok".to_owned(),
+            attempt: 1,
+        }
+    }
+}
+
+impl FromRequestParts<ControlState> for Caller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &ControlState) -> Result<Self, ApiError> {
+        let token = parts
+            .headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| {
+                v.strip_prefix("Bearer ")
+                    .or_else(|| v.strip_prefix("bearer "))
+            })
+            .ok_or(AuthError::Missing)
+            .map_err(|e| ApiError::unauthenticated(e.to_string()))?;
+        let claims = state
+            .verifier
+            .verify(token.trim())
+            .map_err(|e| ApiError::unauthenticated(e.to_string()))?;
+        if !matches!(claims.role, Role::Compliance | Role::Admin) {
+            return Err(ApiError::forbidden(format!(
+                "the {} role cannot use the control plane",
+                claims.role
+            )));
+        }
+        let request_id = parts
+            .extensions
+            .get::<RequestId>()
+            .map(|r| r.0.clone())
+            .unwrap_or_default();
+        Ok(Caller {
+            claims,
+            request_id,
+            audit_key: Arc::clone(&state.audit_key),
+        })
+    }
+}
+
+/// `Json<T>` whose rejections are [`ApiError`]s with stable codes.
+pub struct ApiJson<T>(pub T);
+
+impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+        match axum::Json::<T>::from_request(req, state).await {
+            Ok(axum::Json(value)) => Ok(ApiJson(value)),
+            Err(rejection) => Err(json_rejection(rejection)),
+        }
+    }
+}
+
+/// `Query<T>` whose rejections are [`ApiError`]s.
+pub struct ApiQuery<T>(pub T);
+
+impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for ApiQuery<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        match axum::extract::Query::<T>::from_request_parts(parts, state).await {
+            Ok(axum::extract::Query(value)) => Ok(ApiQuery(value)),
+            Err(rejection) => Err(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "invalid_request",
+                rejection.body_text(),
+            )),
+        }
+    }
+}
+
+fn json_rejection(rejection: JsonRejection) -> ApiError {
+    match rejection {
+        JsonRejection::JsonDataError(e) => ApiError::invalid(e.body_text()),
+        JsonRejection::JsonSyntaxError(_) => ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_json",
+            "the body is not valid JSON",
+        ),
+        JsonRejection::MissingJsonContentType(_) => ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported_media_type",
+            "send the body as application/json",
+        ),
+        other if other.status() == StatusCode::PAYLOAD_TOO_LARGE => ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "body_too_large",
+            "the body is larger than the configured limit",
+        ),
+        other => ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+            other.body_text(),
+        ),
+    }
+}

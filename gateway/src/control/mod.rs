@@ -1,0 +1,106 @@
+//! The control plane: an axum app on its own listener for compliance staff and operators.
+
+mod audit;
+mod consents;
+pub mod error;
+mod extract;
+mod holds;
+mod ops;
+mod retention;
+mod subjects;
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::routing::{get, post};
+
+use crate::auth::Verifier;
+use crate::metrics::Metrics;
+use crate::store::Store;
+use error::ApiError;
+
+/// Everything the handlers share.
+#[derive(Clone)]
+pub struct ControlState {
+    pub store: Arc<dyn Store>,
+    pub verifier: Arc<Verifier>,
+    pub audit_key: Arc<[u8]>,
+    pub metrics: Arc<Metrics>,
+    pub max_body_bytes: usize,
+}
+
+/// The control-plane app. Layers, outermost first: request id and error rendering, metrics and
+/// access log, body limit; then the routes.
+pub fn app(state: ControlState) -> Router {
+    let metrics = Arc::clone(&state.metrics);
+    Router::new()
+        .route("/v1/consents", post(consents::grant).get(consents::list))
+        .route("/v1/consents/{id}/revoke", post(consents::revoke))
+        .route(
+            "/v1/retention-rules",
+            get(retention::current).put(retention::replace),
+        )
+        .route("/v1/legal-holds", post(holds::place).get(holds::list))
+        .route("/v1/legal-holds/{id}/release", post(holds::release))
+        .route("/v1/subjects/{tenant}/{subject}", get(subjects::view))
+        .route("/v1/audit", get(audit::page))
+        .route("/v1/audit/verify", get(audit::verify))
+        .route("/healthz", get(ops::healthz))
+        .route("/readyz", get(ops::readyz))
+        .route("/metrics", get(ops::metrics))
+        .route("/openapi.json", get(ops::openapi))
+        .fallback(|| async { ApiError::not_found("endpoint") })
+        .layer(DefaultBodyLimit::max(state.max_body_bytes))
+        .with_state(state)
+        .layer(axum::middleware::from_fn_with_state(
+            metrics,
+            crate::metrics::record,
+        ))
+        .layer(axum::middleware::from_fn(error::render_errors))
+}
+
+/// Collects every problem with a request body before answering.
+#[derive(Debug, Default)]
+struct Problems(Vec<String>);
+
+impl Problems {
+    /// Identifiers (tenants, subjects, purposes, categories): non-empty, at most 200 bytes, no
+    /// control characters, no `/` (it separates tenant and subject in `subject_ref`).
+    fn name(&mut self, field: &str, value: &str) {
+        if value.trim().is_empty() {
+            self.0.push(format!("{field}: must not be empty"));
+        } else if value.len() > 200 {
+            self.0.push(format!("{field}: must be at most 200 bytes"));
+        } else if value.chars().any(|c| c.is_control() || c == '/') {
+            self.0.push(format!(
+                "{field}: must not contain control characters or '/'"
+            ));
+        }
+    }
+
+    fn text(&mut self, field: &str, value: &str) {
+        if value.trim().is_empty() {
+            self.0.push(format!("{field}: must not be empty"));
+        } else if value.len() > 2000 {
+            self.0.push(format!("{field}: must be at most 2000 bytes"));
+        }
+    }
+
+    fn check(&mut self, ok: bool, problem: impl FnOnce() -> String) {
+        if !ok {
+            self.0.push(problem());
+        }
+    }
+
+    fn into_result(self) -> Result<(), ApiError> {
+        if self.0.is_empty() {
+            Ok(())
+        } else {
+            Err(ApiError::validation(self.0))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

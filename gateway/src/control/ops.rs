@@ -1,0 +1,44 @@
+//! Health, readiness, metrics and the OpenAPI document.
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::IntoResponse;
+use serde_json::json;
+
+use super::ControlState;
+use super::error::ApiError;
+
+/// The OpenAPI document of the control plane, kept in the repository beside the code.
+pub const OPENAPI: &str = include_str!("../../openapi.json");
+
+pub async fn healthz() -> Json<serde_json::Value> {
+    Json(json!({ "status": "ok" }))
+}
+
+/// Ready when the state store answers.
+pub async fn readyz(
+    State(state): State<ControlState>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    state.store.ping().await.map_err(|_| {
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "state_unavailable",
+            "the state store is unavailable",
+        )
+    })?;
+    Ok(Json(
+        json!({ "status": "ready", "state_store": state.store.backend() }),
+    ))
+}
+
+pub async fn metrics(State(state): State<ControlState>) -> impl IntoResponse {
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        state.metrics.render(),
+    )
+}
+
+pub async fn openapi() -> impl IntoResponse {
+    ([(header::CONTENT_TYPE, "application/json")], OPENAPI)
+}

@@ -1,0 +1,660 @@
+//! The control plane driven through `oneshot`, on a real SQLite state store.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::http::{Method, Request, StatusCode, header};
+use http_body_util::BodyExt;
+use serde_json::{Value, json};
+use tower::ServiceExt;
+
+use super::*;
+use crate::auth::{Claims, Role, mint_hs256};
+use crate::testing::{fresh_sqlite_url, migrated};
+
+const SECRET: &[u8] = b"control-test-secret";
+
+struct Harness {
+    app: Router,
+    store: Arc<dyn Store>,
+    url: String,
+}
+
+async fn harness() -> Harness {
+    let url = fresh_sqlite_url();
+    let store = migrated(&url).await;
+    let state = ControlState {
+        store: Arc::clone(&store),
+        verifier: Arc::new(Verifier::hs256(SECRET, "lethe", 0).unwrap()),
+        audit_key: Arc::from(&b"audit-key"[..]),
+        metrics: Arc::default(),
+        max_body_bytes: 64 * 1024,
+    };
+    Harness {
+        app: app(state),
+        store,
+        url,
+    }
+}
+
+fn token(role: Role, tenant: &str) -> String {
+    let claims = Claims {
+        sub: format!("{role}@{tenant}"),
+        tenant: tenant.into(),
+        role,
+        subject: None,
+        exp: jsonwebtoken::get_current_timestamp() + 600,
+    };
+    mint_hs256(SECRET, "lethe", &claims).unwrap()
+}
+
+impl Harness {
+    async fn send(
+        &self,
+        method: Method,
+        uri: &str,
+        token: Option<&str>,
+        body: Option<Body>,
+    ) -> (StatusCode, Value) {
+        let mut request = Request::builder().method(method).uri(uri);
+        if let Some(token) = token {
+            request = request.header(header::AUTHORIZATION, format!("Bearer {token}"));
+        }
+        let request = match body {
+            Some(body) => request
+                .header(header::CONTENT_TYPE, "application/json")
+                .body(body),
+            None => request.body(Body::empty()),
+        }
+        .unwrap();
+        let response = self.app.clone().oneshot(request).await.unwrap();
+        let status = response.status();
+        let bytes = response.into_body().collect().await.unwrap().to_bytes();
+        let value = serde_json::from_slice(&bytes)
+            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into()));
+        (status, value)
+    }
+
+    async fn as_dpo(&self, method: Method, uri: &str, body: Option<Value>) -> (StatusCode, Value) {
+        let body = body.map(|b| Body::from(b.to_string()));
+        self.send(method, uri, Some(&token(Role::Compliance, "acme")), body)
+            .await
+    }
+
+    async fn audit_seq(&self) -> i64 {
+        self.store.audit_head().await.unwrap().seq
+    }
+}
+
+fn grant_body(subject: &str) -> Value {
+    json!({
+        "subject": subject,
+        "purpose": "personalization",
+        "category": "preference",
+        "actions": ["store", "retrieve"],
+        "source": "signup-form",
+        "policy_version": 2,
+    })
+}
+
+/// Every error has the one shape, with a stable code and the request id.
+fn assert_error(response: &(StatusCode, Value), status: StatusCode, code: &str) {
+    assert_eq!(response.0, status, "{}", response.1);
+    assert_eq!(response.1["error"]["code"], code, "{}", response.1);
+    assert!(response.1["error"]["message"].is_string());
+    assert!(
+        response.1["error"]["request_id"]
+            .as_str()
+            .is_some_and(|id| !id.is_empty())
+    );
+}
+
+#[tokio::test]
+async fn health_and_readiness() {
+    let h = harness().await;
+    assert_eq!(
+        h.send(Method::GET, "/healthz", None, None).await.0,
+        StatusCode::OK
+    );
+    let (status, body) = h.send(Method::GET, "/readyz", None, None).await;
+    assert_eq!(
+        (status, body["state_store"].as_str()),
+        (StatusCode::OK, Some("sqlite"))
+    );
+}
+
+#[tokio::test]
+async fn callers_must_hold_a_valid_control_token() {
+    let h = harness().await;
+    assert_error(
+        &h.send(Method::GET, "/v1/consents?subject=u1", None, None)
+            .await,
+        StatusCode::UNAUTHORIZED,
+        "unauthenticated",
+    );
+    assert_error(
+        &h.send(
+            Method::GET,
+            "/v1/consents?subject=u1",
+            Some("garbage"),
+            None,
+        )
+        .await,
+        StatusCode::UNAUTHORIZED,
+        "unauthenticated",
+    );
+    let forged = mint_hs256(
+        b"another-secret",
+        "lethe",
+        &Claims {
+            sub: "x".into(),
+            tenant: "acme".into(),
+            role: Role::Admin,
+            subject: None,
+            exp: jsonwebtoken::get_current_timestamp() + 600,
+        },
+    )
+    .unwrap();
+    assert_error(
+        &h.send(Method::GET, "/v1/consents?subject=u1", Some(&forged), None)
+            .await,
+        StatusCode::UNAUTHORIZED,
+        "unauthenticated",
+    );
+    assert_error(
+        &h.send(
+            Method::GET,
+            "/v1/consents?subject=u1",
+            Some(&token(Role::Agent, "acme")),
+            None,
+        )
+        .await,
+        StatusCode::FORBIDDEN,
+        "forbidden",
+    );
+}
+
+#[tokio::test]
+async fn consent_is_granted_listed_and_revoked_once_with_audit_events() {
+    let h = harness().await;
+    let (status, created) = h
+        .as_dpo(Method::POST, "/v1/consents", Some(grant_body("u1")))
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    let id = created["id"].as_str().unwrap().to_owned();
+    assert_eq!(
+        (created["status"].as_str(), created["tenant"].as_str()),
+        (Some("active"), Some("acme"))
+    );
+
+    let (_, listed) = h.as_dpo(Method::GET, "/v1/consents?subject=u1", None).await;
+    assert_eq!(listed["items"].as_array().unwrap().len(), 1);
+    assert_eq!(listed["items"][0]["actions"], json!(["store", "retrieve"]));
+
+    let (status, revoked) = h
+        .as_dpo(Method::POST, &format!("/v1/consents/{id}/revoke"), None)
+        .await;
+    assert_eq!(
+        (status, revoked["status"].as_str()),
+        (StatusCode::OK, Some("revoked"))
+    );
+    let seq = h.audit_seq().await;
+    assert_error(
+        &h.as_dpo(Method::POST, &format!("/v1/consents/{id}/revoke"), None)
+            .await,
+        StatusCode::CONFLICT,
+        "already_revoked",
+    );
+    assert_error(
+        &h.as_dpo(Method::POST, "/v1/consents/cg_nope/revoke", None)
+            .await,
+        StatusCode::NOT_FOUND,
+        "not_found",
+    );
+    assert_eq!(
+        h.audit_seq().await,
+        seq,
+        "refused changes leave no audit event"
+    );
+
+    let events = h.store.audit_page(0, 10).await.unwrap();
+    let actions: Vec<_> = events
+        .iter()
+        .map(|e| (e.entry.action.as_str(), e.entry.actor.as_str()))
+        .collect();
+    assert_eq!(
+        actions,
+        [
+            ("consent.grant", "compliance@acme"),
+            ("consent.revoke", "compliance@acme")
+        ]
+    );
+    let subject_ref = events[0].entry.subject_ref.clone().unwrap();
+    assert_eq!(subject_ref.len(), 64);
+    assert_eq!(events[0].entry.target_ref.as_deref(), Some(id.as_str()));
+}
+
+#[tokio::test]
+async fn tenants_are_kept_apart() {
+    let h = harness().await;
+    let (_, created) = h
+        .as_dpo(Method::POST, "/v1/consents", Some(grant_body("u1")))
+        .await;
+    let id = created["id"].as_str().unwrap();
+    let other = token(Role::Compliance, "globex");
+    assert_error(
+        &h.send(
+            Method::GET,
+            "/v1/consents?tenant=acme&subject=u1",
+            Some(&other),
+            None,
+        )
+        .await,
+        StatusCode::FORBIDDEN,
+        "forbidden",
+    );
+    assert_error(
+        &h.send(
+            Method::POST,
+            &format!("/v1/consents/{id}/revoke"),
+            Some(&other),
+            None,
+        )
+        .await,
+        StatusCode::NOT_FOUND,
+        "not_found",
+    );
+    assert_error(
+        &h.send(Method::GET, "/v1/subjects/acme/u1", Some(&other), None)
+            .await,
+        StatusCode::FORBIDDEN,
+        "forbidden",
+    );
+    let (status, _) = h
+        .send(
+            Method::GET,
+            "/v1/subjects/acme/u1",
+            Some(&token(Role::Admin, "ops")),
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "admins see every tenant");
+}
+
+#[tokio::test]
+async fn bad_input_gets_a_stable_4xx_and_writes_nothing() {
+    let h = harness().await;
+    let dpo = token(Role::Compliance, "acme");
+    let send_raw = |body: &'static str| {
+        let h = &h;
+        let dpo = dpo.clone();
+        async move {
+            h.send(
+                Method::POST,
+                "/v1/consents",
+                Some(&dpo),
+                Some(Body::from(body)),
+            )
+            .await
+        }
+    };
+    assert_error(
+        &send_raw("{\"subject\": ").await,
+        StatusCode::BAD_REQUEST,
+        "invalid_json",
+    );
+    let mut wrong_type = grant_body("u1");
+    wrong_type["policy_version"] = json!("two");
+    assert_error(
+        &h.as_dpo(Method::POST, "/v1/consents", Some(wrong_type))
+            .await,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "invalid_request",
+    );
+    let mut unknown_field = grant_body("u1");
+    unknown_field["colour"] = json!("red");
+    assert_error(
+        &h.as_dpo(Method::POST, "/v1/consents", Some(unknown_field))
+            .await,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "invalid_request",
+    );
+    let mut unknown_action = grant_body("u1");
+    unknown_action["actions"] = json!(["store", "sell"]);
+    assert_error(
+        &h.as_dpo(Method::POST, "/v1/consents", Some(unknown_action))
+            .await,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "invalid_request",
+    );
+
+    let mut many = grant_body("a/b");
+    many["actions"] = json!([]);
+    many["expires_at"] = json!("2001-01-01T00:00:00Z");
+    many["purpose"] = json!("");
+    let response = h.as_dpo(Method::POST, "/v1/consents", Some(many)).await;
+    assert_error(
+        &response,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "validation_failed",
+    );
+    assert_eq!(
+        response.1["error"]["details"].as_array().unwrap().len(),
+        4,
+        "{}",
+        response.1
+    );
+
+    let huge = format!("{{\"subject\": \"{}\"}}", "x".repeat(100 * 1024));
+    assert_error(
+        &h.send(
+            Method::POST,
+            "/v1/consents",
+            Some(&dpo),
+            Some(Body::from(huge)),
+        )
+        .await,
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "body_too_large",
+    );
+    let no_type = Request::builder()
+        .method(Method::POST)
+        .uri("/v1/consents")
+        .header(header::AUTHORIZATION, format!("Bearer {dpo}"))
+        .body(Body::from(grant_body("u1").to_string()))
+        .unwrap();
+    assert_eq!(
+        h.app.clone().oneshot(no_type).await.unwrap().status(),
+        StatusCode::UNSUPPORTED_MEDIA_TYPE
+    );
+    assert_error(
+        &h.as_dpo(Method::GET, "/v1/consents", None).await,
+        StatusCode::BAD_REQUEST,
+        "invalid_request",
+    );
+
+    assert_eq!(h.audit_seq().await, 0, "nothing was written");
+    assert!(h.store.grants("acme", "u1").await.unwrap().is_empty());
+    assert_eq!(h.store.subject("acme", "u1").await.unwrap(), None);
+}
+
+#[tokio::test]
+async fn unknown_endpoints_and_methods_use_the_error_shape() {
+    let h = harness().await;
+    assert_error(
+        &h.as_dpo(Method::GET, "/v1/nothing-here", None).await,
+        StatusCode::NOT_FOUND,
+        "not_found",
+    );
+    assert_error(
+        &h.as_dpo(Method::DELETE, "/v1/consents", None).await,
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+    );
+}
+
+#[tokio::test]
+async fn retention_rules_are_replaced_as_new_versions_and_bad_rules_refused() {
+    let h = harness().await;
+    let (_, empty) = h.as_dpo(Method::GET, "/v1/retention-rules", None).await;
+    assert_eq!(
+        (
+            empty["version"].as_i64(),
+            empty["rules"].as_array().map(Vec::len)
+        ),
+        (Some(0), Some(0))
+    );
+
+    let rules = json!({"rules": [
+        {"purpose": "personalization", "category": "preference", "max_age": "365d"},
+        {"purpose": "personalization", "category": "preference", "layer": "cache", "max_age": "12h"},
+    ], "purpose_ends": [{"purpose": "campaign", "ends_at": "2027-01-01T00:00:00Z"}]});
+    let (status, v1) = h
+        .as_dpo(Method::PUT, "/v1/retention-rules", Some(rules.clone()))
+        .await;
+    assert_eq!(
+        (status, v1["version"].as_i64()),
+        (StatusCode::OK, Some(1)),
+        "{v1}"
+    );
+    assert_eq!(v1["rules"][1]["max_age"], "12h");
+    assert_eq!(v1["created_by"], "compliance@acme");
+
+    for (bad, code) in [
+        (
+            json!({"rules": [{"purpose": "p", "category": "c", "max_age": "0d"}]}),
+            "invalid_request",
+        ),
+        (
+            json!({"rules": [{"purpose": "p", "category": "c", "max_age": "-3d"}]}),
+            "invalid_request",
+        ),
+        (
+            json!({"rules": [{"purpose": "p", "category": "c", "max_age": "forever"}]}),
+            "invalid_request",
+        ),
+        (
+            json!({"rules": [{"purpose": "p", "category": "c", "max_age": "1d"}, {"purpose": "p", "category": "c", "max_age": "2d"}]}),
+            "validation_failed",
+        ),
+    ] {
+        assert_error(
+            &h.as_dpo(Method::PUT, "/v1/retention-rules", Some(bad))
+                .await,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            code,
+        );
+    }
+    let (_, current) = h.as_dpo(Method::GET, "/v1/retention-rules", None).await;
+    assert_eq!(current["version"], 1, "refused versions were not stored");
+    let (_, v2) = h
+        .as_dpo(Method::PUT, "/v1/retention-rules", Some(rules))
+        .await;
+    assert_eq!(v2["version"], 2);
+}
+
+#[tokio::test]
+async fn legal_holds_are_placed_listed_and_released_once() {
+    let h = harness().await;
+    let (status, hold) = h
+        .as_dpo(
+            Method::POST,
+            "/v1/legal-holds",
+            Some(json!({"subject": "u1", "reason": "case 42"})),
+        )
+        .await;
+    assert_eq!(
+        (status, hold["active"].as_bool()),
+        (StatusCode::CREATED, Some(true)),
+        "{hold}"
+    );
+    h.as_dpo(
+        Method::POST,
+        "/v1/legal-holds",
+        Some(json!({"reason": "tenant-wide preservation"})),
+    )
+    .await;
+    let (_, listed) = h
+        .as_dpo(Method::GET, "/v1/legal-holds?subject=u1", None)
+        .await;
+    assert_eq!(listed["items"].as_array().unwrap().len(), 2);
+
+    let id = hold["id"].as_str().unwrap();
+    let (status, released) = h
+        .as_dpo(Method::POST, &format!("/v1/legal-holds/{id}/release"), None)
+        .await;
+    assert_eq!(
+        (status, released["active"].as_bool()),
+        (StatusCode::OK, Some(false))
+    );
+    assert_eq!(released["released_by"], "compliance@acme");
+    assert_error(
+        &h.as_dpo(Method::POST, &format!("/v1/legal-holds/{id}/release"), None)
+            .await,
+        StatusCode::CONFLICT,
+        "already_released",
+    );
+    assert_error(
+        &h.as_dpo(
+            Method::POST,
+            "/v1/legal-holds",
+            Some(json!({"reason": " "})),
+        )
+        .await,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "validation_failed",
+    );
+}
+
+#[tokio::test]
+async fn the_subject_view_shows_state_grants_holds_and_inventory() {
+    let h = harness().await;
+    assert_error(
+        &h.as_dpo(Method::GET, "/v1/subjects/acme/u1", None).await,
+        StatusCode::NOT_FOUND,
+        "not_found",
+    );
+    h.as_dpo(Method::POST, "/v1/consents", Some(grant_body("u1")))
+        .await;
+    h.as_dpo(
+        Method::POST,
+        "/v1/legal-holds",
+        Some(json!({"subject": "u1", "reason": "case 7"})),
+    )
+    .await;
+    let item = |store: &str, id: &str| crate::store::ItemRecord {
+        store: store.into(),
+        collection: "memories".into(),
+        item_id: id.into(),
+        tenant: "acme".into(),
+        subject: "u1".into(),
+        purpose: "personalization".into(),
+        category: "preference".into(),
+        layer: lethe_policy::Layer::Raw,
+        created_at: crate::now(),
+        expires_at: crate::now() + chrono::TimeDelta::days(1),
+        epoch: 0,
+        source_ref: None,
+        parents: vec![],
+    };
+    h.store
+        .record_items(&[
+            item("chroma", "a"),
+            item("chroma", "b"),
+            item("langgraph", "c"),
+        ])
+        .await
+        .unwrap();
+
+    let (status, view) = h.as_dpo(Method::GET, "/v1/subjects/acme/u1", None).await;
+    assert_eq!(status, StatusCode::OK, "{view}");
+    assert_eq!(
+        (
+            view["state"].as_str(),
+            view["epoch"].as_i64(),
+            view["held"].as_bool()
+        ),
+        (Some("active"), Some(0), Some(true))
+    );
+    assert_eq!(view["grants"].as_array().unwrap().len(), 1);
+    assert_eq!(view["inventory"], json!({"chroma": 2, "langgraph": 1}));
+    assert_eq!(view["subject_ref"].as_str().unwrap().len(), 64);
+}
+
+#[tokio::test]
+async fn the_audit_log_pages_and_verifies_and_tampering_shows() {
+    let h = harness().await;
+    for subject in ["u1", "u2", "u3"] {
+        h.as_dpo(Method::POST, "/v1/consents", Some(grant_body(subject)))
+            .await;
+    }
+    let (_, first) = h.as_dpo(Method::GET, "/v1/audit?limit=2", None).await;
+    assert_eq!(first["items"].as_array().unwrap().len(), 2);
+    assert_eq!(first["next_cursor"], 2);
+    let (_, rest) = h
+        .as_dpo(Method::GET, "/v1/audit?after=2&limit=2", None)
+        .await;
+    assert_eq!(
+        (
+            rest["items"][0]["seq"].as_i64(),
+            rest["next_cursor"].is_null()
+        ),
+        (Some(3), true)
+    );
+    for e in first["items"].as_array().unwrap() {
+        let text = e.to_string();
+        assert!(
+            !text.contains("\"u1\"") && !text.contains("signup-form"),
+            "audit rows are content-free: {text}"
+        );
+    }
+    assert_error(
+        &h.as_dpo(Method::GET, "/v1/audit?limit=0", None).await,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "invalid_request",
+    );
+
+    let (_, intact) = h.as_dpo(Method::GET, "/v1/audit/verify", None).await;
+    assert_eq!(
+        (intact["ok"].as_bool(), intact["head"]["seq"].as_i64()),
+        (Some(true), Some(3))
+    );
+    crate::testing::execute_raw(
+        &h.url,
+        "UPDATE audit_events SET result = 'denied' WHERE seq = 2",
+    )
+    .await
+    .unwrap();
+    let (_, broken) = h.as_dpo(Method::GET, "/v1/audit/verify", None).await;
+    assert_eq!(
+        (broken["ok"].as_bool(), broken["first_bad_seq"].as_i64()),
+        (Some(false), Some(2)),
+        "{broken}"
+    );
+}
+
+#[tokio::test]
+async fn metrics_count_requests_by_route_template() {
+    let h = harness().await;
+    h.as_dpo(Method::GET, "/v1/subjects/acme/very-secret-subject", None)
+        .await;
+    let (status, text) = h.send(Method::GET, "/metrics", None, None).await;
+    let text = text.as_str().unwrap();
+    assert_eq!(status, StatusCode::OK);
+    assert!(text.contains(r#"lethe_control_requests_total{route="/v1/subjects/{tenant}/{subject}",method="GET",status="404"} 1"#), "{text}");
+    assert!(!text.contains("very-secret-subject"));
+}
+
+/// Every operation the OpenAPI document lists is served (not 404 from the fallback, not 405).
+#[tokio::test]
+async fn the_openapi_document_matches_the_routes() {
+    let h = harness().await;
+    let (status, doc) = h.send(Method::GET, "/openapi.json", None, None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        doc["openapi"].as_str().map(|v| v.starts_with("3.")),
+        Some(true)
+    );
+    let paths = doc["paths"].as_object().unwrap();
+    let mut operations = 0;
+    for (path, item) in paths {
+        for method in item.as_object().unwrap().keys() {
+            let concrete = path
+                .replace("{id}", "x")
+                .replace("{tenant}", "acme")
+                .replace("{subject}", "u1");
+            let method: Method = method.to_uppercase().parse().unwrap();
+            let body = (method == Method::POST || method == Method::PUT).then(|| json!({}));
+            let (status, body) = h.as_dpo(method.clone(), &concrete, body).await;
+            let unrouted = status == StatusCode::METHOD_NOT_ALLOWED
+                || (status == StatusCode::NOT_FOUND
+                    && body["error"]["message"] == "no such endpoint");
+            assert!(!unrouted, "{method} {path} is documented but not served");
+            operations += 1;
+        }
+    }
+    assert_eq!(
+        operations, 15,
+        "the document and the router list the same 15 operations"
+    );
+}
