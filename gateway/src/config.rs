@@ -212,7 +212,7 @@ impl<'de> Deserialize<'de> for ConfigDuration {
     }
 }
 
-fn parse_duration(text: &str) -> Result<Duration, String> {
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let bad = || format!("{text:?} is not a duration like 500ms, 30s, 5m or 1h");
     let split = text.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?;
     let (number, unit) = text.split_at(split);
@@ -257,29 +257,31 @@ impl Config {
             }
             None => BUILT_IN.to_owned(),
         };
-        let mut config = Config::parse(&text)?;
+        let (mut config, problems) = Config::parse(&text)?;
         config.apply(overrides, |name| std::env::var(name).ok());
-        let problems = config.problems();
-        if problems.is_empty() {
-            Ok(config)
-        } else {
-            Err(ConfigErrors { problems })
-        }
+        config.validated(problems)
     }
 
     /// Parses and validates a configuration text, reporting every problem.
     pub fn check(text: &str) -> Result<Config, ConfigErrors> {
-        let config = Config::parse(text)?;
-        let problems = config.problems();
+        let (config, problems) = Config::parse(text)?;
+        config.validated(problems)
+    }
+
+    /// Adds the problems of meaning to those of shape; a section that could not be read was
+    /// replaced by its defaults, so its neighbours are still checked.
+    fn validated(self, mut problems: Vec<String>) -> Result<Config, ConfigErrors> {
+        problems.extend(self.problems());
         if problems.is_empty() {
-            Ok(config)
+            Ok(self)
         } else {
             Err(ConfigErrors { problems })
         }
     }
 
     /// Deserialises section by section, so that a mistake in one does not hide those in others.
-    fn parse(text: &str) -> Result<Config, ConfigErrors> {
+    /// Fails only on TOML syntax; otherwise returns the config and the problems of shape.
+    fn parse(text: &str) -> Result<(Config, Vec<String>), ConfigErrors> {
         let mut table: toml::Table = toml::from_str(text).map_err(|e| ConfigErrors {
             problems: vec![e.to_string().trim().to_owned()],
         })?;
@@ -324,18 +326,17 @@ impl Config {
                 "unknown section `{key}` (expected data_plane, control_plane, state, auth, audit or routes)"
             ));
         }
-        if problems.is_empty() {
-            Ok(Config {
+        Ok((
+            Config {
                 data_plane,
                 control_plane,
                 state,
                 auth,
                 audit,
                 routes,
-            })
-        } else {
-            Err(ConfigErrors { problems })
-        }
+            },
+            problems,
+        ))
     }
 
     fn apply(&mut self, overrides: &Overrides, env: impl Fn(&str) -> Option<String>) {

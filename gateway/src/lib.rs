@@ -1,6 +1,8 @@
 //! The `lethe` gateway: state store, control plane, CLI.
 
 pub mod auth;
+pub mod cli;
+pub mod client;
 pub mod config;
 pub mod control;
 pub mod keys;

@@ -1,1 +1,17 @@
-fn main() {}
+//! `lethe`: see `lethe --help`.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use lethe_gateway::cli::{Cli, run};
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let filter =
+        tracing_subscriber::EnvFilter::try_from_env("LETHE_LOG").unwrap_or_else(|_| "info".into());
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+    run(Cli::parse()).await
+}

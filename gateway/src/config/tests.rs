@@ -73,6 +73,13 @@ fn shape_problems_are_all_reported_at_once() {
     "#;
     let problems = Config::check(text).unwrap_err().problems;
     assert_eq!(problems.len(), 5, "{problems:#?}");
+    let with_meaning = format!("{text}\n[control_plane]\nmax_body_bytes = 0\n");
+    let problems = Config::check(&with_meaning).unwrap_err().problems;
+    assert_eq!(
+        problems.len(),
+        6,
+        "problems of meaning are reported beside those of shape: {problems:#?}"
+    );
     let joined = problems.join("\n");
     for needle in ["max_body_byte", "[state]", "colour", "mongo", "extra"] {
         assert!(

@@ -24,17 +24,18 @@ pub const BOOKKEEPING: &str = "CREATE TABLE IF NOT EXISTS lethe_migrations (
     applied_at TEXT   NOT NULL
 )";
 
-/// Runs each migration of `$list` not yet recorded, over a transaction opened by `$begin`
-/// (after `$lock`, which serialises concurrent migrators on PostgreSQL).
+/// Runs each migration of `$list` not yet recorded, each in a transaction opened by `$begin`
+/// after `$lock` (which serialises concurrent migrators on PostgreSQL).
 macro_rules! run_migrations {
-    ($pool:expr, $begin:expr, $lock:expr, $list:expr) => {{
-        sqlx::query(crate::store::migrate::BOOKKEEPING)
-            .execute($pool)
-            .await?;
+    ($begin:expr, $lock:expr, $list:expr) => {{
         let mut applied = Vec::new();
         for m in $list {
             let mut tx = $begin.await?;
             sqlx::query($lock).execute(&mut *tx).await?;
+            // Inside the lock: concurrent CREATE TABLE IF NOT EXISTS can collide on PostgreSQL.
+            sqlx::query(crate::store::migrate::BOOKKEEPING)
+                .execute(&mut *tx)
+                .await?;
             let done: Option<i64> =
                 sqlx::query_scalar("SELECT version FROM lethe_migrations WHERE version = $1")
                     .bind(m.version)

@@ -34,7 +34,6 @@ impl PgStore {
     async fn run_migrations(&self) -> Result<Vec<i64>, StoreError> {
         // Replicas starting together take turns; the second finds the work done.
         run_migrations!(
-            &self.pool,
             self.write_tx(),
             "SELECT pg_advisory_xact_lock(7400)",
             POSTGRES

@@ -50,7 +50,7 @@ impl SqliteStore {
     }
 
     async fn run_migrations(&self) -> Result<Vec<i64>, StoreError> {
-        run_migrations!(&self.pool, self.write_tx(), "SELECT 1", SQLITE)
+        run_migrations!(self.write_tx(), "SELECT 1", SQLITE)
     }
 }
 

@@ -1,0 +1,441 @@
+//! The `lethe` command line.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::{Args, Parser, Subcommand};
+use hyper::Method;
+use serde_json::json;
+
+use crate::auth::{Claims, Role, mint_hs256};
+use crate::config::{Config, Overrides, parse_duration};
+use crate::control::{self, ControlState};
+use crate::store::{self, ChainReport, Store};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "lethe",
+    version,
+    about = "Lethe: a gateway that makes an AI agent's memory governable (consent, retention, erasure, audit).",
+    after_help = "Every global option can also be set with its environment variable (LETHE_CONFIG, LETHE_DATA_LISTEN,\nLETHE_CONTROL_LISTEN, LETHE_STATE_URL); LETHE_UPSTREAM_<NAME> overrides a route's upstream."
+)]
+pub struct Cli {
+    /// Configuration file [default: config/lethe.toml, else the built-in default]
+    #[arg(long, env = "LETHE_CONFIG", global = true)]
+    config: Option<PathBuf>,
+    /// Data-plane listen address (overrides data_plane.listen)
+    #[arg(long, env = "LETHE_DATA_LISTEN", global = true)]
+    data_listen: Option<SocketAddr>,
+    /// Control-plane listen address (overrides control_plane.listen)
+    #[arg(long, env = "LETHE_CONTROL_LISTEN", global = true)]
+    control_listen: Option<SocketAddr>,
+    /// State store URL: sqlite://PATH or postgres://... (overrides state.url)
+    #[arg(long = "state", env = "LETHE_STATE_URL", global = true)]
+    state: Option<String>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the gateway: apply migrations, then serve the control plane.
+    Serve,
+    /// Apply the state store's migrations and exit.
+    Migrate,
+    /// Validate configuration files; reports every problem of every file. Exit 1 if any.
+    CheckConfig {
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+    },
+    /// Mint a development token with the configured HS256 key (not possible with public keys).
+    Token(TokenArgs),
+    /// Grant, revoke and list consent, through the control plane.
+    #[command(subcommand)]
+    Consent(ConsentCommand),
+    /// Work with the audit log.
+    #[command(subcommand)]
+    Audit(AuditCommand),
+}
+
+#[derive(Debug, Args)]
+struct TokenArgs {
+    #[arg(long, value_enum)]
+    role: Role,
+    #[arg(long)]
+    tenant: String,
+    /// Bind the token to one data subject.
+    #[arg(long)]
+    subject: Option<String>,
+    /// Who the token speaks for (the `sub` claim) [default: <role>-cli]
+    #[arg(long)]
+    actor: Option<String>,
+    /// Lifetime: 30s, 15m, 1h, ...
+    #[arg(long, default_value = "1h")]
+    ttl: String,
+}
+
+/// Where and as whom the control plane is called.
+#[derive(Debug, Args)]
+struct ControlArgs {
+    /// Control-plane URL [default: http://<control_plane.listen>]
+    #[arg(long, env = "LETHE_CONTROL_URL")]
+    url: Option<String>,
+    /// Bearer token [default: a development token minted for the tenant, role compliance]
+    #[arg(long, env = "LETHE_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    /// Tenant [default: the token's]
+    #[arg(long)]
+    tenant: Option<String>,
+}
+
+#[derive(Debug, Subcommand)]
+enum ConsentCommand {
+    /// Record a consent grant.
+    Grant {
+        #[command(flatten)]
+        control: ControlArgs,
+        #[arg(long)]
+        subject: String,
+        #[arg(long)]
+        purpose: String,
+        #[arg(long)]
+        category: String,
+        /// Comma-separated: store,retrieve,embed,send_to_provider,provider_retention,train
+        #[arg(long, value_delimiter = ',', required = true)]
+        actions: Vec<String>,
+        /// RFC 3339 end of the grant
+        #[arg(long)]
+        expires_at: Option<String>,
+        /// Where the consent was given (form, ticket)
+        #[arg(long)]
+        source: String,
+        /// Version of the consent text agreed to
+        #[arg(long, default_value_t = 1)]
+        policy_version: i64,
+    },
+    /// Revoke a grant by id.
+    Revoke {
+        #[command(flatten)]
+        control: ControlArgs,
+        id: String,
+    },
+    /// List a subject's grants.
+    List {
+        #[command(flatten)]
+        control: ControlArgs,
+        #[arg(long)]
+        subject: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum AuditCommand {
+    /// Verify the hash chain in the state store; exit 1 and name the first bad row if broken.
+    Verify,
+}
+
+/// A command's failure: what to print, and the exit code.
+struct Failure(String, u8);
+
+impl<E: std::fmt::Display> From<E> for Failure {
+    fn from(e: E) -> Self {
+        Failure(e.to_string(), 2)
+    }
+}
+
+pub async fn run(cli: Cli) -> ExitCode {
+    match dispatch(cli).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(Failure(message, code)) => {
+            eprintln!("lethe: {message}");
+            ExitCode::from(code)
+        }
+    }
+}
+
+async fn dispatch(cli: Cli) -> Result<(), Failure> {
+    let overrides = Overrides {
+        data_listen: cli.data_listen,
+        control_listen: cli.control_listen,
+        state_url: cli.state.clone(),
+    };
+    let load = || Config::load(cli.config.as_deref(), &overrides);
+    match cli.command {
+        Command::CheckConfig { files } => check_config(&files),
+        Command::Serve => serve(load()?).await,
+        Command::Migrate => {
+            let config = load()?;
+            let applied = connect(&config).await?.migrate().await?;
+            println!(
+                "state store {}: applied migrations {applied:?}",
+                redact_url(&config.state.url)
+            );
+            Ok(())
+        }
+        Command::Token(args) => token(&load()?, args).await,
+        Command::Consent(command) => consent(&load()?, command).await,
+        Command::Audit(AuditCommand::Verify) => audit_verify(&load()?).await,
+    }
+}
+
+fn check_config(files: &[PathBuf]) -> Result<(), Failure> {
+    let mut failed = false;
+    for file in files {
+        let result = std::fs::read_to_string(file)
+            .map_err(|e| e.to_string())
+            .and_then(|text| Config::check(&text).map_err(|e| e.to_string()));
+        match result {
+            Ok(_) => println!("{}: ok", file.display()),
+            Err(problems) => {
+                failed = true;
+                println!("{}:", file.display());
+                for line in problems.lines() {
+                    println!("  - {line}");
+                }
+            }
+        }
+    }
+    if failed {
+        Err(Failure("configuration has problems".into(), 1))
+    } else {
+        Ok(())
+    }
+}
+
+async fn connect(config: &Config) -> Result<Arc<dyn Store>, Failure> {
+    store::connect(&config.state.url).await.map_err(|e| {
+        Failure(
+            format!("state store {}: {e}", redact_url(&config.state.url)),
+            2,
+        )
+    })
+}
+
+/// The URL without its password, for messages.
+fn redact_url(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => match url[scheme + 3..at].split_once(':') {
+            Some((user, _password)) => format!("{}{user}:***{}", &url[..scheme + 3], &url[at..]),
+            None => url.to_owned(),
+        },
+        _ => url.to_owned(),
+    }
+}
+
+async fn serve(config: Config) -> Result<(), Failure> {
+    let store = connect(&config).await?;
+    let applied = store.migrate().await?;
+    if !applied.is_empty() {
+        tracing::info!(?applied, "applied state store migrations");
+    }
+    let verifier = crate::keys::verifier(&config, store.as_ref()).await?;
+    let audit_key = crate::keys::audit_key(&config, store.as_ref()).await?;
+    let max_body_bytes = usize::try_from(config.control_plane.max_body_bytes).unwrap_or(usize::MAX);
+    let state = ControlState {
+        store,
+        verifier: Arc::new(verifier),
+        audit_key: Arc::from(audit_key),
+        metrics: Arc::default(),
+        max_body_bytes,
+    };
+    let listen = config.control_plane.listen;
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
+    tracing::info!(%listen, backend = state.store.backend(), "control plane listening");
+    axum::serve(listener, control::app(state))
+        .with_graceful_shutdown(shutdown_signal())
+        .await?;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let interrupt = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut terminate =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(signal) => signal,
+                Err(_) => return std::future::pending().await,
+            };
+        tokio::select! {
+            _ = interrupt => {}
+            _ = terminate.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = interrupt.await;
+}
+
+async fn development_token(config: &Config, claims: &Claims) -> Result<String, Failure> {
+    let store = connect(config).await?;
+    store.migrate().await?;
+    let secret = crate::keys::development_secret(config, store.as_ref()).await?;
+    Ok(mint_hs256(&secret, &config.auth.issuer, claims)?)
+}
+
+async fn token(config: &Config, args: TokenArgs) -> Result<(), Failure> {
+    let ttl = parse_duration(&args.ttl)?;
+    let claims = Claims {
+        sub: args.actor.unwrap_or_else(|| format!("{}-cli", args.role)),
+        tenant: args.tenant,
+        role: args.role,
+        subject: args.subject,
+        exp: jsonwebtoken::get_current_timestamp().saturating_add(ttl.as_secs()),
+    };
+    println!("{}", development_token(config, &claims).await?);
+    Ok(())
+}
+
+impl ControlArgs {
+    async fn resolve(&self, config: &Config) -> Result<(String, String), Failure> {
+        let url = self
+            .url
+            .clone()
+            .unwrap_or_else(|| format!("http://{}", config.control_plane.listen));
+        let token = match &self.token {
+            Some(token) => token.clone(),
+            None => {
+                let tenant = self
+                    .tenant
+                    .clone()
+                    .ok_or_else(|| Failure("give --tenant or --token".into(), 2))?;
+                let claims = Claims {
+                    sub: "compliance-cli".into(),
+                    tenant,
+                    role: Role::Compliance,
+                    subject: None,
+                    exp: jsonwebtoken::get_current_timestamp() + 300,
+                };
+                development_token(config, &claims).await?
+            }
+        };
+        Ok((url.trim_end_matches('/').to_owned(), token))
+    }
+
+    fn tenant_query(&self) -> String {
+        self.tenant
+            .as_ref()
+            .map(|t| format!("tenant={}&", encode(t)))
+            .unwrap_or_default()
+    }
+}
+
+/// Percent-encodes a query value.
+fn encode(value: &str) -> String {
+    value
+        .bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}
+
+async fn consent(config: &Config, command: ConsentCommand) -> Result<(), Failure> {
+    let (method, control, path, body) = match &command {
+        ConsentCommand::Grant {
+            control,
+            subject,
+            purpose,
+            category,
+            actions,
+            expires_at,
+            source,
+            policy_version,
+        } => (
+            Method::POST,
+            control,
+            "/v1/consents".to_owned(),
+            Some(json!({
+                "tenant": control.tenant, "subject": subject, "purpose": purpose, "category": category,
+                "actions": actions, "expires_at": expires_at, "source": source, "policy_version": policy_version,
+            })),
+        ),
+        ConsentCommand::Revoke { control, id } => (
+            Method::POST,
+            control,
+            format!("/v1/consents/{}/revoke", encode(id)),
+            None,
+        ),
+        ConsentCommand::List { control, subject } => (
+            Method::GET,
+            control,
+            format!(
+                "/v1/consents?{}subject={}",
+                control.tenant_query(),
+                encode(subject)
+            ),
+            None,
+        ),
+    };
+    let (url, token) = control.resolve(config).await?;
+    let (status, value) =
+        crate::client::call(method, &format!("{url}{path}"), &token, body.as_ref()).await?;
+    let pretty = serde_json::to_string_pretty(&value)?;
+    if status.is_success() {
+        println!("{pretty}");
+        Ok(())
+    } else {
+        Err(Failure(format!("{status}\n{pretty}"), 1))
+    }
+}
+
+async fn audit_verify(config: &Config) -> Result<(), Failure> {
+    let store = connect(config).await?;
+    match store::verify_audit(store.as_ref()).await? {
+        ChainReport::Intact { head, .. } => {
+            println!(
+                "audit chain intact: {} events, head {}",
+                head.seq, head.hash
+            );
+            Ok(())
+        }
+        ChainReport::Broken {
+            first_bad_seq,
+            message,
+            ..
+        } => Err(Failure(
+            format!("audit chain broken at row {first_bad_seq}: {message}"),
+            1,
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_command_line_is_well_formed() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn passwords_never_reach_messages() {
+        assert_eq!(
+            redact_url("postgres://lethe:hunter2@db/lethe"),
+            "postgres://lethe:***@db/lethe"
+        );
+        assert_eq!(
+            redact_url("postgres://lethe@db/lethe"),
+            "postgres://lethe@db/lethe"
+        );
+        assert_eq!(
+            redact_url("sqlite://.lethe/state.db"),
+            "sqlite://.lethe/state.db"
+        );
+    }
+
+    #[test]
+    fn query_values_are_encoded() {
+        assert_eq!(encode("a b&c/d"), "a%20b%26c%2Fd");
+    }
+}

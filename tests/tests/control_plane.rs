@@ -1,0 +1,243 @@
+//! The `lethe` binary end to end: serve, CLI verbs, audit verification, replicas, overrides.
+
+use std::time::Duration;
+
+use hyper::{Method, StatusCode};
+use lethe_tests::*;
+use serde_json::json;
+
+fn grant(subject: &str) -> serde_json::Value {
+    json!({"subject": subject, "purpose": "personalization", "category": "preference",
+           "actions": ["store", "retrieve"], "source": "e2e", "policy_version": 1})
+}
+
+/// A fresh folder, the built-in default config, the embedded SQLite store: the CLI verbs work
+/// through the running server, and `lethe audit verify` names a tampered row.
+#[tokio::test]
+async fn a_fresh_start_serves_consent_and_a_verifiable_audit_log() {
+    let dir = temp_dir();
+    let state = fresh_sqlite_url();
+    let server = Server::start(&dir, &state).await;
+    let url = server.url("");
+
+    let consent = |args: &[&str]| {
+        run(lethe(&dir)
+            .args(["consent"])
+            .args(args)
+            .args(["--url", &url, "--state", &state, "--tenant", "acme"]))
+    };
+    let granted = consent(&[
+        "grant",
+        "--subject",
+        "u1",
+        "--purpose",
+        "personalization",
+        "--category",
+        "preference",
+        "--actions",
+        "store,retrieve",
+        "--source",
+        "e2e",
+    ]);
+    assert!(granted.status.success(), "{}", stderr(&granted));
+    let grant: serde_json::Value = serde_json::from_str(&stdout(&granted)).unwrap();
+    let id = grant["id"].as_str().unwrap().to_owned();
+    assert_eq!(grant["status"], "active");
+
+    let listed = consent(&["list", "--subject", "u1"]);
+    let listed: serde_json::Value = serde_json::from_str(&stdout(&listed)).unwrap();
+    assert_eq!(listed["items"][0]["id"], id.as_str());
+
+    assert!(consent(&["revoke", &id]).status.success());
+    let again = consent(&["revoke", &id]);
+    assert_eq!(again.status.code(), Some(1));
+    assert!(
+        stderr(&again).contains("already_revoked"),
+        "{}",
+        stderr(&again)
+    );
+
+    // The server and the CLI agree on the generated development secret.
+    let token = server.token("compliance", "acme");
+    let (status, view) = call(
+        Method::GET,
+        &server.url("/v1/subjects/acme/u1"),
+        &token,
+        None,
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        (status, view["grants"][0]["status"].as_str()),
+        (StatusCode::OK, Some("revoked")),
+        "{view}"
+    );
+
+    let verify = || run(lethe(&dir).args(["audit", "verify", "--state", &state]));
+    let ok = verify();
+    assert!(ok.status.success(), "{}", stderr(&ok));
+    assert!(stdout(&ok).contains("intact: 2 events"), "{}", stdout(&ok));
+
+    execute_raw(
+        &state,
+        "UPDATE audit_events SET actor = 'someone-else' WHERE seq = 2",
+    )
+    .await
+    .unwrap();
+    let broken = verify();
+    assert_eq!(broken.status.code(), Some(1));
+    assert!(
+        stderr(&broken).contains("broken at row 2"),
+        "{}",
+        stderr(&broken)
+    );
+}
+
+/// Each kind of tampering with one row is reported with that row's number by the binary.
+#[tokio::test]
+async fn audit_verify_names_an_edited_deleted_or_reordered_row() {
+    let cases = [
+        (
+            "UPDATE audit_events SET action = 'consent.nothing' WHERE seq = 3",
+            3,
+        ),
+        ("DELETE FROM audit_events WHERE seq = 4", 4),
+        (
+            "UPDATE audit_events SET seq = -1 WHERE seq = 2; UPDATE audit_events SET seq = 2 WHERE seq = 3; UPDATE audit_events SET seq = 3 WHERE seq = -1",
+            2,
+        ),
+    ];
+    for (tamper, row) in cases {
+        let dir = temp_dir();
+        let state = fresh_sqlite_url();
+        let server = Server::start(&dir, &state).await;
+        let token = server.token("compliance", "acme");
+        for i in 0..5 {
+            let (status, _) = call(
+                Method::POST,
+                &server.url("/v1/consents"),
+                &token,
+                Some(&grant(&format!("u{i}"))),
+            )
+            .await
+            .unwrap();
+            assert_eq!(status, StatusCode::CREATED);
+        }
+        execute_raw(&state, tamper).await.unwrap();
+        let output = run(lethe(&dir).args(["audit", "verify", "--state", &state]));
+        assert_eq!(output.status.code(), Some(1), "{tamper}");
+        assert!(
+            stderr(&output).contains(&format!("broken at row {row}")),
+            "{tamper}: {}",
+            stderr(&output)
+        );
+    }
+}
+
+/// Two replicas on one PostgreSQL database: concurrent changes through both form one chain, and
+/// the generated development key is shared.
+#[tokio::test]
+async fn replicas_on_postgres_share_keys_and_one_audit_chain() {
+    let state = fresh_postgres_database().await.unwrap();
+    let (dir_a, dir_b) = (temp_dir(), temp_dir());
+    let (a, b) = tokio::join!(Server::start(&dir_a, &state), Server::start(&dir_b, &state));
+    let token = a.token("compliance", "acme");
+    let mut writes = Vec::new();
+    for i in 0..40 {
+        let url = if i % 2 == 0 {
+            a.url("/v1/consents")
+        } else {
+            b.url("/v1/consents")
+        };
+        let token = token.clone();
+        writes.push(tokio::spawn(async move {
+            call(Method::POST, &url, &token, Some(&grant(&format!("u{i}")))).await
+        }));
+    }
+    for w in writes {
+        let (status, body) = w.await.unwrap().unwrap();
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+    }
+    let (_, report) = call(Method::GET, &b.url("/v1/audit/verify"), &token, None)
+        .await
+        .unwrap();
+    assert_eq!(
+        (report["ok"].as_bool(), report["head"]["seq"].as_i64()),
+        (Some(true), Some(40)),
+        "{report}"
+    );
+    let output = run(lethe(&a.dir).args(["audit", "verify", "--state", &state]));
+    assert!(output.status.success(), "{}", stderr(&output));
+}
+
+/// The environment variables of DESIGN.md's interface work like the flags.
+#[tokio::test]
+async fn environment_overrides_choose_listeners_and_state() {
+    let dir = temp_dir();
+    let port = free_port();
+    let state_path = dir.join("elsewhere/state.db");
+    let mut child = lethe(&dir)
+        .arg("serve")
+        .env("LETHE_CONTROL_LISTEN", format!("127.0.0.1:{port}"))
+        .env("LETHE_DATA_LISTEN", format!("127.0.0.1:{}", free_port()))
+        .env(
+            "LETHE_STATE_URL",
+            format!("sqlite://{}", state_path.display()),
+        )
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let ready = loop {
+        if let Ok((status, body)) = call(
+            Method::GET,
+            &format!("http://127.0.0.1:{port}/readyz"),
+            "",
+            None,
+        )
+        .await
+            && status.is_success()
+        {
+            break body;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not ready on the port LETHE_CONTROL_LISTEN named"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_eq!(ready["state_store"], "sqlite");
+    assert!(
+        state_path.exists(),
+        "the state store is where LETHE_STATE_URL put it"
+    );
+}
+
+#[test]
+fn check_config_accepts_every_example_and_reports_every_problem() {
+    let dir = temp_dir();
+    let examples: Vec<_> = std::fs::read_dir(workspace().join("config"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "toml"))
+        .collect();
+    assert!(examples.len() >= 2);
+    let output = run(lethe(&dir).arg("check-config").args(&examples));
+    assert!(
+        output.status.success(),
+        "{}{}",
+        stdout(&output),
+        stderr(&output)
+    );
+
+    let bad = dir.join("bad.toml");
+    std::fs::write(&bad, "[data_plane]\nmax_body_bytes = 0\nspeed = 3\n[state]\nurl = 'mysql://x'\n[[routes]]\nname='A'\nprefix='a'\nupstream='x'\nadapter='chroma'\n").unwrap();
+    let output = run(lethe(&dir).arg("check-config").arg(&bad));
+    assert_eq!(output.status.code(), Some(1));
+    let problems = stdout(&output)
+        .lines()
+        .filter(|l| l.trim_start().starts_with("- "))
+        .count();
+    assert!(problems >= 2, "{}", stdout(&output));
+}
