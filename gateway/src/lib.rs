@@ -1,5 +1,6 @@
 //! The `lethe` gateway: state store, control plane, CLI.
 
+pub mod adapters;
 pub mod auth;
 pub mod cli;
 pub mod client;

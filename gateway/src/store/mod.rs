@@ -4,6 +4,7 @@
 //! file) and PostgreSQL (shared by many replicas). Every change is written in one transaction
 //! together with its audit event, so nothing is ever half-applied or unaudited.
 
+pub mod feed;
 mod migrate;
 mod postgres;
 mod sql;
@@ -15,9 +16,10 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use lethe_policy::audit::{AuditEntry, AuditRecord, ChainBreak, ChainHead, ChainVerifier};
-use lethe_policy::{ConsentGrant, Layer, LegalHold, RetentionPolicy, SubjectState};
+use lethe_policy::{ConsentGrant, Layer, LegalHold, RetentionPolicy, SubjectPolicy, SubjectState};
 use serde::Serialize;
 
+pub use feed::{Feed, FeedEvent, PolicyChange};
 pub use postgres::PgStore;
 pub use sqlite::SqliteStore;
 
@@ -114,6 +116,16 @@ pub trait Store: Send + Sync + 'static {
         at: DateTime<Utc>,
     ) -> Result<Vec<u8>, StoreError>;
 
+    /// Policy changes of this process and, on PostgreSQL, of every replica.
+    fn feed(&self) -> &Arc<Feed>;
+
+    /// What decisions need about one subject: state (active in epoch 0 when unknown) and grants.
+    async fn subject_policy(
+        &self,
+        tenant: &str,
+        subject: &str,
+    ) -> Result<SubjectPolicy, StoreError>;
+
     async fn subject(
         &self,
         tenant: &str,
@@ -162,6 +174,21 @@ pub trait Store: Send + Sync + 'static {
 
     /// Records lineage rows; a row for an item already known replaces it.
     async fn record_items(&self, items: &[ItemRecord]) -> Result<(), StoreError>;
+    /// The owner (tenant, subject) of each of `ids` that lineage knows, live or deleted.
+    async fn item_owners(
+        &self,
+        store: &str,
+        collection: &str,
+        ids: &[String],
+    ) -> Result<BTreeMap<String, (String, String)>, StoreError>;
+    /// Marks lineage rows deleted; returns how many were live.
+    async fn mark_items_deleted(
+        &self,
+        store: &str,
+        collection: &str,
+        ids: &[String],
+        at: DateTime<Utc>,
+    ) -> Result<u64, StoreError>;
     /// Live lineage rows (items and threads) of a subject, counted per store.
     async fn inventory(
         &self,

@@ -12,12 +12,12 @@ macro_rules! impl_store {
             use async_trait::async_trait;
             use chrono::{DateTime, Utc};
             use lethe_policy::audit::{seal, AuditEntry, AuditRecord, ChainHead};
-            use lethe_policy::{Action, ConsentGrant, LegalHold, RetentionPolicy, SubjectState, SubjectStatus};
+            use lethe_policy::{Action, ConsentGrant, LegalHold, RetentionPolicy, SubjectPolicy, SubjectState, SubjectStatus};
             use sqlx::types::Json;
             use sqlx::Row as _;
 
             use super::*;
-            use crate::store::{HoldRecord, ItemRecord, RetentionVersion, Store, StoreError};
+            use crate::store::{Feed, FeedEvent, HoldRecord, ItemRecord, PolicyChange, RetentionVersion, Store, StoreError};
 
             type Row = <$db as sqlx::Database>::Row;
             type Tx = sqlx::Transaction<'static, $db>;
@@ -116,6 +116,15 @@ macro_rules! impl_store {
                 Ok(record)
             }
 
+            /// Commits `tx` and tells every cache: first the other replicas (inside the
+            /// transaction, so they hear of it only if it commits), then this process.
+            async fn commit_change(store: &$store, mut tx: Tx, change: PolicyChange) -> Result<(), StoreError> {
+                <$store>::notify(&mut tx, &change).await?;
+                tx.commit().await?;
+                store.feed.publish(FeedEvent::Changed(change));
+                Ok(())
+            }
+
             fn status_of(text: &str) -> Result<SubjectStatus, StoreError> {
                 SubjectStatus::parse(text).ok_or_else(|| StoreError::Corrupt(format!("unknown subject status {text:?}")))
             }
@@ -160,6 +169,16 @@ macro_rules! impl_store {
                     .transpose()
                 }
 
+                fn feed(&self) -> &std::sync::Arc<Feed> {
+                    &self.feed
+                }
+
+                async fn subject_policy(&self, tenant: &str, subject: &str) -> Result<SubjectPolicy, StoreError> {
+                    let state = self.subject(tenant, subject).await?.unwrap_or_default();
+                    let grants = self.grants(tenant, subject).await?;
+                    Ok(SubjectPolicy { state, grants })
+                }
+
                 async fn create_grant(&self, grant: &ConsentGrant, audit: AuditEntry) -> Result<(), StoreError> {
                     let mut tx = self.write_tx().await?;
                     sqlx::query(
@@ -197,8 +216,8 @@ macro_rules! impl_store {
                     .execute(&mut *tx)
                     .await?;
                     append_in(&mut tx, audit).await?;
-                    tx.commit().await?;
-                    Ok(())
+                    let change = PolicyChange { tenant: grant.tenant.clone(), subject: Some(grant.subject.clone()) };
+                    commit_change(self, tx, change).await
                 }
 
                 async fn grant(&self, id: &str) -> Result<ConsentGrant, StoreError> {
@@ -221,7 +240,8 @@ macro_rules! impl_store {
                         return Err(StoreError::AlreadyRevoked);
                     }
                     append_in(&mut tx, audit).await?;
-                    tx.commit().await?;
+                    let change = PolicyChange { tenant: grant.tenant.clone(), subject: Some(grant.subject.clone()) };
+                    commit_change(self, tx, change).await?;
                     Ok(grant)
                 }
 
@@ -276,7 +296,7 @@ macro_rules! impl_store {
                     .execute(&mut *tx)
                     .await?;
                     append_in(&mut tx, AuditEntry { target_ref: Some(version.to_string()), ..audit }).await?;
-                    tx.commit().await?;
+                    commit_change(self, tx, PolicyChange { tenant: tenant.to_owned(), subject: None }).await?;
                     Ok(RetentionVersion { version, policy: policy.clone(), created_at: at, created_by: actor.to_owned() })
                 }
 
@@ -365,6 +385,52 @@ macro_rules! impl_store {
                     }
                     tx.commit().await?;
                     Ok(())
+                }
+
+                async fn item_owners(
+                    &self,
+                    store: &str,
+                    collection: &str,
+                    ids: &[String],
+                ) -> Result<BTreeMap<String, (String, String)>, StoreError> {
+                    let mut owners = BTreeMap::new();
+                    for id in ids {
+                        let row = sqlx::query("SELECT tenant, subject FROM items WHERE store = $1 AND collection = $2 AND item_id = $3")
+                            .bind(store)
+                            .bind(collection)
+                            .bind(id)
+                            .fetch_optional(&self.pool)
+                            .await?;
+                        if let Some(row) = row {
+                            owners.insert(id.clone(), (row.try_get("tenant")?, row.try_get("subject")?));
+                        }
+                    }
+                    Ok(owners)
+                }
+
+                async fn mark_items_deleted(
+                    &self,
+                    store: &str,
+                    collection: &str,
+                    ids: &[String],
+                    at: DateTime<Utc>,
+                ) -> Result<u64, StoreError> {
+                    let mut tx = self.write_tx().await?;
+                    let mut marked = 0;
+                    for id in ids {
+                        marked += sqlx::query(
+                            "UPDATE items SET deleted_at = $1 WHERE store = $2 AND collection = $3 AND item_id = $4 AND deleted_at IS NULL",
+                        )
+                        .bind(at)
+                        .bind(store)
+                        .bind(collection)
+                        .bind(id)
+                        .execute(&mut *tx)
+                        .await?
+                        .rows_affected();
+                    }
+                    tx.commit().await?;
+                    Ok(marked)
                 }
 
                 async fn inventory(&self, tenant: &str, subject: &str) -> Result<BTreeMap<String, i64>, StoreError> {

@@ -13,6 +13,8 @@ use super::sql::impl_store;
 
 pub struct SqliteStore {
     pool: SqlitePool,
+    /// One process owns the file, so the feed is in-process only and always healthy.
+    feed: std::sync::Arc<super::Feed>,
 }
 
 impl SqliteStore {
@@ -41,12 +43,23 @@ impl SqliteStore {
             .acquire_timeout(Duration::from_secs(5))
             .connect_with(options)
             .await?;
-        Ok(SqliteStore { pool })
+        Ok(SqliteStore {
+            pool,
+            feed: std::sync::Arc::new(super::Feed::new(true)),
+        })
     }
 
     /// Write transactions take the write lock up front, so two of them never deadlock upgrading.
     async fn write_tx(&self) -> Result<sqlx::Transaction<'static, sqlx::Sqlite>, StoreError> {
         Ok(self.pool.begin_with("BEGIN IMMEDIATE").await?)
+    }
+
+    /// Nothing to tell: no other process shares the database.
+    async fn notify(
+        _tx: &mut sqlx::Transaction<'static, sqlx::Sqlite>,
+        _change: &super::PolicyChange,
+    ) -> Result<(), StoreError> {
+        Ok(())
     }
 
     async fn run_migrations(&self) -> Result<Vec<i64>, StoreError> {

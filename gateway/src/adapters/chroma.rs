@@ -1,0 +1,666 @@
+//! Chroma's v2 HTTP API (`/api/v2/...`).
+//!
+//! Writes are decided record by record and stamped into each record's metadata; reads are
+//! narrowed with a `where` Chroma evaluates, then every returned record is decided again and
+//! dropped if refused, keeping the parallel arrays aligned. `count` is answered by counting what a
+//! narrowed, filtered `get` returns, so it never reveals hidden records.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use chrono::{DateTime, TimeZone, Utc};
+use hyper::Method;
+use lethe_policy::{
+    Action, Layer, PolicyView, ReadContext, Refusal, Stamp, WriteFacts, decide_read, decide_write,
+};
+use serde_json::{Map, Value, json};
+
+use super::{AdapterError, RecordRefusal};
+
+pub const SUBJECT: &str = "lethe_subject";
+pub const TENANT: &str = "lethe_tenant";
+pub const PURPOSE: &str = "lethe_purpose";
+pub const CATEGORY: &str = "lethe_category";
+pub const EXPIRES_AT: &str = "lethe_expires_at";
+pub const EPOCH: &str = "lethe_epoch";
+
+/// Arrays that run parallel to `ids` in requests and responses.
+const PARALLEL: [&str; 7] = [
+    "ids",
+    "embeddings",
+    "documents",
+    "metadatas",
+    "uris",
+    "distances",
+    "data",
+];
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteKind {
+    Add,
+    Upsert,
+    Update,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Endpoint {
+    /// Service and metadata reads any data-plane caller may make (the client library needs them).
+    PassThrough,
+    /// Creating, changing or deleting tenants, databases and collections.
+    Admin,
+    Write {
+        collection: String,
+        kind: WriteKind,
+    },
+    Get {
+        collection: String,
+    },
+    Query {
+        collection: String,
+    },
+    Count {
+        collection: String,
+    },
+    Delete {
+        collection: String,
+    },
+    /// Not passed through: unknown, or an operation Lethe cannot govern (search, functions, reset).
+    Refused,
+}
+
+/// Which endpoint a request is; `path` is the part after the route prefix, without the query.
+pub fn classify(method: &Method, path: &str) -> Endpoint {
+    let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let get = method == Method::GET;
+    let post = method == Method::POST;
+    let mutate = matches!(
+        *method,
+        Method::POST | Method::PUT | Method::PATCH | Method::DELETE
+    );
+    let collection = |c: &str| c.to_owned();
+    match segments.as_slice() {
+        ["api", "v2", "heartbeat" | "version" | "pre-flight-checks"]
+        | ["api", "v2", "auth", "identity"]
+            if get =>
+        {
+            Endpoint::PassThrough
+        }
+        ["api", "v2", "tenants"] if post => Endpoint::Admin,
+        ["api", "v2", "tenants", _] | ["api", "v2", "tenants", _, "databases"] if get => {
+            Endpoint::PassThrough
+        }
+        ["api", "v2", "tenants", _] | ["api", "v2", "tenants", _, "databases"] if mutate => {
+            Endpoint::Admin
+        }
+        ["api", "v2", "tenants", _, "databases", _] if get => Endpoint::PassThrough,
+        ["api", "v2", "tenants", _, "databases", _] if mutate => Endpoint::Admin,
+        [
+            "api",
+            "v2",
+            "tenants",
+            _,
+            "databases",
+            _,
+            "collections" | "collections_count",
+        ] if get => Endpoint::PassThrough,
+        ["api", "v2", "tenants", _, "databases", _, "collections"] if post => Endpoint::Admin,
+        ["api", "v2", "tenants", _, "databases", _, "collections", _] if get => {
+            Endpoint::PassThrough
+        }
+        ["api", "v2", "tenants", _, "databases", _, "collections", _] if mutate => Endpoint::Admin,
+        [
+            "api",
+            "v2",
+            "tenants",
+            _,
+            "databases",
+            _,
+            "collections",
+            c,
+            op,
+        ] => match (*op, post, get) {
+            ("add", true, _) => Endpoint::Write {
+                collection: collection(c),
+                kind: WriteKind::Add,
+            },
+            ("upsert", true, _) => Endpoint::Write {
+                collection: collection(c),
+                kind: WriteKind::Upsert,
+            },
+            ("update", true, _) => Endpoint::Write {
+                collection: collection(c),
+                kind: WriteKind::Update,
+            },
+            ("get", true, _) => Endpoint::Get {
+                collection: collection(c),
+            },
+            ("query", true, _) => Endpoint::Query {
+                collection: collection(c),
+            },
+            ("delete", true, _) => Endpoint::Delete {
+                collection: collection(c),
+            },
+            ("count", _, true) => Endpoint::Count {
+                collection: collection(c),
+            },
+            ("fork", true, _) => Endpoint::Admin,
+            _ => Endpoint::Refused,
+        },
+        _ => Endpoint::Refused,
+    }
+}
+
+/// What the request says about whose data it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Scope<'a> {
+    pub tenant: &'a str,
+    /// From the token's `subject` claim or `X-Lethe-Subject`.
+    pub subject: Option<&'a str>,
+    /// Whether the token itself is bound to that subject (then records may name no other).
+    pub bound: bool,
+    pub purpose: Option<&'a str>,
+    pub category: Option<&'a str>,
+}
+
+/// One record of a write, with the facts its decision needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordFacts {
+    pub index: usize,
+    pub id: String,
+    pub subject: String,
+    pub purpose: String,
+    pub category: String,
+    pub requested_expires_at: Option<DateTime<Utc>>,
+}
+
+/// A parsed write, waiting for the policy of its subjects.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PlannedWrite {
+    body: Map<String, Value>,
+    pub records: Vec<RecordFacts>,
+}
+
+impl PlannedWrite {
+    pub fn subjects(&self) -> BTreeSet<&str> {
+        self.records.iter().map(|r| r.subject.as_str()).collect()
+    }
+    pub fn ids(&self) -> Vec<String> {
+        self.records.iter().map(|r| r.id.clone()).collect()
+    }
+}
+
+fn parse_object(body: &[u8]) -> Result<Map<String, Value>, AdapterError> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(Map::new());
+    }
+    match serde_json::from_slice(body) {
+        Ok(Value::Object(map)) => Ok(map),
+        Ok(_) => Err(AdapterError::Invalid(
+            "the body must be a JSON object".into(),
+        )),
+        Err(_) => Err(AdapterError::Invalid("the body is not valid JSON".into())),
+    }
+}
+
+/// Checks that every parallel array present (and not null) has exactly `len` entries and, for
+/// nested answers, that each query's entries line up with that query's ids.
+fn check_parallel(map: &Map<String, Value>, len: usize, nested: bool) -> Result<(), String> {
+    let ids = map.get("ids");
+    for key in PARALLEL {
+        let Some(value) = map.get(key).filter(|v| !v.is_null()) else {
+            continue;
+        };
+        let Some(items) = value.as_array().filter(|a| a.len() == len) else {
+            return Err(format!("{key} must be an array of {len} entries, like ids"));
+        };
+        if nested {
+            for (q, inner) in items.iter().enumerate().filter(|(_, v)| !v.is_null()) {
+                let ids_len = ids
+                    .and_then(|v| v.get(q))
+                    .and_then(Value::as_array)
+                    .map(Vec::len);
+                if ids_len.is_none() || inner.as_array().map(Vec::len) != ids_len {
+                    return Err(format!("{key}[{q}] is not aligned with ids[{q}]"));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn string_field<'a>(
+    meta: Option<&'a Map<String, Value>>,
+    key: &str,
+    index: usize,
+) -> Result<Option<&'a str>, AdapterError> {
+    match meta.and_then(|m| m.get(key)) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s.as_str())),
+        Some(_) => Err(AdapterError::Invalid(format!(
+            "record {index}: {key} must be a string"
+        ))),
+    }
+}
+
+/// Request-level and record-level values must agree; either may be absent.
+fn agree(
+    index: usize,
+    request: Option<&str>,
+    record: Option<&str>,
+) -> Result<Option<String>, AdapterError> {
+    match (request, record) {
+        (Some(a), Some(b)) if a != b => Err(AdapterError::Refused(vec![RecordRefusal {
+            index,
+            refusal: Refusal::ScopeViolation,
+        }])),
+        (a, b) => Ok(a.or(b).map(str::to_owned)),
+    }
+}
+
+/// Parses an `add`, `upsert` or `update` body and finds each record's subject, purpose and
+/// category (from the request, else from the record's `lethe_*` metadata).
+pub fn plan_write(body: &[u8], scope: &Scope<'_>) -> Result<PlannedWrite, AdapterError> {
+    let map = parse_object(body)?;
+    let ids: Vec<String> = match map.get("ids") {
+        Some(Value::Array(ids)) if !ids.is_empty() => ids
+            .iter()
+            .map(|id| id.as_str().map(str::to_owned))
+            .collect::<Option<_>>()
+            .ok_or_else(|| AdapterError::Invalid("ids must be strings".into()))?,
+        _ => {
+            return Err(AdapterError::Invalid(
+                "ids must be a non-empty array".into(),
+            ));
+        }
+    };
+    check_parallel(&map, ids.len(), false).map_err(AdapterError::Invalid)?;
+    let metadatas = map.get("metadatas").and_then(Value::as_array);
+    let mut records = Vec::with_capacity(ids.len());
+    for (index, id) in ids.into_iter().enumerate() {
+        let meta = match metadatas.and_then(|m| m.get(index)) {
+            None | Some(Value::Null) => None,
+            Some(Value::Object(m)) => Some(m),
+            Some(_) => {
+                return Err(AdapterError::Invalid(format!(
+                    "metadatas[{index}] must be an object or null"
+                )));
+            }
+        };
+        let record_subject = string_field(meta, SUBJECT, index)?;
+        if scope.bound && record_subject.is_some_and(|s| Some(s) != scope.subject) {
+            return Err(AdapterError::Refused(vec![RecordRefusal {
+                index,
+                refusal: Refusal::ScopeViolation,
+            }]));
+        }
+        let missing = |what, header| AdapterError::MissingScope {
+            index,
+            what,
+            header,
+        };
+        let subject = agree(index, scope.subject, record_subject)?
+            .ok_or_else(|| missing("subject", "Subject"))?;
+        let purpose = agree(index, scope.purpose, string_field(meta, PURPOSE, index)?)?
+            .ok_or_else(|| missing("purpose", "Purpose"))?;
+        let category = agree(index, scope.category, string_field(meta, CATEGORY, index)?)?
+            .ok_or_else(|| missing("category", "Category"))?;
+        let requested_expires_at = match meta.and_then(|m| m.get(EXPIRES_AT)) {
+            None | Some(Value::Null) => None,
+            Some(v) => Some(
+                v.as_i64()
+                    .and_then(|s| Utc.timestamp_opt(s, 0).single())
+                    .ok_or_else(|| {
+                        AdapterError::Invalid(format!(
+                            "record {index}: {EXPIRES_AT} must be a Unix time in seconds"
+                        ))
+                    })?,
+            ),
+        };
+        records.push(RecordFacts {
+            index,
+            id,
+            subject,
+            purpose,
+            category,
+            requested_expires_at,
+        });
+    }
+    Ok(PlannedWrite { body: map, records })
+}
+
+/// A write every record of which was allowed: the body to forward, and each id's stamp.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StampedWrite {
+    pub body: Vec<u8>,
+    pub stamps: Vec<(String, Stamp)>,
+}
+
+/// Decides every record and, when all are allowed, returns the body with each record's stamp
+/// written into its metadata, and the stamps (for lineage). `owners` maps ids lineage already
+/// knows to their (tenant, subject): a write may not take over another subject's record.
+pub fn apply_write(
+    planned: PlannedWrite,
+    tenant: &str,
+    view: &impl PolicyView,
+    owners: &BTreeMap<String, (String, String)>,
+    now: DateTime<Utc>,
+) -> Result<StampedWrite, AdapterError> {
+    let PlannedWrite { mut body, records } = planned;
+    let mut refused = Vec::new();
+    let mut stamps = Vec::with_capacity(records.len());
+    for r in &records {
+        let taken = owners
+            .get(&r.id)
+            .is_some_and(|(t, s)| t != tenant || *s != r.subject);
+        let facts = WriteFacts {
+            tenant,
+            subject: &r.subject,
+            purpose: &r.purpose,
+            category: &r.category,
+            layer: Layer::Raw,
+            action: Action::Store,
+            authorised_epoch: None,
+            requested_expires_at: r.requested_expires_at,
+        };
+        match decide_write(view, &facts, now) {
+            Ok(_) if taken => refused.push(RecordRefusal {
+                index: r.index,
+                refusal: Refusal::ScopeViolation,
+            }),
+            Ok(stamp) => stamps.push((r.id.clone(), stamp)),
+            Err(refusal) => refused.push(RecordRefusal {
+                index: r.index,
+                refusal,
+            }),
+        }
+    }
+    if !refused.is_empty() {
+        return Err(AdapterError::Refused(refused));
+    }
+    let metadatas = body.entry("metadatas").or_insert(Value::Null);
+    if !metadatas.is_array() {
+        *metadatas = Value::Array(vec![Value::Null; records.len()]);
+    }
+    if let Value::Array(metas) = metadatas {
+        for (meta, (_, stamp)) in metas.iter_mut().zip(&stamps) {
+            if !meta.is_object() {
+                *meta = Value::Object(Map::new());
+            }
+            if let Value::Object(m) = meta {
+                write_stamp(m, stamp);
+            }
+        }
+    }
+    let bytes = serde_json::to_vec(&body).map_err(|e| AdapterError::Invalid(e.to_string()))?;
+    Ok(StampedWrite {
+        body: bytes,
+        stamps,
+    })
+}
+
+fn write_stamp(meta: &mut Map<String, Value>, stamp: &Stamp) {
+    meta.insert(SUBJECT.into(), json!(stamp.subject));
+    meta.insert(TENANT.into(), json!(stamp.tenant));
+    meta.insert(PURPOSE.into(), json!(stamp.purpose));
+    meta.insert(CATEGORY.into(), json!(stamp.category));
+    meta.insert(EXPIRES_AT.into(), json!(stamp.expires_at.timestamp()));
+    meta.insert(EPOCH.into(), json!(stamp.epoch));
+}
+
+/// The stamp in a record's metadata, if it carries a whole one.
+pub fn read_stamp(meta: &Value) -> Option<Stamp> {
+    let m = meta.as_object()?;
+    let text = |k: &str| m.get(k)?.as_str().map(str::to_owned);
+    Some(Stamp {
+        tenant: text(TENANT)?,
+        subject: text(SUBJECT)?,
+        purpose: text(PURPOSE)?,
+        category: text(CATEGORY)?,
+        layer: Layer::Raw,
+        expires_at: Utc
+            .timestamp_opt(m.get(EXPIRES_AT)?.as_i64()?, 0)
+            .single()?,
+        epoch: m.get(EPOCH)?.as_i64()?,
+    })
+}
+
+/// How a read's response must be cut back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReadPlan {
+    /// `query` answers arrays nested per query; `get` answers flat arrays.
+    pub nested: bool,
+    /// Lethe asked for metadatas the client did not; they are removed from the answer.
+    pub strip_metadatas: bool,
+}
+
+/// The conditions Lethe adds to every read: the caller's tenant, its bound subject, and not
+/// expired. Chroma evaluates them, so most refused records never leave the store.
+fn scope_conditions(
+    tenant: &str,
+    bound_subject: Option<&str>,
+    now: Option<DateTime<Utc>>,
+) -> Vec<Value> {
+    let mut conditions = vec![json!({ TENANT: { "$eq": tenant } })];
+    if let Some(subject) = bound_subject {
+        conditions.push(json!({ SUBJECT: { "$eq": subject } }));
+    }
+    if let Some(now) = now {
+        conditions.push(json!({ EXPIRES_AT: { "$gt": now.timestamp() } }));
+    }
+    conditions
+}
+
+/// `original AND conditions`, in the shape Chroma accepts (`$and` needs two or more operands).
+fn narrowed_where(original: Option<Value>, mut conditions: Vec<Value>) -> Value {
+    match original {
+        Some(Value::Object(o)) if !o.is_empty() => conditions.insert(0, Value::Object(o)),
+        _ => {}
+    }
+    if conditions.len() == 1 {
+        conditions.pop().unwrap_or(Value::Null)
+    } else {
+        json!({ "$and": conditions })
+    }
+}
+
+/// Rewrites a `get` or `query` body: narrowed `where`, and metadatas included (needed to decide).
+pub fn narrow_read(
+    body: &[u8],
+    nested: bool,
+    tenant: &str,
+    bound_subject: Option<&str>,
+    now: DateTime<Utc>,
+) -> Result<(Vec<u8>, ReadPlan), AdapterError> {
+    let mut map = parse_object(body)?;
+    match map.get("where") {
+        None | Some(Value::Null | Value::Object(_)) => {}
+        Some(_) => return Err(AdapterError::Invalid("where must be an object".into())),
+    }
+    let original = map.remove("where");
+    map.insert(
+        "where".into(),
+        narrowed_where(original, scope_conditions(tenant, bound_subject, Some(now))),
+    );
+    let strip_metadatas = match map.get_mut("include") {
+        None | Some(Value::Null) => false,
+        Some(Value::Array(include)) => {
+            if include.iter().any(|v| !v.is_string()) {
+                return Err(AdapterError::Invalid(
+                    "include must list field names".into(),
+                ));
+            }
+            let missing = !include.iter().any(|v| v == "metadatas");
+            if missing {
+                include.push(json!("metadatas"));
+            }
+            missing
+        }
+        Some(_) => return Err(AdapterError::Invalid("include must be an array".into())),
+    };
+    let bytes = serde_json::to_vec(&map).map_err(|e| AdapterError::Invalid(e.to_string()))?;
+    Ok((
+        bytes,
+        ReadPlan {
+            nested,
+            strip_metadatas,
+        },
+    ))
+}
+
+/// The body of the `get` Lethe sends to count or to delete within the caller's scope. Counting
+/// also leaves out expired records; deleting does not (removing expired data is always allowed).
+pub fn scoped_get(
+    ids: Option<Value>,
+    original_where: Option<Value>,
+    tenant: &str,
+    bound_subject: Option<&str>,
+    now: Option<DateTime<Utc>>,
+) -> Vec<u8> {
+    let mut body = Map::new();
+    if let Some(ids) = ids.filter(|v| !v.is_null()) {
+        body.insert("ids".into(), ids);
+    }
+    body.insert(
+        "where".into(),
+        narrowed_where(original_where, scope_conditions(tenant, bound_subject, now)),
+    );
+    body.insert("include".into(), json!(["metadatas"]));
+    serde_json::to_vec(&Value::Object(body)).unwrap_or_default()
+}
+
+/// Parses a `delete` body into its `ids` and `where` (a `where_document` is refused: Lethe
+/// cannot scope it).
+pub fn parse_delete(body: &[u8]) -> Result<(Option<Value>, Option<Value>), AdapterError> {
+    let mut map = parse_object(body)?;
+    if map.get("where_document").is_some_and(|v| !v.is_null()) {
+        return Err(AdapterError::Invalid(
+            "where_document is not supported through Lethe; delete by ids or where".into(),
+        ));
+    }
+    let ids = map.remove("ids").filter(|v| !v.is_null());
+    if ids
+        .as_ref()
+        .is_some_and(|v| !v.as_array().is_some_and(|a| a.iter().all(Value::is_string)))
+    {
+        return Err(AdapterError::Invalid(
+            "ids must be an array of strings".into(),
+        ));
+    }
+    let filter = map.remove("where").filter(|v| !v.is_null());
+    if filter.as_ref().is_some_and(|v| !v.is_object()) {
+        return Err(AdapterError::Invalid("where must be an object".into()));
+    }
+    if ids.is_none() && filter.is_none() {
+        return Err(AdapterError::Invalid(
+            "name the records to delete with ids or where".into(),
+        ));
+    }
+    Ok((ids, filter))
+}
+
+/// The ids a `get` answered.
+pub fn ids_of(response: &[u8]) -> Result<Vec<String>, AdapterError> {
+    let map: Map<String, Value> = serde_json::from_slice(response)
+        .map_err(|_| AdapterError::UpstreamInvalid("not JSON".into()))?;
+    map.get("ids")
+        .and_then(Value::as_array)
+        .and_then(|ids| ids.iter().map(|v| v.as_str().map(str::to_owned)).collect())
+        .ok_or_else(|| AdapterError::UpstreamInvalid("ids missing".into()))
+}
+
+/// The (tenant, subject) pairs whose stamps appear in a read's response: their policy must be
+/// loaded before [`filter_read`].
+pub fn subjects_in(response: &Value) -> BTreeSet<(String, String)> {
+    let mut found = BTreeSet::new();
+    let mut visit = |meta: &Value| {
+        if let Some(stamp) = read_stamp(meta) {
+            found.insert((stamp.tenant, stamp.subject));
+        }
+    };
+    if let Some(Value::Array(metas)) = response.get("metadatas") {
+        for meta in metas {
+            match meta {
+                Value::Array(inner) => inner.iter().for_each(&mut visit),
+                other => visit(other),
+            }
+        }
+    }
+    found
+}
+
+/// Keeps the entries at `keep` of every parallel array in `map`.
+fn retain_parallel(map: &mut Map<String, Value>, keep: &[bool]) {
+    for key in PARALLEL {
+        if let Some(Value::Array(items)) = map.get_mut(key) {
+            let mut flags = keep.iter();
+            items.retain(|_| flags.next().copied().unwrap_or(false));
+        }
+    }
+}
+
+/// Drops every record `decide_read` refuses, keeping the parallel arrays aligned (per query for
+/// `query`). Fails closed: an answer whose arrays do not line up is not passed on.
+pub fn filter_read(
+    response: Value,
+    plan: &ReadPlan,
+    view: &impl PolicyView,
+    ctx: &ReadContext<'_>,
+    now: DateTime<Utc>,
+) -> Result<Value, AdapterError> {
+    let Value::Object(mut map) = response else {
+        return Err(AdapterError::UpstreamInvalid("not a JSON object".into()));
+    };
+    let decide = |meta: Option<&Value>| {
+        decide_read(view, ctx, meta.and_then(read_stamp).as_ref(), now).is_ok()
+    };
+    let ids = map
+        .get("ids")
+        .and_then(Value::as_array)
+        .map(Vec::len)
+        .ok_or_else(|| AdapterError::UpstreamInvalid("ids missing".into()))?;
+    check_parallel(&map, ids, plan.nested).map_err(AdapterError::UpstreamInvalid)?;
+    if plan.nested {
+        // Split each query's slice out, filter it as a flat answer, put it back.
+        for q in 0..ids {
+            let mut slice = Map::new();
+            for key in PARALLEL {
+                if let Some(Value::Array(outer)) = map.get_mut(key)
+                    && let Some(inner) = outer.get_mut(q)
+                {
+                    slice.insert(key.into(), inner.take());
+                }
+            }
+            let metas = slice.get("metadatas").and_then(Value::as_array);
+            let count = slice
+                .get("ids")
+                .and_then(Value::as_array)
+                .map_or(0, Vec::len);
+            let keep: Vec<bool> = (0..count)
+                .map(|i| decide(metas.and_then(|m| m.get(i))))
+                .collect();
+            retain_parallel(&mut slice, &keep);
+            for (key, value) in slice {
+                if let Some(Value::Array(outer)) = map.get_mut(&key)
+                    && let Some(slot) = outer.get_mut(q)
+                {
+                    *slot = value;
+                }
+            }
+        }
+    } else {
+        let metas = map.get("metadatas").and_then(Value::as_array);
+        let keep: Vec<bool> = (0..ids)
+            .map(|i| decide(metas.and_then(|m| m.get(i))))
+            .collect();
+        retain_parallel(&mut map, &keep);
+    }
+    if plan.strip_metadatas {
+        map.insert("metadatas".into(), Value::Null);
+        if let Some(Value::Array(include)) = map.get_mut("include") {
+            include.retain(|v| v != "metadatas");
+        }
+    }
+    Ok(Value::Object(map))
+}
+
+#[cfg(test)]
+mod tests;

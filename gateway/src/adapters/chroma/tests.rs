@@ -1,0 +1,595 @@
+use std::collections::BTreeMap;
+
+use chrono::TimeDelta;
+use lethe_policy::{
+    ConsentGrant, PolicySnapshot, RetentionPolicy, RetentionRule, SubjectPolicy, SubjectState,
+    SubjectStatus,
+};
+use proptest::prelude::*;
+
+use super::*;
+
+fn now() -> DateTime<Utc> {
+    Utc.timestamp_opt(1_800_000_000, 0).unwrap()
+}
+
+fn policy(status: SubjectStatus, actions: &[Action]) -> SubjectPolicy {
+    SubjectPolicy {
+        state: SubjectState { status, epoch: 0 },
+        grants: vec![ConsentGrant {
+            id: "g".into(),
+            tenant: "acme".into(),
+            subject: "any".into(),
+            purpose: "personalization".into(),
+            category: "preference".into(),
+            actions: actions.iter().copied().collect(),
+            granted_at: now() - TimeDelta::days(1),
+            expires_at: None,
+            revoked_at: None,
+            policy_version: 1,
+            source: "test".into(),
+        }],
+    }
+}
+
+/// alice and bob consented; carol is suppressed; dave may store but not retrieve.
+fn view() -> PolicySnapshot {
+    let all = [Action::Store, Action::Retrieve];
+    let subjects = BTreeMap::from([
+        ("alice".to_owned(), policy(SubjectStatus::Active, &all)),
+        ("bob".to_owned(), policy(SubjectStatus::Active, &all)),
+        ("carol".to_owned(), policy(SubjectStatus::Suppressed, &all)),
+        (
+            "dave".to_owned(),
+            policy(SubjectStatus::Active, &[Action::Store]),
+        ),
+    ]);
+    let retention = RetentionPolicy {
+        rules: vec![RetentionRule {
+            purpose: "personalization".into(),
+            category: "preference".into(),
+            layer: None,
+            max_age: "30d".parse().unwrap(),
+            legal_end: None,
+        }],
+        purpose_ends: vec![],
+    };
+    PolicySnapshot {
+        subjects: BTreeMap::from([("acme".to_owned(), subjects)]),
+        retention: BTreeMap::from([("acme".to_owned(), retention)]),
+    }
+}
+
+fn scope(subject: Option<&'static str>) -> Scope<'static> {
+    Scope {
+        tenant: "acme",
+        subject,
+        bound: subject.is_some(),
+        purpose: Some("personalization"),
+        category: Some("preference"),
+    }
+}
+
+#[test]
+fn endpoints_are_classified() {
+    let base = "/api/v2/tenants/default_tenant/databases/default_database/collections";
+    let cases = [
+        (
+            Method::GET,
+            "/api/v2/heartbeat".to_owned(),
+            Endpoint::PassThrough,
+        ),
+        (
+            Method::GET,
+            "/api/v2/auth/identity".to_owned(),
+            Endpoint::PassThrough,
+        ),
+        (
+            Method::GET,
+            "/api/v2/tenants/default_tenant".to_owned(),
+            Endpoint::PassThrough,
+        ),
+        (Method::POST, "/api/v2/tenants".to_owned(), Endpoint::Admin),
+        (
+            Method::GET,
+            format!("{base}/memories"),
+            Endpoint::PassThrough,
+        ),
+        (Method::POST, base.to_owned(), Endpoint::Admin),
+        (Method::DELETE, format!("{base}/memories"), Endpoint::Admin),
+        (
+            Method::POST,
+            format!("{base}/c1/add"),
+            Endpoint::Write {
+                collection: "c1".into(),
+                kind: WriteKind::Add,
+            },
+        ),
+        (
+            Method::POST,
+            format!("{base}/c1/upsert"),
+            Endpoint::Write {
+                collection: "c1".into(),
+                kind: WriteKind::Upsert,
+            },
+        ),
+        (
+            Method::POST,
+            format!("{base}/c1/update"),
+            Endpoint::Write {
+                collection: "c1".into(),
+                kind: WriteKind::Update,
+            },
+        ),
+        (
+            Method::POST,
+            format!("{base}/c1/query"),
+            Endpoint::Query {
+                collection: "c1".into(),
+            },
+        ),
+        (
+            Method::POST,
+            format!("{base}/c1/get"),
+            Endpoint::Get {
+                collection: "c1".into(),
+            },
+        ),
+        (
+            Method::GET,
+            format!("{base}/c1/count"),
+            Endpoint::Count {
+                collection: "c1".into(),
+            },
+        ),
+        (
+            Method::POST,
+            format!("{base}/c1/delete"),
+            Endpoint::Delete {
+                collection: "c1".into(),
+            },
+        ),
+        (Method::POST, format!("{base}/c1/search"), Endpoint::Refused),
+        (Method::GET, format!("{base}/c1/add"), Endpoint::Refused),
+        (Method::POST, "/api/v2/reset".to_owned(), Endpoint::Refused),
+        (
+            Method::GET,
+            "/api/v1/heartbeat".to_owned(),
+            Endpoint::Refused,
+        ),
+        (Method::GET, "/".to_owned(), Endpoint::Refused),
+    ];
+    for (method, path, expected) in cases {
+        assert_eq!(classify(&method, &path), expected, "{method} {path}");
+    }
+}
+
+fn add_body(metadatas: Value) -> Vec<u8> {
+    json!({"ids": ["a", "b"], "embeddings": [[0.1, 0.2], [0.3, 0.4]], "documents": ["likes tea", "likes jazz"], "metadatas": metadatas})
+        .to_string()
+        .into_bytes()
+}
+
+#[test]
+fn a_consented_write_is_stamped_record_by_record() {
+    let planned = plan_write(
+        &add_body(json!([{"topic": "drinks"}, null])),
+        &scope(Some("alice")),
+    )
+    .unwrap();
+    assert_eq!(
+        planned.subjects().into_iter().collect::<Vec<_>>(),
+        ["alice"]
+    );
+    let StampedWrite { body, stamps } =
+        apply_write(planned, "acme", &view(), &BTreeMap::new(), now()).unwrap();
+    let body: Value = serde_json::from_slice(&body).unwrap();
+    let expires = (now() + TimeDelta::days(30)).timestamp();
+    assert_eq!(
+        body["metadatas"][0],
+        json!({"topic": "drinks", SUBJECT: "alice", TENANT: "acme", PURPOSE: "personalization", CATEGORY: "preference", EXPIRES_AT: expires, EPOCH: 0})
+    );
+    assert_eq!(
+        body["metadatas"][1][SUBJECT], "alice",
+        "a null metadata gets a stamp too"
+    );
+    assert_eq!(
+        body["documents"],
+        json!(["likes tea", "likes jazz"]),
+        "content is untouched"
+    );
+    assert_eq!(stamps.len(), 2);
+}
+
+#[test]
+fn records_may_carry_their_own_scope_when_the_request_does_not() {
+    let unbound = Scope {
+        tenant: "acme",
+        subject: None,
+        bound: false,
+        purpose: None,
+        category: None,
+    };
+    let metas = json!([
+        {SUBJECT: "alice", PURPOSE: "personalization", CATEGORY: "preference"},
+        {SUBJECT: "bob", PURPOSE: "personalization", CATEGORY: "preference", EXPIRES_AT: now().timestamp() + 60},
+    ]);
+    let planned = plan_write(&add_body(metas), &unbound).unwrap();
+    let body = apply_write(planned, "acme", &view(), &BTreeMap::new(), now())
+        .unwrap()
+        .body;
+    let body: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(body["metadatas"][1][SUBJECT], "bob");
+    assert_eq!(
+        body["metadatas"][1][EXPIRES_AT],
+        now().timestamp() + 60,
+        "a client may ask for an earlier expiry"
+    );
+}
+
+#[test]
+fn one_refused_record_refuses_the_write_with_reasons_and_no_content() {
+    let unbound = Scope {
+        tenant: "acme",
+        subject: None,
+        bound: false,
+        purpose: Some("personalization"),
+        category: Some("preference"),
+    };
+    let cases = [
+        (
+            json!([{SUBJECT: "alice"}, {SUBJECT: "carol"}]),
+            vec![(1, Refusal::SubjectSuppressed)],
+        ),
+        (
+            json!([{SUBJECT: "zed"}, {SUBJECT: "alice"}]),
+            vec![(0, Refusal::ConsentRequired)],
+        ),
+        (
+            json!([{SUBJECT: "carol"}, {SUBJECT: "zed"}]),
+            vec![
+                (0, Refusal::SubjectSuppressed),
+                (1, Refusal::ConsentRequired),
+            ],
+        ),
+    ];
+    for (metas, expected) in cases {
+        let planned = plan_write(&add_body(metas.clone()), &unbound).unwrap();
+        let err = apply_write(planned, "acme", &view(), &BTreeMap::new(), now()).unwrap_err();
+        let AdapterError::Refused(refusals) = &err else {
+            panic!("{err:?}")
+        };
+        let got: Vec<_> = refusals.iter().map(|r| (r.index, r.refusal)).collect();
+        assert_eq!(got, expected, "{metas}");
+        assert!(
+            !format!("{err:?}{err}").contains("likes"),
+            "no content in refusals"
+        );
+    }
+}
+
+#[test]
+fn scope_problems_are_caught_before_any_decision() {
+    let bound = scope(Some("alice"));
+    let other_subject = plan_write(&add_body(json!([{SUBJECT: "bob"}, null])), &bound);
+    assert!(
+        matches!(other_subject, Err(AdapterError::Refused(r)) if r[0].refusal == Refusal::ScopeViolation)
+    );
+    let other_purpose = plan_write(&add_body(json!([{PURPOSE: "training"}, null])), &bound);
+    assert!(
+        matches!(other_purpose, Err(AdapterError::Refused(r)) if r[0].refusal == Refusal::ScopeViolation)
+    );
+    let nobody = Scope {
+        tenant: "acme",
+        subject: None,
+        bound: false,
+        purpose: Some("p"),
+        category: Some("c"),
+    };
+    assert!(matches!(
+        plan_write(&add_body(Value::Null), &nobody),
+        Err(AdapterError::MissingScope {
+            index: 0,
+            what: "subject",
+            ..
+        })
+    ));
+    let taken = plan_write(&add_body(Value::Null), &bound).unwrap();
+    let owners = BTreeMap::from([("b".to_owned(), ("acme".to_owned(), "bob".to_owned()))]);
+    let err = apply_write(taken, "acme", &view(), &owners, now()).unwrap_err();
+    assert_eq!(
+        err,
+        AdapterError::Refused(vec![RecordRefusal {
+            index: 1,
+            refusal: Refusal::ScopeViolation
+        }])
+    );
+}
+
+#[test]
+fn malformed_writes_are_invalid() {
+    let s = scope(Some("alice"));
+    let bodies = [
+        "not json",
+        "[1, 2]",
+        r#"{"ids": []}"#,
+        r#"{"ids": [1]}"#,
+        r#"{"ids": ["a", "b"], "documents": ["only one"]}"#,
+        r#"{"ids": ["a"], "embeddings": [[1], [2]]}"#,
+        r#"{"ids": ["a"], "metadatas": ["text"]}"#,
+        r#"{"ids": ["a"], "metadatas": [{"lethe_subject": 7}]}"#,
+        r#"{"ids": ["a"], "metadatas": [{"lethe_expires_at": "tomorrow"}]}"#,
+        r#"{"ids": ["a"], "documents": "abc"}"#,
+    ];
+    for body in bodies {
+        assert!(
+            matches!(
+                plan_write(body.as_bytes(), &s),
+                Err(AdapterError::Invalid(_))
+            ),
+            "{body}"
+        );
+    }
+}
+
+fn stamped(subject: &str, expires: i64) -> Value {
+    json!({SUBJECT: subject, TENANT: "acme", PURPOSE: "personalization", CATEGORY: "preference", EXPIRES_AT: expires, EPOCH: 0, "topic": "x"})
+}
+
+#[test]
+fn reads_are_narrowed_in_the_store() {
+    let (body, plan) = narrow_read(
+        br#"{"where": {"topic": "x"}, "include": ["documents"]}"#,
+        false,
+        "acme",
+        Some("alice"),
+        now(),
+    )
+    .unwrap();
+    let body: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(
+        body["where"],
+        json!({"$and": [{"topic": "x"}, {TENANT: {"$eq": "acme"}}, {SUBJECT: {"$eq": "alice"}}, {EXPIRES_AT: {"$gt": now().timestamp()}}]})
+    );
+    assert_eq!(body["include"], json!(["documents", "metadatas"]));
+    assert!(plan.strip_metadatas);
+    let (body, plan) = narrow_read(b"{}", true, "acme", None, now()).unwrap();
+    let body: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(body["where"]["$and"].as_array().unwrap().len(), 2);
+    assert!(!plan.strip_metadatas && plan.nested);
+    assert!(narrow_read(br#"{"where": [1]}"#, false, "acme", None, now()).is_err());
+}
+
+#[test]
+fn get_answers_lose_refused_records_and_stay_aligned() {
+    let later = now().timestamp() + 3600;
+    let response = json!({
+        "ids": ["a", "c", "u", "e", "d", "b"],
+        "documents": ["A", "C", "U", "E", "D", "B"],
+        "embeddings": [[1], [2], [3], [4], [5], [6]],
+        "metadatas": [stamped("alice", later), stamped("carol", later), {"topic": "unstamped"}, stamped("alice", now().timestamp()), stamped("dave", later), stamped("bob", later)],
+        "include": ["documents", "embeddings", "metadatas"],
+    });
+    let ctx = ReadContext {
+        tenant: "acme",
+        bound_subject: None,
+        purpose: None,
+    };
+    let plan = ReadPlan {
+        nested: false,
+        strip_metadatas: false,
+    };
+    let out = filter_read(response, &plan, &view(), &ctx, now()).unwrap();
+    assert_eq!(out["ids"], json!(["a", "b"]));
+    assert_eq!(out["documents"], json!(["A", "B"]));
+    assert_eq!(out["embeddings"], json!([[1], [6]]));
+    assert_eq!(out["metadatas"][1][SUBJECT], "bob");
+
+    let bound = ReadContext {
+        bound_subject: Some("bob"),
+        ..ctx
+    };
+    let stripped = ReadPlan {
+        nested: false,
+        strip_metadatas: true,
+    };
+    let response = json!({"ids": ["a", "b"], "metadatas": [stamped("alice", later), stamped("bob", later)], "include": ["metadatas"]});
+    let out = filter_read(response, &stripped, &view(), &bound, now()).unwrap();
+    assert_eq!(
+        (
+            out["ids"].clone(),
+            out["metadatas"].clone(),
+            out["include"].clone()
+        ),
+        (json!(["b"]), Value::Null, json!([]))
+    );
+}
+
+#[test]
+fn query_answers_are_filtered_per_query() {
+    let later = now().timestamp() + 3600;
+    let response = json!({
+        "ids": [["a", "c"], ["c", "b", "a"]],
+        "distances": [[0.1, 0.2], [0.3, 0.4, 0.5]],
+        "documents": [["A", "C"], ["C", "B", "A"]],
+        "metadatas": [[stamped("alice", later), stamped("carol", later)], [stamped("carol", later), stamped("bob", later), stamped("alice", later)]],
+        "embeddings": null,
+    });
+    let ctx = ReadContext {
+        tenant: "acme",
+        bound_subject: None,
+        purpose: None,
+    };
+    let plan = ReadPlan {
+        nested: true,
+        strip_metadatas: false,
+    };
+    let out = filter_read(response, &plan, &view(), &ctx, now()).unwrap();
+    assert_eq!(out["ids"], json!([["a"], ["b", "a"]]));
+    assert_eq!(out["distances"], json!([[0.1], [0.4, 0.5]]));
+    assert_eq!(out["documents"], json!([["A"], ["B", "A"]]));
+    assert_eq!(out["embeddings"], Value::Null);
+}
+
+#[test]
+fn misaligned_answers_are_not_passed_on() {
+    let ctx = ReadContext {
+        tenant: "acme",
+        bound_subject: None,
+        purpose: None,
+    };
+    let flat = ReadPlan {
+        nested: false,
+        strip_metadatas: false,
+    };
+    let nested = ReadPlan {
+        nested: true,
+        strip_metadatas: false,
+    };
+    let cases = [
+        (json!({"ids": ["a", "b"], "documents": ["A"]}), &flat),
+        (json!({"documents": ["A"]}), &flat),
+        (json!([1]), &flat),
+        (json!({"ids": [["a"]], "documents": [["A", "B"]]}), &nested),
+        (json!({"ids": [["a"]], "metadatas": ["x"]}), &nested),
+    ];
+    for (response, plan) in cases {
+        assert!(
+            matches!(
+                filter_read(response.clone(), plan, &view(), &ctx, now()),
+                Err(AdapterError::UpstreamInvalid(_))
+            ),
+            "{response}"
+        );
+    }
+}
+
+#[test]
+fn deletes_are_scoped_through_a_get() {
+    assert_eq!(
+        parse_delete(br#"{"ids": ["a"]}"#).unwrap(),
+        (Some(json!(["a"])), None)
+    );
+    assert!(parse_delete(b"{}").is_err());
+    assert!(parse_delete(br#"{"where_document": {"$contains": "x"}}"#).is_err());
+    let body: Value = serde_json::from_slice(&scoped_get(
+        Some(json!(["a"])),
+        Some(json!({"k": 1})),
+        "acme",
+        Some("alice"),
+        None,
+    ))
+    .unwrap();
+    assert_eq!(
+        body,
+        json!({"ids": ["a"], "where": {"$and": [{"k": 1}, {TENANT: {"$eq": "acme"}}, {SUBJECT: {"$eq": "alice"}}]}, "include": ["metadatas"]})
+    );
+    assert_eq!(ids_of(br#"{"ids": ["x", "y"]}"#).unwrap(), ["x", "y"]);
+}
+
+// ---- properties: arbitrary JSON never panics and never lets a suppressed subject through ----
+
+fn arb_json() -> impl Strategy<Value = Value> {
+    let leaf = prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::Bool),
+        any::<i64>().prop_map(|n| json!(n)),
+        proptest::sample::select(vec![
+            "alice",
+            "carol",
+            "acme",
+            "personalization",
+            "preference",
+            "x"
+        ])
+        .prop_map(|s| json!(s)),
+    ];
+    leaf.prop_recursive(4, 48, 6, |inner| {
+        prop_oneof![
+            proptest::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
+            proptest::collection::btree_map(
+                proptest::sample::select(vec![
+                    "ids",
+                    "metadatas",
+                    "documents",
+                    "embeddings",
+                    "distances",
+                    SUBJECT,
+                    TENANT,
+                    PURPOSE,
+                    CATEGORY,
+                    EXPIRES_AT,
+                    EPOCH,
+                    "where",
+                    "include"
+                ]),
+                inner,
+                0..6
+            )
+            .prop_map(|m| Value::Object(m.into_iter().map(|(k, v)| (k.to_owned(), v)).collect())),
+        ]
+    })
+}
+
+/// A well-formed answer mixing subjects, some suppressed, with arbitrary extra fields.
+fn arb_answer() -> impl Strategy<Value = (Value, bool)> {
+    let record = (
+        proptest::sample::select(vec!["alice", "bob", "carol", "dave"]),
+        -10i64..10,
+        any::<bool>(),
+    );
+    (proptest::collection::vec(proptest::collection::vec(record, 0..6), 1..4), any::<bool>()).prop_map(|(queries, nested)| {
+        let meta = |(s, dt, whole): &(&str, i64, bool)| {
+            if *whole { stamped(s, now().timestamp() + dt * 600) } else { json!({SUBJECT: s}) }
+        };
+        let ids = |q: &Vec<(&str, i64, bool)>| q.iter().enumerate().map(|(i, (s, _, _))| json!(format!("{s}-{i}"))).collect::<Vec<_>>();
+        if nested {
+            let ids: Vec<Value> = queries.iter().map(|q| Value::Array(ids(q))).collect();
+            let metas: Vec<Value> = queries.iter().map(|q| Value::Array(q.iter().map(meta).collect())).collect();
+            (json!({"ids": ids, "metadatas": metas, "documents": ids}), true)
+        } else {
+            let q = &queries[0];
+            (json!({"ids": ids(q), "metadatas": q.iter().map(meta).collect::<Vec<_>>(), "documents": ids(q)}), false)
+        }
+    })
+}
+
+proptest! {
+    #[test]
+    fn arbitrary_bodies_never_panic(body in arb_json(), nested in any::<bool>()) {
+        let bytes = body.to_string().into_bytes();
+        let _ = classify(&Method::POST, &body.to_string());
+        if let Ok(planned) = plan_write(&bytes, &scope(Some("alice"))) {
+            let _ = apply_write(planned, "acme", &view(), &BTreeMap::new(), now());
+        }
+        let _ = narrow_read(&bytes, nested, "acme", None, now());
+        let _ = parse_delete(&bytes);
+        let _ = ids_of(&bytes);
+        let ctx = ReadContext { tenant: "acme", bound_subject: None, purpose: None };
+        if let Ok(out) = filter_read(body, &ReadPlan { nested, strip_metadatas: false }, &view(), &ctx, now()) {
+            let text = out.to_string();
+            prop_assert!(subjects_in(&out).iter().all(|(_, s)| s != "carol"), "{}", text);
+        }
+    }
+
+    #[test]
+    fn no_suppressed_or_unconsented_record_survives_a_read((answer, nested) in arb_answer(), bound in proptest::option::of(proptest::sample::select(vec!["alice", "bob"]))) {
+        let ctx = ReadContext { tenant: "acme", bound_subject: bound, purpose: None };
+        let out = filter_read(answer, &ReadPlan { nested, strip_metadatas: false }, &view(), &ctx, now()).unwrap();
+        let metas: Vec<Value> = match out["metadatas"].as_array() {
+            Some(m) if nested => m.iter().flat_map(|q| q.as_array().cloned().unwrap_or_default()).collect(),
+            Some(m) => m.clone(),
+            None => vec![],
+        };
+        for meta in &metas {
+            let stamp = read_stamp(meta);
+            prop_assert!(stamp.is_some(), "unstamped record served: {}", meta);
+            let stamp = stamp.unwrap();
+            prop_assert!(stamp.subject == "alice" || stamp.subject == "bob", "{} served", stamp.subject);
+            prop_assert!(stamp.expires_at > now());
+            prop_assert!(bound.is_none_or(|b| b == stamp.subject));
+        }
+        // Alignment: documents were the ids, so they must still be.
+        prop_assert_eq!(&out["ids"], &out["documents"]);
+    }
+}
