@@ -230,24 +230,55 @@ async fn serve(config: Config) -> Result<(), Failure> {
     if !applied.is_empty() {
         tracing::info!(?applied, "applied state store migrations");
     }
-    let verifier = crate::keys::verifier(&config, store.as_ref()).await?;
-    let audit_key = crate::keys::audit_key(&config, store.as_ref()).await?;
-    let max_body_bytes = usize::try_from(config.control_plane.max_body_bytes).unwrap_or(usize::MAX);
-    let state = ControlState {
+    let verifier = Arc::new(crate::keys::verifier(&config, store.as_ref()).await?);
+    let audit_key: Arc<[u8]> = Arc::from(crate::keys::audit_key(&config, store.as_ref()).await?);
+    let (data_state, lineage_task) = crate::data::DataState::build(
+        &config,
+        Arc::clone(&store),
+        Arc::clone(&verifier),
+        Arc::clone(&audit_key),
+    )?;
+    let control_state = ControlState {
         store,
-        verifier: Arc::new(verifier),
-        audit_key: Arc::from(audit_key),
+        verifier,
+        audit_key,
         metrics: Arc::default(),
-        max_body_bytes,
+        max_body_bytes: usize::try_from(config.control_plane.max_body_bytes).unwrap_or(usize::MAX),
     };
-    let listen = config.control_plane.listen;
-    let listener = tokio::net::TcpListener::bind(listen)
-        .await
-        .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
-    tracing::info!(%listen, backend = state.store.backend(), "control plane listening");
-    axum::serve(listener, control::app(state))
-        .with_graceful_shutdown(shutdown_signal())
-        .await?;
+    let bind = |addr: std::net::SocketAddr| async move {
+        tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|e| Failure(format!("cannot listen on {addr}: {e}"), 2))
+    };
+    let control_listener = bind(config.control_plane.listen).await?;
+    let data_listener = bind(config.data_plane.listen).await?;
+    tracing::info!(
+        control = %config.control_plane.listen,
+        data = %config.data_plane.listen,
+        backend = control_state.store.backend(),
+        routes = data_state.routes.len(),
+        "listening"
+    );
+
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let stop_signal = async move {
+        shutdown_signal().await;
+        let _ = stop.send(true);
+    };
+    let until_stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|stop| *stop).await;
+    };
+    let limits = crate::data::Limits {
+        timeout: config.data_plane.request_timeout.0,
+        max_concurrency: usize::try_from(config.data_plane.max_concurrency).unwrap_or(usize::MAX),
+    };
+    let control = axum::serve(control_listener, control::app(control_state))
+        .with_graceful_shutdown(until_stopped(stopped.clone()));
+    let data = crate::data::serve(data_listener, data_state, limits, until_stopped(stopped));
+    let (control, (), ()) = tokio::join!(control, data, stop_signal);
+    control?;
+    // The last lineage rows are written before the process ends.
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(10), lineage_task).await;
     tracing::info!("stopped");
     Ok(())
 }

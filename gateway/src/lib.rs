@@ -6,6 +6,8 @@ pub mod cli;
 pub mod client;
 pub mod config;
 pub mod control;
+pub mod data;
+mod error_shape;
 pub mod keys;
 pub mod metrics;
 pub mod store;

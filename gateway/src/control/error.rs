@@ -144,12 +144,11 @@ pub async fn render_errors(mut request: Request, next: Next) -> Response {
             .map(|()| generic_error(status))
     });
     if let Some(error) = error {
-        let mut body = json!({"code": error.code, "message": error.message, "request_id": id});
-        if !error.details.is_empty() {
-            body["details"] = json!(error.details);
-        }
+        let details = (!error.details.is_empty()).then(|| json!(error.details));
+        let body =
+            crate::error_shape::error_body(error.code, &error.message, &id, details.as_ref());
         let headers = std::mem::take(response.headers_mut());
-        response = (error.status, Json(json!({ "error": body }))).into_response();
+        response = (error.status, Json(body)).into_response();
         for (name, value) in headers
             .iter()
             .filter(|(name, _)| *name == header::ALLOW || *name == header::WWW_AUTHENTICATE)

@@ -1,0 +1,260 @@
+//! The Chroma route: the I/O around the pure adapter in `crate::adapters::chroma`.
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::http::request::Parts;
+use hyper::{Method, Response, StatusCode};
+use lethe_policy::ReadContext;
+use serde_json::{Value, json};
+
+use super::error::{DataError, json_response};
+use super::forward::{Answer, Route};
+use super::{DataState, RequestContext};
+use crate::adapters::chroma::{self as adapter, Endpoint, ReadPlan, Scope};
+use crate::auth::Role;
+use crate::store::ItemRecord;
+
+/// Where this request's upstream calls go: the route's upstream, with the client's query string
+/// and headers (less credentials and hop-by-hop headers).
+#[derive(Clone, Copy)]
+struct Upstream<'a> {
+    state: &'a DataState,
+    route: &'a Route,
+    parts: &'a Parts,
+}
+
+impl Upstream<'_> {
+    async fn send(&self, method: Method, path: &str, body: Bytes) -> Result<Answer, DataError> {
+        let query = self.parts.uri.query();
+        self.state
+            .upstreams
+            .send(self.route, method, path, query, &self.parts.headers, body)
+            .await
+    }
+}
+
+/// One Chroma request, from classification to the checked answer.
+pub async fn handle(
+    state: &DataState,
+    route: &Route,
+    ctx: &RequestContext,
+    parts: &Parts,
+    path: &str,
+    body: Bytes,
+) -> Result<Response<Full<Bytes>>, DataError> {
+    let upstream = Upstream {
+        state,
+        route,
+        parts,
+    };
+    match adapter::classify(&parts.method, path) {
+        Endpoint::Refused => Err(DataError::unknown_endpoint()),
+        Endpoint::Admin if ctx.claims.role != Role::Admin => Err(DataError::new(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            "managing tenants, databases and collections needs the admin role",
+        )),
+        Endpoint::PassThrough | Endpoint::Admin => {
+            let answer = upstream.send(parts.method.clone(), path, body).await?;
+            let body = answer.body.clone();
+            Ok(answer.into_response(body))
+        }
+        Endpoint::Write { collection, .. } => write(&upstream, ctx, path, &collection, body).await,
+        Endpoint::Get { .. } => read(&upstream, ctx, path, body, false).await,
+        Endpoint::Query { .. } => read(&upstream, ctx, path, body, true).await,
+        Endpoint::Count { .. } => count(&upstream, ctx, path).await,
+        Endpoint::Delete { collection } => delete(&upstream, ctx, path, &collection, body).await,
+    }
+}
+
+async fn write(
+    upstream: &Upstream<'_>,
+    ctx: &RequestContext,
+    path: &str,
+    collection: &str,
+    body: Bytes,
+) -> Result<Response<Full<Bytes>>, DataError> {
+    let Upstream { state, route, .. } = *upstream;
+    let tenant = ctx.tenant();
+    let scope = Scope {
+        tenant,
+        subject: ctx.subject.as_deref(),
+        bound: ctx.bound,
+        purpose: ctx.purpose.as_deref(),
+        category: ctx.category.as_deref(),
+    };
+    let planned = adapter::plan_write(&body, &scope)?;
+    let view = state.policy.view(tenant, planned.subjects()).await?;
+    let owners = state
+        .store
+        .item_owners(&route.name, collection, &planned.ids())
+        .await?;
+    let now = crate::now();
+    let stamped = adapter::apply_write(planned, tenant, &view, &owners, now)?;
+    let answer = upstream
+        .send(Method::POST, path, Bytes::from(stamped.body))
+        .await?;
+    if answer.is_success() {
+        let items = stamped
+            .stamps
+            .into_iter()
+            .map(|(id, stamp)| ItemRecord {
+                store: route.name.clone(),
+                collection: collection.to_owned(),
+                item_id: id,
+                tenant: stamp.tenant,
+                subject: stamp.subject,
+                purpose: stamp.purpose,
+                category: stamp.category,
+                layer: stamp.layer,
+                created_at: now,
+                expires_at: stamp.expires_at,
+                epoch: stamp.epoch,
+                source_ref: ctx.source.clone(),
+                parents: Vec::new(),
+            })
+            .collect();
+        state.lineage.record(items).await;
+    }
+    let body = answer.body.clone();
+    Ok(answer.into_response(body))
+}
+
+/// Decides every record of a read answer; the policy of every subject in it is loaded first.
+async fn filter(
+    state: &DataState,
+    ctx: &RequestContext,
+    answer: &Answer,
+    plan: &ReadPlan,
+) -> Result<Value, DataError> {
+    let value: Value = serde_json::from_slice(&answer.body)
+        .map_err(|_| crate::adapters::AdapterError::UpstreamInvalid("not JSON".into()))?;
+    let tenant = ctx.tenant();
+    let found = adapter::subjects_in(&value);
+    // Collected first: iterator adaptors held across the await would make the future not Send.
+    let subjects: Vec<&str> = found
+        .iter()
+        .filter(|(t, _)| t == tenant)
+        .map(|(_, s)| s.as_str())
+        .collect();
+    let view = state.policy.view(tenant, subjects).await?;
+    let read_ctx = ReadContext {
+        tenant,
+        bound_subject: ctx.subject.as_deref(),
+        purpose: ctx.purpose.as_deref(),
+    };
+    Ok(adapter::filter_read(
+        value,
+        plan,
+        &view,
+        &read_ctx,
+        crate::now(),
+    )?)
+}
+
+async fn read(
+    upstream: &Upstream<'_>,
+    ctx: &RequestContext,
+    path: &str,
+    body: Bytes,
+    nested: bool,
+) -> Result<Response<Full<Bytes>>, DataError> {
+    let (body, plan) = adapter::narrow_read(
+        &body,
+        nested,
+        ctx.tenant(),
+        ctx.subject.as_deref(),
+        crate::now(),
+    )?;
+    let answer = upstream.send(Method::POST, path, Bytes::from(body)).await?;
+    if !answer.is_success() {
+        return Ok(upstream_error(answer));
+    }
+    let filtered = filter(upstream.state, ctx, &answer, &plan).await?;
+    Ok(json_response(answer.status, &filtered))
+}
+
+/// Chroma's own error answers carry no records; they pass through with their status.
+fn upstream_error(answer: Answer) -> Response<Full<Bytes>> {
+    let body = answer.body.clone();
+    answer.into_response(body)
+}
+
+/// `.../count` becomes a narrowed `.../get` whose allowed records are counted.
+async fn count(
+    upstream: &Upstream<'_>,
+    ctx: &RequestContext,
+    path: &str,
+) -> Result<Response<Full<Bytes>>, DataError> {
+    let get_path = sibling(path, "get");
+    let body = adapter::scoped_get(
+        None,
+        None,
+        ctx.tenant(),
+        ctx.subject.as_deref(),
+        Some(crate::now()),
+    );
+    let answer = upstream
+        .send(Method::POST, &get_path, Bytes::from(body))
+        .await?;
+    if !answer.is_success() {
+        return Ok(upstream_error(answer));
+    }
+    let plan = ReadPlan {
+        nested: false,
+        strip_metadatas: false,
+    };
+    let filtered = filter(upstream.state, ctx, &answer, &plan).await?;
+    let n = filtered
+        .get("ids")
+        .and_then(Value::as_array)
+        .map_or(0, Vec::len);
+    Ok(json_response(StatusCode::OK, &json!(n)))
+}
+
+/// A delete removes only what the caller's scope covers: Lethe first asks which of the named
+/// records are in scope, deletes those by id, and marks their lineage deleted.
+async fn delete(
+    upstream: &Upstream<'_>,
+    ctx: &RequestContext,
+    path: &str,
+    collection: &str,
+    body: Bytes,
+) -> Result<Response<Full<Bytes>>, DataError> {
+    let Upstream { state, route, .. } = *upstream;
+    let (ids, filter) = adapter::parse_delete(&body)?;
+    let body = adapter::scoped_get(ids, filter, ctx.tenant(), ctx.subject.as_deref(), None);
+    let found = upstream
+        .send(Method::POST, &sibling(path, "get"), Bytes::from(body))
+        .await?;
+    if !found.is_success() {
+        return Ok(upstream_error(found));
+    }
+    let ids = adapter::ids_of(&found.body)?;
+    if ids.is_empty() {
+        return Ok(json_response(StatusCode::OK, &json!({ "deleted": 0 })));
+    }
+    let answer = upstream
+        .send(
+            Method::POST,
+            path,
+            Bytes::from(json!({ "ids": ids }).to_string()),
+        )
+        .await?;
+    if answer.is_success() {
+        state
+            .store
+            .mark_items_deleted(&route.name, collection, &ids, crate::now())
+            .await?;
+    }
+    let body = answer.body.clone();
+    Ok(answer.into_response(body))
+}
+
+/// `.../collections/{id}/count` -> `.../collections/{id}/get`.
+fn sibling(path: &str, op: &str) -> String {
+    match path.rsplit_once('/') {
+        Some((base, _)) => format!("{base}/{op}"),
+        None => op.to_owned(),
+    }
+}

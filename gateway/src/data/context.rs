@@ -1,0 +1,88 @@
+//! Who a data-plane request is from and whose data it is about.
+
+use std::sync::Arc;
+
+use hyper::HeaderMap;
+use hyper::StatusCode;
+
+use super::error::DataError;
+use crate::auth::{Claims, Role};
+
+pub const SUBJECT_HEADER: &str = "x-lethe-subject";
+pub const PURPOSE_HEADER: &str = "x-lethe-purpose";
+pub const CATEGORY_HEADER: &str = "x-lethe-category";
+pub const SOURCE_HEADER: &str = "x-lethe-source";
+
+#[derive(Debug, Clone)]
+pub struct RequestContext {
+    pub request_id: String,
+    pub claims: Arc<Claims>,
+    /// The token's `subject`, else `X-Lethe-Subject`.
+    pub subject: Option<String>,
+    /// Whether the token itself binds the subject.
+    pub bound: bool,
+    pub purpose: Option<String>,
+    pub category: Option<String>,
+    /// `X-Lethe-Source`, recorded with lineage.
+    pub source: Option<String>,
+}
+
+fn header(headers: &HeaderMap, name: &str) -> Result<Option<String>, DataError> {
+    let Some(value) = headers.get(name) else {
+        return Ok(None);
+    };
+    let text = value
+        .to_str()
+        .ok()
+        .map(str::trim)
+        .filter(|v| !v.is_empty() && v.len() <= 200 && !v.chars().any(char::is_control))
+        .ok_or_else(|| {
+            DataError::new(
+                StatusCode::BAD_REQUEST,
+                "invalid_request",
+                format!("{name} must be 1 to 200 printable characters"),
+            )
+        })?;
+    Ok(Some(text.to_owned()))
+}
+
+impl RequestContext {
+    pub fn new(
+        request_id: String,
+        claims: Arc<Claims>,
+        headers: &HeaderMap,
+    ) -> Result<Self, DataError> {
+        if claims.role == Role::Compliance {
+            return Err(DataError::new(
+                StatusCode::FORBIDDEN,
+                "forbidden",
+                "the compliance role does not use the data plane",
+            ));
+        }
+        let asked = header(headers, SUBJECT_HEADER)?;
+        let subject = match (&claims.subject, asked) {
+            (Some(bound), Some(asked)) if *bound != asked => {
+                return Err(DataError::new(
+                    StatusCode::FORBIDDEN,
+                    "scope_violation",
+                    "X-Lethe-Subject contradicts the subject the token is bound to",
+                ));
+            }
+            (Some(bound), _) => Some(bound.clone()),
+            (None, asked) => asked,
+        };
+        Ok(RequestContext {
+            request_id,
+            bound: claims.subject.is_some(),
+            subject,
+            purpose: header(headers, PURPOSE_HEADER)?,
+            category: header(headers, CATEGORY_HEADER)?,
+            source: header(headers, SOURCE_HEADER)?,
+            claims,
+        })
+    }
+
+    pub fn tenant(&self) -> &str {
+        &self.claims.tenant
+    }
+}

@@ -1,0 +1,124 @@
+//! Data-plane failures and their HTTP form. Every refusal is decided before anything reaches the
+//! upstream or the client; none echoes a body.
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::header::{CONTENT_LENGTH, CONTENT_TYPE, HeaderValue};
+use hyper::{Response, StatusCode};
+use lethe_policy::Refusal;
+use serde_json::{Value, json};
+
+use crate::adapters::AdapterError;
+use crate::store::StoreError;
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct DataError {
+    pub status: StatusCode,
+    pub code: &'static str,
+    pub message: String,
+    pub details: Option<Value>,
+}
+
+impl DataError {
+    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        DataError {
+            status,
+            code,
+            message: message.into(),
+            details: None,
+        }
+    }
+
+    pub fn unknown_endpoint() -> Self {
+        Self::new(
+            StatusCode::NOT_FOUND,
+            "unknown_endpoint",
+            "this endpoint is not passed through Lethe",
+        )
+    }
+
+    pub fn upstream_unavailable(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_GATEWAY, "upstream_unavailable", message)
+    }
+
+    pub fn into_response(self, request_id: &str) -> Response<Full<Bytes>> {
+        let body = crate::error_shape::error_body(
+            self.code,
+            &self.message,
+            request_id,
+            self.details.as_ref(),
+        );
+        json_response(self.status, &body)
+    }
+}
+
+pub fn json_response(status: StatusCode, body: &Value) -> Response<Full<Bytes>> {
+    let bytes = Bytes::from(body.to_string());
+    let mut response = Response::new(Full::new(bytes.clone()));
+    *response.status_mut() = status;
+    let headers = response.headers_mut();
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    headers.insert(CONTENT_LENGTH, HeaderValue::from(bytes.len()));
+    response
+}
+
+fn refusal_status(refusal: Refusal) -> StatusCode {
+    match refusal {
+        Refusal::StaleEpoch => StatusCode::CONFLICT,
+        _ => StatusCode::FORBIDDEN,
+    }
+}
+
+impl From<Refusal> for DataError {
+    fn from(refusal: Refusal) -> Self {
+        DataError::new(refusal_status(refusal), refusal.code(), refusal.to_string())
+    }
+}
+
+impl From<AdapterError> for DataError {
+    fn from(e: AdapterError) -> Self {
+        match e {
+            AdapterError::Invalid(message) => {
+                DataError::new(StatusCode::BAD_REQUEST, "invalid_request", message)
+            }
+            AdapterError::MissingScope { .. } => DataError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "missing_scope",
+                e.to_string(),
+            ),
+            AdapterError::Refused(ref records) => {
+                let first = records
+                    .first()
+                    .map_or(Refusal::ScopeViolation, |r| r.refusal);
+                let details: Vec<Value> = records
+                    .iter()
+                    .map(|r| json!({ "index": r.index, "code": r.refusal.code() }))
+                    .collect();
+                DataError {
+                    details: Some(Value::Array(details)),
+                    ..DataError::new(refusal_status(first), first.code(), e.to_string())
+                }
+            }
+            AdapterError::UpstreamInvalid(message) => {
+                tracing::warn!(%message, "upstream answer refused");
+                DataError::new(
+                    StatusCode::BAD_GATEWAY,
+                    "upstream_invalid",
+                    "the upstream's answer could not be checked",
+                )
+            }
+        }
+    }
+}
+
+/// Whatever went wrong with the state store, the request is refused, not decided on stale data.
+impl From<StoreError> for DataError {
+    fn from(e: StoreError) -> Self {
+        tracing::warn!(error = %e, "state store unavailable on the data plane");
+        DataError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "state_unavailable",
+            "the state store is unavailable",
+        )
+    }
+}

@@ -1,0 +1,266 @@
+//! Sending a decided request to its upstream with a pooled client, and reading the whole answer
+//! before anything is passed back.
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
+use hyper::{Method, Request, Response, StatusCode, Uri};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+
+use super::error::DataError;
+use crate::config::RouteConfig;
+
+/// A configured route: where its prefix leads and with which credential.
+#[derive(Debug, Clone)]
+pub struct Route {
+    pub name: String,
+    pub prefix: String,
+    pub upstream: Uri,
+    pub adapter: crate::config::AdapterKind,
+    pub credential: Option<(HeaderName, HeaderValue)>,
+}
+
+impl Route {
+    pub fn from_config(config: &RouteConfig) -> Result<Route, String> {
+        let upstream = config
+            .upstream
+            .parse()
+            .map_err(|e| format!("route {}: upstream: {e}", config.name))?;
+        let credential = match &config.credential {
+            None => None,
+            Some(c) => {
+                let name = HeaderName::from_bytes(c.header.as_bytes())
+                    .map_err(|e| format!("route {}: {e}", config.name))?;
+                let mut value = HeaderValue::from_bytes(
+                    &c.value
+                        .resolve()
+                        .map_err(|e| format!("route {}: credential: {e}", config.name))?,
+                )
+                .map_err(|e| format!("route {}: credential: {e}", config.name))?;
+                value.set_sensitive(true);
+                Some((name, value))
+            }
+        };
+        Ok(Route {
+            name: config.name.clone(),
+            prefix: config.prefix.clone(),
+            upstream,
+            adapter: config.adapter,
+            credential,
+        })
+    }
+
+    /// The rest of `path` when it is under this route's prefix.
+    pub fn strip<'p>(&self, path: &'p str) -> Option<&'p str> {
+        let rest = path.strip_prefix(&self.prefix)?;
+        (rest.is_empty() || rest.starts_with('/')).then_some(rest)
+    }
+}
+
+/// A whole upstream answer.
+#[derive(Debug)]
+pub struct Answer {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+}
+
+impl Answer {
+    /// The answer as the client gets it: hop-by-hop headers dropped, exact length.
+    pub fn into_response(self, body: Bytes) -> Response<Full<Bytes>> {
+        let mut headers = self.headers;
+        strip_hop_by_hop(&mut headers);
+        headers.remove(header::CONTENT_LENGTH);
+        headers.insert(header::CONTENT_LENGTH, HeaderValue::from(body.len()));
+        let mut response = Response::new(Full::new(body));
+        *response.status_mut() = self.status;
+        *response.headers_mut() = headers;
+        response
+    }
+
+    pub fn is_success(&self) -> bool {
+        self.status.is_success()
+    }
+}
+
+const HOP_BY_HOP: [&str; 8] = [
+    "connection",
+    "keep-alive",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+];
+
+/// Removes the hop-by-hop headers, including those the `Connection` header names.
+fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    let named: Vec<HeaderName> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
+        .collect();
+    for name in named {
+        headers.remove(name);
+    }
+    for name in HOP_BY_HOP {
+        headers.remove(name);
+    }
+}
+
+pub struct Upstreams {
+    client: Client<HttpConnector, Full<Bytes>>,
+    max_answer_bytes: usize,
+}
+
+impl Upstreams {
+    pub fn new(max_answer_bytes: usize) -> Self {
+        let mut connector = HttpConnector::new();
+        connector.set_nodelay(true);
+        let client = Client::builder(TokioExecutor::new())
+            .pool_max_idle_per_host(64)
+            .build(connector);
+        Upstreams {
+            client,
+            max_answer_bytes,
+        }
+    }
+
+    /// Sends `body` to the route's upstream at `path` (and `query`). The client's own
+    /// credentials and Lethe's headers stay behind; the route's credential goes instead.
+    pub async fn send(
+        &self,
+        route: &Route,
+        method: Method,
+        path: &str,
+        query: Option<&str>,
+        client_headers: &HeaderMap,
+        body: Bytes,
+    ) -> Result<Answer, DataError> {
+        let base = route.upstream.path().trim_end_matches('/');
+        let path_and_query = match query {
+            Some(q) => format!("{base}{path}?{q}"),
+            None => format!("{base}{path}"),
+        };
+        let mut parts = route.upstream.clone().into_parts();
+        parts.path_and_query =
+            Some(path_and_query.parse().map_err(|_| {
+                DataError::new(StatusCode::BAD_REQUEST, "invalid_request", "bad path")
+            })?);
+        let uri = Uri::from_parts(parts)
+            .map_err(|_| DataError::new(StatusCode::BAD_REQUEST, "invalid_request", "bad path"))?;
+
+        let mut headers = client_headers.clone();
+        strip_hop_by_hop(&mut headers);
+        for name in [
+            header::HOST,
+            header::AUTHORIZATION,
+            header::COOKIE,
+            header::CONTENT_LENGTH,
+            header::ACCEPT_ENCODING,
+        ] {
+            headers.remove(name);
+        }
+        let lethe: Vec<HeaderName> = headers
+            .keys()
+            .filter(|k| k.as_str().starts_with("x-lethe-"))
+            .cloned()
+            .collect();
+        for name in lethe {
+            headers.remove(name);
+        }
+        // Lethe has to read every answer, so it asks for it uncompressed.
+        headers.insert(
+            header::ACCEPT_ENCODING,
+            HeaderValue::from_static("identity"),
+        );
+        if !body.is_empty() || method == Method::POST || method == Method::PUT {
+            headers.insert(header::CONTENT_LENGTH, HeaderValue::from(body.len()));
+        }
+        if let Some((name, value)) = &route.credential {
+            headers.insert(name.clone(), value.clone());
+        }
+        let mut request = Request::new(Full::new(body));
+        *request.method_mut() = method;
+        *request.uri_mut() = uri;
+        *request.headers_mut() = headers;
+
+        let response = self.client.request(request).await.map_err(|e| {
+            tracing::warn!(route = %route.name, error = %e, "upstream request failed");
+            DataError::upstream_unavailable(format!("the {} upstream is unavailable", route.name))
+        })?;
+        let (parts, body) = response.into_parts();
+        if parts
+            .headers
+            .get(header::CONTENT_ENCODING)
+            .is_some_and(|v| v != "identity")
+        {
+            return Err(DataError::new(
+                StatusCode::BAD_GATEWAY,
+                "upstream_invalid",
+                "the upstream answered compressed",
+            ));
+        }
+        let body = Limited::new(body, self.max_answer_bytes)
+            .collect()
+            .await
+            .map_err(|_| {
+                DataError::upstream_unavailable(format!(
+                    "the {} upstream's answer was cut off or too large",
+                    route.name
+                ))
+            })?;
+        Ok(Answer {
+            status: parts.status,
+            headers: parts.headers,
+            body: body.to_bytes(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hop_by_hop_headers_go_including_those_connection_names() {
+        let mut headers = HeaderMap::new();
+        for (k, v) in [
+            ("connection", "keep-alive, x-secret-hop"),
+            ("x-secret-hop", "1"),
+            ("te", "trailers"),
+            ("x-kept", "1"),
+            ("transfer-encoding", "chunked"),
+        ] {
+            headers.insert(HeaderName::from_static(k), HeaderValue::from_static(v));
+        }
+        strip_hop_by_hop(&mut headers);
+        assert_eq!(
+            headers.keys().map(HeaderName::as_str).collect::<Vec<_>>(),
+            ["x-kept"]
+        );
+    }
+
+    #[test]
+    fn routes_match_whole_path_segments() {
+        let route = Route {
+            name: "chroma".into(),
+            prefix: "/chroma".into(),
+            upstream: "http://127.0.0.1:8000".parse().unwrap(),
+            adapter: crate::config::AdapterKind::Chroma,
+            credential: None,
+        };
+        assert_eq!(
+            route.strip("/chroma/api/v2/heartbeat"),
+            Some("/api/v2/heartbeat")
+        );
+        assert_eq!(route.strip("/chroma"), Some(""));
+        assert_eq!(route.strip("/chromaX/api"), None);
+        assert_eq!(route.strip("/other"), None);
+    }
+}

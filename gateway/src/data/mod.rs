@@ -1,0 +1,319 @@
+//! The data plane: a hyper server in front of the memory stores.
+//!
+//! `request id -> timeout -> load shed + concurrency limit -> authenticate -> route -> read the
+//! body within the limit -> adapter: decide and rewrite -> forward -> adapter: decide the answer
+//! -> respond`. Nothing reaches the upstream before the request is decided, and nothing reaches
+//! the client before the whole answer is checked, so every failure can still become a proper
+//! JSON error.
+
+mod chroma;
+pub mod context;
+pub mod error;
+pub mod forward;
+pub mod lineage;
+pub mod policy_cache;
+pub mod tokens;
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use hyper::header::{self, HeaderValue};
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use hyper_util::server::graceful::GracefulShutdown;
+use tower::{BoxError, Service, ServiceBuilder, ServiceExt};
+
+pub use context::RequestContext;
+use error::DataError;
+use forward::{Route, Upstreams};
+use lineage::LineageWriter;
+use policy_cache::PolicyCache;
+use tokens::TokenCache;
+
+use crate::config::AdapterKind;
+use crate::store::Store;
+
+/// Everything a data-plane request needs.
+pub struct DataState {
+    pub routes: Vec<Route>,
+    pub tokens: TokenCache,
+    pub policy: Arc<PolicyCache>,
+    pub store: Arc<dyn Store>,
+    pub upstreams: Upstreams,
+    pub lineage: LineageWriter,
+    pub audit_key: Arc<[u8]>,
+    pub max_body_bytes: usize,
+}
+
+impl DataState {
+    /// The data plane of a configuration, and the lineage writer task (it ends once the state is
+    /// dropped and its last rows are written).
+    pub fn build(
+        config: &crate::config::Config,
+        store: Arc<dyn Store>,
+        verifier: Arc<crate::auth::Verifier>,
+        audit_key: Arc<[u8]>,
+    ) -> Result<(Arc<DataState>, tokio::task::JoinHandle<()>), String> {
+        let routes = config
+            .routes
+            .iter()
+            .map(Route::from_config)
+            .collect::<Result<Vec<_>, _>>()?;
+        let (lineage, lineage_task) = LineageWriter::spawn(Arc::clone(&store));
+        let max_body_bytes =
+            usize::try_from(config.data_plane.max_body_bytes).unwrap_or(usize::MAX);
+        let state = DataState {
+            routes,
+            tokens: TokenCache::new(verifier),
+            policy: PolicyCache::new(Arc::clone(&store), 100_000),
+            store,
+            // Answers may be larger than requests (a query returns many records).
+            upstreams: Upstreams::new(max_body_bytes.saturating_mul(8)),
+            lineage,
+            audit_key,
+            max_body_bytes,
+        };
+        Ok((Arc::new(state), lineage_task))
+    }
+}
+
+/// Limits applied around every request.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub timeout: Duration,
+    pub max_concurrency: usize,
+}
+
+type Body = Full<Bytes>;
+
+#[derive(Debug, Clone)]
+struct RequestId(String);
+
+/// The whole stack as one service: request id outermost, so that even a timeout or an overload
+/// answer carries it; then timeout, load shedding and the concurrency limit; then `handle`.
+pub fn service(
+    state: Arc<DataState>,
+    limits: Limits,
+) -> impl Service<Request<Incoming>, Response = Response<Body>, Error = Infallible, Future: Send>
++ Clone
++ Send {
+    let inner = ServiceBuilder::new()
+        .timeout(limits.timeout)
+        .load_shed()
+        .concurrency_limit(limits.max_concurrency)
+        .service_fn(move |request| {
+            let state = Arc::clone(&state);
+            async move { Ok::<_, Infallible>(handle(&state, request).await) }
+        });
+    tower::service_fn(move |mut request: Request<Incoming>| {
+        let id = request
+            .headers()
+            .get("x-request-id")
+            .and_then(|v| v.to_str().ok())
+            .filter(|v| {
+                !v.is_empty()
+                    && v.len() <= 128
+                    && v.bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b"-_.:".contains(&b))
+            })
+            .map_or_else(|| uuid::Uuid::new_v4().to_string(), str::to_owned);
+        request.extensions_mut().insert(RequestId(id.clone()));
+        let inner = inner.clone();
+        async move {
+            let mut response = match inner.oneshot(request).await {
+                Ok(response) => response,
+                Err(e) => overload_or_timeout(&e).into_response(&id),
+            };
+            if let Ok(value) = HeaderValue::from_str(&id) {
+                response.headers_mut().insert("x-request-id", value);
+            }
+            Ok::<_, Infallible>(response)
+        }
+    })
+}
+
+fn overload_or_timeout(e: &BoxError) -> DataError {
+    if e.is::<tower::timeout::error::Elapsed>() {
+        DataError::new(
+            StatusCode::GATEWAY_TIMEOUT,
+            "timeout",
+            "the request took longer than the configured timeout",
+        )
+    } else if e.is::<tower::load_shed::error::Overloaded>() {
+        DataError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "overloaded",
+            "too many requests in flight; retry",
+        )
+    } else {
+        DataError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            "internal error",
+        )
+    }
+}
+
+/// What the access log says about a request, filled in as the request is understood.
+#[derive(Default)]
+struct Seen {
+    route: Option<String>,
+    subject: Option<(String, String)>,
+}
+
+/// One request: every failure becomes the JSON error shape here.
+async fn handle(state: &DataState, request: Request<Incoming>) -> Response<Body> {
+    let started = Instant::now();
+    let id = request
+        .extensions()
+        .get::<RequestId>()
+        .map(|r| r.0.clone())
+        .unwrap_or_default();
+    let method = request.method().clone();
+    let mut seen = Seen::default();
+    let response = match run(state, request, &id, &mut seen).await {
+        Ok(response) => response,
+        Err(e) => e.into_response(&id),
+    };
+    // Subjects only ever appear pseudonymised in logs.
+    let subject_ref = seen.subject.map(|(tenant, s)| {
+        let full = lethe_policy::audit::subject_ref(&state.audit_key, &tenant, &s);
+        full.get(..16).unwrap_or_default().to_owned()
+    });
+    tracing::info!(
+        request_id = %id,
+        %method,
+        route = seen.route.as_deref().unwrap_or("-"),
+        subject_ref = subject_ref.as_deref().unwrap_or("-"),
+        status = response.status().as_u16(),
+        micros = started.elapsed().as_micros() as u64,
+        "data request"
+    );
+    response
+}
+
+async fn run(
+    state: &DataState,
+    request: Request<Incoming>,
+    id: &str,
+    seen: &mut Seen,
+) -> Result<Response<Body>, DataError> {
+    let (parts, body) = request.into_parts();
+    let token = parts
+        .headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| {
+            v.strip_prefix("Bearer ")
+                .or_else(|| v.strip_prefix("bearer "))
+        })
+        .ok_or_else(|| {
+            DataError::new(
+                StatusCode::UNAUTHORIZED,
+                "unauthenticated",
+                "no bearer token",
+            )
+        })?;
+    let claims = state
+        .tokens
+        .verify(token.trim())
+        .map_err(|e| DataError::new(StatusCode::UNAUTHORIZED, "unauthenticated", e.to_string()))?;
+    let ctx = RequestContext::new(id.to_owned(), claims, &parts.headers)?;
+    seen.subject = ctx.subject.clone().map(|s| (ctx.tenant().to_owned(), s));
+
+    let path = parts.uri.path();
+    let (route, rest) = state
+        .routes
+        .iter()
+        .find_map(|r| r.strip(path).map(|rest| (r, rest)))
+        .ok_or_else(|| {
+            DataError::new(
+                StatusCode::NOT_FOUND,
+                "unknown_route",
+                "no route has this path prefix",
+            )
+        })?;
+    seen.route = Some(route.name.clone());
+    let rest = rest.to_owned();
+
+    let declared = parts
+        .headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    let too_large = || {
+        DataError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "body_too_large",
+            format!("the body is larger than {} bytes", state.max_body_bytes),
+        )
+    };
+    if declared.is_some_and(|n| n > state.max_body_bytes as u64) {
+        return Err(too_large());
+    }
+    let body = Limited::new(body, state.max_body_bytes)
+        .collect()
+        .await
+        .map_err(|e| {
+            if e.is::<http_body_util::LengthLimitError>() {
+                too_large()
+            } else {
+                DataError::new(
+                    StatusCode::BAD_REQUEST,
+                    "invalid_request",
+                    "the body could not be read",
+                )
+            }
+        })?
+        .to_bytes();
+
+    match route.adapter {
+        AdapterKind::Chroma => chroma::handle(state, route, &ctx, &parts, &rest, body).await,
+        // Routes whose adapter is not built refuse everything rather than pass it through.
+        AdapterKind::Qdrant | AdapterKind::Langgraph | AdapterKind::Openai => {
+            Err(DataError::unknown_endpoint())
+        }
+    }
+}
+
+/// Serves the data plane on `listener` until `shutdown` resolves, then lets requests in flight
+/// finish (at most the request timeout).
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    state: Arc<DataState>,
+    limits: Limits,
+    shutdown: impl Future<Output = ()>,
+) {
+    let service = service(state, limits);
+    let graceful = GracefulShutdown::new();
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        let (stream, _) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(e) => {
+                    tracing::warn!(error = %e, "accept failed");
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
+        let _ = stream.set_nodelay(true);
+        let connection = hyper::server::conn::http1::Builder::new()
+            .timer(hyper_util::rt::TokioTimer::new())
+            .header_read_timeout(Duration::from_secs(30))
+            .serve_connection(
+                TokioIo::new(stream),
+                hyper_util::service::TowerToHyperService::new(service.clone()),
+            );
+        let watched = graceful.watch(connection);
+        tokio::spawn(async move {
+            let _ = watched.await;
+        });
+    }
+    let _ = tokio::time::timeout(limits.timeout, graceful.shutdown()).await;
+}

@@ -1,0 +1,37 @@
+//! Verified tokens, cached until they expire so the hot path verifies a signature once per token.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use moka::sync::Cache;
+
+use crate::auth::{AuthError, Claims, Verifier};
+
+pub struct TokenCache {
+    verifier: Arc<Verifier>,
+    verified: Cache<String, Arc<Claims>>,
+}
+
+impl TokenCache {
+    pub fn new(verifier: Arc<Verifier>) -> Self {
+        let verified = Cache::builder()
+            .max_capacity(100_000)
+            .time_to_live(Duration::from_secs(300))
+            .build();
+        TokenCache { verifier, verified }
+    }
+
+    pub fn verify(&self, token: &str) -> Result<Arc<Claims>, AuthError> {
+        let now = jsonwebtoken::get_current_timestamp();
+        if let Some(claims) = self.verified.get(token) {
+            if claims.exp > now {
+                return Ok(claims);
+            }
+            self.verified.invalidate(token);
+            return Err(AuthError::Expired);
+        }
+        let claims = Arc::new(self.verifier.verify(token)?);
+        self.verified.insert(token.to_owned(), Arc::clone(&claims));
+        Ok(claims)
+    }
+}
