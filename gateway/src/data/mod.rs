@@ -317,3 +317,5 @@ pub async fn serve(
     }
     let _ = tokio::time::timeout(limits.timeout, graceful.shutdown()).await;
 }
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,645 @@
+//! The data plane over real sockets, in front of a recording stand-in upstream, on a real SQLite
+//! state store: every refusal is checked to have reached nothing upstream.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::header::{HeaderMap, HeaderValue};
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use lethe_policy::audit::AuditEntry;
+use lethe_policy::{Action, ConsentGrant, RetentionPolicy, RetentionRule};
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use super::*;
+use crate::auth::{Claims, Role, Verifier, mint_hs256};
+use crate::config::Config;
+use crate::testing::{fresh_sqlite_url, migrated};
+
+const SECRET: &[u8] = b"data-plane-test-secret";
+const COLLECTION: &str = "/chroma/api/v2/tenants/default_tenant/databases/default_database/collections/c0ffee00-0000-4000-8000-000000000001";
+
+/// What the stand-in upstream received.
+#[derive(Debug, Clone)]
+struct Received {
+    method: Method,
+    uri: String,
+    headers: HeaderMap,
+    body: Bytes,
+}
+
+type Answer = fn(&Received) -> (StatusCode, String);
+
+/// A stand-in upstream that records every request and answers with `answer`.
+async fn upstream(answer: Answer) -> (SocketAddr, Arc<Mutex<Vec<Received>>>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let log = Arc::clone(&seen);
+    tokio::spawn(async move {
+        loop {
+            let (stream, _) = listener.accept().await.unwrap();
+            let log = Arc::clone(&log);
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(move |request: Request<Incoming>| {
+                    let log = Arc::clone(&log);
+                    async move {
+                        let (parts, body) = request.into_parts();
+                        let body = body.collect().await.unwrap().to_bytes();
+                        let received = Received {
+                            method: parts.method,
+                            uri: parts.uri.to_string(),
+                            headers: parts.headers,
+                            body,
+                        };
+                        let (status, text) = answer(&received);
+                        log.lock().unwrap().push(received);
+                        let mut response = Response::new(Full::new(Bytes::from(text)));
+                        *response.status_mut() = status;
+                        response
+                            .headers_mut()
+                            .insert("content-type", HeaderValue::from_static("application/json"));
+                        response.headers_mut().insert(
+                            "connection",
+                            HeaderValue::from_static("keep-alive, x-upstream-hop"),
+                        );
+                        response
+                            .headers_mut()
+                            .insert("x-upstream-hop", HeaderValue::from_static("1"));
+                        Ok::<_, std::convert::Infallible>(response)
+                    }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    (addr, seen)
+}
+
+fn ok_json(_: &Received) -> (StatusCode, String) {
+    (StatusCode::OK, "{}".into())
+}
+
+struct Plane {
+    addr: SocketAddr,
+    seen: Arc<Mutex<Vec<Received>>>,
+    store: Arc<dyn Store>,
+}
+
+fn audit() -> AuditEntry {
+    AuditEntry {
+        at: crate::now(),
+        actor: "test".into(),
+        action: "test".into(),
+        request_id: "r".into(),
+        subject_ref: None,
+        target: "test".into(),
+        target_ref: None,
+        result: "ok".into(),
+        attempt: 1,
+    }
+}
+
+async fn grant(store: &Arc<dyn Store>, subject: &str, actions: &[Action]) {
+    let grant = ConsentGrant {
+        id: format!("g-{subject}"),
+        tenant: "acme".into(),
+        subject: subject.into(),
+        purpose: "personalization".into(),
+        category: "preference".into(),
+        actions: actions.iter().copied().collect(),
+        granted_at: crate::now(),
+        expires_at: None,
+        revoked_at: None,
+        policy_version: 1,
+        source: "test".into(),
+    };
+    store.create_grant(&grant, audit()).await.unwrap();
+}
+
+/// A data plane on a free port, its chroma route pointing at a recording upstream.
+async fn plane_with(answer: Answer, verifier: Verifier, max_body: usize) -> Plane {
+    let (upstream_addr, seen) = upstream(answer).await;
+    let store = migrated(&fresh_sqlite_url()).await;
+    let rules = RetentionPolicy {
+        rules: vec![RetentionRule {
+            purpose: "personalization".into(),
+            category: "preference".into(),
+            layer: None,
+            max_age: "30d".parse().unwrap(),
+            legal_end: None,
+        }],
+        purpose_ends: vec![],
+    };
+    store
+        .replace_retention("acme", &rules, crate::now(), "test", audit())
+        .await
+        .unwrap();
+    grant(&store, "u1", &[Action::Store, Action::Retrieve]).await;
+    let config = Config::check(&format!(
+        r#"
+        [data_plane]
+        max_body_bytes = {max_body}
+        [[routes]]
+        name = "chroma"
+        prefix = "/chroma"
+        upstream = "http://{upstream_addr}"
+        adapter = "chroma"
+        credential = {{ header = "x-chroma-token", value = {{ value = "upstream-secret" }} }}
+        "#
+    ))
+    .unwrap();
+    let (state, _lineage) = DataState::build(
+        &config,
+        Arc::clone(&store),
+        Arc::new(verifier),
+        Arc::from(&b"k"[..]),
+    )
+    .unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let limits = Limits {
+        timeout: std::time::Duration::from_secs(5),
+        max_concurrency: 64,
+    };
+    tokio::spawn(serve(listener, state, limits, std::future::pending()));
+    Plane { addr, seen, store }
+}
+
+async fn plane(answer: Answer) -> Plane {
+    plane_with(
+        answer,
+        Verifier::hs256(SECRET, "lethe", 0).unwrap(),
+        1024 * 1024,
+    )
+    .await
+}
+
+fn token(role: Role, subject: Option<&str>) -> String {
+    let claims = Claims {
+        sub: "agent-app".into(),
+        tenant: "acme".into(),
+        role,
+        subject: subject.map(str::to_owned),
+        exp: jsonwebtoken::get_current_timestamp() + 600,
+    };
+    mint_hs256(SECRET, "lethe", &claims).unwrap()
+}
+
+impl Plane {
+    async fn send(
+        &self,
+        method: Method,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: impl Into<Bytes>,
+    ) -> (StatusCode, HeaderMap, Value) {
+        let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+        let mut request = Request::builder()
+            .method(method)
+            .uri(format!("http://{}{path}", self.addr));
+        for (k, v) in headers {
+            request = request.header(*k, *v);
+        }
+        let response = client
+            .request(request.body(Full::new(body.into())).unwrap())
+            .await
+            .unwrap();
+        let (parts, body) = response.into_parts();
+        let bytes = body.collect().await.unwrap().to_bytes();
+        let value = serde_json::from_slice(&bytes)
+            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into()));
+        (parts.status, parts.headers, value)
+    }
+
+    fn upstream_saw(&self) -> usize {
+        self.seen.lock().unwrap().len()
+    }
+}
+
+fn bearer(token: &str) -> String {
+    format!("Bearer {token}")
+}
+
+fn assert_refused(response: &(StatusCode, HeaderMap, Value), status: StatusCode, code: &str) {
+    assert_eq!(response.0, status, "{}", response.2);
+    assert_eq!(response.2["error"]["code"], code, "{}", response.2);
+    assert!(
+        response.2["error"]["request_id"]
+            .as_str()
+            .is_some_and(|s| !s.is_empty())
+    );
+}
+
+#[tokio::test]
+async fn bad_tokens_are_refused_before_anything_moves() {
+    let p = plane(ok_json).await;
+    let heartbeat = "/chroma/api/v2/heartbeat";
+    assert_refused(
+        &p.send(Method::GET, heartbeat, &[], "").await,
+        StatusCode::UNAUTHORIZED,
+        "unauthenticated",
+    );
+    let expired = mint_hs256(
+        SECRET,
+        "lethe",
+        &Claims {
+            exp: jsonwebtoken::get_current_timestamp() - 60,
+            ..Claims {
+                sub: "a".into(),
+                tenant: "acme".into(),
+                role: Role::Agent,
+                subject: None,
+                exp: 0,
+            }
+        },
+    )
+    .unwrap();
+    let forged = mint_hs256(
+        b"guess",
+        "lethe",
+        &Claims {
+            sub: "a".into(),
+            tenant: "acme".into(),
+            role: Role::Admin,
+            subject: None,
+            exp: jsonwebtoken::get_current_timestamp() + 60,
+        },
+    )
+    .unwrap();
+    let none = format!(
+        "{}.{}.",
+        "eyJhbGciOiJub25lIiwidHlwIjoiSldUIn0",
+        "eyJzdWIiOiJhIiwidGVuYW50IjoiYWNtZSIsInJvbGUiOiJhZG1pbiIsImlzcyI6ImxldGhlIiwiYXVkIjoibGV0aGUiLCJleHAiOjQxMDI0NDQ4MDB9"
+    );
+    for token in [expired, forged, none, "garbage".to_owned()] {
+        assert_refused(
+            &p.send(
+                Method::GET,
+                heartbeat,
+                &[("authorization", &bearer(&token))],
+                "",
+            )
+            .await,
+            StatusCode::UNAUTHORIZED,
+            "unauthenticated",
+        );
+    }
+    let compliance = token(Role::Compliance, None);
+    assert_refused(
+        &p.send(
+            Method::GET,
+            heartbeat,
+            &[("authorization", &bearer(&compliance))],
+            "",
+        )
+        .await,
+        StatusCode::FORBIDDEN,
+        "forbidden",
+    );
+    let bound = token(Role::Agent, Some("u1"));
+    let contradicted = p
+        .send(
+            Method::GET,
+            heartbeat,
+            &[
+                ("authorization", &bearer(&bound)),
+                ("x-lethe-subject", "u2"),
+            ],
+            "",
+        )
+        .await;
+    assert_refused(&contradicted, StatusCode::FORBIDDEN, "scope_violation");
+    assert_eq!(p.upstream_saw(), 0);
+}
+
+#[tokio::test]
+async fn an_hs256_token_is_refused_where_rs256_keys_are_configured() {
+    let keys = crate::config::AuthConfig {
+        keys: vec![crate::config::PublicKeyConfig {
+            algorithm: crate::config::PublicKeyAlgorithm::RS256,
+            pem: crate::config::Secret::File(
+                concat!(
+                    env!("CARGO_MANIFEST_DIR"),
+                    "/tests/fixtures/keys/rs256.pub.pem"
+                )
+                .into(),
+            ),
+            kid: None,
+        }],
+        ..Default::default()
+    };
+    let p = plane_with(ok_json, Verifier::public_keys(&keys).unwrap(), 1024).await;
+    let hs = token(Role::Admin, None);
+    let response = p
+        .send(
+            Method::GET,
+            "/chroma/api/v2/heartbeat",
+            &[("authorization", &bearer(&hs))],
+            "",
+        )
+        .await;
+    assert_refused(&response, StatusCode::UNAUTHORIZED, "unauthenticated");
+    assert_eq!(p.upstream_saw(), 0);
+}
+
+#[tokio::test]
+async fn forwarded_requests_carry_the_upstream_credential_not_the_clients() {
+    let p = plane(ok_json).await;
+    let agent = token(Role::Agent, Some("u1"));
+    let headers = [
+        ("authorization", bearer(&agent)),
+        ("x-lethe-purpose", "personalization".into()),
+        ("connection", "keep-alive, x-client-hop".into()),
+        ("x-client-hop", "1".into()),
+        ("x-trace", "t-1".into()),
+        ("accept-encoding", "gzip".into()),
+    ];
+    let headers: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let (status, response_headers, _) = p
+        .send(Method::GET, "/chroma/api/v2/heartbeat?x=1", &headers, "")
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(
+        response_headers.get("x-upstream-hop").is_none(),
+        "hop-by-hop headers of the answer are dropped"
+    );
+    assert!(response_headers.get("x-request-id").is_some());
+    let seen = p.seen.lock().unwrap()[0].clone();
+    assert_eq!(seen.uri, "/api/v2/heartbeat?x=1");
+    assert_eq!(
+        seen.headers.get("x-chroma-token").unwrap(),
+        "upstream-secret"
+    );
+    assert!(
+        seen.headers.get("authorization").is_none(),
+        "the client's token never leaves Lethe"
+    );
+    assert!(seen.headers.get("x-lethe-purpose").is_none());
+    assert!(seen.headers.get("x-client-hop").is_none());
+    assert_eq!(seen.headers.get("x-trace").unwrap(), "t-1");
+    assert_eq!(seen.headers.get("accept-encoding").unwrap(), "identity");
+}
+
+#[tokio::test]
+async fn a_write_is_stamped_with_an_exact_length_or_refused_without_reaching_the_store() {
+    let p = plane(ok_json).await;
+    let agent = token(Role::Agent, Some("u1"));
+    let auth = bearer(&agent);
+    let scoped = [
+        ("authorization", auth.as_str()),
+        ("x-lethe-purpose", "personalization"),
+        ("x-lethe-category", "preference"),
+        ("content-type", "application/json"),
+    ];
+    let add = format!("{COLLECTION}/add");
+    let body = json!({"ids": ["m1"], "embeddings": [[0.5]], "documents": ["likes tea"], "metadatas": [{"k": 1}]}).to_string();
+    let (status, _, _) = p.send(Method::POST, &add, &scoped, body.clone()).await;
+    assert_eq!(status, StatusCode::OK);
+    let seen = p.seen.lock().unwrap()[0].clone();
+    assert_eq!(
+        (seen.method, seen.uri.as_str()),
+        (Method::POST, &add["/chroma".len()..])
+    );
+    assert_eq!(
+        seen.headers
+            .get("content-length")
+            .unwrap()
+            .to_str()
+            .unwrap(),
+        seen.body.len().to_string()
+    );
+    let sent: Value = serde_json::from_slice(&seen.body).unwrap();
+    assert_eq!(
+        (
+            sent["metadatas"][0]["lethe_subject"].as_str(),
+            sent["metadatas"][0]["k"].as_i64()
+        ),
+        (Some("u1"), Some(1))
+    );
+    // Lineage follows, off the request path.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while p.store.inventory("acme", "u1").await.unwrap().get("chroma") != Some(&1) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "lineage row not written"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+
+    let other = token(Role::Agent, Some("u2"));
+    let other_auth = bearer(&other);
+    let unconsented = [
+        ("authorization", other_auth.as_str()),
+        ("x-lethe-purpose", "personalization"),
+        ("x-lethe-category", "preference"),
+    ];
+    let refused = p.send(Method::POST, &add, &unconsented, body.clone()).await;
+    assert_refused(&refused, StatusCode::FORBIDDEN, "consent_required");
+    assert_eq!(
+        refused.2["error"]["details"],
+        json!([{"index": 0, "code": "consent_required"}])
+    );
+    assert!(
+        !refused.2.to_string().contains("likes tea"),
+        "no content echoed"
+    );
+    let missing = p
+        .send(
+            Method::POST,
+            &add,
+            &[("authorization", auth.as_str())],
+            body,
+        )
+        .await;
+    assert_refused(&missing, StatusCode::UNPROCESSABLE_ENTITY, "missing_scope");
+    assert_eq!(
+        p.upstream_saw(),
+        1,
+        "refused writes never reached the upstream"
+    );
+}
+
+#[tokio::test]
+async fn malformed_and_oversized_input_is_refused_cleanly() {
+    let p = plane(ok_json).await;
+    let agent = token(Role::Agent, Some("u1"));
+    let auth = bearer(&agent);
+    let scoped = [
+        ("authorization", auth.as_str()),
+        ("x-lethe-purpose", "personalization"),
+        ("x-lethe-category", "preference"),
+    ];
+    let add = format!("{COLLECTION}/add");
+    let deep = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
+    let nested_object = format!(
+        "{{\"ids\": [\"a\"], \"metadatas\": [{}{}]}}",
+        "{\"a\":".repeat(5_000),
+        format!("1{}", "}".repeat(5_000))
+    );
+    let bodies = [
+        "{\"ids\": [\"a\"",
+        "not json at all",
+        deep.as_str(),
+        nested_object.as_str(),
+        r#"{"ids": ["a", "b"], "documents": ["only one"]}"#,
+        r#"{"ids": ["a"], "embeddings": [[1], [2], [3]]}"#,
+    ];
+    for body in bodies {
+        let response = p.send(Method::POST, &add, &scoped, body.to_owned()).await;
+        assert_refused(&response, StatusCode::BAD_REQUEST, "invalid_request");
+    }
+    let query = format!("{COLLECTION}/query");
+    assert_refused(
+        &p.send(Method::POST, &query, &scoped, "{\"where\": 5}")
+            .await,
+        StatusCode::BAD_REQUEST,
+        "invalid_request",
+    );
+    for (method, path) in [
+        (Method::POST, format!("{COLLECTION}/search")),
+        (Method::POST, "/chroma/api/v2/reset".to_owned()),
+        (Method::GET, "/chroma/api/v1/collections".to_owned()),
+        (Method::POST, "/chroma/api/v2/tenants".to_owned()),
+    ] {
+        let response = p.send(method.clone(), &path, &scoped, "{}").await;
+        assert!(
+            matches!(response.0, StatusCode::NOT_FOUND | StatusCode::FORBIDDEN),
+            "{method} {path}: {}",
+            response.0
+        );
+    }
+    assert_refused(
+        &p.send(Method::GET, "/qdrant/collections", &scoped, "")
+            .await,
+        StatusCode::NOT_FOUND,
+        "unknown_route",
+    );
+    assert_eq!(p.upstream_saw(), 0);
+}
+
+/// A raw request declaring (or streaming) more than the limit is answered 413 without Lethe
+/// reading the rest of it.
+#[tokio::test]
+async fn a_50_mb_body_is_refused_before_it_is_read() {
+    let p = plane(ok_json).await;
+    let agent = token(Role::Agent, Some("u1"));
+    for chunked in [false, true] {
+        let mut stream = tokio::net::TcpStream::connect(p.addr).await.unwrap();
+        let length = if chunked {
+            "transfer-encoding: chunked".to_owned()
+        } else {
+            format!("content-length: {}", 50 * 1024 * 1024)
+        };
+        let head = format!(
+            "POST {COLLECTION}/add HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {agent}\r\n{length}\r\n\r\n"
+        );
+        stream.write_all(head.as_bytes()).await.unwrap();
+        let chunk = vec![b'x'; 64 * 1024];
+        // Send a little more than the 1 MiB limit, then stop: Lethe must answer anyway.
+        for _ in 0..20 {
+            if chunked {
+                let _ = stream
+                    .write_all(format!("{:x}\r\n", chunk.len()).as_bytes())
+                    .await;
+                let _ = stream.write_all(&chunk).await;
+                let _ = stream.write_all(b"\r\n").await;
+            } else {
+                let _ = stream.write_all(&chunk).await;
+            }
+        }
+        let mut answer = vec![0u8; 4096];
+        let n = tokio::time::timeout(std::time::Duration::from_secs(5), stream.read(&mut answer))
+            .await
+            .unwrap()
+            .unwrap();
+        let text = String::from_utf8_lossy(&answer[..n]);
+        assert!(
+            text.starts_with("HTTP/1.1 413"),
+            "chunked={chunked}: {text}"
+        );
+        assert!(text.contains("body_too_large"));
+    }
+    assert_eq!(p.upstream_saw(), 0);
+}
+
+fn misaligned(_: &Received) -> (StatusCode, String) {
+    (
+        StatusCode::OK,
+        json!({"ids": ["a", "b"], "documents": ["A"], "metadatas": [null, null]}).to_string(),
+    )
+}
+
+#[tokio::test]
+async fn an_answer_that_cannot_be_checked_is_not_passed_on() {
+    let p = plane(misaligned).await;
+    let agent = token(Role::Agent, Some("u1"));
+    let response = p
+        .send(
+            Method::POST,
+            &format!("{COLLECTION}/get"),
+            &[("authorization", &bearer(&agent))],
+            "{}",
+        )
+        .await;
+    assert_refused(&response, StatusCode::BAD_GATEWAY, "upstream_invalid");
+    assert!(!response.2.to_string().contains("\"A\""));
+}
+
+#[tokio::test]
+async fn an_unreachable_upstream_is_a_clear_502() {
+    let p = plane(ok_json).await;
+    let config = Config::check(
+        r#"
+        [[routes]]
+        name = "chroma"
+        prefix = "/chroma"
+        upstream = "http://127.0.0.1:9"
+        adapter = "chroma"
+        "#,
+    )
+    .unwrap();
+    let (state, _) = DataState::build(
+        &config,
+        Arc::clone(&p.store),
+        Arc::new(Verifier::hs256(SECRET, "lethe", 0).unwrap()),
+        Arc::from(&b"k"[..]),
+    )
+    .unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(serve(
+        listener,
+        state,
+        Limits {
+            timeout: std::time::Duration::from_secs(5),
+            max_concurrency: 8,
+        },
+        std::future::pending(),
+    ));
+    let down = Plane {
+        addr,
+        seen: Arc::default(),
+        store: Arc::clone(&p.store),
+    };
+    let admin = token(Role::Admin, None);
+    assert_refused(
+        &down
+            .send(
+                Method::GET,
+                "/chroma/api/v2/heartbeat",
+                &[("authorization", &bearer(&admin))],
+                "",
+            )
+            .await,
+        StatusCode::BAD_GATEWAY,
+        "upstream_unavailable",
+    );
+}
