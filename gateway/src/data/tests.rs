@@ -480,9 +480,9 @@ async fn malformed_and_oversized_input_is_refused_cleanly() {
     let add = format!("{COLLECTION}/add");
     let deep = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
     let nested_object = format!(
-        "{{\"ids\": [\"a\"], \"metadatas\": [{}{}]}}",
+        "{{\"ids\": [\"a\"], \"metadatas\": [{}1{}]}}",
         "{\"a\":".repeat(5_000),
-        format!("1{}", "}".repeat(5_000))
+        "}".repeat(5_000)
     );
     let bodies = [
         "{\"ids\": [\"a\"",
