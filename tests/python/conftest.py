@@ -1,0 +1,169 @@
+"""Fixtures: a real Chroma server, a real PostgreSQL state store and the real `lethe` binary,
+started for the session, each waited for with a deadline."""
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.request
+import uuid
+from pathlib import Path
+
+import chromadb
+import pytest
+from chromadb.config import Settings
+
+REPO = Path(__file__).resolve().parents[2]
+LETHE = Path(os.environ.get("LETHE_BIN", REPO / "target" / "debug" / "lethe"))
+POSTGRES = os.environ.get("LETHE_TEST_POSTGRES", "postgres://postgres@127.0.0.1:5432/postgres")
+TENANT = "acme"
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(what, check, deadline=30.0):
+    """Polls `check` until it returns a truthy value or the deadline passes."""
+    end = time.monotonic() + deadline
+    last = None
+    while time.monotonic() < end:
+        try:
+            value = check()
+            if value:
+                return value
+        except Exception as e:  # not up yet
+            last = e
+        time.sleep(0.05)
+    raise AssertionError(f"{what} not ready within {deadline}s (last error: {last})")
+
+
+def http(method, url, token=None, body=None):
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url, data=data, method=method)
+    if token:
+        request.add_header("Authorization", f"Bearer {token}")
+    if data is not None:
+        request.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, json.loads(response.read() or b"null")
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read() or b"null")
+
+
+@pytest.fixture(scope="session")
+def chroma():
+    path = tempfile.mkdtemp(prefix="lethe-chroma-")
+    port = free_port()
+    chroma_bin = shutil.which("chroma") or str(Path(os.sys.executable).parent / "chroma")
+    process = subprocess.Popen(
+        [chroma_bin, "run", "--path", path, "--port", str(port)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+    wait_for("chroma", lambda: http("GET", f"{url}/api/v2/heartbeat")[0] == 200)
+    yield url
+    process.terminate()
+    process.wait(timeout=10)
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def state_url():
+    name = f"lethe_test_py_{uuid.uuid4().hex}"
+    subprocess.run(["psql", POSTGRES, "-qc", f"CREATE DATABASE {name}"], check=True)
+    return POSTGRES.rsplit("/", 1)[0] + "/" + name
+
+
+def psql(url, sql):
+    subprocess.run(["psql", url, "-qtAc", sql], check=True, capture_output=True)
+
+
+class Lethe:
+    def __init__(self, state_url, chroma_url, workdir):
+        self.state_url = state_url
+        self.chroma_url = chroma_url
+        self.workdir = workdir
+        self.control = f"127.0.0.1:{free_port()}"
+        self.data = f"127.0.0.1:{free_port()}"
+        env = {k: v for k, v in os.environ.items() if not k.startswith("LETHE_")}
+        env.update({
+            "LETHE_STATE_URL": state_url,
+            "LETHE_CONTROL_LISTEN": self.control,
+            "LETHE_DATA_LISTEN": self.data,
+            "LETHE_UPSTREAM_CHROMA": chroma_url,
+            "LETHE_LOG": "warn",
+        })
+        self.env = env
+        self.process = subprocess.Popen([str(LETHE), "serve"], cwd=workdir, env=env)
+        wait_for("lethe", lambda: http("GET", f"http://{self.control}/readyz")[0] == 200)
+        self.dpo = self.token("compliance")
+        status, _ = self.call("PUT", "/v1/retention-rules", {"rules": [
+            {"purpose": "personalization", "category": "preference", "max_age": "30d"},
+        ]})
+        assert status == 200
+
+    def token(self, role, subject=None):
+        args = [str(LETHE), "token", "--role", role, "--tenant", TENANT]
+        if subject:
+            args += ["--subject", subject]
+        out = subprocess.run(args, cwd=self.workdir, env=self.env, check=True, capture_output=True, text=True)
+        return out.stdout.strip()
+
+    def call(self, method, path, body=None):
+        return http(method, f"http://{self.control}{path}", self.dpo, body)
+
+    def grant(self, subject, actions=("store", "retrieve")):
+        status, grant = self.call("POST", "/v1/consents", {
+            "subject": subject, "purpose": "personalization", "category": "preference",
+            "actions": list(actions), "source": "pytest", "policy_version": 1,
+        })
+        assert status == 201, grant
+        return grant["id"]
+
+    def revoke(self, grant_id):
+        status, body = self.call("POST", f"/v1/consents/{grant_id}/revoke")
+        assert status == 200, body
+
+    def client(self, token, **headers):
+        headers = {"Authorization": f"Bearer {token}", **headers}
+        return chromadb.HttpClient(
+            host=f"http://{self.data}/chroma", headers=headers, settings=Settings(anonymized_telemetry=False),
+        )
+
+    def agent(self, subject=None, purpose="personalization", category="preference", **headers):
+        extra = {"X-Lethe-Purpose": purpose, "X-Lethe-Category": category, **headers}
+        return self.client(self.token("agent", subject), **extra)
+
+    def stop(self):
+        self.process.terminate()
+        self.process.wait(timeout=15)
+
+
+@pytest.fixture(scope="session")
+def lethe(chroma, state_url, tmp_path_factory):
+    instance = Lethe(state_url, chroma, tmp_path_factory.mktemp("lethe"))
+    yield instance
+    instance.stop()
+
+
+@pytest.fixture(scope="session")
+def direct(chroma):
+    """A client straight to Chroma, bypassing Lethe: to see what is really stored."""
+    host, port = chroma.removeprefix("http://").split(":")
+    return chromadb.HttpClient(host=host, port=int(port), settings=Settings(anonymized_telemetry=False))
+
+
+@pytest.fixture
+def collection(lethe):
+    """A fresh collection, created by an admin through Lethe; returns its name."""
+    name = f"memories-{uuid.uuid4().hex[:12]}"
+    lethe.client(lethe.token("admin")).create_collection(name, embedding_function=None)
+    return name

@@ -1,0 +1,163 @@
+"""Lethe in front of a real Chroma server, driven with the official `chromadb` client."""
+
+import time
+import uuid
+
+import pytest
+
+from conftest import TENANT, psql, wait_for
+
+
+def subject():
+    return f"user-{uuid.uuid4().hex[:8]}"
+
+
+def memories(client, name):
+    return client.get_collection(name, embedding_function=None)
+
+
+def add(client, name, ids, **kwargs):
+    memories(client, name).add(
+        ids=ids,
+        embeddings=[[float(i), 1.0, 0.5] for i in range(len(ids))],
+        documents=[f"fact {i}" for i in ids],
+        **kwargs,
+    )
+
+
+def test_a_consented_write_is_stored_with_its_stamp(lethe, direct, collection):
+    s = subject()
+    lethe.grant(s)
+    add(lethe.agent(s), collection, ["m1", "m2"], metadatas=[{"topic": "tea"}, None])
+
+    stored = direct.get_collection(collection).get(include=["metadatas"])
+    assert sorted(stored["ids"]) == ["m1", "m2"]
+    for meta in stored["metadatas"]:
+        assert meta["lethe_subject"] == s and meta["lethe_tenant"] == TENANT
+        assert (meta["lethe_purpose"], meta["lethe_category"], meta["lethe_epoch"]) == ("personalization", "preference", 0)
+        assert abs(meta["lethe_expires_at"] - (time.time() + 30 * 86400)) < 120
+
+    seen = memories(lethe.agent(s), collection).get(include=["metadatas", "documents"])
+    assert sorted(seen["ids"]) == ["m1", "m2"]
+    assert sorted(seen["documents"]) == ["fact m1", "fact m2"]
+
+
+def test_a_write_without_consent_is_refused_and_nothing_reaches_chroma(lethe, direct, collection):
+    s = subject()
+    with pytest.raises(Exception, match="consent_required"):
+        add(lethe.agent(s), collection, ["m1"])
+    assert direct.get_collection(collection).count() == 0
+    # Consent for another action does not help.
+    lethe.grant(s, actions=["retrieve"])
+    with pytest.raises(Exception, match="consent_required"):
+        add(lethe.agent(s), collection, ["m1"])
+    assert direct.get_collection(collection).count() == 0
+
+
+def test_revoking_consent_hides_the_records_on_the_next_read(lethe, direct, collection):
+    s = subject()
+    grant = lethe.grant(s)
+    client = lethe.agent(s)
+    add(client, collection, ["m1", "m2"])
+    assert len(memories(client, collection).get()["ids"]) == 2
+    lethe.revoke(grant)
+    assert memories(client, collection).get()["ids"] == []
+    assert memories(client, collection).query(query_embeddings=[[0.0, 1.0, 0.5]], n_results=2)["ids"] == [[]]
+    assert memories(client, collection).count() == 0
+    assert direct.get_collection(collection).count() == 2, "hidden at once; purged later by the sweeper"
+
+
+def test_an_expired_record_is_never_returned(lethe, direct, collection):
+    s = subject()
+    lethe.grant(s)
+    client = lethe.agent(s)
+    soon = int(time.time()) + 2
+    add(client, collection, ["short", "long"], metadatas=[{"lethe_expires_at": soon}, None])
+    stored = {m["lethe_expires_at"] for m in direct.get_collection(collection).get(include=["metadatas"])["metadatas"]}
+    assert soon in stored, "a client may ask for an earlier expiry"
+    # A record stamped as already expired, written straight into Chroma.
+    direct.get_collection(collection).add(
+        ids=["stale"], embeddings=[[9.0, 9.0, 9.0]], documents=["old"],
+        metadatas=[{"lethe_subject": s, "lethe_tenant": TENANT, "lethe_purpose": "personalization",
+                    "lethe_category": "preference", "lethe_expires_at": int(time.time()) - 10, "lethe_epoch": 0}],
+    )
+    assert sorted(memories(client, collection).get()["ids"]) == ["long", "short"]
+    wait_for("the short record to expire", lambda: time.time() > soon + 1, deadline=10)
+    assert memories(client, collection).get()["ids"] == ["long"]
+    ids = memories(client, collection).query(query_embeddings=[[9.0, 9.0, 9.0]], n_results=3)["ids"]
+    assert ids == [["long"]]
+
+
+def test_a_suppressed_subjects_records_vanish_from_query_and_get(lethe, direct, collection):
+    keep, gone = subject(), subject()
+    for s in (keep, gone):
+        lethe.grant(s)
+        add(lethe.agent(s), collection, [f"{s}-1", f"{s}-2"])
+    service = lethe.agent()  # a service token: reads across subjects of the tenant
+    assert len(memories(service, collection).get()["ids"]) == 4
+    # Stand-in for the erasure flip (issue 4): commit the new state and notify every replica,
+    # exactly as the store does.
+    psql(lethe.state_url,
+         f"UPDATE subjects SET status = 'suppressed', epoch = epoch + 1 WHERE tenant = '{TENANT}' AND subject = '{gone}';"
+         f"SELECT pg_notify('lethe_policy', '{{\"tenant\": \"{TENANT}\", \"subject\": \"{gone}\"}}')")
+    wait_for("suppression to apply", lambda: len(memories(service, collection).get()["ids"]) == 2, deadline=5)
+    assert all(i.startswith(keep) for i in memories(service, collection).get()["ids"])
+    queried = memories(service, collection).query(query_embeddings=[[0.0, 1.0, 0.5]], n_results=4)["ids"][0]
+    assert sorted(queried) == sorted([f"{keep}-1", f"{keep}-2"])
+    with pytest.raises(Exception, match="subject_suppressed"):
+        add(lethe.agent(gone), collection, ["late-write"])
+    assert direct.get_collection(collection).count() == 4, "the late write never reached Chroma"
+
+
+def test_unstamped_records_are_not_served(lethe, direct, collection):
+    s = subject()
+    lethe.grant(s)
+    add(lethe.agent(s), collection, ["stamped"])
+    direct.get_collection(collection).add(ids=["raw-1", "raw-2"], embeddings=[[1, 1, 1], [2, 2, 2]], documents=["a", "b"])
+    for client in (lethe.agent(s), lethe.agent()):
+        assert memories(client, collection).get()["ids"] == ["stamped"]
+        assert memories(client, collection).query(query_embeddings=[[1, 1, 1]], n_results=3)["ids"] == [["stamped"]]
+        assert memories(client, collection).count() == 1
+
+
+def test_subject_bound_tokens_never_see_each_other(lethe, direct, collection):
+    alice, bob = subject(), subject()
+    for s in (alice, bob):
+        lethe.grant(s)
+        add(lethe.agent(s), collection, [f"{s}-1", f"{s}-2", f"{s}-3"])
+    for me, other in ((alice, bob), (bob, alice)):
+        mine = memories(lethe.agent(me), collection)
+        assert all(i.startswith(me) for i in mine.get()["ids"])
+        assert all(i.startswith(me) for i in mine.query(query_embeddings=[[0.0, 1.0, 0.5]], n_results=6)["ids"][0])
+        assert mine.count() == 3
+        assert mine.get(ids=[f"{other}-1"])["ids"] == []
+        # Neither can a bound token delete, nor overwrite, the other's records.
+        mine.delete(ids=[f"{other}-1"])
+        with pytest.raises(Exception, match="scope_violation"):
+            mine.upsert(ids=[f"{other}-2"], embeddings=[[0.0, 0.0, 0.0]], documents=["taken"])
+    assert direct.get_collection(collection).count() == 6
+    # The subject header cannot widen a bound token.
+    with pytest.raises(Exception, match="scope_violation"):
+        memories(lethe.agent(alice, **{"X-Lethe-Subject": bob}), collection).get()
+
+
+def test_a_subject_deletes_its_own_records_and_lineage_follows(lethe, direct, collection):
+    s = subject()
+    lethe.grant(s)
+    client = lethe.agent(s)
+    add(client, collection, ["d1", "d2", "d3"])
+    view = lambda: lethe.call("GET", f"/v1/subjects/{TENANT}/{s}")[1]["inventory"].get("chroma", 0)
+    wait_for("lineage of three records", lambda: view() == 3, deadline=5)
+    memories(client, collection).delete(ids=["d1"])
+    memories(client, collection).delete(where={"lethe_subject": s})
+    assert direct.get_collection(collection).count() == 0
+    assert view() == 0
+
+
+def test_collections_are_managed_by_admins_only(lethe):
+    s = subject()
+    with pytest.raises(Exception, match="forbidden"):
+        lethe.agent(s).create_collection(f"agent-made-{uuid.uuid4().hex[:8]}", embedding_function=None)
+    name = f"admin-made-{uuid.uuid4().hex[:8]}"
+    lethe.client(lethe.token("admin")).create_collection(name, embedding_function=None)
+    assert memories(lethe.agent(s), name).name == name, "agents may open an existing collection"
