@@ -150,3 +150,6 @@ impl PolicyView for View {
         (tenant == self.tenant).then_some(self.retention.as_ref())
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -31,15 +31,16 @@ impl PgStore {
     /// feed reports unhealthy and caches are bypassed.
     pub async fn connect(url: &str) -> Result<Self, StoreError> {
         let options = PgConnectOptions::from_str(url)?;
+        // A short acquire timeout: a request waiting on an unreachable store is refused soon.
         let pool = PgPoolOptions::new()
             .max_connections(16)
-            .acquire_timeout(Duration::from_secs(5))
+            .acquire_timeout(Duration::from_secs(2))
             .connect_with(options.clone())
             .await?;
         let feed = Arc::new(Feed::new(false));
         let listener_pool = PgPoolOptions::new()
             .max_connections(1)
-            .acquire_timeout(Duration::from_secs(5))
+            .acquire_timeout(Duration::from_secs(1))
             .connect_lazy_with(options.application_name("lethe-feed"));
         let (stop, stopped) = oneshot::channel();
         tokio::spawn(listen(listener_pool, Arc::clone(&feed), stopped));
@@ -117,11 +118,11 @@ async fn listen(pool: PgPool, feed: Arc<Feed>, mut stop: oneshot::Receiver<()>) 
                     Err(_) => tracing::warn!("ignoring a malformed policy change notification"),
                 }
             }
-            // The connection dropped and was re-established: changes in between are lost.
+            // The connection dropped: report it now, reconnect with a fresh listener.
             Ok(None) => {
-                tracing::warn!("policy change feed reconnected; dropping cached policy");
+                tracing::warn!("policy change feed lost; reconnecting");
                 feed.publish(FeedEvent::Lost);
-                feed.publish(FeedEvent::Restored);
+                listener = None;
             }
             Err(e) => {
                 tracing::warn!(error = %e, "policy change feed lost");
@@ -134,7 +135,8 @@ async fn listen(pool: PgPool, feed: Arc<Feed>, mut stop: oneshot::Receiver<()>) 
 
 async fn connect_listener(pool: &PgPool) -> Result<PgListener, sqlx::Error> {
     let mut listener = PgListener::connect_with(pool).await?;
-    listener.eager_reconnect(true);
+    // Report a loss at once; reconnecting is the loop's job, so it can say when it is back.
+    listener.eager_reconnect(false);
     listener.listen(CHANNEL).await?;
     Ok(listener)
 }
