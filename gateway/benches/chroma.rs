@@ -1,0 +1,128 @@
+//! The Chroma adapter's cost per request: planning and stamping an `add`, narrowing a `query`,
+//! and filtering its answer (10 records of about 2 KB each).
+
+use std::collections::BTreeMap;
+use std::hint::black_box;
+
+use chrono::{TimeDelta, Utc};
+use criterion::{Criterion, criterion_group, criterion_main};
+use lethe_gateway::adapters::chroma::{
+    ReadPlan, Scope, apply_write, filter_read, narrow_read, plan_write,
+};
+use lethe_policy::{
+    Action, ConsentGrant, PolicySnapshot, ReadContext, RetentionPolicy, RetentionRule,
+    SubjectPolicy, SubjectState,
+};
+use serde_json::json;
+
+fn snapshot() -> PolicySnapshot {
+    let grant = ConsentGrant {
+        id: "g".into(),
+        tenant: "acme".into(),
+        subject: "u1".into(),
+        purpose: "personalization".into(),
+        category: "preference".into(),
+        actions: [Action::Store, Action::Retrieve].into(),
+        granted_at: Utc::now() - TimeDelta::days(1),
+        expires_at: None,
+        revoked_at: None,
+        policy_version: 1,
+        source: "bench".into(),
+    };
+    let rule = RetentionRule {
+        purpose: "personalization".into(),
+        category: "preference".into(),
+        layer: None,
+        max_age: "30d".parse().expect("age"),
+        legal_end: None,
+    };
+    PolicySnapshot {
+        subjects: BTreeMap::from([(
+            "acme".to_owned(),
+            BTreeMap::from([(
+                "u1".to_owned(),
+                SubjectPolicy {
+                    state: SubjectState::default(),
+                    grants: vec![grant],
+                },
+            )]),
+        )]),
+        retention: BTreeMap::from([(
+            "acme".to_owned(),
+            RetentionPolicy {
+                rules: vec![rule],
+                purpose_ends: vec![],
+            },
+        )]),
+    }
+}
+
+fn adapter(c: &mut Criterion) {
+    let view = snapshot();
+    let now = Utc::now();
+    let text = "x".repeat(2000);
+    let ids: Vec<String> = (0..10).map(|i| format!("m{i}")).collect();
+    let add = json!({
+        "ids": ids,
+        "embeddings": (0..10).map(|_| vec![0.1f32; 16]).collect::<Vec<_>>(),
+        "documents": (0..10).map(|_| text.clone()).collect::<Vec<_>>(),
+        "metadatas": (0..10).map(|i| json!({"n": i})).collect::<Vec<_>>(),
+    })
+    .to_string()
+    .into_bytes();
+    let scope = Scope {
+        tenant: "acme",
+        subject: Some("u1"),
+        bound: true,
+        purpose: Some("personalization"),
+        category: Some("preference"),
+    };
+    let owners = BTreeMap::new();
+    c.bench_function("chroma add: plan + decide + stamp (10 x 2 KB)", |b| {
+        b.iter(|| {
+            let planned = plan_write(black_box(&add), &scope).expect("plan");
+            apply_write(planned, "acme", &view, &owners, now).expect("allowed")
+        })
+    });
+
+    let query = json!({"query_embeddings": [vec![0.1f32; 16]], "n_results": 10, "include": ["documents", "metadatas", "distances"]})
+        .to_string()
+        .into_bytes();
+    c.bench_function("chroma query: narrow", |b| {
+        b.iter(|| narrow_read(black_box(&query), true, "acme", Some("u1"), now).expect("narrow"))
+    });
+
+    let stamp = json!({"lethe_subject": "u1", "lethe_tenant": "acme", "lethe_purpose": "personalization",
+        "lethe_category": "preference", "lethe_expires_at": now.timestamp() + 3600, "lethe_epoch": 0});
+    let answer = json!({
+        "ids": [ids],
+        "documents": [(0..10).map(|_| text.clone()).collect::<Vec<_>>()],
+        "metadatas": [(0..10).map(|_| stamp.clone()).collect::<Vec<_>>()],
+        "distances": [(0..10).map(|i| i as f64 / 10.0).collect::<Vec<_>>()],
+        "embeddings": null,
+    })
+    .to_string();
+    let ctx = ReadContext {
+        tenant: "acme",
+        bound_subject: Some("u1"),
+        purpose: None,
+    };
+    let plan = ReadPlan {
+        nested: true,
+        strip_metadatas: false,
+    };
+    c.bench_function(
+        "chroma query answer: parse + decide + filter + serialise (10 x 2 KB)",
+        |b| {
+            b.iter(|| {
+                let value: serde_json::Value =
+                    serde_json::from_str(black_box(&answer)).expect("json");
+                let out = filter_read(value, &plan, &view, &ctx, now).expect("filter");
+                serde_json::to_vec(&out).expect("serialise")
+            })
+        },
+    );
+}
+
+criterion_group!(benches, adapter);
+criterion_main!(benches);
