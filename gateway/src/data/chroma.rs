@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use super::error::{DataError, json_response};
 use super::forward::{Answer, Route};
 use super::{DataState, RequestContext};
-use crate::adapters::chroma::{self as adapter, Endpoint, ReadPlan, Scope};
+use crate::adapters::chroma::{self as adapter, Endpoint, ReadPlan, Scope, WriteKind};
 use crate::auth::Role;
 use crate::store::ItemRecord;
 
@@ -59,7 +59,9 @@ pub async fn handle(
             let body = answer.body.clone();
             Ok(answer.into_response(body))
         }
-        Endpoint::Write { collection, .. } => write(&upstream, ctx, path, &collection, body).await,
+        Endpoint::Write { collection, kind } => {
+            write(&upstream, ctx, path, &collection, kind, body).await
+        }
         Endpoint::Get { .. } => read(&upstream, ctx, path, body, false).await,
         Endpoint::Query { .. } => read(&upstream, ctx, path, body, true).await,
         Endpoint::Count { .. } => count(&upstream, ctx, path).await,
@@ -72,6 +74,7 @@ async fn write(
     ctx: &RequestContext,
     path: &str,
     collection: &str,
+    kind: WriteKind,
     body: Bytes,
 ) -> Result<Response<Full<Bytes>>, DataError> {
     let Upstream { state, route, .. } = *upstream;
@@ -85,10 +88,16 @@ async fn write(
     };
     let planned = adapter::plan_write(&body, &scope)?;
     let view = state.policy.view(tenant, planned.subjects()).await?;
-    let owners = state
-        .store
-        .item_owners(&route.name, collection, &planned.ids())
-        .await?;
+    // Only upsert and update can overwrite an existing record; add never does.
+    let owners = match kind {
+        WriteKind::Add => Default::default(),
+        WriteKind::Upsert | WriteKind::Update => {
+            state
+                .store
+                .item_owners(&route.name, collection, &planned.ids())
+                .await?
+        }
+    };
     let now = crate::now();
     let stamped = adapter::apply_write(planned, tenant, &view, &owners, now)?;
     let answer = upstream

@@ -120,7 +120,7 @@ pub fn service(
                     && v.bytes()
                         .all(|b| b.is_ascii_alphanumeric() || b"-_.:".contains(&b))
             })
-            .map_or_else(|| uuid::Uuid::new_v4().to_string(), str::to_owned);
+            .map_or_else(new_request_id, str::to_owned);
         request.extensions_mut().insert(RequestId(id.clone()));
         let inner = inner.clone();
         async move {
@@ -134,6 +134,16 @@ pub fn service(
             Ok::<_, Infallible>(response)
         }
     })
+}
+
+/// A process-unique request id without a system call: a random prefix drawn once, and a counter.
+fn new_request_id() -> String {
+    use std::sync::OnceLock;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static PREFIX: OnceLock<String> = OnceLock::new();
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let prefix = PREFIX.get_or_init(|| uuid::Uuid::new_v4().simple().to_string()[..12].to_owned());
+    format!("{prefix}-{:x}", COUNTER.fetch_add(1, Ordering::Relaxed))
 }
 
 fn overload_or_timeout(e: &BoxError) -> DataError {
@@ -179,6 +189,9 @@ async fn handle(state: &DataState, request: Request<Incoming>) -> Response<Body>
         Ok(response) => response,
         Err(e) => e.into_response(&id),
     };
+    if !tracing::enabled!(tracing::Level::INFO) {
+        return response;
+    }
     // Subjects only ever appear pseudonymised in logs.
     let subject_ref = seen.subject.map(|(tenant, s)| {
         let full = lethe_policy::audit::subject_ref(&state.audit_key, &tenant, &s);

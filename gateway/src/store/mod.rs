@@ -172,7 +172,7 @@ pub trait Store: Send + Sync + 'static {
         subject: Option<&str>,
     ) -> Result<Vec<HoldRecord>, StoreError>;
 
-    /// Records lineage rows; a row for an item already known replaces it.
+    /// Records lineage rows; a row for an item already known replaces it if it has the same owner.
     async fn record_items(&self, items: &[ItemRecord]) -> Result<(), StoreError>;
     /// The owner (tenant, subject) of each of `ids` that lineage knows, live or deleted.
     async fn item_owners(

@@ -357,31 +357,38 @@ macro_rules! impl_store {
 
                 async fn record_items(&self, items: &[ItemRecord]) -> Result<(), StoreError> {
                     let mut tx = self.write_tx().await?;
-                    for item in items {
-                        sqlx::query(
-                            "INSERT INTO items (store, collection, item_id, tenant, subject, purpose, category, layer, created_at, expires_at, epoch, source_ref, parents, deleted_at)
-                             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, NULL)
-                             ON CONFLICT (store, collection, item_id) DO UPDATE SET
+                    // One statement per 500 rows (13 parameters each, well under both databases' limits).
+                    // A row never changes owner: a store that kept the first writer's record (as
+                    // Chroma's add does) keeps the first writer's lineage.
+                    for chunk in items.chunks(500) {
+                        let mut insert = sqlx::QueryBuilder::<$db>::new(
+                            "INSERT INTO items (store, collection, item_id, tenant, subject, purpose, category, layer, created_at, expires_at, epoch, source_ref, parents, deleted_at) ",
+                        );
+                        insert.push_values(chunk, |mut row, item| {
+                            row.push_bind(item.store.clone())
+                                .push_bind(item.collection.clone())
+                                .push_bind(item.item_id.clone())
+                                .push_bind(item.tenant.clone())
+                                .push_bind(item.subject.clone())
+                                .push_bind(item.purpose.clone())
+                                .push_bind(item.category.clone())
+                                .push_bind(item.layer.as_str())
+                                .push_bind(item.created_at)
+                                .push_bind(item.expires_at)
+                                .push_bind(item.epoch)
+                                .push_bind(item.source_ref.clone())
+                                .push_bind(Json(item.parents.clone()))
+                                .push("NULL");
+                        });
+                        insert.push(
+                            " ON CONFLICT (store, collection, item_id) DO UPDATE SET
                                tenant = excluded.tenant, subject = excluded.subject, purpose = excluded.purpose,
                                category = excluded.category, layer = excluded.layer, created_at = excluded.created_at,
                                expires_at = excluded.expires_at, epoch = excluded.epoch, source_ref = excluded.source_ref,
-                               parents = excluded.parents, deleted_at = NULL",
-                        )
-                        .bind(&item.store)
-                        .bind(&item.collection)
-                        .bind(&item.item_id)
-                        .bind(&item.tenant)
-                        .bind(&item.subject)
-                        .bind(&item.purpose)
-                        .bind(&item.category)
-                        .bind(item.layer.as_str())
-                        .bind(item.created_at)
-                        .bind(item.expires_at)
-                        .bind(item.epoch)
-                        .bind(&item.source_ref)
-                        .bind(Json(&item.parents))
-                        .execute(&mut *tx)
-                        .await?;
+                               parents = excluded.parents, deleted_at = NULL
+                             WHERE items.tenant = excluded.tenant AND items.subject = excluded.subject",
+                        );
+                        insert.build().execute(&mut *tx).await?;
                     }
                     tx.commit().await?;
                     Ok(())
@@ -394,15 +401,16 @@ macro_rules! impl_store {
                     ids: &[String],
                 ) -> Result<BTreeMap<String, (String, String)>, StoreError> {
                     let mut owners = BTreeMap::new();
-                    for id in ids {
-                        let row = sqlx::query("SELECT tenant, subject FROM items WHERE store = $1 AND collection = $2 AND item_id = $3")
-                            .bind(store)
-                            .bind(collection)
-                            .bind(id)
-                            .fetch_optional(&self.pool)
-                            .await?;
-                        if let Some(row) = row {
-                            owners.insert(id.clone(), (row.try_get("tenant")?, row.try_get("subject")?));
+                    for chunk in ids.chunks(1000) {
+                        let mut select = sqlx::QueryBuilder::<$db>::new("SELECT item_id, tenant, subject FROM items WHERE store = ");
+                        select.push_bind(store.to_owned()).push(" AND collection = ").push_bind(collection.to_owned()).push(" AND item_id IN (");
+                        let mut list = select.separated(", ");
+                        for id in chunk {
+                            list.push_bind(id.clone());
+                        }
+                        select.push(")");
+                        for row in select.build().fetch_all(&self.pool).await? {
+                            owners.insert(row.try_get("item_id")?, (row.try_get("tenant")?, row.try_get("subject")?));
                         }
                     }
                     Ok(owners)

@@ -283,6 +283,18 @@ async fn inventory_counts_live_lineage_per_store(store: &Arc<dyn Store>) {
         .record_items(&[item("chroma", "a", "u1")])
         .await
         .unwrap();
+    store
+        .record_items(&[item("chroma", "a", "u2")])
+        .await
+        .unwrap();
+    let ids = ["a".to_owned(), "d".to_owned(), "zz".to_owned()];
+    let owners = store.item_owners("chroma", "memories", &ids).await.unwrap();
+    let owner = |s: &str| ("acme".to_owned(), s.to_owned());
+    assert_eq!(
+        owners,
+        BTreeMap::from([("a".to_owned(), owner("u1")), ("d".to_owned(), owner("u2"))]),
+        "a row never changes owner"
+    );
     let counts = store.inventory("acme", "u1").await.unwrap();
     assert_eq!(
         counts,

