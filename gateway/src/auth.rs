@@ -86,6 +86,19 @@ impl From<jsonwebtoken::errors::Error> for AuthError {
     }
 }
 
+/// The token of an `Authorization: Bearer ...` header.
+pub fn bearer_token(headers: &hyper::HeaderMap) -> Result<&str, AuthError> {
+    headers
+        .get(hyper::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| {
+            v.strip_prefix("Bearer ")
+                .or_else(|| v.strip_prefix("bearer "))
+        })
+        .map(str::trim)
+        .ok_or(AuthError::Missing)
+}
+
 struct Key {
     algorithm: Algorithm,
     kid: Option<String>,

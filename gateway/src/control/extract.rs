@@ -4,14 +4,14 @@ use std::sync::Arc;
 
 use axum::extract::rejection::JsonRejection;
 use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::http::StatusCode;
 use axum::http::request::Parts;
-use axum::http::{StatusCode, header};
 use lethe_policy::audit::{AuditEntry, subject_ref};
 use serde::de::DeserializeOwned;
 
 use super::ControlState;
 use super::error::{ApiError, RequestId};
-use crate::auth::{AuthError, Claims, Role};
+use crate::auth::{Claims, Role, bearer_token};
 
 /// A verified compliance or admin caller.
 #[derive(Debug, Clone)]
@@ -66,19 +66,11 @@ impl FromRequestParts<ControlState> for Caller {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &ControlState) -> Result<Self, ApiError> {
-        let token = parts
-            .headers
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| {
-                v.strip_prefix("Bearer ")
-                    .or_else(|| v.strip_prefix("bearer "))
-            })
-            .ok_or(AuthError::Missing)
-            .map_err(|e| ApiError::unauthenticated(e.to_string()))?;
+        let token =
+            bearer_token(&parts.headers).map_err(|e| ApiError::unauthenticated(e.to_string()))?;
         let claims = state
             .verifier
-            .verify(token.trim())
+            .verify(token)
             .map_err(|e| ApiError::unauthenticated(e.to_string()))?;
         if !matches!(claims.role, Role::Compliance | Role::Admin) {
             return Err(ApiError::forbidden(format!(

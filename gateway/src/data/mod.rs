@@ -216,24 +216,11 @@ async fn run(
     seen: &mut Seen,
 ) -> Result<Response<Body>, DataError> {
     let (parts, body) = request.into_parts();
-    let token = parts
-        .headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| {
-            v.strip_prefix("Bearer ")
-                .or_else(|| v.strip_prefix("bearer "))
-        })
-        .ok_or_else(|| {
-            DataError::new(
-                StatusCode::UNAUTHORIZED,
-                "unauthenticated",
-                "no bearer token",
-            )
-        })?;
+    let token = crate::auth::bearer_token(&parts.headers)
+        .map_err(|e| DataError::new(StatusCode::UNAUTHORIZED, "unauthenticated", e.to_string()))?;
     let claims = state
         .tokens
-        .verify(token.trim())
+        .verify(token)
         .map_err(|e| DataError::new(StatusCode::UNAUTHORIZED, "unauthenticated", e.to_string()))?;
     let ctx = RequestContext::new(id.to_owned(), claims, &parts.headers)?;
     seen.subject = ctx.subject.clone().map(|s| (ctx.tenant().to_owned(), s));

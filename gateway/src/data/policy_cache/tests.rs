@@ -72,6 +72,19 @@ async fn a_change_in_this_process_is_seen_by_the_very_next_decision() {
     assert!(after.grants[0].revoked_at.is_some());
 }
 
+/// Another replica on the store at `url`, with its cache, once its change feed is connected.
+async fn replica(url: &str) -> (Arc<dyn Store>, Arc<PolicyCache>) {
+    let b = store::connect(url).await.unwrap();
+    let cache = PolicyCache::new(Arc::clone(&b), 1000);
+    until(
+        "replica B's feed to connect",
+        Duration::from_secs(10),
+        async || b.feed().is_healthy(),
+    )
+    .await;
+    (b, cache)
+}
+
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
     sorted[i]
@@ -82,14 +95,7 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
 async fn changes_reach_another_replica_through_postgres() {
     let url = fresh_postgres_database().await.unwrap();
     let a = migrated(&url).await;
-    let b = store::connect(&url).await.unwrap();
-    let cache = PolicyCache::new(Arc::clone(&b), 1000);
-    until(
-        "replica B's feed to connect",
-        Duration::from_secs(10),
-        async || b.feed().is_healthy(),
-    )
-    .await;
+    let (b, cache) = replica(&url).await;
 
     let arrivals: Arc<Mutex<Vec<(String, Instant)>>> = Arc::default();
     let log = Arc::clone(&arrivals);
@@ -150,14 +156,7 @@ async fn changes_reach_another_replica_through_postgres() {
 async fn a_lost_feed_is_noticed_and_nothing_stale_is_served() {
     let url = fresh_postgres_database().await.unwrap();
     let a = migrated(&url).await;
-    let b = store::connect(&url).await.unwrap();
-    let cache = PolicyCache::new(Arc::clone(&b), 1000);
-    until(
-        "replica B's feed to connect",
-        Duration::from_secs(10),
-        async || b.feed().is_healthy(),
-    )
-    .await;
+    let (b, cache) = replica(&url).await;
     let events: Arc<Mutex<Vec<FeedEvent>>> = Arc::default();
     let log = Arc::clone(&events);
     b.feed()
@@ -232,16 +231,7 @@ async fn an_unreachable_state_store_is_an_error_not_a_cached_answer() {
     let (authority, rest) = url.split_once('@').unwrap();
     let (host_port, db) = rest.split_once('/').unwrap();
     let relay = Relay::to(host_port.to_owned()).await;
-    let b = store::connect(&format!("{authority}@{}/{db}", relay.addr))
-        .await
-        .unwrap();
-    let cache = PolicyCache::new(Arc::clone(&b), 1000);
-    until(
-        "replica B's feed to connect",
-        Duration::from_secs(10),
-        async || b.feed().is_healthy(),
-    )
-    .await;
+    let (b, cache) = replica(&format!("{authority}@{}/{db}", relay.addr)).await;
     assert_eq!(
         cache.subject("acme", "u1").await.unwrap().grants.len(),
         1,
