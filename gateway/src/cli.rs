@@ -54,9 +54,37 @@ enum Command {
     /// Grant, revoke and list consent, through the control plane.
     #[command(subcommand)]
     Consent(ConsentCommand),
+    /// File an erasure request (or, with --approve, approve one), through the control plane.
+    Erase(EraseArgs),
+    /// Show an erasure request: state, approvals, online latency, progress per store.
+    Status {
+        #[command(flatten)]
+        control: ControlArgs,
+        id: String,
+    },
     /// Work with the audit log.
     #[command(subcommand)]
     Audit(AuditCommand),
+}
+
+#[derive(Debug, Args)]
+struct EraseArgs {
+    #[command(flatten)]
+    control: ControlArgs,
+    /// Approve this request instead of filing one.
+    #[arg(long, conflicts_with_all = ["subject", "alias", "ticket", "reason"])]
+    approve: Option<String>,
+    /// The subject's key.
+    #[arg(long, required_unless_present = "approve")]
+    subject: Option<String>,
+    /// Another key of the same person (repeatable).
+    #[arg(long)]
+    alias: Vec<String>,
+    /// The data subject request's ticket.
+    #[arg(long, required_unless_present = "approve")]
+    ticket: Option<String>,
+    #[arg(long, required_unless_present = "approve")]
+    reason: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -176,6 +204,29 @@ async fn dispatch(cli: Cli) -> Result<(), Failure> {
         }
         Command::Token(args) => token(&load()?, args).await,
         Command::Consent(command) => consent(&load()?, command).await,
+        Command::Erase(args) => {
+            let (path, body) = match &args.approve {
+                Some(id) => (format!("/v1/erasures/{}/approve", encode(id)), None),
+                None => (
+                    "/v1/erasures".to_owned(),
+                    Some(
+                        json!({"tenant": args.control.tenant, "subject": args.subject, "aliases": args.alias,
+                                "ticket": args.ticket, "reason": args.reason}),
+                    ),
+                ),
+            };
+            control_call(&load()?, &args.control, Method::POST, &path, body).await
+        }
+        Command::Status { control, id } => {
+            control_call(
+                &load()?,
+                &control,
+                Method::GET,
+                &format!("/v1/erasures/{}", encode(&id)),
+                None,
+            )
+            .await
+        }
         Command::Audit(AuditCommand::Verify) => audit_verify(&load()?).await,
     }
 }
@@ -244,6 +295,7 @@ async fn serve(config: Config) -> Result<(), Failure> {
         audit_key,
         metrics: Arc::default(),
         max_body_bytes: usize::try_from(config.control_plane.max_body_bytes).unwrap_or(usize::MAX),
+        erasure: control::ErasureSettings::from_config(&config),
     };
     let bind = |addr: std::net::SocketAddr| async move {
         tokio::net::TcpListener::bind(addr)
@@ -406,6 +458,17 @@ async fn consent(config: &Config, command: ConsentCommand) -> Result<(), Failure
             None,
         ),
     };
+    control_call(config, control, method, &path, body).await
+}
+
+/// One control-plane call; prints the JSON answer, or fails with it.
+async fn control_call(
+    config: &Config,
+    control: &ControlArgs,
+    method: Method,
+    path: &str,
+    body: Option<serde_json::Value>,
+) -> Result<(), Failure> {
     let (url, token) = control.resolve(config).await?;
     let (status, value) =
         crate::client::call(method, &format!("{url}{path}"), &token, body.as_ref()).await?;

@@ -20,7 +20,34 @@ pub struct Config {
     pub state: StateConfig,
     pub auth: AuthConfig,
     pub audit: AuditConfig,
+    pub erasure: ErasureConfig,
     pub routes: Vec<RouteConfig>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ErasureConfig {
+    /// 1 or 2 approvals, by different actors, before an erasure request is carried out.
+    pub approvals_required: usize,
+}
+
+impl Default for ErasureConfig {
+    fn default() -> Self {
+        ErasureConfig {
+            approvals_required: 1,
+        }
+    }
+}
+
+impl Config {
+    /// The stores an erasure purges: one target per route to a store Lethe can purge.
+    pub fn erasure_targets(&self) -> Vec<String> {
+        self.routes
+            .iter()
+            .filter(|r| r.adapter == AdapterKind::Chroma)
+            .map(|r| format!("chroma:{}", r.name))
+            .collect()
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -304,6 +331,7 @@ impl Config {
         let state = section(&mut table, "state", &mut problems);
         let auth = section(&mut table, "auth", &mut problems);
         let audit = section(&mut table, "audit", &mut problems);
+        let erasure = section(&mut table, "erasure", &mut problems);
         let mut routes = Vec::new();
         match table.remove("routes") {
             None => {}
@@ -323,7 +351,7 @@ impl Config {
         }
         for key in table.keys() {
             problems.push(format!(
-                "unknown section `{key}` (expected data_plane, control_plane, state, auth, audit or routes)"
+                "unknown section `{key}` (expected data_plane, control_plane, state, auth, audit, erasure or routes)"
             ));
         }
         Ok((
@@ -333,6 +361,7 @@ impl Config {
                 state,
                 auth,
                 audit,
+                erasure,
                 routes,
             },
             problems,
@@ -382,6 +411,9 @@ impl Config {
             problems.push(format!(
                 "state.url: {url:?} is neither sqlite://PATH nor postgres://..."
             ));
+        }
+        if !(1..=2).contains(&self.erasure.approvals_required) {
+            problems.push("erasure.approvals_required: must be 1 or 2".to_owned());
         }
         if self.auth.issuer.trim().is_empty() {
             problems.push("auth.issuer: must not be empty".to_owned());

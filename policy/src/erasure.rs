@@ -253,3 +253,68 @@ mod tests {
         }
     }
 }
+
+/// Why an approval is not taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum ApprovalError {
+    #[error("this actor has already approved the request")]
+    AlreadyApproved,
+    #[error("the request is not waiting for approval")]
+    NotAwaitingApproval,
+}
+
+/// Adds `actor`'s approval to `approvals` (actors who approved so far); answers whether the
+/// request is now authorised. Approvals come from different actors, so with two required the
+/// requester alone can never authorise their own request.
+pub fn approve(
+    state: ErasureState,
+    approvals: &mut Vec<String>,
+    actor: &str,
+    required: usize,
+) -> Result<bool, ApprovalError> {
+    if state != ErasureState::Requested {
+        return Err(ApprovalError::NotAwaitingApproval);
+    }
+    if approvals.iter().any(|a| a == actor) {
+        return Err(ApprovalError::AlreadyApproved);
+    }
+    approvals.push(actor.to_owned());
+    Ok(approvals.len() >= required.max(1))
+}
+
+#[cfg(test)]
+mod approval_tests {
+    use super::*;
+
+    #[test]
+    fn approvals_come_from_different_actors() {
+        // (required, approvers in order, expected outcome of each)
+        type Case<'a> = (usize, &'a [&'a str], &'a [Result<bool, ApprovalError>]);
+        let cases: [Case; 4] = [
+            (1, &["dpo"], &[Ok(true)]),
+            (
+                2,
+                &["dpo", "dpo"],
+                &[Ok(false), Err(ApprovalError::AlreadyApproved)],
+            ),
+            (2, &["dpo", "counsel"], &[Ok(false), Ok(true)]),
+            (0, &["dpo"], &[Ok(true)]),
+        ];
+        for (required, approvers, expected) in cases {
+            let mut approvals = Vec::new();
+            for (actor, want) in approvers.iter().zip(expected) {
+                assert_eq!(
+                    approve(ErasureState::Requested, &mut approvals, actor, required),
+                    *want,
+                    "{required} {approvers:?}"
+                );
+            }
+        }
+        let mut approvals = vec!["dpo".to_owned()];
+        assert_eq!(
+            approve(ErasureState::Held, &mut approvals, "counsel", 2),
+            Err(ApprovalError::NotAwaitingApproval)
+        );
+        assert_eq!(approvals, ["dpo"], "a refused approval is not recorded");
+    }
+}

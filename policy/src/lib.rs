@@ -17,7 +17,7 @@ pub use decision::{
     PolicySnapshot, PolicyView, ReadContext, Refusal, Stamp, SubjectPolicy, WriteFacts,
     decide_read, decide_write,
 };
-pub use erasure::{ErasureEvent, ErasureState, IllegalTransition};
+pub use erasure::{ApprovalError, ErasureEvent, ErasureState, IllegalTransition};
 pub use hold::LegalHold;
 pub use retention::{Layer, MaxAge, RetentionBounds, RetentionPolicy, RetentionRule, retain_until};
 pub use subject::{SubjectState, SubjectStatus};

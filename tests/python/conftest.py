@@ -82,10 +82,6 @@ def state_url():
     return POSTGRES.rsplit("/", 1)[0] + "/" + name
 
 
-def psql(url, sql):
-    subprocess.run(["psql", url, "-qtAc", sql], check=True, capture_output=True)
-
-
 class Lethe:
     def __init__(self, state_url, chroma_url, workdir):
         self.state_url = state_url

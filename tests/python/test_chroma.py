@@ -5,7 +5,7 @@ import uuid
 
 import pytest
 
-from conftest import TENANT, psql, wait_for
+from conftest import TENANT, wait_for
 
 
 def subject():
@@ -95,12 +95,12 @@ def test_a_suppressed_subjects_records_vanish_from_query_and_get(lethe, direct, 
         add(lethe.agent(s), collection, [f"{s}-1", f"{s}-2"])
     service = lethe.agent()  # a service token: reads across subjects of the tenant
     assert len(memories(service, collection).get()["ids"]) == 4
-    # Stand-in for the erasure flip (issue 4): commit the new state and notify every replica,
-    # exactly as the store does.
-    psql(lethe.state_url,
-         f"UPDATE subjects SET status = 'suppressed', epoch = epoch + 1 WHERE tenant = '{TENANT}' AND subject = '{gone}';"
-         f"SELECT pg_notify('lethe_policy', '{{\"tenant\": \"{TENANT}\", \"subject\": \"{gone}\"}}')")
-    wait_for("suppression to apply", lambda: len(memories(service, collection).get()["ids"]) == 2, deadline=5)
+    status, filed = lethe.call("POST", "/v1/erasures", {"subject": gone, "ticket": "DSR-42", "reason": "erasure request"})
+    assert status == 201, filed
+    status, flipped = lethe.call("POST", f"/v1/erasures/{filed['id']}/approve")
+    assert (status, flipped["state"]) == (200, "suppressed"), flipped
+    # The flip was committed and broadcast before approve answered: no waiting.
+    assert len(memories(service, collection).get()["ids"]) == 2
     assert all(i.startswith(keep) for i in memories(service, collection).get()["ids"])
     queried = memories(service, collection).query(query_embeddings=[[0.0, 1.0, 0.5]], n_results=4)["ids"][0]
     assert sorted(queried) == sorted([f"{keep}-1", f"{keep}-2"])

@@ -241,3 +241,47 @@ fn check_config_accepts_every_example_and_reports_every_problem() {
         .count();
     assert!(problems >= 2, "{}", stdout(&output));
 }
+
+/// `lethe erase`, `lethe erase --approve` and `lethe status` carry a request to the flip.
+#[tokio::test]
+async fn the_cli_files_approves_and_follows_an_erasure() {
+    let dir = temp_dir();
+    let state = fresh_sqlite_url();
+    let server = Server::start(&dir, &state).await;
+    let url = server.url("");
+    let cli = |args: &[&str]| {
+        run(lethe(&dir)
+            .args(args)
+            .args(["--url", &url, "--state", &state, "--tenant", "acme"]))
+    };
+    let filed = cli(&[
+        "erase",
+        "--subject",
+        "u9",
+        "--alias",
+        "u9-old",
+        "--ticket",
+        "DSR-9",
+        "--reason",
+        "closure",
+    ]);
+    assert!(filed.status.success(), "{}", stderr(&filed));
+    let filed: serde_json::Value = serde_json::from_str(&stdout(&filed)).unwrap();
+    let id = filed["id"].as_str().unwrap();
+    assert_eq!(filed["state"], "requested");
+    let approved = cli(&["erase", "--approve", id]);
+    assert!(approved.status.success(), "{}", stderr(&approved));
+    let status = cli(&["status", id]);
+    let status: serde_json::Value = serde_json::from_str(&stdout(&status)).unwrap();
+    assert_eq!(
+        (status["state"].as_str(), status["aliases"].clone()),
+        (Some("suppressed"), json!(["u9-old"]))
+    );
+    assert!(status["online_latency_ms"].as_i64().is_some());
+    let missing = cli(&["erase", "--subject", "u9"]);
+    assert_eq!(
+        missing.status.code(),
+        Some(2),
+        "ticket and reason are required"
+    );
+}

@@ -68,6 +68,12 @@ impl From<StoreError> for ApiError {
             StoreError::AlreadyReleased => {
                 ApiError::new(StatusCode::CONFLICT, "already_released", e.to_string())
             }
+            StoreError::Approval(lethe_policy::ApprovalError::AlreadyApproved) => {
+                ApiError::new(StatusCode::CONFLICT, "already_approved", e.to_string())
+            }
+            StoreError::Approval(lethe_policy::ApprovalError::NotAwaitingApproval) => {
+                ApiError::new(StatusCode::CONFLICT, "not_awaiting_approval", e.to_string())
+            }
             StoreError::SubjectNotActive => ApiError::new(
                 StatusCode::CONFLICT,
                 "subject_suppressed",

@@ -2,6 +2,7 @@
 
 mod audit;
 mod consents;
+mod erasures;
 pub mod error;
 mod extract;
 mod holds;
@@ -28,6 +29,24 @@ pub struct ControlState {
     pub audit_key: Arc<[u8]>,
     pub metrics: Arc<Metrics>,
     pub max_body_bytes: usize,
+    pub erasure: ErasureSettings,
+}
+
+/// How erasure requests are carried out.
+#[derive(Debug, Clone)]
+pub struct ErasureSettings {
+    pub approvals_required: usize,
+    /// The purge targets every new request gets a job for (`chroma:<route>`, ...).
+    pub targets: Vec<String>,
+}
+
+impl ErasureSettings {
+    pub fn from_config(config: &crate::config::Config) -> Self {
+        ErasureSettings {
+            approvals_required: config.erasure.approvals_required,
+            targets: config.erasure_targets(),
+        }
+    }
 }
 
 /// The control-plane app. Layers, outermost first: request id and error rendering, metrics and
@@ -44,6 +63,9 @@ pub fn app(state: ControlState) -> Router {
         .route("/v1/legal-holds", post(holds::place).get(holds::list))
         .route("/v1/legal-holds/{id}/release", post(holds::release))
         .route("/v1/subjects/{tenant}/{subject}", get(subjects::view))
+        .route("/v1/erasures", post(erasures::file))
+        .route("/v1/erasures/{id}", get(erasures::status))
+        .route("/v1/erasures/{id}/approve", post(erasures::approve))
         .route("/v1/audit", get(audit::page))
         .route("/v1/audit/verify", get(audit::verify))
         .route("/healthz", get(ops::healthz))

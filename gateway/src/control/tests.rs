@@ -29,6 +29,10 @@ async fn harness() -> Harness {
         audit_key: Arc::from(&b"audit-key"[..]),
         metrics: Arc::default(),
         max_body_bytes: 64 * 1024,
+        erasure: ErasureSettings {
+            approvals_required: 2,
+            targets: vec!["chroma:chroma".into()],
+        },
     };
     Harness {
         app: app(state),
@@ -654,7 +658,241 @@ async fn the_openapi_document_matches_the_routes() {
         }
     }
     assert_eq!(
-        operations, 15,
-        "the document and the router list the same 15 operations"
+        operations, 18,
+        "the document and the router list the same 18 operations"
+    );
+}
+
+fn token_as(role: Role, actor: &str) -> String {
+    let claims = Claims {
+        sub: actor.into(),
+        tenant: "acme".into(),
+        role,
+        subject: None,
+        exp: jsonwebtoken::get_current_timestamp() + 600,
+    };
+    mint_hs256(SECRET, "lethe", &claims).unwrap()
+}
+
+impl Harness {
+    async fn as_actor(
+        &self,
+        actor: &str,
+        method: Method,
+        uri: &str,
+        body: Option<Value>,
+    ) -> (StatusCode, Value) {
+        let body = body.map(|b| Body::from(b.to_string()));
+        self.send(method, uri, Some(&token_as(Role::Compliance, actor)), body)
+            .await
+    }
+
+    async fn subject_state(&self, subject: &str) -> (String, i64) {
+        let state = self.store.subject("acme", subject).await.unwrap().unwrap();
+        (state.status.as_str().to_owned(), state.epoch)
+    }
+}
+
+fn erasure_body(subject: &str) -> Value {
+    json!({"subject": subject, "aliases": [format!("{subject}@mail")], "ticket": "DSR-1", "reason": "art. 17 request"})
+}
+
+#[tokio::test]
+async fn an_erasure_needs_two_different_approvers_then_flips_every_key() {
+    let h = harness().await;
+    h.as_dpo(Method::POST, "/v1/consents", Some(grant_body("u1")))
+        .await;
+    let (status, filed) = h
+        .as_actor(
+            "alice",
+            Method::POST,
+            "/v1/erasures",
+            Some(erasure_body("u1")),
+        )
+        .await;
+    assert_eq!(
+        (status, filed["state"].as_str()),
+        (StatusCode::CREATED, Some("requested")),
+        "{filed}"
+    );
+    assert_eq!(filed["targets"][0]["target"], "chroma:chroma");
+    assert_eq!(filed["targets"][0]["state"], "waiting");
+    let id = filed["id"].as_str().unwrap();
+    let approve = format!("/v1/erasures/{id}/approve");
+
+    let (_, once) = h.as_actor("alice", Method::POST, &approve, None).await;
+    assert_eq!(
+        (once["state"].as_str(), once["approvals"].clone()),
+        (Some("requested"), json!(["alice"]))
+    );
+    assert_error(
+        &h.as_actor("alice", Method::POST, &approve, None).await,
+        StatusCode::CONFLICT,
+        "already_approved",
+    );
+    assert_eq!(
+        h.subject_state("u1").await,
+        ("active".into(), 0),
+        "the requester alone changes nothing"
+    );
+
+    let (status, flipped) = h.as_actor("bob", Method::POST, &approve, None).await;
+    assert_eq!(
+        (status, flipped["state"].as_str()),
+        (StatusCode::OK, Some("suppressed")),
+        "{flipped}"
+    );
+    assert!(
+        flipped["online_latency_ms"]
+            .as_i64()
+            .is_some_and(|ms| ms >= 0)
+    );
+    assert_eq!(
+        flipped["targets"][0]["state"], "pending",
+        "the purge is released by the flip"
+    );
+    assert_eq!(h.subject_state("u1").await, ("suppressed".into(), 1));
+    assert_eq!(
+        h.subject_state("u1@mail").await,
+        ("suppressed".into(), 1),
+        "aliases are flipped too"
+    );
+    assert_error(
+        &h.as_actor("carol", Method::POST, &approve, None).await,
+        StatusCode::CONFLICT,
+        "not_awaiting_approval",
+    );
+    assert_error(
+        &h.as_dpo(Method::POST, "/v1/consents", Some(grant_body("u1")))
+            .await,
+        StatusCode::CONFLICT,
+        "subject_suppressed",
+    );
+
+    let (_, status_view) = h
+        .as_dpo(Method::GET, &format!("/v1/erasures/{id}"), None)
+        .await;
+    assert_eq!(status_view["state"], "suppressed");
+    let actions: Vec<String> = h
+        .store
+        .audit_page(0, 100)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| r.entry.action)
+        .collect();
+    assert!(
+        actions.ends_with(&[
+            "erasure.request".into(),
+            "erasure.approve".into(),
+            "erasure.approve".into(),
+            "erasure.suppress".into()
+        ]),
+        "{actions:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_legal_hold_parks_an_erasure_until_every_covering_hold_is_released() {
+    let h = harness().await;
+    let (_, subject_hold) = h
+        .as_dpo(
+            Method::POST,
+            "/v1/legal-holds",
+            Some(json!({"subject": "u1", "reason": "case 9"})),
+        )
+        .await;
+    let (_, tenant_hold) = h
+        .as_dpo(
+            Method::POST,
+            "/v1/legal-holds",
+            Some(json!({"reason": "tenant preservation"})),
+        )
+        .await;
+    let (_, filed) = h
+        .as_actor(
+            "alice",
+            Method::POST,
+            "/v1/erasures",
+            Some(erasure_body("u1")),
+        )
+        .await;
+    let id = filed["id"].as_str().unwrap();
+    h.as_actor(
+        "alice",
+        Method::POST,
+        &format!("/v1/erasures/{id}/approve"),
+        None,
+    )
+    .await;
+    let (_, held) = h
+        .as_actor(
+            "bob",
+            Method::POST,
+            &format!("/v1/erasures/{id}/approve"),
+            None,
+        )
+        .await;
+    assert_eq!(held["state"], "held", "{held}");
+    assert_eq!(held["targets"][0]["state"], "waiting");
+    assert!(
+        h.store.subject("acme", "u1@mail").await.unwrap().is_none(),
+        "nothing flipped while held"
+    );
+
+    let release =
+        |hold: &Value| format!("/v1/legal-holds/{}/release", hold["id"].as_str().unwrap());
+    h.as_dpo(Method::POST, &release(&subject_hold), None).await;
+    let (_, still) = h
+        .as_dpo(Method::GET, &format!("/v1/erasures/{id}"), None)
+        .await;
+    assert_eq!(
+        still["state"], "held",
+        "the tenant-wide hold still covers it"
+    );
+
+    h.as_dpo(Method::POST, &release(&tenant_hold), None).await;
+    let (_, resumed) = h
+        .as_dpo(Method::GET, &format!("/v1/erasures/{id}"), None)
+        .await;
+    assert_eq!(
+        resumed["state"], "suppressed",
+        "it continues by itself: {resumed}"
+    );
+    assert_eq!(resumed["targets"][0]["state"], "pending");
+    assert_eq!(h.subject_state("u1").await, ("suppressed".into(), 1));
+}
+
+#[tokio::test]
+async fn bad_erasure_requests_are_refused() {
+    let h = harness().await;
+    let response = h
+        .as_dpo(
+            Method::POST,
+            "/v1/erasures",
+            Some(json!({"subject": "u1", "aliases": ["u1"], "ticket": " ", "reason": ""})),
+        )
+        .await;
+    assert_error(
+        &response,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "validation_failed",
+    );
+    assert_eq!(response.1["error"]["details"].as_array().unwrap().len(), 3);
+    assert_error(
+        &h.as_dpo(Method::POST, "/v1/erasures/er_nope/approve", None)
+            .await,
+        StatusCode::NOT_FOUND,
+        "not_found",
+    );
+    let (_, filed) = h
+        .as_dpo(Method::POST, "/v1/erasures", Some(erasure_body("u1")))
+        .await;
+    let other = token(Role::Compliance, "globex");
+    let path = format!("/v1/erasures/{}", filed["id"].as_str().unwrap());
+    assert_error(
+        &h.send(Method::GET, &path, Some(&other), None).await,
+        StatusCode::NOT_FOUND,
+        "not_found",
     );
 }

@@ -33,6 +33,8 @@ pub enum StoreError {
     AlreadyReleased,
     #[error("the subject is suppressed or erased")]
     SubjectNotActive,
+    #[error("{0}")]
+    Approval(#[from] lethe_policy::ApprovalError),
     #[error("the state store is unavailable: {0}")]
     Unavailable(#[source] sqlx::Error),
     #[error("state store error: {0}")]
@@ -79,6 +81,46 @@ pub struct HoldRecord {
     pub hold: LegalHold,
     pub placed_by: String,
     pub released_by: Option<String>,
+}
+
+/// An erasure request and where it stands.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ErasureRecord {
+    pub id: String,
+    pub tenant: String,
+    pub subject: String,
+    /// Other keys of the same person; all are suppressed and purged together.
+    pub aliases: Vec<String>,
+    pub ticket: String,
+    pub reason: String,
+    pub state: lethe_policy::ErasureState,
+    pub requested_by: String,
+    pub requested_at: DateTime<Utc>,
+    pub approvals: Vec<String>,
+    pub suppressed_at: Option<DateTime<Utc>>,
+    pub completed_at: Option<DateTime<Utc>>,
+    pub updated_at: DateTime<Utc>,
+}
+
+impl ErasureRecord {
+    /// The subject and its aliases.
+    pub fn keys(&self) -> impl Iterator<Item = &str> {
+        std::iter::once(self.subject.as_str()).chain(self.aliases.iter().map(String::as_str))
+    }
+}
+
+/// One store's share of an erasure: waiting for the flip, then pending, running, done or failed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PurgeJob {
+    pub id: String,
+    pub request_id: String,
+    pub target: String,
+    pub state: String,
+    pub attempts: i64,
+    pub next_attempt_at: DateTime<Utc>,
+    pub last_error: Option<String>,
+    pub result: Option<serde_json::Value>,
+    pub updated_at: DateTime<Utc>,
 }
 
 /// A lineage row: one stored item, whose it is, and what it was derived from.
@@ -158,6 +200,7 @@ pub trait Store: Send + Sync + 'static {
 
     async fn place_hold(&self, hold: &HoldRecord, audit: AuditEntry) -> Result<(), StoreError>;
     async fn hold(&self, id: &str) -> Result<HoldRecord, StoreError>;
+    /// Releases a hold; held erasures no other hold covers then continue (they are flipped).
     async fn release_hold(
         &self,
         id: &str,
@@ -171,6 +214,27 @@ pub trait Store: Send + Sync + 'static {
         tenant: &str,
         subject: Option<&str>,
     ) -> Result<Vec<HoldRecord>, StoreError>;
+
+    /// Files an erasure request with one waiting purge job per target, all in one transaction.
+    async fn create_erasure(
+        &self,
+        request: &ErasureRecord,
+        targets: &[String],
+        audit: AuditEntry,
+    ) -> Result<(), StoreError>;
+    async fn erasure(&self, id: &str) -> Result<ErasureRecord, StoreError>;
+    async fn purge_jobs(&self, request_id: &str) -> Result<Vec<PurgeJob>, StoreError>;
+    /// Records `actor`'s approval. Once the request is authorised it is held (an active legal
+    /// hold covers one of its keys) or flipped: every key suppressed in a new epoch and the purge
+    /// jobs released, in the same transaction; every cache hears of it before this returns.
+    async fn approve_erasure(
+        &self,
+        id: &str,
+        actor: &str,
+        required: usize,
+        at: DateTime<Utc>,
+        audit: AuditEntry,
+    ) -> Result<ErasureRecord, StoreError>;
 
     /// Records lineage rows; a row for an item already known replaces it if it has the same owner.
     async fn record_items(&self, items: &[ItemRecord]) -> Result<(), StoreError>;

@@ -12,12 +12,12 @@ macro_rules! impl_store {
             use async_trait::async_trait;
             use chrono::{DateTime, Utc};
             use lethe_policy::audit::{seal, AuditEntry, AuditRecord, ChainHead};
-            use lethe_policy::{Action, ConsentGrant, LegalHold, RetentionPolicy, SubjectPolicy, SubjectState, SubjectStatus};
+            use lethe_policy::{Action, ConsentGrant, ErasureEvent, ErasureState, LegalHold, RetentionPolicy, SubjectPolicy, SubjectState, SubjectStatus};
             use sqlx::types::Json;
             use sqlx::Row as _;
 
             use super::*;
-            use crate::store::{Feed, FeedEvent, HoldRecord, ItemRecord, PolicyChange, RetentionVersion, Store, StoreError};
+            use crate::store::{ErasureRecord, Feed, FeedEvent, HoldRecord, ItemRecord, PolicyChange, PurgeJob, RetentionVersion, Store, StoreError};
 
             type Row = <$db as sqlx::Database>::Row;
             type Tx = sqlx::Transaction<'static, $db>;
@@ -118,11 +118,116 @@ macro_rules! impl_store {
 
             /// Commits `tx` and tells every cache: first the other replicas (inside the
             /// transaction, so they hear of it only if it commits), then this process.
-            async fn commit_change(store: &$store, mut tx: Tx, change: PolicyChange) -> Result<(), StoreError> {
-                <$store>::notify(&mut tx, &change).await?;
+            async fn commit_change(store: &$store, tx: Tx, change: PolicyChange) -> Result<(), StoreError> {
+                commit_changes(store, tx, vec![change]).await
+            }
+
+            async fn commit_changes(store: &$store, mut tx: Tx, changes: Vec<PolicyChange>) -> Result<(), StoreError> {
+                for change in &changes {
+                    <$store>::notify(&mut tx, change).await?;
+                }
                 tx.commit().await?;
-                store.feed.publish(FeedEvent::Changed(change));
+                for change in changes {
+                    store.feed.publish(FeedEvent::Changed(change));
+                }
                 Ok(())
+            }
+
+            const ERASURE_COLUMNS: &str = "id, tenant, subject, aliases, ticket, reason, state, requested_by, requested_at, approvals, suppressed_at, completed_at, updated_at";
+
+            fn erasure_from_row(row: &Row) -> Result<ErasureRecord, StoreError> {
+                let state: String = row.try_get("state")?;
+                let aliases: Json<Vec<String>> = row.try_get("aliases")?;
+                let approvals: Json<Vec<String>> = row.try_get("approvals")?;
+                Ok(ErasureRecord {
+                    id: row.try_get("id")?,
+                    tenant: row.try_get("tenant")?,
+                    subject: row.try_get("subject")?,
+                    aliases: aliases.0,
+                    ticket: row.try_get("ticket")?,
+                    reason: row.try_get("reason")?,
+                    state: ErasureState::parse(&state).ok_or_else(|| StoreError::Corrupt(format!("unknown erasure state {state:?}")))?,
+                    requested_by: row.try_get("requested_by")?,
+                    requested_at: row.try_get("requested_at")?,
+                    approvals: approvals.0,
+                    suppressed_at: row.try_get("suppressed_at")?,
+                    completed_at: row.try_get("completed_at")?,
+                    updated_at: row.try_get("updated_at")?,
+                })
+            }
+
+            /// Moves a request along the state machine; an illegal step is refused, never written.
+            fn step(record: &mut ErasureRecord, event: ErasureEvent, at: DateTime<Utc>) -> Result<(), StoreError> {
+                record.state = lethe_policy::erasure::transition(record.state, event)
+                    .map_err(|e| StoreError::Corrupt(e.to_string()))?;
+                record.updated_at = at;
+                Ok(())
+            }
+
+            async fn save_erasure(tx: &mut Tx, record: &ErasureRecord) -> Result<(), StoreError> {
+                sqlx::query("UPDATE erasure_requests SET state = $1, approvals = $2, suppressed_at = $3, completed_at = $4, updated_at = $5 WHERE id = $6")
+                    .bind(record.state.as_str())
+                    .bind(Json(&record.approvals))
+                    .bind(record.suppressed_at)
+                    .bind(record.completed_at)
+                    .bind(record.updated_at)
+                    .bind(&record.id)
+                    .execute(&mut **tx)
+                    .await?;
+                Ok(())
+            }
+
+            /// Whether an active hold covers any key of the request.
+            async fn held(tx: &mut Tx, record: &ErasureRecord, at: DateTime<Utc>) -> Result<bool, StoreError> {
+                let sql = concat!(select_holds!(), "WHERE tenant = $1 AND released_at IS NULL");
+                let rows = sqlx::query(sql).bind(&record.tenant).fetch_all(&mut **tx).await?;
+                let holds: Vec<LegalHold> = rows.iter().map(hold_from_row).map(|h| h.map(|h| h.hold)).collect::<Result<_, _>>()?;
+                Ok(record.keys().any(|key| lethe_policy::hold::is_held(&holds, &record.tenant, key, at)))
+            }
+
+            /// The flip, inside the caller's transaction: every key suppressed in a new epoch, the
+            /// request suppressed, its purge jobs released. Returns the changes to broadcast.
+            async fn flip(tx: &mut Tx, record: &mut ErasureRecord, at: DateTime<Utc>) -> Result<Vec<PolicyChange>, StoreError> {
+                let mut changes = Vec::new();
+                for key in record.keys() {
+                    sqlx::query(
+                        "INSERT INTO subjects (tenant, subject, status, epoch, created_at, updated_at) VALUES ($1, $2, 'suppressed', 1, $3, $3)
+                         ON CONFLICT (tenant, subject) DO UPDATE SET status = 'suppressed', epoch = subjects.epoch + 1, updated_at = $3",
+                    )
+                    .bind(&record.tenant)
+                    .bind(key)
+                    .bind(at)
+                    .execute(&mut **tx)
+                    .await?;
+                    changes.push(PolicyChange { tenant: record.tenant.clone(), subject: Some(key.to_owned()) });
+                }
+                step(record, ErasureEvent::Suppress, at)?;
+                record.suppressed_at = Some(at);
+                save_erasure(tx, record).await?;
+                sqlx::query("UPDATE purge_jobs SET state = 'pending', next_attempt_at = $1, updated_at = $1 WHERE request_id = $2 AND state = 'waiting'")
+                    .bind(at)
+                    .bind(&record.id)
+                    .execute(&mut **tx)
+                    .await?;
+                Ok(changes)
+            }
+
+            /// Holds or flips a request that has just become authorised.
+            async fn hold_or_flip(
+                tx: &mut Tx,
+                record: &mut ErasureRecord,
+                at: DateTime<Utc>,
+                audit: &AuditEntry,
+            ) -> Result<Vec<PolicyChange>, StoreError> {
+                if held(tx, record, at).await? {
+                    step(record, ErasureEvent::HoldPlaced, at)?;
+                    save_erasure(tx, record).await?;
+                    append_in(tx, AuditEntry { action: "erasure.hold".into(), target: "erasure".into(), target_ref: Some(record.id.clone()), ..audit.clone() }).await?;
+                    return Ok(Vec::new());
+                }
+                let changes = flip(tx, record, at).await?;
+                append_in(tx, AuditEntry { action: "erasure.suppress".into(), target: "erasure".into(), target_ref: Some(record.id.clone()), ..audit.clone() }).await?;
+                Ok(changes)
             }
 
             fn status_of(text: &str) -> Result<SubjectStatus, StoreError> {
@@ -341,8 +446,22 @@ macro_rules! impl_store {
                     if updated == 0 {
                         return Err(StoreError::AlreadyReleased);
                     }
-                    append_in(&mut tx, audit).await?;
-                    tx.commit().await?;
+                    append_in(&mut tx, audit.clone()).await?;
+                    // Held erasures this hold covered continue, unless another hold still covers them.
+                    let sql = sqlx::AssertSqlSafe(format!("SELECT {ERASURE_COLUMNS} FROM erasure_requests WHERE tenant = $1 AND state = 'held' ORDER BY requested_at"));
+                    let rows = sqlx::query(sql).bind(&hold.hold.tenant).fetch_all(&mut *tx).await?;
+                    let mut changes = Vec::new();
+                    for row in &rows {
+                        let mut record = erasure_from_row(row)?;
+                        if held(&mut tx, &record, at).await? {
+                            continue;
+                        }
+                        step(&mut record, ErasureEvent::HoldReleased, at)?;
+                        let subject_ref = audit.subject_ref.clone();
+                        let resumed = AuditEntry { subject_ref, ..audit.clone() };
+                        changes.extend(hold_or_flip(&mut tx, &mut record, at, &resumed).await?);
+                    }
+                    commit_changes(self, tx, changes).await?;
                     Ok(hold)
                 }
 
@@ -353,6 +472,98 @@ macro_rules! impl_store {
                     );
                     let rows = sqlx::query(sql).bind(tenant).bind(subject).fetch_all(&self.pool).await?;
                     rows.iter().map(hold_from_row).collect()
+                }
+
+                async fn create_erasure(&self, request: &ErasureRecord, targets: &[String], audit: AuditEntry) -> Result<(), StoreError> {
+                    let mut tx = self.write_tx().await?;
+                    sqlx::query(
+                        "INSERT INTO erasure_requests (id, tenant, subject, aliases, ticket, reason, state, requested_by, requested_at, approvals, suppressed_at, completed_at, updated_at)
+                         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
+                    )
+                    .bind(&request.id)
+                    .bind(&request.tenant)
+                    .bind(&request.subject)
+                    .bind(Json(&request.aliases))
+                    .bind(&request.ticket)
+                    .bind(&request.reason)
+                    .bind(request.state.as_str())
+                    .bind(&request.requested_by)
+                    .bind(request.requested_at)
+                    .bind(Json(&request.approvals))
+                    .bind(request.suppressed_at)
+                    .bind(request.completed_at)
+                    .bind(request.updated_at)
+                    .execute(&mut *tx)
+                    .await?;
+                    for target in targets {
+                        sqlx::query(
+                            "INSERT INTO purge_jobs (id, request_id, target, state, attempts, next_attempt_at, updated_at) VALUES ($1, $2, $3, 'waiting', 0, $4, $4)",
+                        )
+                        .bind(format!("pj_{}", uuid::Uuid::new_v4().simple()))
+                        .bind(&request.id)
+                        .bind(target)
+                        .bind(request.requested_at)
+                        .execute(&mut *tx)
+                        .await?;
+                    }
+                    append_in(&mut tx, audit).await?;
+                    tx.commit().await?;
+                    Ok(())
+                }
+
+                async fn erasure(&self, id: &str) -> Result<ErasureRecord, StoreError> {
+                    let sql = sqlx::AssertSqlSafe(format!("SELECT {ERASURE_COLUMNS} FROM erasure_requests WHERE id = $1"));
+                    erasure_from_row(&sqlx::query(sql).bind(id).fetch_one(&self.pool).await?)
+                }
+
+                async fn purge_jobs(&self, request_id: &str) -> Result<Vec<PurgeJob>, StoreError> {
+                    let rows = sqlx::query(
+                        "SELECT id, request_id, target, state, attempts, next_attempt_at, last_error, result, updated_at
+                         FROM purge_jobs WHERE request_id = $1 ORDER BY target",
+                    )
+                    .bind(request_id)
+                    .fetch_all(&self.pool)
+                    .await?;
+                    rows.iter()
+                        .map(|row| {
+                            let result: Option<Json<serde_json::Value>> = row.try_get("result")?;
+                            Ok(PurgeJob {
+                                id: row.try_get("id")?,
+                                request_id: row.try_get("request_id")?,
+                                target: row.try_get("target")?,
+                                state: row.try_get("state")?,
+                                attempts: row.try_get("attempts")?,
+                                next_attempt_at: row.try_get("next_attempt_at")?,
+                                last_error: row.try_get("last_error")?,
+                                result: result.map(|r| r.0),
+                                updated_at: row.try_get("updated_at")?,
+                            })
+                        })
+                        .collect()
+                }
+
+                async fn approve_erasure(
+                    &self,
+                    id: &str,
+                    actor: &str,
+                    required: usize,
+                    at: DateTime<Utc>,
+                    audit: AuditEntry,
+                ) -> Result<ErasureRecord, StoreError> {
+                    let mut tx = self.write_tx().await?;
+                    let sql = sqlx::AssertSqlSafe(format!("SELECT {ERASURE_COLUMNS} FROM erasure_requests WHERE id = $1{}", <$store>::FOR_UPDATE));
+                    let mut record = erasure_from_row(&sqlx::query(sql).bind(id).fetch_one(&mut *tx).await?)?;
+                    let authorised = lethe_policy::erasure::approve(record.state, &mut record.approvals, actor, required)?;
+                    record.updated_at = at;
+                    save_erasure(&mut tx, &record).await?;
+                    append_in(&mut tx, audit.clone()).await?;
+                    let mut changes = Vec::new();
+                    if authorised {
+                        step(&mut record, ErasureEvent::Authorize, at)?;
+                        changes = hold_or_flip(&mut tx, &mut record, at, &audit).await?;
+                    }
+                    commit_changes(self, tx, changes).await?;
+                    Ok(record)
                 }
 
                 async fn record_items(&self, items: &[ItemRecord]) -> Result<(), StoreError> {

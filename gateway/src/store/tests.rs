@@ -36,6 +36,7 @@ on_both_backends!(
     inventory_counts_live_lineage_per_store,
     generated_secrets_are_kept,
     audit_appends_form_one_chain_under_concurrency,
+    an_approved_erasure_flips_its_keys_and_tells_every_cache,
 );
 
 fn audit(action: &str, target_ref: Option<&str>) -> AuditEntry {
@@ -389,4 +390,89 @@ async fn tampering_is_reported_with_the_row_number() {
             }
         }
     }
+}
+
+async fn an_approved_erasure_flips_its_keys_and_tells_every_cache(store: &Arc<dyn Store>) {
+    use lethe_policy::ErasureState;
+    store
+        .create_grant(&grant("g1", "u1"), audit("consent.grant", Some("g1")))
+        .await
+        .unwrap();
+    let heard = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let log = Arc::clone(&heard);
+    store.feed().on_event(move |e| {
+        if let FeedEvent::Changed(c) = e {
+            log.lock().unwrap().push(c.subject.clone());
+        }
+    });
+    let now = now();
+    let record = ErasureRecord {
+        id: "er1".into(),
+        tenant: "acme".into(),
+        subject: "u1".into(),
+        aliases: vec!["u1-old".into()],
+        ticket: "DSR-7".into(),
+        reason: "request".into(),
+        state: ErasureState::Requested,
+        requested_by: "dpo".into(),
+        requested_at: now,
+        approvals: vec![],
+        suppressed_at: None,
+        completed_at: None,
+        updated_at: now,
+    };
+    store
+        .create_erasure(
+            &record,
+            &["chroma:chroma".into()],
+            audit("erasure.request", Some("er1")),
+        )
+        .await
+        .unwrap();
+    assert_eq!(store.purge_jobs("er1").await.unwrap()[0].state, "waiting");
+    let flipped = store
+        .approve_erasure("er1", "dpo", 1, now, audit("erasure.approve", Some("er1")))
+        .await
+        .unwrap();
+    assert_eq!(
+        (flipped.state, flipped.suppressed_at),
+        (ErasureState::Suppressed, Some(now))
+    );
+    assert_eq!(
+        store.erasure("er1").await.unwrap(),
+        flipped,
+        "what was answered is what was stored"
+    );
+    for key in ["u1", "u1-old"] {
+        let state = store.subject("acme", key).await.unwrap().unwrap();
+        assert_eq!(
+            (state.status, state.epoch),
+            (SubjectStatus::Suppressed, 1),
+            "{key}"
+        );
+    }
+    let heard = heard.lock().unwrap().clone();
+    for key in ["u1", "u1-old"] {
+        // On PostgreSQL the replica's own NOTIFY echoes back later too; what counts is that the
+        // local event was delivered before approve returned.
+        assert!(
+            heard.contains(&Some(key.to_owned())),
+            "caches heard of {key} before approve returned: {heard:?}"
+        );
+    }
+    assert_eq!(store.purge_jobs("er1").await.unwrap()[0].state, "pending");
+    assert!(matches!(
+        store
+            .approve_erasure(
+                "er1",
+                "other",
+                1,
+                now,
+                audit("erasure.approve", Some("er1"))
+            )
+            .await,
+        Err(StoreError::Approval(
+            lethe_policy::ApprovalError::NotAwaitingApproval
+        ))
+    ));
 }

@@ -1,0 +1,141 @@
+//! Erasure requests: file, approve, follow. Approval flips the subject (unreadable and unwritable
+//! on every replica) before the answer is sent; purging the stores follows.
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use lethe_policy::ErasureState;
+use serde::{Deserialize, Serialize};
+
+use super::error::{ApiError, not_found_as};
+use super::extract::{ApiJson, Caller};
+use super::{ControlState, Problems};
+use crate::store::{ErasureRecord, PurgeJob};
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileRequest {
+    tenant: Option<String>,
+    subject: String,
+    #[serde(default)]
+    aliases: Vec<String>,
+    /// The data subject request's ticket, for the record.
+    ticket: String,
+    reason: String,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ErasureView {
+    #[serde(flatten)]
+    record: ErasureRecord,
+    approvals_required: usize,
+    /// From the request to the flip: how long the subject stayed readable.
+    online_latency_ms: Option<i64>,
+    targets: Vec<PurgeJob>,
+}
+
+async fn view(state: &ControlState, record: ErasureRecord) -> Result<ErasureView, ApiError> {
+    let targets = state.store.purge_jobs(&record.id).await?;
+    let online_latency_ms = record
+        .suppressed_at
+        .map(|at| (at - record.requested_at).num_milliseconds());
+    Ok(ErasureView {
+        record,
+        approvals_required: state.erasure.approvals_required,
+        online_latency_ms,
+        targets,
+    })
+}
+
+pub async fn file(
+    State(state): State<ControlState>,
+    caller: Caller,
+    ApiJson(req): ApiJson<FileRequest>,
+) -> Result<(StatusCode, Json<ErasureView>), ApiError> {
+    let tenant = caller.tenant(req.tenant.as_deref())?.to_owned();
+    let mut problems = Problems::default();
+    problems.name("tenant", &tenant);
+    problems.name("subject", &req.subject);
+    for (i, alias) in req.aliases.iter().enumerate() {
+        problems.name(&format!("aliases[{i}]"), alias);
+    }
+    problems.check(!req.aliases.contains(&req.subject), || {
+        "aliases: must not repeat the subject".into()
+    });
+    problems.text("ticket", &req.ticket);
+    problems.text("reason", &req.reason);
+    problems.into_result()?;
+    let now = crate::now();
+    let record = ErasureRecord {
+        id: format!("er_{}", uuid::Uuid::new_v4().simple()),
+        tenant,
+        subject: req.subject,
+        aliases: req.aliases,
+        ticket: req.ticket,
+        reason: req.reason,
+        state: ErasureState::Requested,
+        requested_by: caller.claims.sub.clone(),
+        requested_at: now,
+        approvals: Vec::new(),
+        suppressed_at: None,
+        completed_at: None,
+        updated_at: now,
+    };
+    let audit = caller.audit(
+        "erasure.request",
+        Some((&record.tenant, &record.subject)),
+        "erasure",
+        Some(&record.id),
+    );
+    state
+        .store
+        .create_erasure(&record, &state.erasure.targets, audit)
+        .await?;
+    Ok((StatusCode::CREATED, Json(view(&state, record).await?)))
+}
+
+async fn visible(
+    state: &ControlState,
+    caller: &Caller,
+    id: &str,
+) -> Result<ErasureRecord, ApiError> {
+    let record = state
+        .store
+        .erasure(id)
+        .await
+        .map_err(not_found_as("erasure request"))?;
+    if caller.can_see(&record.tenant) {
+        Ok(record)
+    } else {
+        Err(ApiError::not_found("erasure request"))
+    }
+}
+
+pub async fn approve(
+    State(state): State<ControlState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Json<ErasureView>, ApiError> {
+    let record = visible(&state, &caller, &id).await?;
+    let audit = caller.audit(
+        "erasure.approve",
+        Some((&record.tenant, &record.subject)),
+        "erasure",
+        Some(&id),
+    );
+    let required = state.erasure.approvals_required;
+    let approved = state
+        .store
+        .approve_erasure(&id, &caller.claims.sub, required, crate::now(), audit)
+        .await?;
+    Ok(Json(view(&state, approved).await?))
+}
+
+pub async fn status(
+    State(state): State<ControlState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Json<ErasureView>, ApiError> {
+    let record = visible(&state, &caller, &id).await?;
+    Ok(Json(view(&state, record).await?))
+}
