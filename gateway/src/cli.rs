@@ -289,6 +289,7 @@ async fn serve(config: Config) -> Result<(), Failure> {
         Arc::clone(&verifier),
         Arc::clone(&audit_key),
     )?;
+    let purge_store = Arc::clone(&store);
     let control_state = ControlState {
         store,
         verifier,
@@ -326,8 +327,11 @@ async fn serve(config: Config) -> Result<(), Failure> {
     };
     let control = axum::serve(control_listener, control::app(control_state))
         .with_graceful_shutdown(until_stopped(stopped.clone()));
+    let worker = crate::erasure::Worker::from_config(&config, Arc::clone(&purge_store))
+        .map_err(|e| Failure(e, 2))?;
+    let purge = worker.run(until_stopped(stopped.clone()));
     let data = crate::data::serve(data_listener, data_state, limits, until_stopped(stopped));
-    let (control, (), ()) = tokio::join!(control, data, stop_signal);
+    let (control, (), (), ()) = tokio::join!(control, data, stop_signal, purge);
     control?;
     // The last lineage rows are written before the process ends.
     let _ = tokio::time::timeout(std::time::Duration::from_secs(10), lineage_task).await;

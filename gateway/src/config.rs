@@ -29,12 +29,18 @@ pub struct Config {
 pub struct ErasureConfig {
     /// 1 or 2 approvals, by different actors, before an erasure request is carried out.
     pub approvals_required: usize,
+    /// Attempts per store before the request goes to `exception` (and a person looks).
+    pub max_attempts: u32,
+    /// The wait before the first retry; it doubles with every attempt.
+    pub retry_backoff: ConfigDuration,
 }
 
 impl Default for ErasureConfig {
     fn default() -> Self {
         ErasureConfig {
             approvals_required: 1,
+            max_attempts: 8,
+            retry_backoff: ConfigDuration(Duration::from_secs(1)),
         }
     }
 }
@@ -411,6 +417,9 @@ impl Config {
             problems.push(format!(
                 "state.url: {url:?} is neither sqlite://PATH nor postgres://..."
             ));
+        }
+        if self.erasure.max_attempts == 0 {
+            problems.push("erasure.max_attempts: must be at least 1".to_owned());
         }
         if !(1..=2).contains(&self.erasure.approvals_required) {
             problems.push("erasure.approvals_required: must be 1 or 2".to_owned());

@@ -7,6 +7,7 @@ pub mod client;
 pub mod config;
 pub mod control;
 pub mod data;
+pub mod erasure;
 mod error_shape;
 pub mod keys;
 pub mod metrics;

@@ -83,7 +83,7 @@ def state_url():
 
 
 class Lethe:
-    def __init__(self, state_url, chroma_url, workdir):
+    def __init__(self, state_url, chroma_url, workdir, config=None):
         self.state_url = state_url
         self.chroma_url = chroma_url
         self.workdir = workdir
@@ -97,6 +97,8 @@ class Lethe:
             "LETHE_UPSTREAM_CHROMA": chroma_url,
             "LETHE_LOG": "warn",
         })
+        if config:
+            env["LETHE_CONFIG"] = str(config)
         self.env = env
         self.process = subprocess.Popen([str(LETHE), "serve"], cwd=workdir, env=env)
         wait_for("lethe", lambda: http("GET", f"http://{self.control}/readyz")[0] == 200)

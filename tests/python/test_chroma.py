@@ -2,6 +2,7 @@
 
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -106,7 +107,7 @@ def test_a_suppressed_subjects_records_vanish_from_query_and_get(lethe, direct, 
     assert sorted(queried) == sorted([f"{keep}-1", f"{keep}-2"])
     with pytest.raises(Exception, match="subject_suppressed"):
         add(lethe.agent(gone), collection, ["late-write"])
-    assert direct.get_collection(collection).count() == 4, "the late write never reached Chroma"
+    assert "late-write" not in direct.get_collection(collection).get()["ids"], "the late write never reached Chroma"
 
 
 def test_unstamped_records_are_not_served(lethe, direct, collection):
@@ -161,3 +162,90 @@ def test_collections_are_managed_by_admins_only(lethe):
     name = f"admin-made-{uuid.uuid4().hex[:8]}"
     lethe.client(lethe.token("admin")).create_collection(name, embedding_function=None)
     assert memories(lethe.agent(s), name).name == name, "agents may open an existing collection"
+
+
+def erase(lethe, subject, **extra):
+    status, filed = lethe.call("POST", "/v1/erasures", {"subject": subject, "ticket": "DSR-7", "reason": "art. 17", **extra})
+    assert status == 201, filed
+    status, approved = lethe.call("POST", f"/v1/erasures/{filed['id']}/approve")
+    assert status == 200, approved
+    return filed["id"]
+
+
+def erasure(lethe, request_id):
+    return lethe.call("GET", f"/v1/erasures/{request_id}")[1]
+
+
+def stamped_by(direct, collection, subject):
+    return direct.get_collection(collection).get(where={"lethe_subject": subject})["ids"]
+
+
+def test_an_erasure_purges_chroma_verifies_and_completes(lethe, direct, collection):
+    gone, kept = subject(), subject()
+    for s in (gone, kept):
+        lethe.grant(s)
+        add(lethe.agent(s), collection, [f"{s}-1", f"{s}-2", f"{s}-3"])
+    request = erase(lethe, gone)
+    done = wait_for("the erasure to complete", lambda: erasure(lethe, request)["state"] == "completed" and erasure(lethe, request), deadline=30)
+    assert stamped_by(direct, collection, gone) == [], "counted directly in Chroma: nothing left"
+    assert sorted(stamped_by(direct, collection, kept)) == [f"{kept}-1", f"{kept}-2", f"{kept}-3"], "the other subject keeps all"
+    target = done["targets"][0]
+    assert (target["state"], target["result"]["remaining"]) == ("done", 0)
+    assert target["result"]["deleted"] >= 3
+    assert "compaction" in target["result"]["physical"], "logical and physical deletion are reported apart"
+    view = lethe.call("GET", f"/v1/subjects/{TENANT}/{gone}")[1]
+    assert (view["state"], view["inventory"].get("chroma", 0)) == ("erased", 0)
+
+
+class Stoppable:
+    """A Chroma server of the test's own, that it can stop and start again on the same data."""
+
+    def __init__(self, tmp):
+        from conftest import free_port, http
+        import shutil, subprocess, os
+        self.path, self.port = str(tmp), free_port()
+        self.bin = shutil.which("chroma") or str(Path(os.sys.executable).parent / "chroma")
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._http, self._subprocess = http, subprocess
+        self.start()
+
+    def start(self):
+        self.process = self._subprocess.Popen([self.bin, "run", "--path", self.path, "--port", str(self.port)],
+                                              stdout=self._subprocess.DEVNULL, stderr=self._subprocess.DEVNULL)
+        wait_for("chroma", lambda: self._http("GET", f"{self.url}/api/v2/heartbeat")[0] == 200)
+
+    def stop(self):
+        self.process.terminate()
+        self.process.wait(timeout=15)
+
+
+def test_a_store_that_is_down_during_the_purge_is_retried_until_it_is_back(state_url, tmp_path):
+    from conftest import Lethe
+    import subprocess
+    chroma = Stoppable(tmp_path / "chroma")
+    # A Lethe of its own, on a fresh state database, with quick retries.
+    name = f"lethe_test_py_{uuid.uuid4().hex}"
+    base = state_url.rsplit("/", 1)[0]
+    subprocess.run(["psql", f"{base}/postgres", "-qc", f"CREATE DATABASE {name}"], check=True)
+    config = tmp_path / "lethe.toml"
+    config.write_text('[erasure]\nmax_attempts = 30\nretry_backoff = "200ms"\n'
+                      '[[routes]]\nname = "chroma"\nprefix = "/chroma"\nupstream = "http://127.0.0.1:1"\nadapter = "chroma"\n')
+    instance = Lethe(f"{base}/{name}", chroma.url, tmp_path, config=config)
+    try:
+        s = subject()
+        instance.grant(s)
+        name = f"memories-{uuid.uuid4().hex[:8]}"
+        instance.client(instance.token("admin")).create_collection(name, embedding_function=None)
+        add(instance.agent(s), name, ["x1", "x2"])
+        chroma.stop()
+        request = erase(instance, s)
+        wait_for("a failed attempt", lambda: erasure(instance, request)["targets"][0]["attempts"] >= 2, deadline=20)
+        assert erasure(instance, request)["state"] in ("retrying", "propagating")
+        chroma.start()
+        wait_for("the erasure to complete", lambda: erasure(instance, request)["state"] == "completed", deadline=30)
+        import chromadb
+        direct = chromadb.HttpClient(host="127.0.0.1", port=chroma.port)
+        assert direct.get_collection(name).get(where={"lethe_subject": s})["ids"] == []
+    finally:
+        instance.stop()
+        chroma.stop()

@@ -123,6 +123,18 @@ pub struct PurgeJob {
     pub updated_at: DateTime<Utc>,
 }
 
+/// How a purge job ended this time.
+#[derive(Debug, Clone, PartialEq)]
+pub enum JobOutcome {
+    /// The store holds nothing of the subject any more; `result` goes into the certificate.
+    Done(serde_json::Value),
+    /// Try again at `retry_at`, or, when `None`, give up: the request goes to `exception`.
+    Failed {
+        error: String,
+        retry_at: Option<DateTime<Utc>>,
+    },
+}
+
 /// A lineage row: one stored item, whose it is, and what it was derived from.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ItemRecord {
@@ -235,6 +247,32 @@ pub trait Store: Send + Sync + 'static {
         at: DateTime<Utc>,
         audit: AuditEntry,
     ) -> Result<ErasureRecord, StoreError>;
+
+    /// Claims the next due purge job (pending, retrying, or running with an expired lease) for
+    /// `worker` until `lease_until`; its request moves to `propagating`.
+    async fn claim_purge_job(
+        &self,
+        worker: &str,
+        now: DateTime<Utc>,
+        lease_until: DateTime<Utc>,
+    ) -> Result<Option<PurgeJob>, StoreError>;
+    /// Records a job's outcome and moves its request along. When every job is done the request
+    /// is verified against lineage (no live row of its keys in the purged stores) and completed:
+    /// keys marked erased, a tombstone kept.
+    async fn finish_purge_job(
+        &self,
+        job_id: &str,
+        outcome: JobOutcome,
+        now: DateTime<Utc>,
+        audit: AuditEntry,
+    ) -> Result<ErasureRecord, StoreError>;
+    /// Live lineage rows of `subjects` in one store: (collection, item id).
+    async fn live_items(
+        &self,
+        tenant: &str,
+        store: &str,
+        subjects: &[String],
+    ) -> Result<Vec<(String, String)>, StoreError>;
 
     /// Records lineage rows; a row for an item already known replaces it if it has the same owner.
     async fn record_items(&self, items: &[ItemRecord]) -> Result<(), StoreError>;

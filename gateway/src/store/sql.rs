@@ -17,7 +17,7 @@ macro_rules! impl_store {
             use sqlx::Row as _;
 
             use super::*;
-            use crate::store::{ErasureRecord, Feed, FeedEvent, HoldRecord, ItemRecord, PolicyChange, PurgeJob, RetentionVersion, Store, StoreError};
+            use crate::store::{ErasureRecord, Feed, FeedEvent, HoldRecord, ItemRecord, JobOutcome, PolicyChange, PurgeJob, RetentionVersion, Store, StoreError};
 
             type Row = <$db as sqlx::Database>::Row;
             type Tx = sqlx::Transaction<'static, $db>;
@@ -564,6 +564,165 @@ macro_rules! impl_store {
                     }
                     commit_changes(self, tx, changes).await?;
                     Ok(record)
+                }
+
+                async fn claim_purge_job(
+                    &self,
+                    worker: &str,
+                    now: DateTime<Utc>,
+                    lease_until: DateTime<Utc>,
+                ) -> Result<Option<PurgeJob>, StoreError> {
+                    let mut tx = self.write_tx().await?;
+                    let sql = sqlx::AssertSqlSafe(format!(
+                        "SELECT id, request_id FROM purge_jobs
+                         WHERE (state IN ('pending', 'retrying') AND next_attempt_at <= $1) OR (state = 'running' AND claimed_until < $1)
+                         ORDER BY next_attempt_at LIMIT 1{}",
+                        <$store>::SKIP_LOCKED
+                    ));
+                    let Some(row) = sqlx::query(sql).bind(now).fetch_optional(&mut *tx).await? else {
+                        return Ok(None);
+                    };
+                    let (job_id, request_id): (String, String) = (row.try_get("id")?, row.try_get("request_id")?);
+                    sqlx::query("UPDATE purge_jobs SET state = 'running', claimed_by = $1, claimed_until = $2, attempts = attempts + 1, updated_at = $3 WHERE id = $4")
+                        .bind(worker)
+                        .bind(lease_until)
+                        .bind(now)
+                        .bind(&job_id)
+                        .execute(&mut *tx)
+                        .await?;
+                    let sql = sqlx::AssertSqlSafe(format!("SELECT {ERASURE_COLUMNS} FROM erasure_requests WHERE id = $1{}", <$store>::FOR_UPDATE));
+                    let mut record = erasure_from_row(&sqlx::query(sql).bind(&request_id).fetch_one(&mut *tx).await?)?;
+                    let event = match record.state {
+                        ErasureState::Suppressed => Some(ErasureEvent::PurgeStarted),
+                        ErasureState::Retrying => Some(ErasureEvent::RetryStarted),
+                        _ => None,
+                    };
+                    if let Some(event) = event {
+                        step(&mut record, event, now)?;
+                        save_erasure(&mut tx, &record).await?;
+                    }
+                    tx.commit().await?;
+                    Ok(self.purge_jobs(&request_id).await?.into_iter().find(|j| j.id == job_id))
+                }
+
+                async fn finish_purge_job(
+                    &self,
+                    job_id: &str,
+                    outcome: JobOutcome,
+                    now: DateTime<Utc>,
+                    audit: AuditEntry,
+                ) -> Result<ErasureRecord, StoreError> {
+                    let mut tx = self.write_tx().await?;
+                    let request_id: String = sqlx::query_scalar("SELECT request_id FROM purge_jobs WHERE id = $1")
+                        .bind(job_id)
+                        .fetch_one(&mut *tx)
+                        .await?;
+                    let sql = sqlx::AssertSqlSafe(format!("SELECT {ERASURE_COLUMNS} FROM erasure_requests WHERE id = $1{}", <$store>::FOR_UPDATE));
+                    let mut record = erasure_from_row(&sqlx::query(sql).bind(&request_id).fetch_one(&mut *tx).await?)?;
+                    let (state, result, error, next) = match &outcome {
+                        JobOutcome::Done(result) => ("done", Some(Json(result.clone())), None, now),
+                        JobOutcome::Failed { error, retry_at: Some(at) } => ("retrying", None, Some(error.clone()), *at),
+                        JobOutcome::Failed { error, retry_at: None } => ("exception", None, Some(error.clone()), now),
+                    };
+                    sqlx::query(
+                        "UPDATE purge_jobs SET state = $1, result = $2, last_error = $3, next_attempt_at = $4, claimed_by = NULL, claimed_until = NULL, updated_at = $5 WHERE id = $6",
+                    )
+                    .bind(state)
+                    .bind(result)
+                    .bind(error)
+                    .bind(next)
+                    .bind(now)
+                    .bind(job_id)
+                    .execute(&mut *tx)
+                    .await?;
+                    let rows = sqlx::query("SELECT target, state FROM purge_jobs WHERE request_id = $1").bind(&request_id).fetch_all(&mut *tx).await?;
+                    let jobs: Vec<(String, String)> = rows.iter().map(|r| Ok((r.try_get("target")?, r.try_get("state")?))).collect::<Result<_, StoreError>>()?;
+                    let audit_of = |action: &str| AuditEntry { action: action.into(), target: "erasure".into(), target_ref: Some(request_id.clone()), ..audit.clone() };
+                    let mut changes = Vec::new();
+                    if jobs.iter().any(|(_, s)| s == "exception") {
+                        if record.state == ErasureState::Propagating {
+                            step(&mut record, ErasureEvent::PurgeFailed, now)?;
+                        }
+                        if record.state == ErasureState::Retrying {
+                            step(&mut record, ErasureEvent::RetriesExhausted, now)?;
+                            append_in(&mut tx, audit_of("erasure.exception")).await?;
+                        }
+                    } else if jobs.iter().all(|(_, s)| s == "done") {
+                        step(&mut record, ErasureEvent::PurgeDone, now)?;
+                        // Verification: no live lineage row of any key in any purged store.
+                        let mut unverified = Vec::new();
+                        for (target, _) in &jobs {
+                            let store_name = target.split_once(':').map_or(target.as_str(), |(_, name)| name);
+                            let mut live = 0i64;
+                            for key in record.keys() {
+                                let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM items WHERE tenant = $1 AND subject = $2 AND store = $3 AND deleted_at IS NULL")
+                                    .bind(&record.tenant)
+                                    .bind(key)
+                                    .bind(store_name)
+                                    .fetch_one(&mut *tx)
+                                    .await?;
+                                live += n;
+                            }
+                            if live > 0 {
+                                unverified.push(target.clone());
+                            }
+                        }
+                        if unverified.is_empty() {
+                            step(&mut record, ErasureEvent::Verified, now)?;
+                            record.completed_at = Some(now);
+                            for key in record.keys() {
+                                sqlx::query("UPDATE subjects SET status = 'erased', updated_at = $1 WHERE tenant = $2 AND subject = $3")
+                                    .bind(now)
+                                    .bind(&record.tenant)
+                                    .bind(key)
+                                    .execute(&mut *tx)
+                                    .await?;
+                                changes.push(PolicyChange { tenant: record.tenant.clone(), subject: Some(key.to_owned()) });
+                            }
+                            let scope = serde_json::json!({ "keys": record.keys().collect::<Vec<_>>(), "targets": jobs.iter().map(|(t, _)| t).collect::<Vec<_>>() });
+                            sqlx::query("INSERT INTO tombstones (request_id, tenant, subject, scope, erased_at) VALUES ($1, $2, $3, $4, $5)")
+                                .bind(&record.id)
+                                .bind(&record.tenant)
+                                .bind(&record.subject)
+                                .bind(Json(scope))
+                                .bind(now)
+                                .execute(&mut *tx)
+                                .await?;
+                            append_in(&mut tx, audit_of("erasure.complete")).await?;
+                        } else {
+                            step(&mut record, ErasureEvent::VerificationFailed, now)?;
+                            for target in &unverified {
+                                sqlx::query("UPDATE purge_jobs SET state = 'retrying', next_attempt_at = $1, updated_at = $1 WHERE request_id = $2 AND target = $3")
+                                    .bind(now)
+                                    .bind(&record.id)
+                                    .bind(target)
+                                    .execute(&mut *tx)
+                                    .await?;
+                            }
+                            append_in(&mut tx, audit_of("erasure.verification_failed")).await?;
+                        }
+                    } else if jobs.iter().any(|(_, s)| s == "retrying") && record.state == ErasureState::Propagating {
+                        step(&mut record, ErasureEvent::PurgeFailed, now)?;
+                    }
+                    save_erasure(&mut tx, &record).await?;
+                    commit_changes(self, tx, changes).await?;
+                    Ok(record)
+                }
+
+                async fn live_items(&self, tenant: &str, store: &str, subjects: &[String]) -> Result<Vec<(String, String)>, StoreError> {
+                    let mut items = Vec::new();
+                    for subject in subjects {
+                        let rows = sqlx::query("SELECT collection, item_id FROM items WHERE tenant = $1 AND store = $2 AND subject = $3 AND deleted_at IS NULL")
+                            .bind(tenant)
+                            .bind(store)
+                            .bind(subject)
+                            .fetch_all(&self.pool)
+                            .await?;
+                        for row in &rows {
+                            items.push((row.try_get("collection")?, row.try_get("item_id")?));
+                        }
+                    }
+                    Ok(items)
                 }
 
                 async fn record_items(&self, items: &[ItemRecord]) -> Result<(), StoreError> {

@@ -22,6 +22,8 @@ impl SqliteStore {
     /// `BEGIN IMMEDIATE` already holds the database's write lock for the whole transaction.
     /// How a read inside a write transaction locks its row.
     const FOR_UPDATE: &'static str = "";
+    /// How workers claim a job without waiting on one another.
+    const SKIP_LOCKED: &'static str = "";
     const LOCK_AUDIT_HEAD: &'static str = "SELECT seq, hash FROM audit_head WHERE id = 1";
 
     /// Opens (and creates, with its folder) the database a `sqlite://PATH` URL names.

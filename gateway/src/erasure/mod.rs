@@ -1,0 +1,204 @@
+//! The purge: durable jobs, one per (erasure request, target store), claimed by a worker on every
+//! replica (never twice: PostgreSQL's SKIP LOCKED), retried with exponential backoff, moved to
+//! `exception` past the limit. A failure never makes anything readable again: the subject stays
+//! suppressed whatever happens here.
+
+mod chroma;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::TimeDelta;
+use lethe_policy::audit::AuditEntry;
+use serde::Serialize;
+
+pub use chroma::ChromaConnector;
+
+use crate::config::{AdapterKind, Config};
+use crate::data::forward::{Route, Upstreams};
+use crate::store::{JobOutcome, PurgeJob, Store};
+
+/// What one store held of a subject, and what is left.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PurgeReport {
+    pub before: u64,
+    pub deleted: u64,
+    pub remaining: u64,
+    /// Whether the bytes are gone from the store's files, or when they will be.
+    pub physical: String,
+}
+
+/// A store Lethe can purge.
+#[async_trait]
+pub trait Connector: Send + Sync {
+    /// Deletes every record of `keys` (by stamp and by the lineage ids given), and counts what
+    /// remains. Lineage rows of the deleted items are the caller's to mark.
+    async fn purge(
+        &self,
+        tenant: &str,
+        keys: &[String],
+        lineage: &[(String, String)],
+    ) -> Result<PurgeReport, String>;
+}
+
+pub struct Worker {
+    store: Arc<dyn Store>,
+    connectors: HashMap<String, (String, Arc<dyn Connector>)>,
+    id: String,
+    max_attempts: i64,
+    first_backoff: Duration,
+}
+
+impl Worker {
+    /// A worker with one connector per erasure target of the config.
+    pub fn from_config(config: &Config, store: Arc<dyn Store>) -> Result<Worker, String> {
+        let upstreams = Arc::new(Upstreams::new(64 * 1024 * 1024));
+        let mut connectors: HashMap<String, (String, Arc<dyn Connector>)> = HashMap::new();
+        for route in config
+            .routes
+            .iter()
+            .filter(|r| r.adapter == AdapterKind::Chroma)
+        {
+            let route = Route::from_config(route)?;
+            let connector: Arc<dyn Connector> =
+                Arc::new(ChromaConnector::new(route.clone(), Arc::clone(&upstreams)));
+            connectors.insert(format!("chroma:{}", route.name), (route.name, connector));
+        }
+        Ok(Worker::new(
+            store,
+            connectors,
+            config.erasure.max_attempts,
+            config.erasure.retry_backoff.0,
+        ))
+    }
+
+    /// `connectors`: target -> (lineage store name, connector).
+    pub fn new(
+        store: Arc<dyn Store>,
+        connectors: HashMap<String, (String, Arc<dyn Connector>)>,
+        max_attempts: u32,
+        first_backoff: Duration,
+    ) -> Worker {
+        let id = format!("worker-{}", uuid::Uuid::new_v4().simple());
+        Worker {
+            store,
+            connectors,
+            id,
+            max_attempts: i64::from(max_attempts),
+            first_backoff,
+        }
+    }
+
+    /// Claims and runs jobs until `stop` resolves; idles briefly when there is nothing to do.
+    pub async fn run(self, stop: impl Future<Output = ()>) {
+        let mut stop = std::pin::pin!(stop);
+        loop {
+            let idle = match self.run_one().await {
+                Ok(ran) => !ran,
+                Err(e) => {
+                    tracing::warn!(error = %e, "purge worker could not reach the state store");
+                    true
+                }
+            };
+            if idle {
+                tokio::select! {
+                    () = tokio::time::sleep(Duration::from_millis(200)) => {}
+                    () = &mut stop => return,
+                }
+            }
+        }
+    }
+
+    /// Runs one due job, if any; answers whether there was one.
+    pub async fn run_one(&self) -> Result<bool, crate::store::StoreError> {
+        let now = crate::now();
+        let lease = now + TimeDelta::minutes(5);
+        let Some(job) = self.store.claim_purge_job(&self.id, now, lease).await? else {
+            return Ok(false);
+        };
+        let outcome = self.purge(&job).await;
+        let audit = AuditEntry {
+            at: crate::now(),
+            actor: self.id.clone(),
+            action: match outcome {
+                JobOutcome::Done(_) => "purge.done".into(),
+                JobOutcome::Failed { .. } => "purge.failed".into(),
+            },
+            request_id: job.request_id.clone(),
+            subject_ref: None,
+            target: job.target.clone(),
+            target_ref: Some(job.id.clone()),
+            result: "ok".into(),
+            attempt: job.attempts,
+        };
+        self.store.append_audit(audit.clone()).await?;
+        let record = self
+            .store
+            .finish_purge_job(&job.id, outcome, crate::now(), audit)
+            .await?;
+        tracing::info!(request = %record.id, target = %job.target, state = %record.state, attempt = job.attempts, "purge job finished");
+        Ok(true)
+    }
+
+    async fn purge(&self, job: &PurgeJob) -> JobOutcome {
+        let failed = |error: String| {
+            let retry = job.attempts < self.max_attempts;
+            let delay = self
+                .first_backoff
+                .saturating_mul(2u32.saturating_pow(u32::try_from(job.attempts - 1).unwrap_or(0)));
+            let retry_at =
+                retry.then(|| crate::now() + TimeDelta::from_std(delay).unwrap_or(TimeDelta::MAX));
+            JobOutcome::Failed { error, retry_at }
+        };
+        let Some((store_name, connector)) = self.connectors.get(&job.target) else {
+            return JobOutcome::Failed {
+                error: format!("no connector for {} in this configuration", job.target),
+                retry_at: None,
+            };
+        };
+        let record = match self.store.erasure(&job.request_id).await {
+            Ok(record) => record,
+            Err(e) => return failed(e.to_string()),
+        };
+        let keys: Vec<String> = record.keys().map(str::to_owned).collect();
+        let lineage = match self
+            .store
+            .live_items(&record.tenant, store_name, &keys)
+            .await
+        {
+            Ok(items) => items,
+            Err(e) => return failed(e.to_string()),
+        };
+        match connector.purge(&record.tenant, &keys, &lineage).await {
+            Ok(report) if report.remaining == 0 => {
+                let mut by_collection: HashMap<&str, Vec<String>> = HashMap::new();
+                for (collection, id) in &lineage {
+                    by_collection
+                        .entry(collection)
+                        .or_default()
+                        .push(id.clone());
+                }
+                for (collection, ids) in by_collection {
+                    if let Err(e) = self
+                        .store
+                        .mark_items_deleted(store_name, collection, &ids, crate::now())
+                        .await
+                    {
+                        return failed(e.to_string());
+                    }
+                }
+                JobOutcome::Done(serde_json::to_value(report).unwrap_or_default())
+            }
+            Ok(report) => failed(format!(
+                "{} records remain after deletion",
+                report.remaining
+            )),
+            Err(e) => failed(e),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,208 @@
+//! The purge worker on a real state store, with stand-in connectors whose failures the test
+//! controls: retries with backoff, exception past the limit, completion with verification.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use lethe_policy::ErasureState;
+
+use super::*;
+use crate::store::{ErasureRecord, ItemRecord};
+use crate::testing::{fresh_sqlite_url, migrated};
+
+/// Fails its first `failures` calls, then deletes everything.
+struct Flaky {
+    failures: u32,
+    calls: AtomicU32,
+}
+
+#[async_trait]
+impl Connector for Flaky {
+    async fn purge(
+        &self,
+        _: &str,
+        _: &[String],
+        lineage: &[(String, String)],
+    ) -> Result<PurgeReport, String> {
+        if self.calls.fetch_add(1, Ordering::SeqCst) < self.failures {
+            return Err("upstream unavailable".into());
+        }
+        let n = lineage.len() as u64;
+        Ok(PurgeReport {
+            before: n,
+            deleted: n,
+            remaining: 0,
+            physical: "test".into(),
+        })
+    }
+}
+
+fn audit() -> AuditEntry {
+    AuditEntry {
+        at: crate::now(),
+        actor: "t".into(),
+        action: "t".into(),
+        request_id: "r".into(),
+        subject_ref: None,
+        target: "t".into(),
+        target_ref: None,
+        result: "ok".into(),
+        attempt: 1,
+    }
+}
+
+/// A store with one approved (flipped) erasure of u1, who has two lineage rows in "chroma".
+async fn flipped() -> Arc<dyn Store> {
+    let store = migrated(&fresh_sqlite_url()).await;
+    let now = crate::now();
+    let item = |id: &str| ItemRecord {
+        store: "chroma".into(),
+        collection: "c1".into(),
+        item_id: id.into(),
+        tenant: "acme".into(),
+        subject: "u1".into(),
+        purpose: "p".into(),
+        category: "c".into(),
+        layer: lethe_policy::Layer::Raw,
+        created_at: now,
+        expires_at: now + TimeDelta::days(1),
+        epoch: 0,
+        source_ref: None,
+        parents: vec![],
+    };
+    store.record_items(&[item("a"), item("b")]).await.unwrap();
+    let record = ErasureRecord {
+        id: "er1".into(),
+        tenant: "acme".into(),
+        subject: "u1".into(),
+        aliases: vec![],
+        ticket: "t".into(),
+        reason: "r".into(),
+        state: ErasureState::Requested,
+        requested_by: "dpo".into(),
+        requested_at: now,
+        approvals: vec![],
+        suppressed_at: None,
+        completed_at: None,
+        updated_at: now,
+    };
+    store
+        .create_erasure(&record, &["chroma:chroma".into()], audit())
+        .await
+        .unwrap();
+    store
+        .approve_erasure("er1", "dpo", 1, now, audit())
+        .await
+        .unwrap();
+    store
+}
+
+fn worker(store: &Arc<dyn Store>, failures: u32, max_attempts: u32) -> Worker {
+    let connector: Arc<dyn Connector> = Arc::new(Flaky {
+        failures,
+        calls: AtomicU32::new(0),
+    });
+    let connectors =
+        HashMap::from([("chroma:chroma".to_owned(), ("chroma".to_owned(), connector))]);
+    Worker::new(
+        Arc::clone(store),
+        connectors,
+        max_attempts,
+        Duration::from_millis(1),
+    )
+}
+
+/// Runs due jobs until none is left or `limit` passes (retries wait for their backoff).
+async fn drain(worker: &Worker) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while std::time::Instant::now() < deadline {
+        if !worker.run_one().await.unwrap() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let jobs = worker.store.purge_jobs("er1").await.unwrap();
+        if jobs
+            .iter()
+            .all(|j| j.state == "done" || j.state == "exception")
+        {
+            return;
+        }
+    }
+}
+
+#[tokio::test]
+async fn failures_are_retried_until_the_store_is_purged_and_verified() {
+    let store = flipped().await;
+    let w = worker(&store, 2, 5);
+    drain(&w).await;
+    let record = store.erasure("er1").await.unwrap();
+    assert_eq!(record.state, ErasureState::Completed);
+    assert!(record.completed_at.is_some());
+    let job = &store.purge_jobs("er1").await.unwrap()[0];
+    assert_eq!((job.state.as_str(), job.attempts), ("done", 3));
+    assert_eq!(job.result.as_ref().unwrap()["deleted"], 2);
+    assert!(
+        store.inventory("acme", "u1").await.unwrap().is_empty(),
+        "lineage rows marked deleted"
+    );
+    let state = store.subject("acme", "u1").await.unwrap().unwrap();
+    assert_eq!(state.status, lethe_policy::SubjectStatus::Erased);
+    let actions: Vec<String> = store
+        .audit_page(0, 100)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| r.entry.action)
+        .collect();
+    assert_eq!(actions.iter().filter(|a| *a == "purge.failed").count(), 2);
+    assert!(
+        actions.contains(&"erasure.complete".to_owned()),
+        "{actions:?}"
+    );
+}
+
+#[tokio::test]
+async fn past_the_limit_the_request_goes_to_exception_and_stays_suppressed() {
+    let store = flipped().await;
+    let w = worker(&store, 10, 2);
+    drain(&w).await;
+    let record = store.erasure("er1").await.unwrap();
+    assert_eq!(record.state, ErasureState::Exception);
+    let job = &store.purge_jobs("er1").await.unwrap()[0];
+    assert_eq!((job.state.as_str(), job.attempts), ("exception", 2));
+    assert_eq!(job.last_error.as_deref(), Some("upstream unavailable"));
+    let state = store.subject("acme", "u1").await.unwrap().unwrap();
+    assert_eq!(
+        state.status,
+        lethe_policy::SubjectStatus::Suppressed,
+        "a failure never makes data readable again"
+    );
+}
+
+#[tokio::test]
+async fn a_job_is_claimed_once_and_a_lost_lease_is_reclaimed() {
+    let store = flipped().await;
+    let now = crate::now();
+    let first = store
+        .claim_purge_job("w1", now, now + TimeDelta::seconds(60))
+        .await
+        .unwrap();
+    assert!(first.is_some());
+    assert!(
+        store
+            .claim_purge_job("w2", now, now + TimeDelta::seconds(60))
+            .await
+            .unwrap()
+            .is_none(),
+        "leased to w1"
+    );
+    assert_eq!(
+        store.erasure("er1").await.unwrap().state,
+        ErasureState::Propagating
+    );
+    let later = now + TimeDelta::seconds(61);
+    let again = store
+        .claim_purge_job("w2", later, later + TimeDelta::seconds(60))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(again.attempts, 2, "w1 died holding it; w2 takes it over");
+}
