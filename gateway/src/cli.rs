@@ -62,9 +62,35 @@ enum Command {
         control: ControlArgs,
         id: String,
     },
+    /// Fetch the signed certificate of a completed erasure (canonical JSON on stdout), verify
+    /// one, or print the public key certificates are signed with.
+    Certificate(CertificateArgs),
     /// Work with the audit log.
     #[command(subcommand)]
     Audit(AuditCommand),
+}
+
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
+struct CertificateArgs {
+    #[command(subcommand)]
+    command: Option<CertificateCommand>,
+    /// The erasure request whose certificate to fetch.
+    id: Option<String>,
+    #[command(flatten)]
+    control: ControlArgs,
+}
+
+#[derive(Debug, Subcommand)]
+enum CertificateCommand {
+    /// Check a certificate file with the issuer's public key (hex); exit 1 if it was altered.
+    Verify {
+        file: PathBuf,
+        #[arg(long)]
+        key: String,
+    },
+    /// Print the public key (hex) this deployment signs certificates with.
+    PublicKey,
 }
 
 #[derive(Debug, Args)]
@@ -217,6 +243,7 @@ async fn dispatch(cli: Cli) -> Result<(), Failure> {
             };
             control_call(&load()?, &args.control, Method::POST, &path, body).await
         }
+        Command::Certificate(args) => certificate(&load, args).await,
         Command::Status { control, id } => {
             control_call(
                 &load()?,
@@ -296,7 +323,10 @@ async fn serve(config: Config) -> Result<(), Failure> {
         audit_key,
         metrics: Arc::default(),
         max_body_bytes: usize::try_from(config.control_plane.max_body_bytes).unwrap_or(usize::MAX),
-        erasure: control::ErasureSettings::from_config(&config),
+        erasure: control::ErasureSettings::from_config(
+            &config,
+            crate::keys::certificate_signer(&config, purge_store.as_ref()).await?,
+        ),
     };
     let bind = |addr: std::net::SocketAddr| async move {
         tokio::net::TcpListener::bind(addr)
@@ -482,6 +512,63 @@ async fn control_call(
         Ok(())
     } else {
         Err(Failure(format!("{status}\n{pretty}"), 1))
+    }
+}
+
+async fn certificate(
+    load: &dyn Fn() -> Result<Config, crate::config::ConfigErrors>,
+    args: CertificateArgs,
+) -> Result<(), Failure> {
+    match (args.command, args.id) {
+        (Some(CertificateCommand::Verify { file, key }), _) => {
+            let document =
+                std::fs::read(&file).map_err(|e| format!("cannot read {}: {e}", file.display()))?;
+            match crate::erasure::certificate::verify(&document, &key) {
+                Ok(certificate) => {
+                    println!(
+                        "valid: erasure {} completed at {}, final backup expiry {}",
+                        certificate["request_id"].as_str().unwrap_or("?"),
+                        certificate["completed_at"].as_str().unwrap_or("?"),
+                        certificate["final_backup_expiry"]
+                            .as_str()
+                            .unwrap_or("unknown")
+                    );
+                    Ok(())
+                }
+                Err(e) => Err(Failure(format!("INVALID certificate: {e}"), 1)),
+            }
+        }
+        (Some(CertificateCommand::PublicKey), _) => {
+            let config = load()?;
+            let store = connect(&config).await?;
+            store.migrate().await?;
+            println!(
+                "{}",
+                crate::keys::certificate_signer(&config, store.as_ref())
+                    .await?
+                    .public_key_hex()
+            );
+            Ok(())
+        }
+        (None, Some(id)) => {
+            let config = load()?;
+            let (url, token) = args.control.resolve(&config).await?;
+            let path = format!("{url}/v1/erasures/{}/certificate", encode(&id));
+            let (status, value) = crate::client::call(Method::GET, &path, &token, None).await?;
+            if !status.is_success() {
+                return Err(Failure(
+                    format!("{status}\n{}", serde_json::to_string_pretty(&value)?),
+                    1,
+                ));
+            }
+            // Parsing and writing back canonical JSON reproduces the signed bytes exactly.
+            println!("{}", serde_json::to_string(&value)?);
+            Ok(())
+        }
+        (None, None) => Err(Failure(
+            "give an erasure request id, or verify / public-key".into(),
+            2,
+        )),
     }
 }
 

@@ -33,6 +33,19 @@ pub struct ErasureConfig {
     pub max_attempts: u32,
     /// The wait before the first retry; it doubles with every attempt.
     pub retry_backoff: ConfigDuration,
+    /// The Ed25519 seed (32 bytes, hex) certificates are signed with. Unset: generated once and
+    /// kept in the state store (`lethe certificate public-key` prints its public half).
+    pub signing_key: Option<Secret>,
+    /// How long each target's backups are kept: the certificate's final backup expiry.
+    pub backups: Vec<BackupRetention>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BackupRetention {
+    /// An erasure target, e.g. `chroma:chroma`.
+    pub target: String,
+    pub retention: lethe_policy::MaxAge,
 }
 
 impl Default for ErasureConfig {
@@ -41,6 +54,8 @@ impl Default for ErasureConfig {
             approvals_required: 1,
             max_attempts: 8,
             retry_backoff: ConfigDuration(Duration::from_secs(1)),
+            signing_key: None,
+            backups: Vec::new(),
         }
     }
 }
@@ -417,6 +432,16 @@ impl Config {
             problems.push(format!(
                 "state.url: {url:?} is neither sqlite://PATH nor postgres://..."
             ));
+        }
+        let targets = self.erasure_targets();
+        for backup in &self.erasure.backups {
+            if !targets.contains(&backup.target) {
+                problems.push(format!(
+                    "erasure.backups: {} is not an erasure target (targets: {})",
+                    backup.target,
+                    targets.join(", ")
+                ));
+            }
         }
         if self.erasure.max_attempts == 0 {
             problems.push("erasure.max_attempts: must be at least 1".to_owned());

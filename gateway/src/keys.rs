@@ -75,3 +75,27 @@ pub async fn verifier(config: &Config, store: &dyn Store) -> Result<Verifier, Ke
         Verifier::hs256(&secret, &auth.issuer, auth.leeway_seconds).map_err(KeyError::Config)
     }
 }
+
+/// The key erasure certificates are signed with: the configured seed (hex), else one generated
+/// once and kept in the state store.
+pub async fn certificate_signer(
+    config: &Config,
+    store: &dyn Store,
+) -> Result<crate::erasure::certificate::Signer, KeyError> {
+    let seed = match &config.erasure.signing_key {
+        Some(secret) => {
+            let text = secret.resolve().map_err(KeyError::Config)?;
+            hex::decode(String::from_utf8_lossy(&text).trim()).map_err(|_| {
+                KeyError::Config("erasure.signing_key: must be 32 bytes in hex".into())
+            })?
+        }
+        None => {
+            let mut fresh = [0u8; 32];
+            getrandom::fill(&mut fresh).map_err(|e| KeyError::Random(e.to_string()))?;
+            store
+                .generated_secret("certificate_signing_key", &fresh, crate::now())
+                .await?
+        }
+    };
+    crate::erasure::certificate::Signer::from_seed(&seed).map_err(KeyError::Config)
+}

@@ -115,6 +115,11 @@ class Lethe:
         out = subprocess.run(args, cwd=self.workdir, env=self.env, check=True, capture_output=True, text=True)
         return out.stdout.strip()
 
+    def cli(self, *args):
+        """Runs `lethe ARGS` against this instance; returns the completed process."""
+        extra = ["--url", f"http://{self.control}"] if args[0] in ("certificate", "status", "erase") and "verify" not in args and "public-key" not in args else []
+        return subprocess.run([str(LETHE), *args, *extra], cwd=self.workdir, env=self.env, capture_output=True)
+
     def call(self, method, path, body=None):
         return http(method, f"http://{self.control}{path}", self.dpo, body)
 

@@ -1,5 +1,6 @@
 """Lethe in front of a real Chroma server, driven with the official `chromadb` client."""
 
+import json
 import time
 import uuid
 from pathlib import Path
@@ -195,6 +196,26 @@ def test_an_erasure_purges_chroma_verifies_and_completes(lethe, direct, collecti
     assert "compaction" in target["result"]["physical"], "logical and physical deletion are reported apart"
     view = lethe.call("GET", f"/v1/subjects/{TENANT}/{gone}")[1]
     assert (view["state"], view["inventory"].get("chroma", 0)) == ("erased", 0)
+
+    # The certificate, checked as a third party would: the file and the public key only.
+    fetched = lethe.cli("certificate", request, "--tenant", TENANT)
+    assert fetched.returncode == 0, fetched.stderr
+    document = fetched.stdout.strip()
+    key = lethe.cli("certificate", "public-key").stdout.decode().strip()
+    path = Path(lethe.workdir) / f"{request}.json"
+    path.write_bytes(document)
+    ok = lethe.cli("certificate", "verify", str(path), "--key", key)
+    assert ok.returncode == 0, ok.stderr
+    assert b"final backup expiry" in ok.stdout
+    certificate = json.loads(document)["certificate"]
+    assert certificate["stores"][0]["remaining"] == 0 and certificate["online_latency_ms"] >= 0
+    assert gone not in document.decode(), "the subject appears only as an HMAC reference"
+    edited = bytearray(document)
+    at = document.index(b'"deleted":') + len(b'"deleted":')
+    edited[at] = ord("9") if edited[at] != ord("9") else ord("8")
+    path.write_bytes(bytes(edited))
+    bad = lethe.cli("certificate", "verify", str(path), "--key", key)
+    assert bad.returncode == 1 and b"INVALID" in bad.stderr
 
 
 class Stoppable:

@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use super::error::{ApiError, not_found_as};
 use super::extract::{ApiJson, Caller};
 use super::{ControlState, Problems};
+use crate::erasure::certificate::{Evidence, issue, render_html};
 use crate::store::{ErasureRecord, PurgeJob};
 
 #[derive(Debug, Deserialize)]
@@ -138,4 +139,50 @@ pub async fn status(
 ) -> Result<Json<ErasureView>, ApiError> {
     let record = visible(&state, &caller, &id).await?;
     Ok(Json(view(&state, record).await?))
+}
+
+/// The signed certificate of a completed erasure: the canonical JSON document, or with
+/// `Accept: text/html` a page for people.
+pub async fn certificate(
+    State(state): State<ControlState>,
+    caller: Caller,
+    Path(id): Path<String>,
+    headers: axum::http::HeaderMap,
+) -> Result<axum::response::Response, ApiError> {
+    use axum::response::IntoResponse;
+    let record = visible(&state, &caller, &id).await?;
+    if record.state != ErasureState::Completed {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "not_completed",
+            format!(
+                "the erasure is {}; a certificate comes with completion",
+                record.state
+            ),
+        ));
+    }
+    let jobs = state.store.purge_jobs(&id).await?;
+    let chain_head = state.store.audit_head().await?;
+    let evidence = Evidence {
+        record: &record,
+        jobs: &jobs,
+        chain_head: &chain_head,
+        backups: &state.erasure.backups,
+        audit_key: &state.audit_key,
+        issued_at: crate::now(),
+    };
+    let document = issue(&evidence, &state.erasure.signer);
+    let wants_html = headers
+        .get(axum::http::header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.contains("text/html"));
+    Ok(if wants_html {
+        axum::response::Html(render_html(&document)).into_response()
+    } else {
+        (
+            [(axum::http::header::CONTENT_TYPE, "application/json")],
+            document,
+        )
+            .into_response()
+    })
 }

@@ -32,19 +32,32 @@ pub struct ControlState {
     pub erasure: ErasureSettings,
 }
 
-/// How erasure requests are carried out.
-#[derive(Debug, Clone)]
+/// How erasure requests are carried out and certified.
+#[derive(Clone)]
 pub struct ErasureSettings {
     pub approvals_required: usize,
     /// The purge targets every new request gets a job for (`chroma:<route>`, ...).
     pub targets: Vec<String>,
+    /// Backup retention per target, for the certificate's final backup expiry.
+    pub backups: std::collections::BTreeMap<String, lethe_policy::MaxAge>,
+    pub signer: Arc<crate::erasure::certificate::Signer>,
 }
 
 impl ErasureSettings {
-    pub fn from_config(config: &crate::config::Config) -> Self {
+    pub fn from_config(
+        config: &crate::config::Config,
+        signer: crate::erasure::certificate::Signer,
+    ) -> Self {
         ErasureSettings {
             approvals_required: config.erasure.approvals_required,
             targets: config.erasure_targets(),
+            backups: config
+                .erasure
+                .backups
+                .iter()
+                .map(|b| (b.target.clone(), b.retention))
+                .collect(),
+            signer: Arc::new(signer),
         }
     }
 }
@@ -66,6 +79,7 @@ pub fn app(state: ControlState) -> Router {
         .route("/v1/erasures", post(erasures::file))
         .route("/v1/erasures/{id}", get(erasures::status))
         .route("/v1/erasures/{id}/approve", post(erasures::approve))
+        .route("/v1/erasures/{id}/certificate", get(erasures::certificate))
         .route("/v1/audit", get(audit::page))
         .route("/v1/audit/verify", get(audit::verify))
         .route("/healthz", get(ops::healthz))

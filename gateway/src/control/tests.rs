@@ -32,6 +32,8 @@ async fn harness() -> Harness {
         erasure: ErasureSettings {
             approvals_required: 2,
             targets: vec!["chroma:chroma".into()],
+            backups: Default::default(),
+            signer: Arc::new(crate::erasure::certificate::Signer::from_seed(&[1; 32]).unwrap()),
         },
     };
     Harness {
@@ -658,8 +660,8 @@ async fn the_openapi_document_matches_the_routes() {
         }
     }
     assert_eq!(
-        operations, 18,
-        "the document and the router list the same 18 operations"
+        operations, 19,
+        "the document and the router list the same 19 operations"
     );
 }
 

@@ -3,6 +3,7 @@
 //! `exception` past the limit. A failure never makes anything readable again: the subject stays
 //! suppressed whatever happens here.
 
+pub mod certificate;
 mod chroma;
 
 use std::collections::HashMap;

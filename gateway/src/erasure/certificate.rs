@@ -1,0 +1,369 @@
+//! Erasure certificates: what was erased, where, when, what is left, and when the last backup
+//! holding it expires; signed with Ed25519 so that a third party can check it with the public key
+//! alone.
+//!
+//! The document is canonical JSON (sorted keys, no spaces): `{"certificate": {...}, "signature":
+//! {...}}`, the signature covering the canonical bytes of `certificate`. Verification also
+//! requires the file to be exactly canonical, so that no byte of it can change unnoticed.
+
+use std::collections::BTreeMap;
+
+use aws_lc_rs::signature::{ED25519, Ed25519KeyPair, KeyPair, UnparsedPublicKey};
+use chrono::{DateTime, Utc};
+use lethe_policy::MaxAge;
+use lethe_policy::audit::{ChainHead, subject_ref};
+use serde_json::{Value, json};
+
+use crate::store::{ErasureRecord, PurgeJob};
+
+pub struct Signer {
+    key: Ed25519KeyPair,
+}
+
+impl Signer {
+    /// From a 32-byte Ed25519 seed.
+    pub fn from_seed(seed: &[u8]) -> Result<Signer, String> {
+        let key = Ed25519KeyPair::from_seed_unchecked(seed)
+            .map_err(|e| format!("not an Ed25519 seed: {e}"))?;
+        Ok(Signer { key })
+    }
+
+    pub fn public_key_hex(&self) -> String {
+        hex::encode(self.key.public_key().as_ref())
+    }
+
+    fn sign(&self, message: &[u8]) -> String {
+        hex::encode(self.key.sign(message).as_ref())
+    }
+}
+
+/// What the certificate needs besides the request.
+pub struct Evidence<'a> {
+    pub record: &'a ErasureRecord,
+    pub jobs: &'a [PurgeJob],
+    pub chain_head: &'a ChainHead,
+    /// How long each target's backups are kept.
+    pub backups: &'a BTreeMap<String, MaxAge>,
+    pub audit_key: &'a [u8],
+    pub issued_at: DateTime<Utc>,
+}
+
+/// The signed certificate of a completed erasure, as canonical bytes.
+pub fn issue(evidence: &Evidence<'_>, signer: &Signer) -> Vec<u8> {
+    let r = evidence.record;
+    let completed = r.completed_at.unwrap_or(evidence.issued_at);
+    let mut final_backup_expiry: Option<DateTime<Utc>> = Some(completed);
+    let mut exceptions = Vec::new();
+    let stores: Vec<Value> = evidence
+        .jobs
+        .iter()
+        .map(|job| {
+            let retention = evidence.backups.get(&job.target);
+            let expires = retention.and_then(|age| completed.checked_add_signed(age.as_delta()));
+            match expires {
+                Some(at) => final_backup_expiry = final_backup_expiry.map(|f| f.max(at)),
+                None => {
+                    final_backup_expiry = None;
+                    exceptions.push(format!("{}: no backup retention is configured; backups may hold the subject indefinitely", job.target));
+                }
+            }
+            if job.state != "done" {
+                exceptions.push(format!("{}: purge {}", job.target, job.state));
+            }
+            let result = job.result.clone().unwrap_or(Value::Null);
+            json!({
+                "target": job.target,
+                "state": job.state,
+                "attempts": job.attempts,
+                "before": result.get("before"),
+                "deleted": result.get("deleted"),
+                "remaining": result.get("remaining"),
+                "physical": result.get("physical"),
+                "backup_retention": retention.map(ToString::to_string),
+                "backup_expires_at": expires,
+            })
+        })
+        .collect();
+    let ms =
+        |from: DateTime<Utc>, to: Option<DateTime<Utc>>| to.map(|t| (t - from).num_milliseconds());
+    let certificate = json!({
+        "version": 1,
+        "request_id": r.id,
+        "tenant": r.tenant,
+        "ticket": r.ticket,
+        "subject_ref": subject_ref(evidence.audit_key, &r.tenant, &r.subject),
+        "alias_refs": r.aliases.iter().map(|a| subject_ref(evidence.audit_key, &r.tenant, a)).collect::<Vec<_>>(),
+        "state": r.state,
+        "requested_by": r.requested_by,
+        "approved_by": r.approvals,
+        "requested_at": r.requested_at,
+        "suppressed_at": r.suppressed_at,
+        "completed_at": r.completed_at,
+        "online_latency_ms": ms(r.requested_at, r.suppressed_at),
+        "completion_latency_ms": ms(r.requested_at, r.completed_at),
+        "stores": stores,
+        "exceptions": exceptions,
+        "final_backup_expiry": final_backup_expiry,
+        "audit_chain_head": evidence.chain_head,
+        "issued_at": evidence.issued_at,
+    });
+    let signed = canonical(&certificate);
+    let document = json!({
+        "certificate": certificate,
+        "signature": { "algorithm": "Ed25519", "public_key": signer.public_key_hex(), "value": signer.sign(&signed) },
+    });
+    canonical(&document)
+}
+
+fn canonical(value: &Value) -> Vec<u8> {
+    serde_json::to_vec(value).unwrap_or_default()
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Invalid {
+    #[error("not a certificate document")]
+    Malformed,
+    #[error("the document is not in canonical form: it was edited")]
+    NotCanonical,
+    #[error("the certificate was signed with another key")]
+    OtherKey,
+    #[error("the signature does not match the certificate: it was edited")]
+    BadSignature,
+}
+
+/// Checks a certificate file against the issuer's public key (hex); on success, the certificate.
+pub fn verify(document: &[u8], public_key_hex: &str) -> Result<Value, Invalid> {
+    let parsed: Value = serde_json::from_slice(document).map_err(|_| Invalid::Malformed)?;
+    if canonical(&parsed) != document {
+        return Err(Invalid::NotCanonical);
+    }
+    let certificate = parsed.get("certificate").ok_or(Invalid::Malformed)?;
+    let signature = parsed.get("signature").ok_or(Invalid::Malformed)?;
+    let text = |k: &str| {
+        signature
+            .get(k)
+            .and_then(Value::as_str)
+            .ok_or(Invalid::Malformed)
+    };
+    if text("algorithm")? != "Ed25519" {
+        return Err(Invalid::Malformed);
+    }
+    if !text("public_key")?.eq_ignore_ascii_case(public_key_hex.trim()) {
+        return Err(Invalid::OtherKey);
+    }
+    let key = hex::decode(public_key_hex.trim()).map_err(|_| Invalid::Malformed)?;
+    let value = hex::decode(text("value")?).map_err(|_| Invalid::Malformed)?;
+    UnparsedPublicKey::new(&ED25519, key)
+        .verify(&canonical(certificate), &value)
+        .map_err(|_| Invalid::BadSignature)?;
+    Ok(certificate.clone())
+}
+
+fn escape(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+/// The certificate as a page for people; the JSON document stays the signed original.
+pub fn render_html(document: &[u8]) -> String {
+    let parsed: Value = serde_json::from_slice(document).unwrap_or(Value::Null);
+    let c = &parsed["certificate"];
+    let field = |v: &Value| {
+        escape(&match v {
+            Value::String(s) => s.clone(),
+            Value::Null => "—".to_owned(),
+            other => other.to_string(),
+        })
+    };
+    let mut rows = String::new();
+    for key in [
+        "request_id",
+        "tenant",
+        "ticket",
+        "subject_ref",
+        "state",
+        "requested_by",
+        "approved_by",
+        "requested_at",
+        "suppressed_at",
+        "completed_at",
+        "online_latency_ms",
+        "completion_latency_ms",
+        "final_backup_expiry",
+        "issued_at",
+    ] {
+        rows.push_str(&format!(
+            "<tr><th>{}</th><td>{}</td></tr>\n",
+            key.replace('_', " "),
+            field(&c[key])
+        ));
+    }
+    let mut stores = String::new();
+    for s in c["stores"].as_array().into_iter().flatten() {
+        stores.push_str(&format!(
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>\n",
+            field(&s["target"]), field(&s["before"]), field(&s["deleted"]), field(&s["remaining"]), field(&s["physical"]),
+            field(&s["backup_retention"]), field(&s["backup_expires_at"])
+        ));
+    }
+    let exceptions: String = c["exceptions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|e| format!("<li>{}</li>", field(e)))
+        .collect();
+    format!(
+        "<!doctype html><html><head><meta charset=\"utf-8\"><title>Erasure certificate {id}</title>\
+         <style>body{{font-family:sans-serif;max-width:60rem;margin:2rem auto}}table{{border-collapse:collapse}}\
+         th,td{{border:1px solid #ccc;padding:.3rem .6rem;text-align:left}}</style></head><body>\
+         <h1>Erasure certificate</h1><table>{rows}</table><h2>Stores</h2><table><tr><th>store</th><th>before</th>\
+         <th>deleted</th><th>remaining</th><th>physical removal</th><th>backup retention</th><th>backups expire</th></tr>{stores}</table>\
+         <h2>Exceptions</h2><ul>{exceptions}</ul><h2>Audit chain head</h2><p>row {seq}, {hash}</p>\
+         <h2>Signature</h2><p>Ed25519, public key <code>{key}</code>. Check the JSON document with \
+         <code>lethe certificate verify FILE --key PUBLIC_KEY</code>.</p></body></html>",
+        id = field(&c["request_id"]),
+        seq = field(&c["audit_chain_head"]["seq"]),
+        hash = field(&c["audit_chain_head"]["hash"]),
+        key = field(&parsed["signature"]["public_key"]),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lethe_policy::ErasureState;
+
+    fn evidence_parts() -> (
+        ErasureRecord,
+        Vec<PurgeJob>,
+        ChainHead,
+        BTreeMap<String, MaxAge>,
+    ) {
+        let at = DateTime::parse_from_rfc3339("2026-11-29T10:00:00Z")
+            .unwrap()
+            .with_timezone(&Utc);
+        let record = ErasureRecord {
+            id: "er_1".into(),
+            tenant: "acme".into(),
+            subject: "u1".into(),
+            aliases: vec!["u1-old".into()],
+            ticket: "DSR-1".into(),
+            reason: "art. 17".into(),
+            state: ErasureState::Completed,
+            requested_by: "dpo".into(),
+            requested_at: at,
+            approvals: vec!["dpo".into(), "counsel".into()],
+            suppressed_at: Some(at + chrono::TimeDelta::milliseconds(12)),
+            completed_at: Some(at + chrono::TimeDelta::seconds(3)),
+            updated_at: at,
+        };
+        let job = PurgeJob {
+            id: "pj".into(),
+            request_id: "er_1".into(),
+            target: "chroma:chroma".into(),
+            state: "done".into(),
+            attempts: 1,
+            next_attempt_at: at,
+            last_error: None,
+            result: Some(
+                json!({"before": 3, "deleted": 3, "remaining": 0, "physical": "pending: compaction"}),
+            ),
+            updated_at: at,
+        };
+        let head = ChainHead {
+            seq: 42,
+            hash: "ab".repeat(32),
+        };
+        (
+            record,
+            vec![job],
+            head,
+            BTreeMap::from([("chroma:chroma".to_owned(), "35d".parse().unwrap())]),
+        )
+    }
+
+    fn issued(signer: &Signer) -> Vec<u8> {
+        let (record, jobs, head, backups) = evidence_parts();
+        let evidence = Evidence {
+            record: &record,
+            jobs: &jobs,
+            chain_head: &head,
+            backups: &backups,
+            audit_key: b"k",
+            issued_at: record.updated_at,
+        };
+        issue(&evidence, signer)
+    }
+
+    #[test]
+    fn a_certificate_verifies_with_its_key_and_says_when_backups_expire() {
+        let signer = Signer::from_seed(&[7u8; 32]).unwrap();
+        let document = issued(&signer);
+        let certificate = verify(&document, &signer.public_key_hex()).unwrap();
+        assert_eq!(
+            certificate["final_backup_expiry"], "2027-01-03T10:00:03Z",
+            "completion + 35 days"
+        );
+        assert_eq!(
+            (
+                certificate["online_latency_ms"].as_i64(),
+                certificate["completion_latency_ms"].as_i64()
+            ),
+            (Some(12), Some(3000))
+        );
+        assert_eq!(certificate["stores"][0]["deleted"], 3);
+        assert_eq!(certificate["audit_chain_head"]["seq"], 42);
+        let text = String::from_utf8(document.clone()).unwrap();
+        assert!(
+            !text.contains("\"u1\"") && !text.contains("u1-old"),
+            "subject keys appear only as HMAC references"
+        );
+        assert!(render_html(&document).contains("2027-01-03T10:00:03Z"));
+    }
+
+    #[test]
+    fn any_one_byte_edit_fails_verification() {
+        let signer = Signer::from_seed(&[7u8; 32]).unwrap();
+        let document = issued(&signer);
+        let key = signer.public_key_hex();
+        let mut failures = 0;
+        for i in 0..document.len() {
+            let mut edited = document.clone();
+            edited[i] = if edited[i] == b'1' { b'2' } else { b'1' };
+            if verify(&edited, &key).is_err() {
+                failures += 1;
+            }
+        }
+        assert_eq!(failures, document.len(), "every single-byte edit is caught");
+        let other = Signer::from_seed(&[8u8; 32]).unwrap();
+        assert_eq!(
+            verify(&document, &other.public_key_hex()),
+            Err(Invalid::OtherKey)
+        );
+    }
+
+    #[test]
+    fn a_store_without_backup_retention_is_an_exception_not_a_silent_date() {
+        let signer = Signer::from_seed(&[7u8; 32]).unwrap();
+        let (record, jobs, head, _) = evidence_parts();
+        let none = BTreeMap::new();
+        let evidence = Evidence {
+            record: &record,
+            jobs: &jobs,
+            chain_head: &head,
+            backups: &none,
+            audit_key: b"k",
+            issued_at: record.updated_at,
+        };
+        let certificate = verify(&issue(&evidence, &signer), &signer.public_key_hex()).unwrap();
+        assert_eq!(certificate["final_backup_expiry"], Value::Null);
+        assert!(
+            certificate["exceptions"][0]
+                .as_str()
+                .unwrap()
+                .contains("no backup retention")
+        );
+    }
+}
