@@ -38,6 +38,28 @@ pub struct ErasureConfig {
     pub signing_key: Option<Secret>,
     /// How long each target's backups are kept: the certificate's final backup expiry.
     pub backups: Vec<BackupRetention>,
+    /// The agent app's own PostgreSQL tables, purged with configured statements.
+    pub postgres: Vec<PostgresTarget>,
+}
+
+/// A PostgreSQL database of the agent app. Every statement takes `$1` = tenant, `$2` = subject
+/// key, and runs once per key of the erasure (the subject and its aliases).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PostgresTarget {
+    /// Names the target `postgres:<name>`.
+    pub name: String,
+    pub url: Secret,
+    /// Counts the subject's rows (one number), before and after.
+    pub count: String,
+    /// Deletes the subject's rows; all run in one transaction.
+    pub delete: Vec<String>,
+    /// Indexes rebuilt with `REINDEX INDEX CONCURRENTLY` afterwards (HNSW keeps deleted vectors).
+    #[serde(default)]
+    pub reindex: Vec<String>,
+    /// Tables vacuumed afterwards.
+    #[serde(default)]
+    pub vacuum: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -56,6 +78,7 @@ impl Default for ErasureConfig {
             retry_backoff: ConfigDuration(Duration::from_secs(1)),
             signing_key: None,
             backups: Vec::new(),
+            postgres: Vec::new(),
         }
     }
 }
@@ -63,10 +86,18 @@ impl Default for ErasureConfig {
 impl Config {
     /// The stores an erasure purges: one target per route to a store Lethe can purge.
     pub fn erasure_targets(&self) -> Vec<String> {
-        self.routes
+        let chroma = self
+            .routes
             .iter()
             .filter(|r| r.adapter == AdapterKind::Chroma)
-            .map(|r| format!("chroma:{}", r.name))
+            .map(|r| format!("chroma:{}", r.name));
+        chroma
+            .chain(
+                self.erasure
+                    .postgres
+                    .iter()
+                    .map(|p| format!("postgres:{}", p.name)),
+            )
             .collect()
     }
 }
@@ -440,6 +471,21 @@ impl Config {
                     "erasure.backups: {} is not an erasure target (targets: {})",
                     backup.target,
                     targets.join(", ")
+                ));
+            }
+        }
+        let mut postgres_names = BTreeSet::new();
+        for (i, target) in self.erasure.postgres.iter().enumerate() {
+            let at = format!("[[erasure.postgres]] #{} ({})", i + 1, target.name);
+            if !postgres_names.insert(&target.name) {
+                problems.push(format!("{at}: another PostgreSQL target has this name"));
+            }
+            if target.count.trim().is_empty()
+                || target.delete.is_empty()
+                || target.delete.iter().any(|d| d.trim().is_empty())
+            {
+                problems.push(format!(
+                    "{at}: needs a count statement and at least one delete statement"
                 ));
             }
         }

@@ -270,3 +270,63 @@ def test_a_store_that_is_down_during_the_purge_is_retried_until_it_is_back(state
     finally:
         instance.stop()
         chroma.stop()
+
+
+def test_one_erasure_purges_chroma_and_the_apps_postgres_tables_and_certifies_both(chroma, state_url, tmp_path):
+    from conftest import Lethe
+    import subprocess
+    base = state_url.rsplit("/", 1)[0]
+    names = [f"lethe_test_py_{uuid.uuid4().hex}" for _ in range(2)]
+    for db in names:
+        subprocess.run(["psql", f"{base}/postgres", "-qc", f"CREATE DATABASE {db}"], check=True)
+    app = f"{base}/{names[1]}"
+    gone, kept = subject(), subject()
+    subprocess.run(["psql", app, "-qc",
+                    "CREATE TABLE memories (tenant_id text, user_id text, fact text);"
+                    f"INSERT INTO memories SELECT 'acme', u, 'fact ' || i FROM generate_series(1, 5) i, (VALUES ('{gone}'), ('{kept}')) v(u);"],
+                   check=True)
+    config = tmp_path / "lethe.toml"
+    config.write_text(f'''
+[erasure]
+retry_backoff = "200ms"
+[[erasure.postgres]]
+name = "app"
+url = {{ value = "{app}" }}
+count = "SELECT count(*) FROM memories WHERE tenant_id = $1 AND user_id = $2"
+delete = ["DELETE FROM memories WHERE tenant_id = $1 AND user_id = $2"]
+vacuum = ["memories"]
+[[erasure.backups]]
+target = "chroma:chroma"
+retention = "35d"
+[[erasure.backups]]
+target = "postgres:app"
+retention = "7d"
+[[routes]]
+name = "chroma"
+prefix = "/chroma"
+upstream = "http://127.0.0.1:1"
+adapter = "chroma"
+''')
+    instance = Lethe(f"{base}/{names[0]}", chroma, tmp_path, config=config)
+    try:
+        name = f"memories-{uuid.uuid4().hex[:8]}"
+        instance.client(instance.token("admin")).create_collection(name, embedding_function=None)
+        for s in (gone, kept):
+            instance.grant(s)
+            add(instance.agent(s), name, [f"{s}-a", f"{s}-b"])
+        request = erase(instance, gone)
+        done = wait_for("the erasure to complete", lambda: erasure(instance, request)["state"] == "completed" and erasure(instance, request), deadline=30)
+        results = {t["target"]: t["result"] for t in done["targets"]}
+        assert results["postgres:app"]["before"] == 5 and results["postgres:app"]["remaining"] == 0
+        assert "vacuumed memories" in results["postgres:app"]["physical"]
+        rows = subprocess.run(["psql", app, "-qtAc", "SELECT user_id, count(*) FROM memories GROUP BY user_id"],
+                              check=True, capture_output=True, text=True).stdout.split()
+        assert rows == [f"{kept}|5"], "counted directly in PostgreSQL: the other subject keeps all"
+        fetched = instance.cli("certificate", request, "--tenant", TENANT)
+        certificate = json.loads(fetched.stdout)["certificate"]
+        assert sorted(s["target"] for s in certificate["stores"]) == ["chroma:chroma", "postgres:app"]
+        assert certificate["exceptions"] == []
+        completed = certificate["completed_at"][:10]
+        assert certificate["final_backup_expiry"] > completed, "the latest backup expiry: 35 days after completion"
+    finally:
+        instance.stop()

@@ -196,3 +196,58 @@ fn secrets_come_from_values_files_and_the_environment_and_never_print() {
     assert!(Secret::File(dir.join("missing")).resolve().is_err());
     assert!(!format!("{:?}", Secret::Value("hunter2".into())).contains("hunter2"));
 }
+
+#[test]
+fn erasure_targets_follow_routes_and_configured_stores() {
+    let config = Config::check(
+        r#"
+        [erasure]
+        approvals_required = 2
+        [[erasure.postgres]]
+        name = "app"
+        url = { env = "APP_DATABASE_URL" }
+        count = "SELECT 0"
+        delete = ["DELETE FROM memories WHERE tenant = $1 AND user_id = $2"]
+        [[erasure.backups]]
+        target = "postgres:app"
+        retention = "35d"
+        [[routes]]
+        name = "chroma"
+        prefix = "/chroma"
+        upstream = "http://127.0.0.1:8000"
+        adapter = "chroma"
+        "#,
+    )
+    .unwrap();
+    assert_eq!(config.erasure_targets(), ["chroma:chroma", "postgres:app"]);
+
+    let problems = Config::check(
+        r#"
+        [erasure]
+        approvals_required = 3
+        max_attempts = 0
+        [[erasure.postgres]]
+        name = "app"
+        url = { value = "postgres://x" }
+        count = " "
+        delete = []
+        [[erasure.backups]]
+        target = "redis:nowhere"
+        retention = "35d"
+        "#,
+    )
+    .unwrap_err()
+    .problems;
+    let joined = problems.join("\n");
+    for needle in [
+        "approvals_required",
+        "max_attempts",
+        "count statement",
+        "redis:nowhere",
+    ] {
+        assert!(
+            joined.contains(needle),
+            "no problem mentions {needle}: {joined}"
+        );
+    }
+}

@@ -5,6 +5,7 @@
 
 pub mod certificate;
 mod chroma;
+mod postgres;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -16,6 +17,7 @@ use lethe_policy::audit::AuditEntry;
 use serde::Serialize;
 
 pub use chroma::ChromaConnector;
+pub use postgres::PostgresConnector;
 
 use crate::config::{AdapterKind, Config};
 use crate::data::forward::{Route, Upstreams};
@@ -66,6 +68,18 @@ impl Worker {
             let connector: Arc<dyn Connector> =
                 Arc::new(ChromaConnector::new(route.clone(), Arc::clone(&upstreams)));
             connectors.insert(format!("chroma:{}", route.name), (route.name, connector));
+        }
+        for target in &config.erasure.postgres {
+            let url = target
+                .url
+                .resolve()
+                .map_err(|e| format!("erasure.postgres {}: url: {e}", target.name))?;
+            let url = String::from_utf8(url)
+                .map_err(|_| format!("erasure.postgres {}: url is not text", target.name))?;
+            let connector: Arc<dyn Connector> =
+                Arc::new(PostgresConnector::new(url, target.clone()));
+            let name = format!("postgres:{}", target.name);
+            connectors.insert(name.clone(), (name, connector));
         }
         Ok(Worker::new(
             store,
