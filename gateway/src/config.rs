@@ -40,6 +40,20 @@ pub struct ErasureConfig {
     pub backups: Vec<BackupRetention>,
     /// The agent app's own PostgreSQL tables, purged with configured statements.
     pub postgres: Vec<PostgresTarget>,
+    /// Redis deployments whose keys name the subject.
+    pub redis: Vec<RedisTarget>,
+}
+
+/// A Redis deployment: every primary is scanned with every pattern.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RedisTarget {
+    /// Names the target `redis:<name>`.
+    pub name: String,
+    /// `redis://host:port[/db]` of every primary.
+    pub urls: Vec<String>,
+    /// Key patterns with `{tenant}` and `{subject}`, e.g. `{tenant}:{subject}:*`.
+    pub patterns: Vec<String>,
 }
 
 /// A PostgreSQL database of the agent app. Every statement takes `$1` = tenant, `$2` = subject
@@ -79,6 +93,7 @@ impl Default for ErasureConfig {
             signing_key: None,
             backups: Vec::new(),
             postgres: Vec::new(),
+            redis: Vec::new(),
         }
     }
 }
@@ -487,6 +502,24 @@ impl Config {
                 problems.push(format!(
                     "{at}: needs a count statement and at least one delete statement"
                 ));
+            }
+        }
+        for (i, target) in self.erasure.redis.iter().enumerate() {
+            let at = format!("[[erasure.redis]] #{} ({})", i + 1, target.name);
+            if target.urls.is_empty()
+                || target
+                    .urls
+                    .iter()
+                    .any(|u| !u.starts_with("redis://") && !u.starts_with("rediss://"))
+            {
+                problems.push(format!(
+                    "{at}: urls must list every primary as redis://host:port"
+                ));
+            }
+            if target.patterns.is_empty()
+                || target.patterns.iter().any(|p| !p.contains("{subject}"))
+            {
+                problems.push(format!("{at}: every pattern must contain {{subject}}, or it would match other subjects' keys"));
             }
         }
         if self.erasure.max_attempts == 0 {

@@ -208,6 +208,10 @@ fn erasure_targets_follow_routes_and_configured_stores() {
         url = { env = "APP_DATABASE_URL" }
         count = "SELECT 0"
         delete = ["DELETE FROM memories WHERE tenant = $1 AND user_id = $2"]
+        [[erasure.redis]]
+        name = "sessions"
+        urls = ["redis://127.0.0.1:6379"]
+        patterns = ["{tenant}:{subject}:*"]
         [[erasure.backups]]
         target = "postgres:app"
         retention = "35d"
@@ -219,7 +223,10 @@ fn erasure_targets_follow_routes_and_configured_stores() {
         "#,
     )
     .unwrap();
-    assert_eq!(config.erasure_targets(), ["chroma:chroma", "postgres:app"]);
+    assert_eq!(
+        config.erasure_targets(),
+        ["chroma:chroma", "postgres:app", "redis:sessions"]
+    );
 
     let problems = Config::check(
         r#"
@@ -231,6 +238,10 @@ fn erasure_targets_follow_routes_and_configured_stores() {
         url = { value = "postgres://x" }
         count = " "
         delete = []
+        [[erasure.redis]]
+        name = "sessions"
+        urls = ["http://x"]
+        patterns = ["{tenant}:*"]
         [[erasure.backups]]
         target = "redis:nowhere"
         retention = "35d"

@@ -6,6 +6,7 @@
 pub mod certificate;
 mod chroma;
 mod postgres;
+mod redis;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -18,6 +19,7 @@ use serde::Serialize;
 
 pub use chroma::ChromaConnector;
 pub use postgres::PostgresConnector;
+pub use redis::RedisConnector;
 
 use crate::config::{AdapterKind, Config};
 use crate::data::forward::{Route, Upstreams};
@@ -80,6 +82,13 @@ impl Worker {
                 Arc::new(PostgresConnector::new(url, target.clone()));
             let name = format!("postgres:{}", target.name);
             connectors.insert(name.clone(), (name, connector));
+        }
+        for target in &config.erasure.redis {
+            let name = format!("redis:{}", target.name);
+            connectors.insert(
+                name.clone(),
+                (name, Arc::new(RedisConnector::new(target.clone()))),
+            );
         }
         Ok(Worker::new(
             store,
