@@ -106,14 +106,17 @@ impl Config {
             .iter()
             .filter(|r| r.adapter == AdapterKind::Chroma)
             .map(|r| format!("chroma:{}", r.name));
-        chroma
-            .chain(
-                self.erasure
-                    .postgres
-                    .iter()
-                    .map(|p| format!("postgres:{}", p.name)),
-            )
-            .collect()
+        let postgres = self
+            .erasure
+            .postgres
+            .iter()
+            .map(|p| format!("postgres:{}", p.name));
+        let redis = self
+            .erasure
+            .redis
+            .iter()
+            .map(|r| format!("redis:{}", r.name));
+        chroma.chain(postgres).chain(redis).collect()
     }
 }
 
