@@ -91,8 +91,18 @@ pub struct Server {
 
 impl Server {
     /// Starts `lethe serve` in `dir` with the given state store and waits until `/readyz` says
-    /// ready (at most 20 s).
+    /// ready (at most 20 s). Free ports are picked, then bound by the child; if another test
+    /// process took one in between, the start is tried again with new ports.
     pub async fn start(dir: &Path, state_url: &str) -> Server {
+        for _ in 0..3 {
+            if let Some(server) = Self::try_start(dir, state_url).await {
+                return server;
+            }
+        }
+        panic!("lethe serve did not start in three tries");
+    }
+
+    async fn try_start(dir: &Path, state_url: &str) -> Option<Server> {
         let control: SocketAddr = format!("127.0.0.1:{}", free_port())
             .parse()
             .expect("address");
@@ -117,20 +127,23 @@ impl Server {
             dir: dir.to_owned(),
             state_url: state_url.to_owned(),
         };
-        server.wait_ready(Duration::from_secs(20)).await;
         server
+            .wait_ready(Duration::from_secs(20))
+            .await
+            .then_some(server)
     }
 
-    async fn wait_ready(&mut self, limit: Duration) {
+    /// Whether the server became ready; false when it exited first.
+    async fn wait_ready(&mut self, limit: Duration) -> bool {
         let deadline = Instant::now() + limit;
         loop {
-            if let Ok(Some(status)) = self.child.try_wait() {
-                panic!("lethe serve exited early: {status}");
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return false;
             }
             if let Ok((status, _)) = call(hyper::Method::GET, &self.url("/readyz"), "", None).await
                 && status.is_success()
             {
-                return;
+                return true;
             }
             assert!(
                 Instant::now() < deadline,
