@@ -65,6 +65,13 @@ enum Command {
     /// Fetch the signed certificate of a completed erasure (canonical JSON on stdout), verify
     /// one, or print the public key certificates are signed with.
     Certificate(CertificateArgs),
+    /// Apply every erasure completed since T again, to every store, as after restoring the
+    /// stores from a backup taken at T; verifies each store is clean. Exit 1 if one is not.
+    Replay {
+        /// RFC 3339 time of the backup, e.g. 2026-11-01T00:00:00Z.
+        #[arg(long)]
+        since: String,
+    },
     /// Work with the audit log.
     #[command(subcommand)]
     Audit(AuditCommand),
@@ -244,6 +251,7 @@ async fn dispatch(cli: Cli) -> Result<(), Failure> {
             control_call(&load()?, &args.control, Method::POST, &path, body).await
         }
         Command::Certificate(args) => certificate(&load, args).await,
+        Command::Replay { since } => replay(&load()?, &since).await,
         Command::Status { control, id } => {
             control_call(
                 &load()?,
@@ -569,6 +577,48 @@ async fn certificate(
             "give an erasure request id, or verify / public-key".into(),
             2,
         )),
+    }
+}
+
+async fn replay(config: &Config, since: &str) -> Result<(), Failure> {
+    let since = chrono::DateTime::parse_from_rfc3339(since)
+        .map_err(|e| Failure(format!("--since: not an RFC 3339 time: {e}"), 2))?
+        .with_timezone(&chrono::Utc);
+    let store = connect(config).await?;
+    let worker = crate::erasure::Worker::from_config(config, Arc::clone(&store))
+        .map_err(|e| Failure(e, 2))?;
+    let replayed = worker.replay(since).await?;
+    let mut clean = true;
+    for r in &replayed {
+        match &r.report {
+            Ok(report) => {
+                clean &= report.remaining == 0;
+                println!(
+                    "{} {}: found {}, deleted {}, remaining {}",
+                    r.request_id, r.target, report.before, report.deleted, report.remaining
+                );
+            }
+            Err(e) => {
+                clean = false;
+                println!("{} {}: FAILED: {e}", r.request_id, r.target);
+            }
+        }
+    }
+    println!(
+        "{} erasure(s) since {since} replayed",
+        replayed
+            .iter()
+            .map(|r| &r.request_id)
+            .collect::<std::collections::BTreeSet<_>>()
+            .len()
+    );
+    if clean {
+        Ok(())
+    } else {
+        Err(Failure(
+            "some stores are not clean; run replay again".into(),
+            1,
+        ))
     }
 }
 

@@ -328,5 +328,22 @@ adapter = "chroma"
         assert certificate["exceptions"] == []
         completed = certificate["completed_at"][:10]
         assert certificate["final_backup_expiry"] > completed, "the latest backup expiry: 35 days after completion"
+
+        # A backup from before the erasure is restored: the subject's data is back in both stores.
+        import chromadb
+        host, port = chroma.removeprefix("http://").split(":")
+        restored = chromadb.HttpClient(host=host, port=int(port)).get_collection(name)
+        restored.add(ids=[f"{gone}-a", f"{gone}-b"], embeddings=[[1.0, 1.0, 1.0]] * 2, documents=["back", "again"],
+                     metadatas=[{"lethe_subject": gone, "lethe_tenant": TENANT}] * 2)
+        subprocess.run(["psql", app, "-qc", f"INSERT INTO memories VALUES ('acme', '{gone}', 'restored')"], check=True)
+        replay = instance.cli("replay", "--since", done["requested_at"])
+        assert replay.returncode == 0, replay.stdout + replay.stderr
+        assert b"1 erasure(s)" in replay.stdout and b"remaining 0" in replay.stdout, replay.stdout
+        assert restored.get(where={"lethe_subject": gone})["ids"] == []
+        assert restored.get(ids=[f"{gone}-a"])["ids"] == [], "found by lineage id too"
+        rows = subprocess.run(["psql", app, "-qtAc", f"SELECT count(*) FROM memories WHERE user_id = '{gone}'"],
+                              check=True, capture_output=True, text=True).stdout.strip()
+        assert rows == "0"
+        assert sorted(restored.get(where={"lethe_subject": kept})["ids"]) == [f"{kept}-a", f"{kept}-b"]
     finally:
         instance.stop()

@@ -224,5 +224,71 @@ impl Worker {
     }
 }
 
+/// What replaying one tombstone did to one store.
+#[derive(Debug, Clone, Serialize)]
+pub struct Replayed {
+    pub request_id: String,
+    pub target: String,
+    pub report: Result<PurgeReport, String>,
+}
+
+impl Worker {
+    /// Applies every erasure completed since `since` again, to every store it covered, as after
+    /// restoring the stores from a backup taken at `since`. Lineage ids are used whether or not
+    /// they were marked deleted: the restored store has them back.
+    pub async fn replay(
+        &self,
+        since: chrono::DateTime<chrono::Utc>,
+    ) -> Result<Vec<Replayed>, crate::store::StoreError> {
+        let mut replayed = Vec::new();
+        for tombstone in self.store.tombstones_since(since).await? {
+            let keys = tombstone.keys();
+            let targets: Vec<String> = tombstone.scope["targets"]
+                .as_array()
+                .map(|t| {
+                    t.iter()
+                        .filter_map(|v| v.as_str().map(str::to_owned))
+                        .collect()
+                })
+                .unwrap_or_default();
+            for target in targets {
+                let report = match self.connectors.get(&target) {
+                    None => Err(format!("no connector for {target} in this configuration")),
+                    Some((store_name, connector)) => {
+                        let lineage = self
+                            .store
+                            .all_items(&tombstone.tenant, store_name, &keys)
+                            .await?;
+                        connector.purge(&tombstone.tenant, &keys, &lineage).await
+                    }
+                };
+                let result = match &report {
+                    Ok(r) if r.remaining == 0 => "ok",
+                    _ => "failed",
+                };
+                self.store
+                    .append_audit(AuditEntry {
+                        at: crate::now(),
+                        actor: self.id.clone(),
+                        action: "erasure.replay".into(),
+                        request_id: tombstone.request_id.clone(),
+                        subject_ref: None,
+                        target: target.clone(),
+                        target_ref: Some(tombstone.request_id.clone()),
+                        result: result.into(),
+                        attempt: 1,
+                    })
+                    .await?;
+                replayed.push(Replayed {
+                    request_id: tombstone.request_id.clone(),
+                    target,
+                    report,
+                });
+            }
+        }
+        Ok(replayed)
+    }
+}
+
 #[cfg(test)]
 mod tests;

@@ -123,6 +123,30 @@ pub struct PurgeJob {
     pub updated_at: DateTime<Utc>,
 }
 
+/// A completed erasure, kept so that it can be applied again to stores restored from a backup.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Tombstone {
+    pub request_id: String,
+    pub tenant: String,
+    pub subject: String,
+    /// `{"keys": [...], "targets": [...]}`.
+    pub scope: serde_json::Value,
+    pub erased_at: DateTime<Utc>,
+}
+
+impl Tombstone {
+    pub fn keys(&self) -> Vec<String> {
+        self.scope["keys"]
+            .as_array()
+            .map(|k| {
+                k.iter()
+                    .filter_map(|v| v.as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
 /// How a purge job ended this time.
 #[derive(Debug, Clone, PartialEq)]
 pub enum JobOutcome {
@@ -266,6 +290,15 @@ pub trait Store: Send + Sync + 'static {
         now: DateTime<Utc>,
         audit: AuditEntry,
     ) -> Result<ErasureRecord, StoreError>;
+    /// Tombstones of erasures completed at or after `since`, oldest first.
+    async fn tombstones_since(&self, since: DateTime<Utc>) -> Result<Vec<Tombstone>, StoreError>;
+    /// Every lineage row of `subjects` in one store, live or deleted: (collection, item id).
+    async fn all_items(
+        &self,
+        tenant: &str,
+        store: &str,
+        subjects: &[String],
+    ) -> Result<Vec<(String, String)>, StoreError>;
     /// Live lineage rows of `subjects` in one store: (collection, item id).
     async fn live_items(
         &self,

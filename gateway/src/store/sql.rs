@@ -17,7 +17,7 @@ macro_rules! impl_store {
             use sqlx::Row as _;
 
             use super::*;
-            use crate::store::{ErasureRecord, Feed, FeedEvent, HoldRecord, ItemRecord, JobOutcome, PolicyChange, PurgeJob, RetentionVersion, Store, StoreError};
+            use crate::store::{ErasureRecord, Feed, FeedEvent, HoldRecord, ItemRecord, JobOutcome, PolicyChange, PurgeJob, RetentionVersion, Store, StoreError, Tombstone};
 
             type Row = <$db as sqlx::Database>::Row;
             type Tx = sqlx::Transaction<'static, $db>;
@@ -707,6 +707,41 @@ macro_rules! impl_store {
                     save_erasure(&mut tx, &record).await?;
                     commit_changes(self, tx, changes).await?;
                     Ok(record)
+                }
+
+                async fn tombstones_since(&self, since: DateTime<Utc>) -> Result<Vec<Tombstone>, StoreError> {
+                    let rows = sqlx::query("SELECT request_id, tenant, subject, scope, erased_at FROM tombstones WHERE erased_at >= $1 ORDER BY erased_at, request_id")
+                        .bind(since)
+                        .fetch_all(&self.pool)
+                        .await?;
+                    rows.iter()
+                        .map(|row| {
+                            let scope: Json<serde_json::Value> = row.try_get("scope")?;
+                            Ok(Tombstone {
+                                request_id: row.try_get("request_id")?,
+                                tenant: row.try_get("tenant")?,
+                                subject: row.try_get("subject")?,
+                                scope: scope.0,
+                                erased_at: row.try_get("erased_at")?,
+                            })
+                        })
+                        .collect()
+                }
+
+                async fn all_items(&self, tenant: &str, store: &str, subjects: &[String]) -> Result<Vec<(String, String)>, StoreError> {
+                    let mut items = Vec::new();
+                    for subject in subjects {
+                        let rows = sqlx::query("SELECT collection, item_id FROM items WHERE tenant = $1 AND store = $2 AND subject = $3")
+                            .bind(tenant)
+                            .bind(store)
+                            .bind(subject)
+                            .fetch_all(&self.pool)
+                            .await?;
+                        for row in &rows {
+                            items.push((row.try_get("collection")?, row.try_get("item_id")?));
+                        }
+                    }
+                    Ok(items)
                 }
 
                 async fn live_items(&self, tenant: &str, store: &str, subjects: &[String]) -> Result<Vec<(String, String)>, StoreError> {
