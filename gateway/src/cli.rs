@@ -368,8 +368,11 @@ async fn serve(config: Config) -> Result<(), Failure> {
     let worker = crate::erasure::Worker::from_config(&config, Arc::clone(&purge_store))
         .map_err(|e| Failure(e, 2))?;
     let purge = worker.run(until_stopped(stopped.clone()));
+    let sweeper = crate::erasure::Sweeper::from_config(&config, Arc::clone(&purge_store))
+        .map_err(|e| Failure(e, 2))?;
+    let sweep = sweeper.run(until_stopped(stopped.clone()));
     let data = crate::data::serve(data_listener, data_state, limits, until_stopped(stopped));
-    let (control, (), (), ()) = tokio::join!(control, data, stop_signal, purge);
+    let (control, (), (), (), ()) = tokio::join!(control, data, stop_signal, purge, sweep);
     control?;
     // The last lineage rows are written before the process ends.
     let _ = tokio::time::timeout(std::time::Duration::from_secs(10), lineage_task).await;

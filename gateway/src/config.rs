@@ -42,6 +42,8 @@ pub struct ErasureConfig {
     pub postgres: Vec<PostgresTarget>,
     /// Redis deployments whose keys name the subject.
     pub redis: Vec<RedisTarget>,
+    /// How often the retention sweeper deletes expired (and revoked) items.
+    pub sweep_interval: ConfigDuration,
 }
 
 /// A Redis deployment: every primary is scanned with every pattern.
@@ -94,6 +96,7 @@ impl Default for ErasureConfig {
             backups: Vec::new(),
             postgres: Vec::new(),
             redis: Vec::new(),
+            sweep_interval: ConfigDuration(Duration::from_secs(60)),
         }
     }
 }

@@ -347,3 +347,39 @@ adapter = "chroma"
         assert sorted(restored.get(where={"lethe_subject": kept})["ids"]) == [f"{kept}-a", f"{kept}-b"]
     finally:
         instance.stop()
+
+
+def test_the_sweeper_deletes_expired_and_revoked_records_but_not_held_ones(chroma, state_url, tmp_path):
+    from conftest import Lethe
+    import subprocess
+    import chromadb
+    base = state_url.rsplit("/", 1)[0]
+    db = f"lethe_test_py_{uuid.uuid4().hex}"
+    subprocess.run(["psql", f"{base}/postgres", "-qc", f"CREATE DATABASE {db}"], check=True)
+    config = tmp_path / "lethe.toml"
+    config.write_text('[erasure]\nsweep_interval = "200ms"\n'
+                      '[[routes]]\nname = "chroma"\nprefix = "/chroma"\nupstream = "http://127.0.0.1:1"\nadapter = "chroma"\n')
+    instance = Lethe(f"{base}/{db}", chroma, tmp_path, config=config)
+    try:
+        held, free = subject(), subject()
+        name = f"memories-{uuid.uuid4().hex[:8]}"
+        instance.client(instance.token("admin")).create_collection(name, embedding_function=None)
+        grants = {s: instance.grant(s) for s in (held, free)}
+        status, _ = instance.call("POST", "/v1/legal-holds", {"subject": held, "reason": "litigation"})
+        assert status == 201
+        soon = int(time.time()) + 2
+        for s in (held, free):
+            add(instance.agent(s), name, [f"{s}-short"], metadatas=[{"lethe_expires_at": soon}])
+        add(instance.agent(free), name, [f"{free}-long"])
+        host, port = chroma.removeprefix("http://").split(":")
+        stored = chromadb.HttpClient(host=host, port=int(port)).get_collection(name)
+        present = lambda i: stored.get(ids=[i])["ids"] == [i]
+        wait_for("the expired record to be swept", lambda: not present(f"{free}-short"), deadline=20)
+        # The same pass saw the held subject's record, expired at the same second: it stays.
+        assert present(f"{held}-short"), "a legal hold stops the sweeper"
+        assert present(f"{free}-long")
+        instance.revoke(grants[free])
+        wait_for("the revoked subject's records to be swept", lambda: not present(f"{free}-long"), deadline=20)
+        assert present(f"{held}-short")
+    finally:
+        instance.stop()

@@ -82,6 +82,20 @@ impl ChromaConnector {
     }
 }
 
+impl ChromaConnector {
+    /// Deletes `ids` from `collection`; answers how many Chroma deleted.
+    pub async fn delete_ids(&self, collection: &str, doomed: &[String]) -> Result<u64, String> {
+        let answer = self
+            .call(
+                Method::POST,
+                &format!("{DATABASE}/collections/{collection}/delete"),
+                Some(json!({"ids": doomed})),
+            )
+            .await?;
+        Ok(answer.get("deleted").and_then(Value::as_u64).unwrap_or(0))
+    }
+}
+
 fn ids(answer: &Value) -> Vec<String> {
     answer
         .get("ids")

@@ -7,6 +7,7 @@ pub mod certificate;
 mod chroma;
 mod postgres;
 mod redis;
+mod sweeper;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -20,6 +21,7 @@ use serde::Serialize;
 pub use chroma::ChromaConnector;
 pub use postgres::PostgresConnector;
 pub use redis::RedisConnector;
+pub use sweeper::Sweeper;
 
 use crate::config::{AdapterKind, Config};
 use crate::data::forward::{Route, Upstreams};

@@ -215,6 +215,8 @@ pub trait Store: Send + Sync + 'static {
     async fn create_grant(&self, grant: &ConsentGrant, audit: AuditEntry)
     -> Result<(), StoreError>;
     async fn grant(&self, id: &str) -> Result<ConsentGrant, StoreError>;
+    /// Revokes a grant; when no other grant still covers storing that purpose and category, the
+    /// subject's items kept for it expire now (the sweeper then purges them).
     async fn revoke_grant(
         &self,
         id: &str,
@@ -290,6 +292,13 @@ pub trait Store: Send + Sync + 'static {
         now: DateTime<Utc>,
         audit: AuditEntry,
     ) -> Result<ErasureRecord, StoreError>;
+    /// Live lineage rows whose retention has run out, not under any active legal hold, oldest
+    /// first: (store, collection, item id).
+    async fn expired_items(
+        &self,
+        now: DateTime<Utc>,
+        limit: i64,
+    ) -> Result<Vec<(String, String, String)>, StoreError>;
     /// Tombstones of erasures completed at or after `since`, oldest first.
     async fn tombstones_since(&self, since: DateTime<Utc>) -> Result<Vec<Tombstone>, StoreError>;
     /// Every lineage row of `subjects` in one store, live or deleted: (collection, item id).

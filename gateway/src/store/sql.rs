@@ -344,6 +344,24 @@ macro_rules! impl_store {
                     if updated == 0 {
                         return Err(StoreError::AlreadyRevoked);
                     }
+                    let sql = concat!(select_grants!(), "WHERE tenant = $1 AND subject = $2");
+                    let rows = sqlx::query(sql).bind(&grant.tenant).bind(&grant.subject).fetch_all(&mut *tx).await?;
+                    let grants: Vec<ConsentGrant> = rows.iter().map(grant_from_row).collect::<Result<_, _>>()?;
+                    let still_covered =
+                        lethe_policy::consent::coverage_end(&grants, &grant.purpose, &grant.category, Action::Store, at).is_some();
+                    if !still_covered {
+                        sqlx::query(
+                            "UPDATE items SET expires_at = $1 WHERE tenant = $2 AND subject = $3 AND purpose = $4 AND category = $5
+                             AND deleted_at IS NULL AND expires_at > $1",
+                        )
+                        .bind(at)
+                        .bind(&grant.tenant)
+                        .bind(&grant.subject)
+                        .bind(&grant.purpose)
+                        .bind(&grant.category)
+                        .execute(&mut *tx)
+                        .await?;
+                    }
                     append_in(&mut tx, audit).await?;
                     let change = PolicyChange { tenant: grant.tenant.clone(), subject: Some(grant.subject.clone()) };
                     commit_change(self, tx, change).await?;
@@ -707,6 +725,21 @@ macro_rules! impl_store {
                     save_erasure(&mut tx, &record).await?;
                     commit_changes(self, tx, changes).await?;
                     Ok(record)
+                }
+
+                async fn expired_items(&self, now: DateTime<Utc>, limit: i64) -> Result<Vec<(String, String, String)>, StoreError> {
+                    let rows = sqlx::query(
+                        "SELECT store, collection, item_id FROM items i
+                         WHERE deleted_at IS NULL AND expires_at <= $1
+                         AND NOT EXISTS (SELECT 1 FROM legal_holds h WHERE h.tenant = i.tenant AND h.released_at IS NULL
+                                         AND (h.subject IS NULL OR h.subject = i.subject))
+                         ORDER BY expires_at LIMIT $2",
+                    )
+                    .bind(now)
+                    .bind(limit)
+                    .fetch_all(&self.pool)
+                    .await?;
+                    rows.iter().map(|r| Ok((r.try_get("store")?, r.try_get("collection")?, r.try_get("item_id")?))).collect()
                 }
 
                 async fn tombstones_since(&self, since: DateTime<Utc>) -> Result<Vec<Tombstone>, StoreError> {

@@ -37,6 +37,7 @@ on_both_backends!(
     generated_secrets_are_kept,
     audit_appends_form_one_chain_under_concurrency,
     an_approved_erasure_flips_its_keys_and_tells_every_cache,
+    expired_and_revoked_items_are_found_for_the_sweeper_unless_held,
 );
 
 fn audit(action: &str, target_ref: Option<&str>) -> AuditEntry {
@@ -475,4 +476,86 @@ async fn an_approved_erasure_flips_its_keys_and_tells_every_cache(store: &Arc<dy
             lethe_policy::ApprovalError::NotAwaitingApproval
         ))
     ));
+}
+
+async fn expired_and_revoked_items_are_found_for_the_sweeper_unless_held(store: &Arc<dyn Store>) {
+    let t0 = now();
+    let item = |id: &str, subject: &str, purpose: &str, expires: chrono::DateTime<chrono::Utc>| {
+        ItemRecord {
+            store: "chroma".into(),
+            collection: "c".into(),
+            item_id: id.into(),
+            tenant: "acme".into(),
+            subject: subject.into(),
+            purpose: purpose.into(),
+            category: "preference".into(),
+            layer: Layer::Raw,
+            created_at: t0,
+            expires_at: expires,
+            epoch: 0,
+            source_ref: None,
+            parents: vec![],
+        }
+    };
+    let past = t0 - TimeDelta::seconds(5);
+    let future = t0 + TimeDelta::days(5);
+    store
+        .record_items(&[
+            item("old", "u1", "personalization", past),
+            item("fresh", "u1", "personalization", future),
+            item("held", "u2", "personalization", past),
+            item("other-purpose", "u1", "training", future),
+        ])
+        .await
+        .unwrap();
+    let hold = HoldRecord {
+        hold: LegalHold {
+            id: "h".into(),
+            tenant: "acme".into(),
+            subject: Some("u2".into()),
+            reason: "case".into(),
+            placed_at: t0,
+            released_at: None,
+        },
+        placed_by: "counsel".into(),
+        released_by: None,
+    };
+    store
+        .place_hold(&hold, audit("hold.place", Some("h")))
+        .await
+        .unwrap();
+    let ids = |found: Vec<(String, String, String)>| {
+        found.into_iter().map(|(_, _, id)| id).collect::<Vec<_>>()
+    };
+    assert_eq!(
+        ids(store.expired_items(t0, 100).await.unwrap()),
+        ["old"],
+        "the held subject's expired item stays"
+    );
+
+    // Two grants cover (personalization, preference): revoking one keeps the items; the last expires them.
+    store
+        .create_grant(&grant("g1", "u1"), audit("consent.grant", None))
+        .await
+        .unwrap();
+    store
+        .create_grant(&grant("g2", "u1"), audit("consent.grant", None))
+        .await
+        .unwrap();
+    store
+        .revoke_grant("g1", now(), audit("consent.revoke", None))
+        .await
+        .unwrap();
+    assert_eq!(ids(store.expired_items(now(), 100).await.unwrap()), ["old"]);
+    store
+        .revoke_grant("g2", now(), audit("consent.revoke", None))
+        .await
+        .unwrap();
+    let mut found = ids(store.expired_items(now(), 100).await.unwrap());
+    found.sort();
+    assert_eq!(
+        found,
+        ["fresh", "old"],
+        "items of the revoked purpose expire; other purposes keep theirs"
+    );
 }

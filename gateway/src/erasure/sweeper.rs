@@ -1,0 +1,104 @@
+//! The retention sweeper: items whose `expires_at` has passed (or whose consent was revoked) are
+//! deleted from their store in the background, unless a legal hold covers them. Reads hide them
+//! already, so the sweeper's lag never leaks anything.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use lethe_policy::audit::AuditEntry;
+
+use super::ChromaConnector;
+use crate::config::{AdapterKind, Config};
+use crate::data::forward::{Route, Upstreams};
+use crate::store::{Store, StoreError};
+
+pub struct Sweeper {
+    store: Arc<dyn Store>,
+    /// Lineage store name (the route) -> its connector.
+    chroma: HashMap<String, ChromaConnector>,
+    interval: Duration,
+}
+
+impl Sweeper {
+    pub fn from_config(config: &Config, store: Arc<dyn Store>) -> Result<Sweeper, String> {
+        let upstreams = Arc::new(Upstreams::new(64 * 1024 * 1024));
+        let mut chroma = HashMap::new();
+        for route in config
+            .routes
+            .iter()
+            .filter(|r| r.adapter == AdapterKind::Chroma)
+        {
+            let route = Route::from_config(route)?;
+            chroma.insert(
+                route.name.clone(),
+                ChromaConnector::new(route, Arc::clone(&upstreams)),
+            );
+        }
+        Ok(Sweeper {
+            store,
+            chroma,
+            interval: config.erasure.sweep_interval.0,
+        })
+    }
+
+    pub async fn run(self, stop: impl Future<Output = ()>) {
+        let mut stop = std::pin::pin!(stop);
+        loop {
+            match self.sweep_once().await {
+                Ok(0) => {}
+                Ok(n) => tracing::info!(items = n, "retention sweep deleted expired items"),
+                Err(e) => {
+                    tracing::warn!(error = %e, "retention sweep could not reach the state store")
+                }
+            }
+            tokio::select! {
+                () = tokio::time::sleep(self.interval) => {}
+                () = &mut stop => return,
+            }
+        }
+    }
+
+    /// One pass over at most 1000 expired items; answers how many were deleted.
+    pub async fn sweep_once(&self) -> Result<u64, StoreError> {
+        let now = crate::now();
+        let mut by_place: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
+        for (store, collection, id) in self.store.expired_items(now, 1000).await? {
+            by_place.entry((store, collection)).or_default().push(id);
+        }
+        let mut swept = 0;
+        for ((store, collection), ids) in by_place {
+            let Some(connector) = self.chroma.get(&store) else {
+                tracing::warn!(%store, "expired items in a store this configuration cannot purge");
+                continue;
+            };
+            let result = match connector.delete_ids(&collection, &ids).await {
+                Ok(_) => {
+                    self.store
+                        .mark_items_deleted(&store, &collection, &ids, now)
+                        .await?;
+                    swept += ids.len() as u64;
+                    "ok"
+                }
+                Err(e) => {
+                    tracing::warn!(%store, error = %e, "retention sweep failed; retrying next pass");
+                    "failed"
+                }
+            };
+            self.store
+                .append_audit(AuditEntry {
+                    at: crate::now(),
+                    actor: "retention-sweeper".into(),
+                    action: "retention.sweep".into(),
+                    request_id: format!("sweep-{}", now.timestamp()),
+                    subject_ref: None,
+                    target: format!("{store}/{collection}"),
+                    target_ref: Some(ids.len().to_string()),
+                    result: result.into(),
+                    attempt: 1,
+                })
+                .await?;
+        }
+        Ok(swept)
+    }
+}
