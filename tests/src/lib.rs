@@ -25,7 +25,18 @@ pub fn lethe_binary() -> PathBuf {
                 return PathBuf::from(path);
             }
             let status = Command::new(env!("CARGO"))
-                .args(["build", "-q", "-p", "lethe-gateway", "--bin", "lethe"])
+                // The features a workspace build gives the gateway (this crate turns on `testing`):
+                // building with others would replace the binary under tests already running it.
+                .args([
+                    "build",
+                    "-q",
+                    "-p",
+                    "lethe-gateway",
+                    "--features",
+                    "testing",
+                    "--bin",
+                    "lethe",
+                ])
                 .current_dir(workspace())
                 .status()
                 .expect("run cargo build");
