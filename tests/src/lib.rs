@@ -69,6 +69,8 @@ pub fn lethe(dir: &Path) -> Command {
         .env_remove("LETHE_AUDIT_KEY")
         .env_remove("LETHE_TOKEN")
         .env_remove("LETHE_CONTROL_URL")
+        // No Chroma in these tests: forwarded requests meet a closed port (502 upstream_unavailable).
+        .env("LETHE_UPSTREAM_CHROMA", "http://127.0.0.1:9")
         .env("LETHE_LOG", "warn");
     command
 }
@@ -96,6 +98,7 @@ pub fn temp_dir() -> PathBuf {
 pub struct Server {
     child: Child,
     pub control: SocketAddr,
+    pub data: SocketAddr,
     pub dir: PathBuf,
     pub state_url: String,
 }
@@ -135,6 +138,7 @@ impl Server {
         let mut server = Server {
             child,
             control,
+            data,
             dir: dir.to_owned(),
             state_url: state_url.to_owned(),
         };
@@ -170,7 +174,13 @@ impl Server {
 
     /// A token minted by the binary itself (`lethe token`) for this server's state store.
     pub fn token(&self, role: &str, tenant: &str) -> String {
-        let output = run(lethe(&self.dir).args([
+        self.token_for(role, tenant, None)
+    }
+
+    /// The same, bound to one data subject when `subject` is given.
+    pub fn token_for(&self, role: &str, tenant: &str, subject: Option<&str>) -> String {
+        let mut command = lethe(&self.dir);
+        command.args([
             "token",
             "--role",
             role,
@@ -178,7 +188,11 @@ impl Server {
             tenant,
             "--state",
             &self.state_url,
-        ]));
+        ]);
+        if let Some(subject) = subject {
+            command.args(["--subject", subject]);
+        }
+        let output = run(&mut command);
         assert!(output.status.success(), "lethe token: {}", stderr(&output));
         stdout(&output).trim().to_owned()
     }
