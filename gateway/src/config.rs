@@ -42,8 +42,24 @@ pub struct ErasureConfig {
     pub postgres: Vec<PostgresTarget>,
     /// Redis deployments whose keys name the subject.
     pub redis: Vec<RedisTarget>,
+    /// SQLite files that reference another store's items by id (Mem0's `history.db`).
+    pub sqlite: Vec<SqliteTarget>,
     /// How often the retention sweeper deletes expired (and revoked) items.
     pub sweep_interval: ConfigDuration,
+}
+
+/// A SQLite file whose rows name items of another store, deleted by the ids lineage holds there.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SqliteTarget {
+    /// Names the target `sqlite:<name>`.
+    pub name: String,
+    pub path: PathBuf,
+    pub table: String,
+    /// The column holding the other store's item id (Mem0: `memory_id`).
+    pub id_column: String,
+    /// The route whose lineage holds those ids (Mem0 over Chroma: `chroma`).
+    pub lineage_store: String,
 }
 
 /// A Redis deployment: every primary is scanned with every pattern.
@@ -96,6 +112,7 @@ impl Default for ErasureConfig {
             backups: Vec::new(),
             postgres: Vec::new(),
             redis: Vec::new(),
+            sqlite: Vec::new(),
             sweep_interval: ConfigDuration(Duration::from_secs(60)),
         }
     }
@@ -526,6 +543,16 @@ impl Config {
                 || target.patterns.iter().any(|p| !p.contains("{subject}"))
             {
                 problems.push(format!("{at}: every pattern must contain {{subject}}, or it would match other subjects' keys"));
+            }
+        }
+        for (i, target) in self.erasure.sqlite.iter().enumerate() {
+            if !self.routes.iter().any(|r| r.name == target.lineage_store) {
+                problems.push(format!(
+                    "[[erasure.sqlite]] #{} ({}): lineage_store {:?} is not a route",
+                    i + 1,
+                    target.name,
+                    target.lineage_store
+                ));
             }
         }
         if self.erasure.max_attempts == 0 {

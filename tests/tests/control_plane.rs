@@ -273,10 +273,14 @@ async fn the_cli_files_approves_and_follows_an_erasure() {
     assert!(approved.status.success(), "{}", stderr(&approved));
     let status = cli(&["status", id]);
     let status: serde_json::Value = serde_json::from_str(&stdout(&status)).unwrap();
-    assert_eq!(
-        (status["state"].as_str(), status["aliases"].clone()),
-        (Some("suppressed"), json!(["u9-old"]))
+    // Flipped; the purge worker may already be at it (there is no Chroma here, so it retries).
+    let state = status["state"].as_str().unwrap();
+    assert!(
+        ["suppressed", "propagating", "retrying"].contains(&state),
+        "{status}"
     );
+    assert_eq!(status["aliases"], json!(["u9-old"]));
+    assert!(status["suppressed_at"].is_string());
     assert!(status["online_latency_ms"].as_i64().is_some());
     let missing = cli(&["erase", "--subject", "u9"]);
     assert_eq!(

@@ -212,6 +212,12 @@ fn erasure_targets_follow_routes_and_configured_stores() {
         name = "sessions"
         urls = ["redis://127.0.0.1:6379"]
         patterns = ["{tenant}:{subject}:*"]
+        [[erasure.sqlite]]
+        name = "mem0"
+        path = "/data/history.db"
+        table = "history"
+        id_column = "memory_id"
+        lineage_store = "chroma"
         [[erasure.backups]]
         target = "postgres:app"
         retention = "35d"
@@ -242,6 +248,12 @@ fn erasure_targets_follow_routes_and_configured_stores() {
         name = "sessions"
         urls = ["http://x"]
         patterns = ["{tenant}:*"]
+        [[erasure.sqlite]]
+        name = "mem0"
+        path = "/data/history.db"
+        table = "history"
+        id_column = "memory_id"
+        lineage_store = "vectors"
         [[erasure.backups]]
         target = "redis:nowhere"
         retention = "35d"

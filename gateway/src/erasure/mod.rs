@@ -7,6 +7,7 @@ pub mod certificate;
 mod chroma;
 mod postgres;
 mod redis;
+mod sqlite_file;
 mod sweeper;
 
 use std::collections::HashMap;
@@ -21,6 +22,7 @@ use serde::Serialize;
 pub use chroma::ChromaConnector;
 pub use postgres::PostgresConnector;
 pub use redis::RedisConnector;
+pub use sqlite_file::SqliteFileConnector;
 pub use sweeper::Sweeper;
 
 use crate::config::{AdapterKind, Config};
@@ -50,9 +52,28 @@ pub trait Connector: Send + Sync {
     ) -> Result<PurgeReport, String>;
 }
 
+/// A purge target: its connector, and the lineage store whose item ids it is given.
+pub struct Target {
+    pub connector: Arc<dyn Connector>,
+    pub lineage_store: String,
+    /// Whether those lineage rows are this store's own (then the purge marks them deleted); a
+    /// store that only follows another's ids (Mem0's history.db follows its vector store) does not.
+    pub owns_lineage: bool,
+}
+
+impl Target {
+    fn own(store: &str, connector: Arc<dyn Connector>) -> Target {
+        Target {
+            connector,
+            lineage_store: store.to_owned(),
+            owns_lineage: true,
+        }
+    }
+}
+
 pub struct Worker {
     store: Arc<dyn Store>,
-    connectors: HashMap<String, (String, Arc<dyn Connector>)>,
+    connectors: HashMap<String, Target>,
     id: String,
     max_attempts: i64,
     first_backoff: Duration,
@@ -62,7 +83,7 @@ impl Worker {
     /// A worker with one connector per erasure target of the config.
     pub fn from_config(config: &Config, store: Arc<dyn Store>) -> Result<Worker, String> {
         let upstreams = Arc::new(Upstreams::new(64 * 1024 * 1024));
-        let mut connectors: HashMap<String, (String, Arc<dyn Connector>)> = HashMap::new();
+        let mut connectors: HashMap<String, Target> = HashMap::new();
         for route in config
             .routes
             .iter()
@@ -71,7 +92,10 @@ impl Worker {
             let route = Route::from_config(route)?;
             let connector: Arc<dyn Connector> =
                 Arc::new(ChromaConnector::new(route.clone(), Arc::clone(&upstreams)));
-            connectors.insert(format!("chroma:{}", route.name), (route.name, connector));
+            connectors.insert(
+                format!("chroma:{}", route.name),
+                Target::own(&route.name, connector),
+            );
         }
         for target in &config.erasure.postgres {
             let url = target
@@ -83,14 +107,23 @@ impl Worker {
             let connector: Arc<dyn Connector> =
                 Arc::new(PostgresConnector::new(url, target.clone()));
             let name = format!("postgres:{}", target.name);
-            connectors.insert(name.clone(), (name, connector));
+            connectors.insert(name.clone(), Target::own(&name, connector));
         }
         for target in &config.erasure.redis {
             let name = format!("redis:{}", target.name);
             connectors.insert(
                 name.clone(),
-                (name, Arc::new(RedisConnector::new(target.clone()))),
+                Target::own(&name, Arc::new(RedisConnector::new(target.clone()))),
             );
+        }
+        for target in &config.erasure.sqlite {
+            let connector: Arc<dyn Connector> = Arc::new(SqliteFileConnector::new(target.clone()));
+            let follows = Target {
+                connector,
+                lineage_store: target.lineage_store.clone(),
+                owns_lineage: false,
+            };
+            connectors.insert(format!("sqlite:{}", target.name), follows);
         }
         Ok(Worker::new(
             store,
@@ -100,10 +133,10 @@ impl Worker {
         ))
     }
 
-    /// `connectors`: target -> (lineage store name, connector).
+    /// `connectors`: target name (`chroma:<route>`, ...) -> target.
     pub fn new(
         store: Arc<dyn Store>,
-        connectors: HashMap<String, (String, Arc<dyn Connector>)>,
+        connectors: HashMap<String, Target>,
         max_attempts: u32,
         first_backoff: Duration,
     ) -> Worker {
@@ -178,7 +211,7 @@ impl Worker {
                 retry.then(|| crate::now() + TimeDelta::from_std(delay).unwrap_or(TimeDelta::MAX));
             JobOutcome::Failed { error, retry_at }
         };
-        let Some((store_name, connector)) = self.connectors.get(&job.target) else {
+        let Some(target) = self.connectors.get(&job.target) else {
             return JobOutcome::Failed {
                 error: format!("no connector for {} in this configuration", job.target),
                 retry_at: None,
@@ -189,30 +222,47 @@ impl Worker {
             Err(e) => return failed(e.to_string()),
         };
         let keys: Vec<String> = record.keys().map(str::to_owned).collect();
-        let lineage = match self
-            .store
-            .live_items(&record.tenant, store_name, &keys)
-            .await
-        {
+        // A store that follows another's ids needs them all, even those its owner has purged already.
+        let lineage = if target.owns_lineage {
+            self.store
+                .live_items(&record.tenant, &target.lineage_store, &keys)
+                .await
+        } else {
+            self.store
+                .all_items(&record.tenant, &target.lineage_store, &keys)
+                .await
+        };
+        let lineage = match lineage {
             Ok(items) => items,
             Err(e) => return failed(e.to_string()),
         };
-        match connector.purge(&record.tenant, &keys, &lineage).await {
+        match target
+            .connector
+            .purge(&record.tenant, &keys, &lineage)
+            .await
+        {
             Ok(report) if report.remaining == 0 => {
-                let mut by_collection: HashMap<&str, Vec<String>> = HashMap::new();
-                for (collection, id) in &lineage {
-                    by_collection
-                        .entry(collection)
-                        .or_default()
-                        .push(id.clone());
-                }
-                for (collection, ids) in by_collection {
-                    if let Err(e) = self
-                        .store
-                        .mark_items_deleted(store_name, collection, &ids, crate::now())
-                        .await
-                    {
-                        return failed(e.to_string());
+                if target.owns_lineage {
+                    let mut by_collection: HashMap<&str, Vec<String>> = HashMap::new();
+                    for (collection, id) in &lineage {
+                        by_collection
+                            .entry(collection)
+                            .or_default()
+                            .push(id.clone());
+                    }
+                    for (collection, ids) in by_collection {
+                        if let Err(e) = self
+                            .store
+                            .mark_items_deleted(
+                                &target.lineage_store,
+                                collection,
+                                &ids,
+                                crate::now(),
+                            )
+                            .await
+                        {
+                            return failed(e.to_string());
+                        }
                     }
                 }
                 JobOutcome::Done(serde_json::to_value(report).unwrap_or_default())
@@ -256,12 +306,15 @@ impl Worker {
             for target in targets {
                 let report = match self.connectors.get(&target) {
                     None => Err(format!("no connector for {target} in this configuration")),
-                    Some((store_name, connector)) => {
+                    Some(target) => {
                         let lineage = self
                             .store
-                            .all_items(&tombstone.tenant, store_name, &keys)
+                            .all_items(&tombstone.tenant, &target.lineage_store, &keys)
                             .await?;
-                        connector.purge(&tombstone.tenant, &keys, &lineage).await
+                        target
+                            .connector
+                            .purge(&tombstone.tenant, &keys, &lineage)
+                            .await
                     }
                 };
                 let result = match &report {

@@ -102,7 +102,7 @@ fn worker(store: &Arc<dyn Store>, failures: u32, max_attempts: u32) -> Worker {
         calls: AtomicU32::new(0),
     });
     let connectors =
-        HashMap::from([("chroma:chroma".to_owned(), ("chroma".to_owned(), connector))]);
+        HashMap::from([("chroma:chroma".to_owned(), Target::own("chroma", connector))]);
     Worker::new(
         Arc::clone(store),
         connectors,

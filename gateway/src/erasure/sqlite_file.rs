@@ -1,0 +1,175 @@
+//! Purging SQLite files that reference another store's items, such as Mem0's `history.db`: it
+//! has no user column, only the memory ids the vector store holds, so rows are deleted by the ids
+//! lineage recorded for the subject there. `secure_delete` and `VACUUM` make the removal physical
+//! (Mem0 keeps the memory text in the ADD and DELETE rows).
+
+use std::str::FromStr;
+
+use async_trait::async_trait;
+use sqlx::sqlite::SqliteConnectOptions;
+use sqlx::{ConnectOptions, SqliteConnection};
+
+use super::{Connector, PurgeReport};
+use crate::config::SqliteTarget;
+
+pub struct SqliteFileConnector {
+    target: SqliteTarget,
+}
+
+fn quote(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+impl SqliteFileConnector {
+    pub fn new(target: SqliteTarget) -> Self {
+        SqliteFileConnector { target }
+    }
+
+    /// Runs `verb` (`SELECT count(*)` or `DELETE`) over the rows naming any of `ids`.
+    async fn over_ids(
+        &self,
+        conn: &mut SqliteConnection,
+        verb: &str,
+        ids: &[String],
+    ) -> Result<u64, String> {
+        let mut total = 0u64;
+        for chunk in ids.chunks(500) {
+            let placeholders = vec!["?"; chunk.len()].join(", ");
+            let sql = format!(
+                "{verb} FROM {} WHERE {} IN ({placeholders})",
+                quote(&self.target.table),
+                quote(&self.target.id_column)
+            );
+            let mut query = sqlx::query(sqlx::AssertSqlSafe(sql.clone()));
+            let mut scalar = sqlx::query_scalar::<_, i64>(sqlx::AssertSqlSafe(sql));
+            for id in chunk {
+                query = query.bind(id.clone());
+                scalar = scalar.bind(id.clone());
+            }
+            let n = if verb.starts_with("SELECT") {
+                u64::try_from(
+                    scalar
+                        .fetch_one(&mut *conn)
+                        .await
+                        .map_err(|e| format!("{}: {e}", self.target.name))?,
+                )
+                .unwrap_or(0)
+            } else {
+                query
+                    .execute(&mut *conn)
+                    .await
+                    .map_err(|e| format!("{}: {e}", self.target.name))?
+                    .rows_affected()
+            };
+            total += n;
+        }
+        Ok(total)
+    }
+}
+
+#[async_trait]
+impl Connector for SqliteFileConnector {
+    async fn purge(
+        &self,
+        _tenant: &str,
+        _keys: &[String],
+        lineage: &[(String, String)],
+    ) -> Result<PurgeReport, String> {
+        let name = &self.target.name;
+        let options =
+            SqliteConnectOptions::from_str(&format!("sqlite://{}", self.target.path.display()))
+                .map_err(|e| format!("{name}: {e}"))?
+                .create_if_missing(false);
+        let mut conn = options
+            .connect()
+            .await
+            .map_err(|e| format!("{name}: cannot open {}: {e}", self.target.path.display()))?;
+        let mut ids: Vec<String> = lineage.iter().map(|(_, id)| id.clone()).collect();
+        ids.sort();
+        ids.dedup();
+        sqlx::query("PRAGMA secure_delete = ON")
+            .execute(&mut conn)
+            .await
+            .map_err(|e| format!("{name}: {e}"))?;
+        let before = self.over_ids(&mut conn, "SELECT count(*)", &ids).await?;
+        let deleted = self.over_ids(&mut conn, "DELETE", &ids).await?;
+        let remaining = self.over_ids(&mut conn, "SELECT count(*)", &ids).await?;
+        // Rewrite the file and empty a write-ahead log, so the old pages are gone from disk.
+        let physical = match sqlx::raw_sql("VACUUM; PRAGMA wal_checkpoint(TRUNCATE);")
+            .execute(&mut conn)
+            .await
+        {
+            Ok(_) => "done: deleted with secure_delete, file rewritten by VACUUM".to_owned(),
+            Err(e) => {
+                format!("pending: VACUUM failed ({e}); freed pages were zeroed by secure_delete")
+            }
+        };
+        Ok(PurgeReport {
+            before,
+            deleted,
+            remaining,
+            physical,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn mem0_history_rows_go_by_memory_id_and_their_text_leaves_the_file() {
+        let dir =
+            std::env::temp_dir().join(format!("lethe-mem0-{}", uuid::Uuid::new_v4().simple()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("history.db");
+        let mut conn = SqliteConnectOptions::from_str(&format!("sqlite://{}", path.display()))
+            .unwrap()
+            .create_if_missing(true)
+            .connect()
+            .await
+            .unwrap();
+        // Mem0's schema, with the rows an ADD and a DELETE leave behind.
+        sqlx::raw_sql(
+            "PRAGMA secure_delete = OFF;
+             CREATE TABLE history (id TEXT PRIMARY KEY, memory_id TEXT, old_memory TEXT, new_memory TEXT, event TEXT,
+                                   created_at DATETIME, updated_at DATETIME, is_deleted INTEGER, actor_id TEXT, role TEXT);
+             INSERT INTO history VALUES ('h1', 'm1', NULL, 'likes green tea', 'ADD', NULL, NULL, 0, NULL, 'user');
+             INSERT INTO history VALUES ('h2', 'm2', NULL, 'allergic to peanuts', 'ADD', NULL, NULL, 0, NULL, 'user');
+             INSERT INTO history VALUES ('h3', 'm1', 'likes green tea', NULL, 'DELETE', NULL, NULL, 1, NULL, 'user');
+             INSERT INTO history VALUES ('h4', 'm9', NULL, 'prefers window seats', 'ADD', NULL, NULL, 0, NULL, 'user');",
+        )
+        .execute(&mut conn)
+        .await
+        .unwrap();
+        drop(conn);
+        let target = SqliteTarget {
+            name: "mem0_history".into(),
+            path: path.clone(),
+            table: "history".into(),
+            id_column: "memory_id".into(),
+            lineage_store: "chroma".into(),
+        };
+        let lineage = [
+            ("c".to_owned(), "m1".to_owned()),
+            ("c".to_owned(), "m2".to_owned()),
+        ];
+        let report = SqliteFileConnector::new(target)
+            .purge("acme", &["u1".into()], &lineage)
+            .await
+            .unwrap();
+        assert_eq!(
+            (report.before, report.deleted, report.remaining),
+            (3, 3, 0),
+            "{report:?}"
+        );
+        assert!(report.physical.starts_with("done"), "{}", report.physical);
+        let bytes = std::fs::read(&path).unwrap();
+        let contains = |needle: &str| bytes.windows(needle.len()).any(|w| w == needle.as_bytes());
+        assert!(
+            !contains("green tea") && !contains("peanuts"),
+            "the text is gone from the file itself"
+        );
+        assert!(contains("window seats"), "another subject's memory stays");
+    }
+}
