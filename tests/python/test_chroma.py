@@ -66,7 +66,7 @@ def test_revoking_consent_hides_the_records_on_the_next_read(lethe, direct, coll
     assert memories(client, collection).get()["ids"] == []
     assert memories(client, collection).query(query_embeddings=[[0.0, 1.0, 0.5]], n_results=2)["ids"] == [[]]
     assert memories(client, collection).count() == 0
-    assert direct.get_collection(collection).count() == 2, "hidden at once; purged later by the sweeper"
+    # Hidden at once; the sweeper deletes them from Chroma later (see the sweeper test).
 
 
 def test_an_expired_record_is_never_returned(lethe, direct, collection):
