@@ -223,15 +223,15 @@ impl Worker {
         };
         let keys: Vec<String> = record.keys().map(str::to_owned).collect();
         // A store that follows another's ids needs them all, even those its owner has purged already.
-        let lineage = if target.owns_lineage {
-            self.store
-                .live_items(&record.tenant, &target.lineage_store, &keys)
-                .await
-        } else {
-            self.store
-                .all_items(&record.tenant, &target.lineage_store, &keys)
-                .await
-        };
+        let lineage = self
+            .store
+            .lineage_items(
+                &record.tenant,
+                &target.lineage_store,
+                &keys,
+                !target.owns_lineage,
+            )
+            .await;
         let lineage = match lineage {
             Ok(items) => items,
             Err(e) => return failed(e.to_string()),
@@ -309,7 +309,7 @@ impl Worker {
                     Some(target) => {
                         let lineage = self
                             .store
-                            .all_items(&tombstone.tenant, &target.lineage_store, &keys)
+                            .lineage_items(&tombstone.tenant, &target.lineage_store, &keys, true)
                             .await?;
                         target
                             .connector

@@ -301,19 +301,14 @@ pub trait Store: Send + Sync + 'static {
     ) -> Result<Vec<(String, String, String)>, StoreError>;
     /// Tombstones of erasures completed at or after `since`, oldest first.
     async fn tombstones_since(&self, since: DateTime<Utc>) -> Result<Vec<Tombstone>, StoreError>;
-    /// Every lineage row of `subjects` in one store, live or deleted: (collection, item id).
-    async fn all_items(
+    /// Lineage rows of `subjects` in one store, (collection, item id): the live ones, or with
+    /// `include_deleted` also those already marked deleted (a restored store has them back).
+    async fn lineage_items(
         &self,
         tenant: &str,
         store: &str,
         subjects: &[String],
-    ) -> Result<Vec<(String, String)>, StoreError>;
-    /// Live lineage rows of `subjects` in one store: (collection, item id).
-    async fn live_items(
-        &self,
-        tenant: &str,
-        store: &str,
-        subjects: &[String],
+        include_deleted: bool,
     ) -> Result<Vec<(String, String)>, StoreError>;
 
     /// Records lineage rows; a row for an item already known replaces it if it has the same owner.

@@ -761,31 +761,24 @@ macro_rules! impl_store {
                         .collect()
                 }
 
-                async fn all_items(&self, tenant: &str, store: &str, subjects: &[String]) -> Result<Vec<(String, String)>, StoreError> {
+                async fn lineage_items(
+                    &self,
+                    tenant: &str,
+                    store: &str,
+                    subjects: &[String],
+                    include_deleted: bool,
+                ) -> Result<Vec<(String, String)>, StoreError> {
                     let mut items = Vec::new();
                     for subject in subjects {
-                        let rows = sqlx::query("SELECT collection, item_id FROM items WHERE tenant = $1 AND store = $2 AND subject = $3")
-                            .bind(tenant)
-                            .bind(store)
-                            .bind(subject)
-                            .fetch_all(&self.pool)
-                            .await?;
-                        for row in &rows {
-                            items.push((row.try_get("collection")?, row.try_get("item_id")?));
-                        }
-                    }
-                    Ok(items)
-                }
-
-                async fn live_items(&self, tenant: &str, store: &str, subjects: &[String]) -> Result<Vec<(String, String)>, StoreError> {
-                    let mut items = Vec::new();
-                    for subject in subjects {
-                        let rows = sqlx::query("SELECT collection, item_id FROM items WHERE tenant = $1 AND store = $2 AND subject = $3 AND deleted_at IS NULL")
-                            .bind(tenant)
-                            .bind(store)
-                            .bind(subject)
-                            .fetch_all(&self.pool)
-                            .await?;
+                        let rows = sqlx::query(
+                            "SELECT collection, item_id FROM items WHERE tenant = $1 AND store = $2 AND subject = $3 AND ($4 OR deleted_at IS NULL)",
+                        )
+                        .bind(tenant)
+                        .bind(store)
+                        .bind(subject)
+                        .bind(include_deleted)
+                        .fetch_all(&self.pool)
+                        .await?;
                         for row in &rows {
                             items.push((row.try_get("collection")?, row.try_get("item_id")?));
                         }
