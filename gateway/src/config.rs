@@ -136,7 +136,12 @@ impl Config {
             .redis
             .iter()
             .map(|r| format!("redis:{}", r.name));
-        chroma.chain(postgres).chain(redis).collect()
+        let sqlite = self
+            .erasure
+            .sqlite
+            .iter()
+            .map(|f| format!("sqlite:{}", f.name));
+        chroma.chain(postgres).chain(redis).chain(sqlite).collect()
     }
 }
 

@@ -383,3 +383,101 @@ def test_the_sweeper_deletes_expired_and_revoked_records_but_not_held_ones(chrom
         assert present(f"{held}-short")
     finally:
         instance.stop()
+
+
+def test_the_runbook_validation_scenario_across_four_stores(chroma, state_url, tmp_path):
+    """Runbook section 10, without LangGraph (not yet a target): three subjects with data in
+    Chroma (written through Lethe), the app's PostgreSQL table, Redis and a Mem0-style history.db;
+    one is erased; counted directly in every store, the erased subject has 0 everywhere and the
+    other two keep 100% of their data."""
+    from conftest import Lethe
+    import sqlite3
+    import subprocess
+    import chromadb
+    base = state_url.rsplit("/", 1)[0]
+    state_db, app_db = (f"lethe_test_py_{uuid.uuid4().hex}" for _ in range(2))
+    for db in (state_db, app_db):
+        subprocess.run(["psql", f"{base}/postgres", "-qc", f"CREATE DATABASE {db}"], check=True)
+    app = f"{base}/{app_db}"
+    tenant_tag = uuid.uuid4().hex[:8]
+    subjects = [f"runbook-{tenant_tag}-{i}" for i in range(3)]
+    gone, kept = subjects[0], subjects[1:]
+    subprocess.run(["psql", app, "-qc", "CREATE TABLE memories (tenant_id text, user_id text, fact text);"
+                    + "".join(f"INSERT INTO memories SELECT 'acme', '{s}', 'fact ' || i FROM generate_series(1, 20) i;" for s in subjects)],
+                   check=True)
+    history = tmp_path / "history.db"
+    con = sqlite3.connect(history)
+    con.execute("CREATE TABLE history (id TEXT PRIMARY KEY, memory_id TEXT, old_memory TEXT, new_memory TEXT, event TEXT,"
+                " created_at DATETIME, updated_at DATETIME, is_deleted INTEGER, actor_id TEXT, role TEXT)")
+    con.commit()
+    config = tmp_path / "lethe.toml"
+    config.write_text(f'''
+[erasure]
+retry_backoff = "200ms"
+[[erasure.postgres]]
+name = "app"
+url = {{ value = "{app}" }}
+count = "SELECT count(*) FROM memories WHERE tenant_id = $1 AND user_id = $2"
+delete = ["DELETE FROM memories WHERE tenant_id = $1 AND user_id = $2"]
+vacuum = ["memories"]
+[[erasure.redis]]
+name = "sessions"
+urls = ["redis://127.0.0.1:6379"]
+patterns = ["{{tenant}}:{{subject}}:*"]
+[[erasure.sqlite]]
+name = "mem0_history"
+path = "{history}"
+table = "history"
+id_column = "memory_id"
+lineage_store = "chroma"
+[[routes]]
+name = "chroma"
+prefix = "/chroma"
+upstream = "http://127.0.0.1:1"
+adapter = "chroma"
+''')
+    instance = Lethe(f"{base}/{state_db}", chroma, tmp_path, config=config)
+    redis = lambda *args: subprocess.run(["redis-cli", "-h", "127.0.0.1", "-p", "6379", *args], check=True, capture_output=True, text=True).stdout
+    try:
+        name = f"memories-{uuid.uuid4().hex[:8]}"
+        instance.client(instance.token("admin")).create_collection(name, embedding_function=None)
+        for s in subjects:
+            instance.grant(s)
+            ids = [f"{s}-m{i}" for i in range(10)]
+            add(instance.agent(s), name, ids)
+            # Mem0 writes its history rows for the same memory ids.
+            con.executemany("INSERT INTO history VALUES (?, ?, NULL, ?, 'ADD', NULL, NULL, 0, NULL, 'user')",
+                            [(f"h-{i}", i, f"text of {i}") for i in ids])
+            for i in range(25):
+                redis("SET", f"acme:{s}:session:{i}", "context")
+        con.commit()
+        con.close()
+        view = lambda s: instance.call("GET", f"/v1/subjects/{TENANT}/{s}")[1]["inventory"].get("chroma", 0)
+        wait_for("lineage of every write", lambda: all(view(s) == 10 for s in subjects), deadline=10)
+
+        started = time.monotonic()
+        request = erase(instance, gone)
+        done = wait_for("the erasure to complete", lambda: erasure(instance, request)["state"] == "completed" and erasure(instance, request), deadline=60)
+        completion = time.monotonic() - started
+
+        host, port = chroma.removeprefix("http://").split(":")
+        stored = chromadb.HttpClient(host=host, port=int(port)).get_collection(name)
+        def counts(s):
+            pg = subprocess.run(["psql", app, "-qtAc", f"SELECT count(*) FROM memories WHERE user_id = '{s}'"],
+                                check=True, capture_output=True, text=True).stdout.strip()
+            keys = redis("--scan", "--pattern", f"acme:{s}:*").split()
+            rows = sqlite3.connect(history).execute("SELECT count(*) FROM history WHERE memory_id LIKE ?", (f"{s}-%",)).fetchone()[0]
+            return {"chroma": len(stored.get(where={"lethe_subject": s})["ids"]), "postgres": int(pg), "redis": len(keys), "history.db": rows}
+        assert counts(gone) == {"chroma": 0, "postgres": 0, "redis": 0, "history.db": 0}
+        for s in kept:
+            assert counts(s) == {"chroma": 10, "postgres": 20, "redis": 25, "history.db": 10}, s
+        targets = {t["target"]: t for t in done["targets"]}
+        assert set(targets) == {"chroma:chroma", "postgres:app", "redis:sessions", "sqlite:mem0_history"}
+        assert all(t["state"] == "done" and t["result"]["remaining"] == 0 for t in targets.values())
+        print(f"\nrunbook scenario: online latency {done['online_latency_ms']} ms, completion {completion:.2f} s")
+    finally:
+        instance.stop()
+        for s in subjects:
+            leftovers = redis("--scan", "--pattern", f"acme:{s}:*").split()
+            if leftovers:
+                redis("DEL", *leftovers)

@@ -231,7 +231,12 @@ fn erasure_targets_follow_routes_and_configured_stores() {
     .unwrap();
     assert_eq!(
         config.erasure_targets(),
-        ["chroma:chroma", "postgres:app", "redis:sessions"]
+        [
+            "chroma:chroma",
+            "postgres:app",
+            "redis:sessions",
+            "sqlite:mem0"
+        ]
     );
 
     let problems = Config::check(
@@ -267,6 +272,9 @@ fn erasure_targets_follow_routes_and_configured_stores() {
         "max_attempts",
         "count statement",
         "redis:nowhere",
+        "redis://host",
+        "{subject}",
+        "\"vectors\" is not a route",
     ] {
         assert!(
             joined.contains(needle),
