@@ -75,11 +75,16 @@ def chroma():
     shutil.rmtree(path, ignore_errors=True)
 
 
-@pytest.fixture(scope="session")
-def state_url():
+def new_database():
+    """A fresh PostgreSQL database on the test server; returns its URL."""
     name = f"lethe_test_py_{uuid.uuid4().hex}"
     subprocess.run(["psql", POSTGRES, "-qc", f"CREATE DATABASE {name}"], check=True)
     return POSTGRES.rsplit("/", 1)[0] + "/" + name
+
+
+@pytest.fixture(scope="session")
+def state_url():
+    return new_database()
 
 
 class Lethe:
@@ -148,6 +153,15 @@ class Lethe:
     def stop(self):
         self.process.terminate()
         self.process.wait(timeout=15)
+
+
+def own_lethe(chroma_url, workdir, erasure_toml):
+    """A Lethe of the test's own, on a fresh state database: the chroma route (its upstream
+    given by `chroma_url`) and the erasure settings in `erasure_toml`."""
+    config = Path(workdir) / "lethe.toml"
+    config.write_text(erasure_toml + '\n[[routes]]\nname = "chroma"\nprefix = "/chroma"\n'
+                      'upstream = "http://127.0.0.1:1"\nadapter = "chroma"\n')
+    return Lethe(new_database(), chroma_url, workdir, config=config)
 
 
 @pytest.fixture(scope="session")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import TENANT, wait_for
+from conftest import TENANT, new_database, own_lethe, wait_for
 
 
 def subject():
@@ -240,18 +240,9 @@ class Stoppable:
         self.process.wait(timeout=15)
 
 
-def test_a_store_that_is_down_during_the_purge_is_retried_until_it_is_back(state_url, tmp_path):
-    from conftest import Lethe
-    import subprocess
+def test_a_store_that_is_down_during_the_purge_is_retried_until_it_is_back(tmp_path):
     chroma = Stoppable(tmp_path / "chroma")
-    # A Lethe of its own, on a fresh state database, with quick retries.
-    name = f"lethe_test_py_{uuid.uuid4().hex}"
-    base = state_url.rsplit("/", 1)[0]
-    subprocess.run(["psql", f"{base}/postgres", "-qc", f"CREATE DATABASE {name}"], check=True)
-    config = tmp_path / "lethe.toml"
-    config.write_text('[erasure]\nmax_attempts = 30\nretry_backoff = "200ms"\n'
-                      '[[routes]]\nname = "chroma"\nprefix = "/chroma"\nupstream = "http://127.0.0.1:1"\nadapter = "chroma"\n')
-    instance = Lethe(f"{base}/{name}", chroma.url, tmp_path, config=config)
+    instance = own_lethe(chroma.url, tmp_path, '[erasure]\nmax_attempts = 30\nretry_backoff = "200ms"\n')
     try:
         s = subject()
         instance.grant(s)
@@ -272,21 +263,15 @@ def test_a_store_that_is_down_during_the_purge_is_retried_until_it_is_back(state
         chroma.stop()
 
 
-def test_one_erasure_purges_chroma_and_the_apps_postgres_tables_and_certifies_both(chroma, state_url, tmp_path):
-    from conftest import Lethe
+def test_one_erasure_purges_chroma_and_the_apps_postgres_tables_and_certifies_both(chroma, tmp_path):
     import subprocess
-    base = state_url.rsplit("/", 1)[0]
-    names = [f"lethe_test_py_{uuid.uuid4().hex}" for _ in range(2)]
-    for db in names:
-        subprocess.run(["psql", f"{base}/postgres", "-qc", f"CREATE DATABASE {db}"], check=True)
-    app = f"{base}/{names[1]}"
+    app = new_database()
     gone, kept = subject(), subject()
     subprocess.run(["psql", app, "-qc",
                     "CREATE TABLE memories (tenant_id text, user_id text, fact text);"
                     f"INSERT INTO memories SELECT 'acme', u, 'fact ' || i FROM generate_series(1, 5) i, (VALUES ('{gone}'), ('{kept}')) v(u);"],
                    check=True)
-    config = tmp_path / "lethe.toml"
-    config.write_text(f'''
+    instance = own_lethe(chroma, tmp_path, f'''
 [erasure]
 retry_backoff = "200ms"
 [[erasure.postgres]]
@@ -301,13 +286,7 @@ retention = "35d"
 [[erasure.backups]]
 target = "postgres:app"
 retention = "7d"
-[[routes]]
-name = "chroma"
-prefix = "/chroma"
-upstream = "http://127.0.0.1:1"
-adapter = "chroma"
 ''')
-    instance = Lethe(f"{base}/{names[0]}", chroma, tmp_path, config=config)
     try:
         name = f"memories-{uuid.uuid4().hex[:8]}"
         instance.client(instance.token("admin")).create_collection(name, embedding_function=None)
@@ -349,17 +328,9 @@ adapter = "chroma"
         instance.stop()
 
 
-def test_the_sweeper_deletes_expired_and_revoked_records_but_not_held_ones(chroma, state_url, tmp_path):
-    from conftest import Lethe
-    import subprocess
+def test_the_sweeper_deletes_expired_and_revoked_records_but_not_held_ones(chroma, tmp_path):
     import chromadb
-    base = state_url.rsplit("/", 1)[0]
-    db = f"lethe_test_py_{uuid.uuid4().hex}"
-    subprocess.run(["psql", f"{base}/postgres", "-qc", f"CREATE DATABASE {db}"], check=True)
-    config = tmp_path / "lethe.toml"
-    config.write_text('[erasure]\nsweep_interval = "200ms"\n'
-                      '[[routes]]\nname = "chroma"\nprefix = "/chroma"\nupstream = "http://127.0.0.1:1"\nadapter = "chroma"\n')
-    instance = Lethe(f"{base}/{db}", chroma, tmp_path, config=config)
+    instance = own_lethe(chroma, tmp_path, '[erasure]\nsweep_interval = "200ms"\n')
     try:
         held, free = subject(), subject()
         name = f"memories-{uuid.uuid4().hex[:8]}"
@@ -385,20 +356,15 @@ def test_the_sweeper_deletes_expired_and_revoked_records_but_not_held_ones(chrom
         instance.stop()
 
 
-def test_the_runbook_validation_scenario_across_four_stores(chroma, state_url, tmp_path):
+def test_the_runbook_validation_scenario_across_four_stores(chroma, tmp_path):
     """Runbook section 10, without LangGraph (not yet a target): three subjects with data in
     Chroma (written through Lethe), the app's PostgreSQL table, Redis and a Mem0-style history.db;
     one is erased; counted directly in every store, the erased subject has 0 everywhere and the
     other two keep 100% of their data."""
-    from conftest import Lethe
     import sqlite3
     import subprocess
     import chromadb
-    base = state_url.rsplit("/", 1)[0]
-    state_db, app_db = (f"lethe_test_py_{uuid.uuid4().hex}" for _ in range(2))
-    for db in (state_db, app_db):
-        subprocess.run(["psql", f"{base}/postgres", "-qc", f"CREATE DATABASE {db}"], check=True)
-    app = f"{base}/{app_db}"
+    app = new_database()
     tenant_tag = uuid.uuid4().hex[:8]
     subjects = [f"runbook-{tenant_tag}-{i}" for i in range(3)]
     gone, kept = subjects[0], subjects[1:]
@@ -410,8 +376,7 @@ def test_the_runbook_validation_scenario_across_four_stores(chroma, state_url, t
     con.execute("CREATE TABLE history (id TEXT PRIMARY KEY, memory_id TEXT, old_memory TEXT, new_memory TEXT, event TEXT,"
                 " created_at DATETIME, updated_at DATETIME, is_deleted INTEGER, actor_id TEXT, role TEXT)")
     con.commit()
-    config = tmp_path / "lethe.toml"
-    config.write_text(f'''
+    instance = own_lethe(chroma, tmp_path, f'''
 [erasure]
 retry_backoff = "200ms"
 [[erasure.postgres]]
@@ -430,13 +395,7 @@ path = "{history}"
 table = "history"
 id_column = "memory_id"
 lineage_store = "chroma"
-[[routes]]
-name = "chroma"
-prefix = "/chroma"
-upstream = "http://127.0.0.1:1"
-adapter = "chroma"
 ''')
-    instance = Lethe(f"{base}/{state_db}", chroma, tmp_path, config=config)
     redis = lambda *args: subprocess.run(["redis-cli", "-h", "127.0.0.1", "-p", "6379", *args], check=True, capture_output=True, text=True).stdout
     try:
         name = f"memories-{uuid.uuid4().hex[:8]}"

@@ -56,8 +56,7 @@ pub async fn handle(
         )),
         Endpoint::PassThrough | Endpoint::Admin => {
             let answer = upstream.send(parts.method.clone(), path, body).await?;
-            let body = answer.body.clone();
-            Ok(answer.into_response(body))
+            Ok(answer.passed_on())
         }
         Endpoint::Write { collection, kind } => {
             write(&upstream, ctx, path, &collection, kind, body).await
@@ -125,8 +124,7 @@ async fn write(
             .collect();
         state.lineage.record(items).await;
     }
-    let body = answer.body.clone();
-    Ok(answer.into_response(body))
+    Ok(answer.passed_on())
 }
 
 /// Decides every record of a read answer; the policy of every subject in it is loaded first.
@@ -177,16 +175,10 @@ async fn read(
     )?;
     let answer = upstream.send(Method::POST, path, Bytes::from(body)).await?;
     if !answer.is_success() {
-        return Ok(upstream_error(answer));
+        return Ok(answer.passed_on());
     }
     let filtered = filter(upstream.state, ctx, &answer, &plan).await?;
     Ok(json_response(answer.status, &filtered))
-}
-
-/// Chroma's own error answers carry no records; they pass through with their status.
-fn upstream_error(answer: Answer) -> Response<Full<Bytes>> {
-    let body = answer.body.clone();
-    answer.into_response(body)
 }
 
 /// `.../count` becomes a narrowed `.../get` whose allowed records are counted.
@@ -207,7 +199,7 @@ async fn count(
         .send(Method::POST, &get_path, Bytes::from(body))
         .await?;
     if !answer.is_success() {
-        return Ok(upstream_error(answer));
+        return Ok(answer.passed_on());
     }
     let plan = ReadPlan {
         nested: false,
@@ -237,7 +229,7 @@ async fn delete(
         .send(Method::POST, &sibling(path, "get"), Bytes::from(body))
         .await?;
     if !found.is_success() {
-        return Ok(upstream_error(found));
+        return Ok(found.passed_on());
     }
     let ids = adapter::ids_of(&found.body)?;
     if ids.is_empty() {
@@ -256,8 +248,7 @@ async fn delete(
             .mark_items_deleted(&route.name, collection, &ids, crate::now())
             .await?;
     }
-    let body = answer.body.clone();
-    Ok(answer.into_response(body))
+    Ok(answer.passed_on())
 }
 
 /// `.../collections/{id}/count` -> `.../collections/{id}/get`.

@@ -80,6 +80,13 @@ impl Answer {
         response
     }
 
+    /// The answer passed on unchanged (it carries no records: service calls, write results,
+    /// the upstream's own errors).
+    pub fn passed_on(self) -> Response<Full<Bytes>> {
+        let body = self.body.clone();
+        self.into_response(body)
+    }
+
     pub fn is_success(&self) -> bool {
         self.status.is_success()
     }
