@@ -6,8 +6,9 @@ use std::hint::black_box;
 
 use chrono::{TimeDelta, Utc};
 use criterion::{Criterion, criterion_group, criterion_main};
+use lethe_gateway::adapters::Scope;
 use lethe_gateway::adapters::chroma::{
-    ReadPlan, Scope, apply_write, filter_read, narrow_read, plan_write,
+    ReadPlan, apply_write, filter_read, narrow_read, plan_write,
 };
 use lethe_policy::{
     Action, ConsentGrant, PolicySnapshot, ReadContext, RetentionPolicy, RetentionRule,

@@ -121,11 +121,7 @@ impl Default for ErasureConfig {
 impl Config {
     /// The stores an erasure purges: one target per route to a store Lethe can purge.
     pub fn erasure_targets(&self) -> Vec<String> {
-        let chroma = self
-            .routes
-            .iter()
-            .filter(|r| r.adapter == AdapterKind::Chroma)
-            .map(|r| format!("chroma:{}", r.name));
+        let routes = self.routes.iter().filter_map(erasure_target);
         let postgres = self
             .erasure
             .postgres
@@ -141,7 +137,16 @@ impl Config {
             .sqlite
             .iter()
             .map(|f| format!("sqlite:{}", f.name));
-        chroma.chain(postgres).chain(redis).chain(sqlite).collect()
+        routes.chain(postgres).chain(redis).chain(sqlite).collect()
+    }
+}
+
+/// The erasure target of a route to a store Lethe purges (`chroma:<name>`, `langgraph:<name>`).
+pub fn erasure_target(route: &RouteConfig) -> Option<String> {
+    match route.adapter {
+        AdapterKind::Chroma => Some(format!("chroma:{}", route.name)),
+        AdapterKind::Langgraph => Some(format!("langgraph:{}", route.name)),
+        AdapterKind::Qdrant | AdapterKind::Openai => None,
     }
 }
 
@@ -273,6 +278,11 @@ pub struct RouteConfig {
     pub adapter: AdapterKind,
     /// The upstream's own credential, sent on every forwarded request.
     pub credential: Option<CredentialConfig>,
+    /// LangGraph only: the namespace every store item of a subject lives under, as literal
+    /// elements and the placeholders `{tenant}` and `{subject}`; items may add elements after it.
+    /// Default `["{tenant}", "{subject}"]`; an app using `("memories", user_id)` sets
+    /// `["memories", "{subject}"]`.
+    pub namespace: Option<Vec<String>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -611,6 +621,17 @@ impl Config {
                     "{at}: upstream {:?} is not an http(s) URL",
                     route.upstream
                 ));
+            }
+            if let Some(namespace) = &route.namespace {
+                if route.adapter != AdapterKind::Langgraph {
+                    problems.push(format!("{at}: namespace applies to langgraph routes only"));
+                } else if namespace.iter().filter(|e| *e == "{subject}").count() != 1
+                    || namespace.iter().any(|e| e.is_empty() || e.contains('.'))
+                {
+                    problems.push(format!(
+                        "{at}: namespace must name {{subject}} exactly once, and no element may be empty or contain a dot"
+                    ));
+                }
             }
             if let Some(credential) = &route.credential
                 && hyper::header::HeaderName::from_bytes(credential.header.as_bytes()).is_err()

@@ -7,21 +7,18 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use chrono::{DateTime, TimeZone, Utc};
+use chrono::{DateTime, Utc};
 use hyper::Method;
 use lethe_policy::{
     Action, Layer, PolicyView, ReadContext, Refusal, Stamp, WriteFacts, decide_read, decide_write,
 };
 use serde_json::{Map, Value, json};
 
-use super::{AdapterError, RecordRefusal};
-
-pub const SUBJECT: &str = "lethe_subject";
-pub const TENANT: &str = "lethe_tenant";
-pub const PURPOSE: &str = "lethe_purpose";
-pub const CATEGORY: &str = "lethe_category";
-pub const EXPIRES_AT: &str = "lethe_expires_at";
-pub const EPOCH: &str = "lethe_epoch";
+use super::stamp::{
+    CATEGORY, EXPIRES_AT, PURPOSE, SUBJECT, TENANT, agree, parse_object, read_stamp,
+    requested_expiry, string_field, write_stamp,
+};
+use super::{AdapterError, RecordRefusal, Scope};
 
 /// Arrays that run parallel to `ids` in requests and responses.
 const PARALLEL: [&str; 7] = [
@@ -149,18 +146,6 @@ pub fn classify(method: &Method, path: &str) -> Endpoint {
     }
 }
 
-/// What the request says about whose data it is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Scope<'a> {
-    pub tenant: &'a str,
-    /// From the token's `subject` claim or `X-Lethe-Subject`.
-    pub subject: Option<&'a str>,
-    /// Whether the token itself is bound to that subject (then records may name no other).
-    pub bound: bool,
-    pub purpose: Option<&'a str>,
-    pub category: Option<&'a str>,
-}
-
 /// One record of a write, with the facts its decision needs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecordFacts {
@@ -188,19 +173,6 @@ impl PlannedWrite {
     }
 }
 
-fn parse_object(body: &[u8]) -> Result<Map<String, Value>, AdapterError> {
-    if body.iter().all(u8::is_ascii_whitespace) {
-        return Ok(Map::new());
-    }
-    match serde_json::from_slice(body) {
-        Ok(Value::Object(map)) => Ok(map),
-        Ok(_) => Err(AdapterError::Invalid(
-            "the body must be a JSON object".into(),
-        )),
-        Err(_) => Err(AdapterError::Invalid("the body is not valid JSON".into())),
-    }
-}
-
 /// Checks that every parallel array present (and not null) has exactly `len` entries and, for
 /// nested answers, that each query's entries line up with that query's ids.
 fn check_parallel(map: &Map<String, Value>, len: usize, nested: bool) -> Result<(), String> {
@@ -225,35 +197,6 @@ fn check_parallel(map: &Map<String, Value>, len: usize, nested: bool) -> Result<
         }
     }
     Ok(())
-}
-
-fn string_field<'a>(
-    meta: Option<&'a Map<String, Value>>,
-    key: &str,
-    index: usize,
-) -> Result<Option<&'a str>, AdapterError> {
-    match meta.and_then(|m| m.get(key)) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::String(s)) => Ok(Some(s.as_str())),
-        Some(_) => Err(AdapterError::Invalid(format!(
-            "record {index}: {key} must be a string"
-        ))),
-    }
-}
-
-/// Request-level and record-level values must agree; either may be absent.
-fn agree(
-    index: usize,
-    request: Option<&str>,
-    record: Option<&str>,
-) -> Result<Option<String>, AdapterError> {
-    match (request, record) {
-        (Some(a), Some(b)) if a != b => Err(AdapterError::Refused(vec![RecordRefusal {
-            index,
-            refusal: Refusal::ScopeViolation,
-        }])),
-        (a, b) => Ok(a.or(b).map(str::to_owned)),
-    }
 }
 
 /// Parses an `add`, `upsert` or `update` body and finds each record's subject, purpose and
@@ -303,18 +246,7 @@ pub fn plan_write(body: &[u8], scope: &Scope<'_>) -> Result<PlannedWrite, Adapte
             .ok_or_else(|| missing("purpose", "Purpose"))?;
         let category = agree(index, scope.category, string_field(meta, CATEGORY, index)?)?
             .ok_or_else(|| missing("category", "Category"))?;
-        let requested_expires_at = match meta.and_then(|m| m.get(EXPIRES_AT)) {
-            None | Some(Value::Null) => None,
-            Some(v) => Some(
-                v.as_i64()
-                    .and_then(|s| Utc.timestamp_opt(s, 0).single())
-                    .ok_or_else(|| {
-                        AdapterError::Invalid(format!(
-                            "record {index}: {EXPIRES_AT} must be a Unix time in seconds"
-                        ))
-                    })?,
-            ),
-        };
+        let requested_expires_at = requested_expiry(meta, index)?;
         records.push(RecordFacts {
             index,
             id,
@@ -394,32 +326,6 @@ pub fn apply_write(
     Ok(StampedWrite {
         body: bytes,
         stamps,
-    })
-}
-
-fn write_stamp(meta: &mut Map<String, Value>, stamp: &Stamp) {
-    meta.insert(SUBJECT.into(), json!(stamp.subject));
-    meta.insert(TENANT.into(), json!(stamp.tenant));
-    meta.insert(PURPOSE.into(), json!(stamp.purpose));
-    meta.insert(CATEGORY.into(), json!(stamp.category));
-    meta.insert(EXPIRES_AT.into(), json!(stamp.expires_at.timestamp()));
-    meta.insert(EPOCH.into(), json!(stamp.epoch));
-}
-
-/// The stamp in a record's metadata, if it carries a whole one.
-pub fn read_stamp(meta: &Value) -> Option<Stamp> {
-    let m = meta.as_object()?;
-    let text = |k: &str| m.get(k)?.as_str().map(str::to_owned);
-    Some(Stamp {
-        tenant: text(TENANT)?,
-        subject: text(SUBJECT)?,
-        purpose: text(PURPOSE)?,
-        category: text(CATEGORY)?,
-        layer: Layer::Raw,
-        expires_at: Utc
-            .timestamp_opt(m.get(EXPIRES_AT)?.as_i64()?, 0)
-            .single()?,
-        epoch: m.get(EPOCH)?.as_i64()?,
     })
 }
 

@@ -2,6 +2,10 @@
 //! rewrite requests and responses to what the decision allows. No I/O here.
 
 pub mod chroma;
+#[cfg(test)]
+mod fixtures;
+pub mod langgraph;
+pub mod stamp;
 
 use lethe_policy::Refusal;
 
@@ -31,4 +35,16 @@ pub enum AdapterError {
 pub struct RecordRefusal {
     pub index: usize,
     pub refusal: Refusal,
+}
+
+/// What the request says about whose data it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Scope<'a> {
+    pub tenant: &'a str,
+    /// From the token's `subject` claim or `X-Lethe-Subject`.
+    pub subject: Option<&'a str>,
+    /// Whether the token itself is bound to that subject (then records may name no other).
+    pub bound: bool,
+    pub purpose: Option<&'a str>,
+    pub category: Option<&'a str>,
 }

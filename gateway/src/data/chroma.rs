@@ -2,51 +2,24 @@
 
 use bytes::Bytes;
 use http_body_util::Full;
-use hyper::http::request::Parts;
 use hyper::{Method, Response, StatusCode};
-use lethe_policy::ReadContext;
 use serde_json::{Value, json};
 
 use super::error::{DataError, json_response};
-use super::forward::{Answer, Route};
-use super::{DataState, RequestContext};
-use crate::adapters::chroma::{self as adapter, Endpoint, ReadPlan, Scope, WriteKind};
+use super::forward::Answer;
+use super::{DataState, RequestContext, Upstream};
+use crate::adapters::chroma::{self as adapter, Endpoint, ReadPlan, WriteKind};
 use crate::auth::Role;
 use crate::store::ItemRecord;
 
-/// Where this request's upstream calls go: the route's upstream, with the client's query string
-/// and headers (less credentials and hop-by-hop headers).
-#[derive(Clone, Copy)]
-struct Upstream<'a> {
-    state: &'a DataState,
-    route: &'a Route,
-    parts: &'a Parts,
-}
-
-impl Upstream<'_> {
-    async fn send(&self, method: Method, path: &str, body: Bytes) -> Result<Answer, DataError> {
-        let query = self.parts.uri.query();
-        self.state
-            .upstreams
-            .send(self.route, method, path, query, &self.parts.headers, body)
-            .await
-    }
-}
-
 /// One Chroma request, from classification to the checked answer.
-pub async fn handle(
-    state: &DataState,
-    route: &Route,
+pub(super) async fn handle(
+    upstream: &Upstream<'_>,
     ctx: &RequestContext,
-    parts: &Parts,
     path: &str,
     body: Bytes,
 ) -> Result<Response<Full<Bytes>>, DataError> {
-    let upstream = Upstream {
-        state,
-        route,
-        parts,
-    };
+    let parts = upstream.parts;
     match adapter::classify(&parts.method, path) {
         Endpoint::Refused => Err(DataError::unknown_endpoint()),
         Endpoint::Admin if ctx.claims.role != Role::Admin => Err(DataError::new(
@@ -59,12 +32,12 @@ pub async fn handle(
             Ok(answer.passed_on())
         }
         Endpoint::Write { collection, kind } => {
-            write(&upstream, ctx, path, &collection, kind, body).await
+            write(upstream, ctx, path, &collection, kind, body).await
         }
-        Endpoint::Get { .. } => read(&upstream, ctx, path, body, false).await,
-        Endpoint::Query { .. } => read(&upstream, ctx, path, body, true).await,
-        Endpoint::Count { .. } => count(&upstream, ctx, path).await,
-        Endpoint::Delete { collection } => delete(&upstream, ctx, path, &collection, body).await,
+        Endpoint::Get { .. } => read(upstream, ctx, path, body, false).await,
+        Endpoint::Query { .. } => read(upstream, ctx, path, body, true).await,
+        Endpoint::Count { .. } => count(upstream, ctx, path).await,
+        Endpoint::Delete { collection } => delete(upstream, ctx, path, &collection, body).await,
     }
 }
 
@@ -78,13 +51,7 @@ async fn write(
 ) -> Result<Response<Full<Bytes>>, DataError> {
     let Upstream { state, route, .. } = *upstream;
     let tenant = ctx.tenant();
-    let scope = Scope {
-        tenant,
-        subject: ctx.subject.as_deref(),
-        bound: ctx.bound,
-        purpose: ctx.purpose.as_deref(),
-        category: ctx.category.as_deref(),
-    };
+    let scope = ctx.scope();
     let planned = adapter::plan_write(&body, &scope)?;
     let view = state.policy.view(tenant, planned.subjects()).await?;
     // Only upsert and update can overwrite an existing record; add never does.
@@ -106,20 +73,8 @@ async fn write(
         let items = stamped
             .stamps
             .into_iter()
-            .map(|(id, stamp)| ItemRecord {
-                store: route.name.clone(),
-                collection: collection.to_owned(),
-                item_id: id,
-                tenant: stamp.tenant,
-                subject: stamp.subject,
-                purpose: stamp.purpose,
-                category: stamp.category,
-                layer: stamp.layer,
-                created_at: now,
-                expires_at: stamp.expires_at,
-                epoch: stamp.epoch,
-                source_ref: ctx.source.clone(),
-                parents: Vec::new(),
+            .map(|(id, stamp)| {
+                ItemRecord::stamped(&route.name, collection, id, stamp, now, ctx.source.clone())
             })
             .collect();
         state.lineage.record(items).await;
@@ -145,11 +100,7 @@ async fn filter(
         .map(|(_, s)| s.as_str())
         .collect();
     let view = state.policy.view(tenant, subjects).await?;
-    let read_ctx = ReadContext {
-        tenant,
-        bound_subject: ctx.subject.as_deref(),
-        purpose: ctx.purpose.as_deref(),
-    };
+    let read_ctx = ctx.read_context();
     Ok(adapter::filter_read(
         value,
         plan,

@@ -85,4 +85,24 @@ impl RequestContext {
     pub fn tenant(&self) -> &str {
         &self.claims.tenant
     }
+
+    /// Whose data a write is about, as the adapters take it.
+    pub fn scope(&self) -> crate::adapters::Scope<'_> {
+        crate::adapters::Scope {
+            tenant: self.tenant(),
+            subject: self.subject.as_deref(),
+            bound: self.bound,
+            purpose: self.purpose.as_deref(),
+            category: self.category.as_deref(),
+        }
+    }
+
+    /// Who is reading, as the read decision takes it.
+    pub fn read_context(&self) -> lethe_policy::ReadContext<'_> {
+        lethe_policy::ReadContext {
+            tenant: self.tenant(),
+            bound_subject: self.subject.as_deref(),
+            purpose: self.purpose.as_deref(),
+        }
+    }
 }

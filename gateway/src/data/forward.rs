@@ -10,6 +10,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 
 use super::error::DataError;
+use crate::adapters::langgraph::Namespace;
 use crate::config::RouteConfig;
 
 /// A configured route: where its prefix leads and with which credential.
@@ -20,6 +21,8 @@ pub struct Route {
     pub upstream: Uri,
     pub adapter: crate::config::AdapterKind,
     pub credential: Option<(HeaderName, HeaderValue)>,
+    /// LangGraph routes: where a subject's store items live.
+    pub namespace: Namespace,
 }
 
 impl Route {
@@ -49,6 +52,11 @@ impl Route {
             upstream,
             adapter: config.adapter,
             credential,
+            namespace: config
+                .namespace
+                .as_deref()
+                .map(Namespace::from_template)
+                .unwrap_or_default(),
         })
     }
 
@@ -261,6 +269,7 @@ mod tests {
             upstream: "http://127.0.0.1:8000".parse().unwrap(),
             adapter: crate::config::AdapterKind::Chroma,
             credential: None,
+            namespace: Namespace::default(),
         };
         assert_eq!(
             route.strip("/chroma/api/v2/heartbeat"),

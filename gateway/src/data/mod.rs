@@ -10,6 +10,7 @@ mod chroma;
 pub mod context;
 pub mod error;
 pub mod forward;
+mod langgraph;
 pub mod lineage;
 pub mod policy_cache;
 pub mod tokens;
@@ -271,12 +272,40 @@ async fn run(
         })?
         .to_bytes();
 
+    let upstream = Upstream {
+        state,
+        route,
+        parts: &parts,
+    };
     match route.adapter {
-        AdapterKind::Chroma => chroma::handle(state, route, &ctx, &parts, &rest, body).await,
+        AdapterKind::Chroma => chroma::handle(&upstream, &ctx, &rest, body).await,
+        AdapterKind::Langgraph => langgraph::handle(&upstream, &ctx, &rest, body).await,
         // Routes whose adapter is not built refuse everything rather than pass it through.
-        AdapterKind::Qdrant | AdapterKind::Langgraph | AdapterKind::Openai => {
-            Err(DataError::unknown_endpoint())
-        }
+        AdapterKind::Qdrant | AdapterKind::Openai => Err(DataError::unknown_endpoint()),
+    }
+}
+
+/// Where this request's upstream calls go: the route's upstream, with the client's query string
+/// and headers (less credentials and hop-by-hop headers).
+#[derive(Clone, Copy)]
+struct Upstream<'a> {
+    state: &'a DataState,
+    route: &'a Route,
+    parts: &'a hyper::http::request::Parts,
+}
+
+impl Upstream<'_> {
+    async fn send(
+        &self,
+        method: hyper::Method,
+        path: &str,
+        body: Bytes,
+    ) -> Result<forward::Answer, DataError> {
+        let query = self.parts.uri.query();
+        self.state
+            .upstreams
+            .send(self.route, method, path, query, &self.parts.headers, body)
+            .await
     }
 }
 

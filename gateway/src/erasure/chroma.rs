@@ -8,7 +8,7 @@ use hyper::{HeaderMap, Method};
 use serde_json::{Value, json};
 
 use super::{Connector, PurgeReport};
-use crate::adapters::chroma::{SUBJECT, TENANT};
+use crate::adapters::stamp::{SUBJECT, TENANT};
 use crate::data::forward::{Route, Upstreams};
 
 const DATABASE: &str = "/api/v2/tenants/default_tenant/databases/default_database";
@@ -82,20 +82,6 @@ impl ChromaConnector {
     }
 }
 
-impl ChromaConnector {
-    /// Deletes `ids` from `collection`; answers how many Chroma deleted.
-    pub async fn delete_ids(&self, collection: &str, doomed: &[String]) -> Result<u64, String> {
-        let answer = self
-            .call(
-                Method::POST,
-                &format!("{DATABASE}/collections/{collection}/delete"),
-                Some(json!({"ids": doomed})),
-            )
-            .await?;
-        Ok(answer.get("deleted").and_then(Value::as_u64).unwrap_or(0))
-    }
-}
-
 fn ids(answer: &Value) -> Vec<String> {
     answer
         .get("ids")
@@ -147,14 +133,7 @@ impl Connector for ChromaConnector {
             }
             report.before += doomed.len() as u64;
             if !doomed.is_empty() {
-                let answer = self
-                    .call(
-                        Method::POST,
-                        &format!("{DATABASE}/collections/{collection}/delete"),
-                        Some(json!({"ids": doomed})),
-                    )
-                    .await?;
-                report.deleted += answer.get("deleted").and_then(Value::as_u64).unwrap_or(0);
+                report.deleted += self.delete_items(collection, &doomed).await?;
             }
             let mut left = self.stamped(collection, tenant, keys).await?;
             left.extend(self.present(collection, &known).await?);
@@ -163,5 +142,17 @@ impl Connector for ChromaConnector {
             report.remaining += left.len() as u64;
         }
         Ok(report)
+    }
+
+    /// Deletes `ids` from `collection`; answers how many Chroma deleted.
+    async fn delete_items(&self, collection: &str, ids: &[String]) -> Result<u64, String> {
+        let answer = self
+            .call(
+                Method::POST,
+                &format!("{DATABASE}/collections/{collection}/delete"),
+                Some(json!({"ids": ids})),
+            )
+            .await?;
+        Ok(answer.get("deleted").and_then(Value::as_u64).unwrap_or(0))
     }
 }

@@ -5,6 +5,7 @@
 
 pub mod certificate;
 mod chroma;
+mod langgraph;
 mod postgres;
 mod redis;
 mod sqlite_file;
@@ -20,12 +21,13 @@ use lethe_policy::audit::AuditEntry;
 use serde::Serialize;
 
 pub use chroma::ChromaConnector;
+pub use langgraph::LangGraphConnector;
 pub use postgres::PostgresConnector;
 pub use redis::RedisConnector;
 pub use sqlite_file::SqliteFileConnector;
 pub use sweeper::Sweeper;
 
-use crate::config::{AdapterKind, Config};
+use crate::config::{self, AdapterKind, Config};
 use crate::data::forward::{Route, Upstreams};
 use crate::store::{JobOutcome, PurgeJob, Store};
 
@@ -50,6 +52,50 @@ pub trait Connector: Send + Sync {
         keys: &[String],
         lineage: &[(String, String)],
     ) -> Result<PurgeReport, String>;
+
+    /// Deletes items lineage tracks in this store (the retention sweeper's work); answers how
+    /// many the store deleted. Stores Lethe does not write items to have none.
+    async fn delete_items(&self, collection: &str, ids: &[String]) -> Result<u64, String> {
+        let _ = ids;
+        Err(format!(
+            "{collection}: this store holds no items Lethe tracks"
+        ))
+    }
+}
+
+/// The connector of a route to a store Lethe writes items to.
+pub struct RouteConnector {
+    /// The route's name: the lineage store of its items.
+    pub route: String,
+    /// The erasure target, e.g. `chroma:<route>`.
+    pub target: String,
+    pub connector: Arc<dyn Connector>,
+}
+
+pub fn route_connectors(config: &Config) -> Result<Vec<RouteConnector>, String> {
+    let upstreams = Arc::new(Upstreams::new(64 * 1024 * 1024));
+    let mut connectors = Vec::new();
+    for route in &config.routes {
+        let target = config::erasure_target(route);
+        let Some(target) = target else { continue };
+        let route = Route::from_config(route)?;
+        let connector: Arc<dyn Connector> = match route.adapter {
+            AdapterKind::Chroma => {
+                Arc::new(ChromaConnector::new(route.clone(), Arc::clone(&upstreams)))
+            }
+            AdapterKind::Langgraph => Arc::new(LangGraphConnector::new(
+                route.clone(),
+                Arc::clone(&upstreams),
+            )),
+            AdapterKind::Qdrant | AdapterKind::Openai => continue,
+        };
+        connectors.push(RouteConnector {
+            route: route.name,
+            target,
+            connector,
+        });
+    }
+    Ok(connectors)
 }
 
 /// A purge target: its connector, and the lineage store whose item ids it is given.
@@ -82,20 +128,9 @@ pub struct Worker {
 impl Worker {
     /// A worker with one connector per erasure target of the config.
     pub fn from_config(config: &Config, store: Arc<dyn Store>) -> Result<Worker, String> {
-        let upstreams = Arc::new(Upstreams::new(64 * 1024 * 1024));
         let mut connectors: HashMap<String, Target> = HashMap::new();
-        for route in config
-            .routes
-            .iter()
-            .filter(|r| r.adapter == AdapterKind::Chroma)
-        {
-            let route = Route::from_config(route)?;
-            let connector: Arc<dyn Connector> =
-                Arc::new(ChromaConnector::new(route.clone(), Arc::clone(&upstreams)));
-            connectors.insert(
-                format!("chroma:{}", route.name),
-                Target::own(&route.name, connector),
-            );
+        for c in route_connectors(config)? {
+            connectors.insert(c.target, Target::own(&c.route, c.connector));
         }
         for target in &config.erasure.postgres {
             let url = target

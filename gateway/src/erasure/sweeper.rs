@@ -8,36 +8,26 @@ use std::time::Duration;
 
 use lethe_policy::audit::AuditEntry;
 
-use super::ChromaConnector;
-use crate::config::{AdapterKind, Config};
-use crate::data::forward::{Route, Upstreams};
+use super::{Connector, route_connectors};
+use crate::config::Config;
 use crate::store::{Store, StoreError};
 
 pub struct Sweeper {
     store: Arc<dyn Store>,
     /// Lineage store name (the route) -> its connector.
-    chroma: HashMap<String, ChromaConnector>,
+    connectors: HashMap<String, Arc<dyn Connector>>,
     interval: Duration,
 }
 
 impl Sweeper {
     pub fn from_config(config: &Config, store: Arc<dyn Store>) -> Result<Sweeper, String> {
-        let upstreams = Arc::new(Upstreams::new(64 * 1024 * 1024));
-        let mut chroma = HashMap::new();
-        for route in config
-            .routes
-            .iter()
-            .filter(|r| r.adapter == AdapterKind::Chroma)
-        {
-            let route = Route::from_config(route)?;
-            chroma.insert(
-                route.name.clone(),
-                ChromaConnector::new(route, Arc::clone(&upstreams)),
-            );
-        }
+        let connectors = route_connectors(config)?
+            .into_iter()
+            .map(|c| (c.route, c.connector))
+            .collect();
         Ok(Sweeper {
             store,
-            chroma,
+            connectors,
             interval: config.erasure.sweep_interval.0,
         })
     }
@@ -68,11 +58,11 @@ impl Sweeper {
         }
         let mut swept = 0;
         for ((store, collection), ids) in by_place {
-            let Some(connector) = self.chroma.get(&store) else {
+            let Some(connector) = self.connectors.get(&store) else {
                 tracing::warn!(%store, "expired items in a store this configuration cannot purge");
                 continue;
             };
-            let result = match connector.delete_ids(&collection, &ids).await {
+            let result = match connector.delete_items(&collection, &ids).await {
                 Ok(_) => {
                     self.store
                         .mark_items_deleted(&store, &collection, &ids, now)

@@ -177,6 +177,34 @@ pub struct ItemRecord {
     pub parents: Vec<String>,
 }
 
+impl ItemRecord {
+    /// The lineage row of an item written through Lethe with `stamp`.
+    pub fn stamped(
+        store: &str,
+        collection: &str,
+        item_id: String,
+        stamp: lethe_policy::Stamp,
+        created_at: DateTime<Utc>,
+        source_ref: Option<String>,
+    ) -> ItemRecord {
+        ItemRecord {
+            store: store.to_owned(),
+            collection: collection.to_owned(),
+            item_id,
+            tenant: stamp.tenant,
+            subject: stamp.subject,
+            purpose: stamp.purpose,
+            category: stamp.category,
+            layer: stamp.layer,
+            created_at,
+            expires_at: stamp.expires_at,
+            epoch: stamp.epoch,
+            source_ref,
+            parents: Vec::new(),
+        }
+    }
+}
+
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
     /// `sqlite` or `postgres`.
@@ -320,6 +348,13 @@ pub trait Store: Send + Sync + 'static {
         collection: &str,
         ids: &[String],
     ) -> Result<BTreeMap<String, (String, String)>, StoreError>;
+    /// The stamps lineage holds for the live ones of `ids` (the thread registry).
+    async fn item_stamps(
+        &self,
+        store: &str,
+        collection: &str,
+        ids: &[String],
+    ) -> Result<BTreeMap<String, lethe_policy::Stamp>, StoreError>;
     /// Marks lineage rows deleted; returns how many were live.
     async fn mark_items_deleted(
         &self,

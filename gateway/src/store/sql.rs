@@ -847,6 +847,40 @@ macro_rules! impl_store {
                     Ok(owners)
                 }
 
+                async fn item_stamps(
+                    &self,
+                    store: &str,
+                    collection: &str,
+                    ids: &[String],
+                ) -> Result<BTreeMap<String, lethe_policy::Stamp>, StoreError> {
+                    let mut stamps = BTreeMap::new();
+                    for chunk in ids.chunks(1000) {
+                        let mut select = sqlx::QueryBuilder::<$db>::new(
+                            "SELECT item_id, tenant, subject, purpose, category, layer, expires_at, epoch FROM items WHERE deleted_at IS NULL AND store = ",
+                        );
+                        select.push_bind(store.to_owned()).push(" AND collection = ").push_bind(collection.to_owned()).push(" AND item_id IN (");
+                        let mut list = select.separated(", ");
+                        for id in chunk {
+                            list.push_bind(id.clone());
+                        }
+                        select.push(")");
+                        for row in select.build().fetch_all(&self.pool).await? {
+                            let layer: String = row.try_get("layer")?;
+                            let stamp = lethe_policy::Stamp {
+                                tenant: row.try_get("tenant")?,
+                                subject: row.try_get("subject")?,
+                                purpose: row.try_get("purpose")?,
+                                category: row.try_get("category")?,
+                                layer: layer.parse().map_err(|e: String| StoreError::Corrupt(e))?,
+                                expires_at: row.try_get("expires_at")?,
+                                epoch: row.try_get("epoch")?,
+                            };
+                            stamps.insert(row.try_get("item_id")?, stamp);
+                        }
+                    }
+                    Ok(stamps)
+                }
+
                 async fn mark_items_deleted(
                     &self,
                     store: &str,

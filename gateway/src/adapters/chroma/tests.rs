@@ -1,74 +1,9 @@
-use std::collections::BTreeMap;
-
 use chrono::TimeDelta;
-use lethe_policy::{
-    ConsentGrant, PolicySnapshot, RetentionPolicy, RetentionRule, SubjectPolicy, SubjectState,
-    SubjectStatus,
-};
 use proptest::prelude::*;
 
 use super::*;
-
-fn now() -> DateTime<Utc> {
-    Utc.timestamp_opt(1_800_000_000, 0).unwrap()
-}
-
-fn policy(status: SubjectStatus, actions: &[Action]) -> SubjectPolicy {
-    SubjectPolicy {
-        state: SubjectState { status, epoch: 0 },
-        grants: vec![ConsentGrant {
-            id: "g".into(),
-            tenant: "acme".into(),
-            subject: "any".into(),
-            purpose: "personalization".into(),
-            category: "preference".into(),
-            actions: actions.iter().copied().collect(),
-            granted_at: now() - TimeDelta::days(1),
-            expires_at: None,
-            revoked_at: None,
-            policy_version: 1,
-            source: "test".into(),
-        }],
-    }
-}
-
-/// alice and bob consented; carol is suppressed; dave may store but not retrieve.
-fn view() -> PolicySnapshot {
-    let all = [Action::Store, Action::Retrieve];
-    let subjects = BTreeMap::from([
-        ("alice".to_owned(), policy(SubjectStatus::Active, &all)),
-        ("bob".to_owned(), policy(SubjectStatus::Active, &all)),
-        ("carol".to_owned(), policy(SubjectStatus::Suppressed, &all)),
-        (
-            "dave".to_owned(),
-            policy(SubjectStatus::Active, &[Action::Store]),
-        ),
-    ]);
-    let retention = RetentionPolicy {
-        rules: vec![RetentionRule {
-            purpose: "personalization".into(),
-            category: "preference".into(),
-            layer: None,
-            max_age: "30d".parse().unwrap(),
-            legal_end: None,
-        }],
-        purpose_ends: vec![],
-    };
-    PolicySnapshot {
-        subjects: BTreeMap::from([("acme".to_owned(), subjects)]),
-        retention: BTreeMap::from([("acme".to_owned(), retention)]),
-    }
-}
-
-fn scope(subject: Option<&'static str>) -> Scope<'static> {
-    Scope {
-        tenant: "acme",
-        subject,
-        bound: subject.is_some(),
-        purpose: Some("personalization"),
-        category: Some("preference"),
-    }
-}
+use crate::adapters::fixtures::{self, now, scope, view};
+use crate::adapters::stamp::EPOCH;
 
 #[test]
 fn endpoints_are_classified() {
@@ -490,45 +425,21 @@ fn deletes_are_scoped_through_a_get() {
 // ---- properties: arbitrary JSON never panics and never lets a suppressed subject through ----
 
 fn arb_json() -> impl Strategy<Value = Value> {
-    let leaf = prop_oneof![
-        Just(Value::Null),
-        any::<bool>().prop_map(Value::Bool),
-        any::<i64>().prop_map(|n| json!(n)),
-        proptest::sample::select(vec![
-            "alice",
-            "carol",
-            "acme",
-            "personalization",
-            "preference",
-            "x"
-        ])
-        .prop_map(|s| json!(s)),
-    ];
-    leaf.prop_recursive(4, 48, 6, |inner| {
-        prop_oneof![
-            proptest::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
-            proptest::collection::btree_map(
-                proptest::sample::select(vec![
-                    "ids",
-                    "metadatas",
-                    "documents",
-                    "embeddings",
-                    "distances",
-                    SUBJECT,
-                    TENANT,
-                    PURPOSE,
-                    CATEGORY,
-                    EXPIRES_AT,
-                    EPOCH,
-                    "where",
-                    "include"
-                ]),
-                inner,
-                0..6
-            )
-            .prop_map(|m| Value::Object(m.into_iter().map(|(k, v)| (k.to_owned(), v)).collect())),
-        ]
-    })
+    fixtures::arb_json(vec![
+        "ids",
+        "metadatas",
+        "documents",
+        "embeddings",
+        "distances",
+        SUBJECT,
+        TENANT,
+        PURPOSE,
+        CATEGORY,
+        EXPIRES_AT,
+        EPOCH,
+        "where",
+        "include",
+    ])
 }
 
 /// A well-formed answer mixing subjects, some suppressed, with arbitrary extra fields.

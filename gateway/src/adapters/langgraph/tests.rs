@@ -1,0 +1,510 @@
+use chrono::TimeDelta;
+use proptest::prelude::*;
+
+use super::*;
+use crate::adapters::fixtures::{self, now, scope, view};
+use crate::adapters::stamp::EPOCH;
+
+fn ns(labels: &[&str]) -> Vec<String> {
+    labels.iter().map(|l| (*l).to_owned()).collect()
+}
+
+fn stamp(subject: &str, expires_in: i64) -> Stamp {
+    Stamp {
+        tenant: "acme".into(),
+        subject: subject.into(),
+        purpose: "personalization".into(),
+        category: "preference".into(),
+        layer: Layer::Raw,
+        expires_at: now() + TimeDelta::seconds(expires_in),
+        epoch: 0,
+    }
+}
+
+fn read_ctx(bound: Option<&'static str>) -> ReadContext<'static> {
+    ReadContext {
+        tenant: "acme",
+        bound_subject: bound,
+        purpose: None,
+    }
+}
+
+fn code(e: AdapterError) -> &'static str {
+    match e {
+        AdapterError::Refused(r) => r[0].refusal.code(),
+        AdapterError::Invalid(_) => "invalid",
+        AdapterError::MissingScope { .. } => "missing_scope",
+        AdapterError::UpstreamInvalid(_) => "upstream_invalid",
+    }
+}
+
+#[test]
+fn endpoints_are_classified() {
+    let t = || "t1".to_owned();
+    let cases = [
+        (Method::GET, "/ok", Endpoint::PassThrough),
+        (Method::POST, "/assistants/search", Endpoint::PassThrough),
+        (
+            Method::GET,
+            "/assistants/agent/graph",
+            Endpoint::PassThrough,
+        ),
+        (Method::POST, "/assistants", Endpoint::Admin),
+        (Method::DELETE, "/assistants/a1", Endpoint::Admin),
+        (Method::POST, "/threads", Endpoint::CreateThread),
+        (Method::POST, "/threads/search", Endpoint::SearchThreads),
+        (Method::POST, "/threads/count", Endpoint::CountThreads),
+        (
+            Method::GET,
+            "/threads/t1",
+            Endpoint::ThreadRead { thread: t() },
+        ),
+        (
+            Method::GET,
+            "/threads/t1/state",
+            Endpoint::ThreadRead { thread: t() },
+        ),
+        (
+            Method::POST,
+            "/threads/t1/history",
+            Endpoint::ThreadRead { thread: t() },
+        ),
+        (
+            Method::GET,
+            "/threads/t1/runs/r1/join",
+            Endpoint::ThreadRead { thread: t() },
+        ),
+        (
+            Method::PATCH,
+            "/threads/t1",
+            Endpoint::ThreadWrite {
+                thread: t(),
+                patch: true,
+            },
+        ),
+        (
+            Method::POST,
+            "/threads/t1/runs/wait",
+            Endpoint::ThreadWrite {
+                thread: t(),
+                patch: false,
+            },
+        ),
+        (
+            Method::POST,
+            "/threads/t1/state",
+            Endpoint::ThreadWrite {
+                thread: t(),
+                patch: false,
+            },
+        ),
+        (
+            Method::DELETE,
+            "/threads/t1",
+            Endpoint::DeleteThread { thread: t() },
+        ),
+        (Method::PUT, "/store/items", Endpoint::PutItem),
+        (Method::GET, "/store/items", Endpoint::GetItem),
+        (Method::DELETE, "/store/items", Endpoint::DeleteItem),
+        (Method::POST, "/store/items/search", Endpoint::SearchItems),
+        (Method::POST, "/store/namespaces", Endpoint::ListNamespaces),
+        // Stateless runs keep nothing a thread holds; crons, copies, prunes and never-ending
+        // streams are not governed.
+        (Method::POST, "/runs/wait", Endpoint::Refused),
+        (Method::POST, "/runs/crons", Endpoint::Refused),
+        (Method::POST, "/threads/t1/copy", Endpoint::Refused),
+        (Method::POST, "/threads/prune", Endpoint::Refused),
+        (Method::GET, "/threads/t1/stream", Endpoint::Refused),
+        (Method::GET, "/threads/t1/runs/r1/stream", Endpoint::Refused),
+        (Method::PUT, "/threads/t1", Endpoint::Refused),
+        (Method::GET, "/docs", Endpoint::Refused),
+    ];
+    for (method, path, want) in cases {
+        assert_eq!(classify(&method, path), want, "{method} {path}");
+    }
+}
+
+#[test]
+fn namespaces_are_placed_against_the_template() {
+    let default = Namespace::default();
+    let memories = Namespace::from_template(&ns(&["memories", "{subject}"]));
+    let cases = [
+        (
+            &default,
+            ns(&["acme", "alice"]),
+            Placement::Subject("alice".into()),
+        ),
+        (
+            &default,
+            ns(&["acme", "alice", "facts"]),
+            Placement::Subject("alice".into()),
+        ),
+        (&default, ns(&["acme"]), Placement::Above),
+        (&default, ns(&[]), Placement::Above),
+        (&default, ns(&["other", "alice"]), Placement::Outside),
+        (
+            &memories,
+            ns(&["memories", "bob"]),
+            Placement::Subject("bob".into()),
+        ),
+        (&memories, ns(&["notes", "bob"]), Placement::Outside),
+    ];
+    for (template, labels, want) in cases {
+        assert_eq!(template.place("acme", &labels), want, "{labels:?}");
+    }
+    assert_eq!(default.render("acme", "alice"), ns(&["acme", "alice"]));
+    assert_eq!(memories.render("acme", "bob"), ns(&["memories", "bob"]));
+}
+
+#[test]
+fn item_ids_round_trip_whatever_the_labels_hold() {
+    for (namespace, key) in [
+        (ns(&["acme", "alice"]), "k"),
+        (ns(&["a.b", "\"q\"", ""]), "x,y"),
+        (ns(&[]), "only"),
+    ] {
+        let id = item_id(&namespace, key);
+        assert_eq!(parse_item_id(&id), Some((namespace, key.to_owned())));
+    }
+    assert_eq!(parse_item_id("not json"), None);
+}
+
+#[test]
+fn a_thread_is_stamped_in_its_metadata() {
+    let body = json!({"metadata": {"topic": "tea"}}).to_string();
+    let planned = plan_thread(body.as_bytes(), &scope(Some("alice"))).unwrap();
+    let (body, stamp) = stamp_item(planned, "metadata", "acme", &view(), None, now()).unwrap();
+    let body: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(body["metadata"]["topic"], "tea");
+    assert_eq!(body["metadata"][SUBJECT], "alice");
+    assert_eq!(body["metadata"][TENANT], "acme");
+    assert_eq!(
+        body["metadata"][EXPIRES_AT],
+        json!(stamp.expires_at.timestamp())
+    );
+    assert_eq!(stamp.expires_at, now() + TimeDelta::days(30));
+}
+
+#[test]
+fn thread_creation_is_decided() {
+    let create = |subject: Option<&'static str>, body: Value| {
+        plan_thread(body.to_string().as_bytes(), &scope(subject))
+            .and_then(|p| stamp_item(p, "metadata", "acme", &view(), None, now()))
+            .map(|_| ())
+            .map_err(code)
+    };
+    assert_eq!(create(Some("carol"), json!({})), Err("subject_suppressed"));
+    assert_eq!(create(Some("erin"), json!({})), Err("consent_required"));
+    assert_eq!(create(None, json!({})), Err("missing_scope"));
+    assert_eq!(
+        create(Some("alice"), json!({"metadata": {SUBJECT: "bob"}})),
+        Err("scope_violation")
+    );
+    assert_eq!(create(None, json!({"metadata": {SUBJECT: "bob"}})), Ok(()));
+    assert_eq!(
+        create(Some("alice"), json!({"metadata": 3})),
+        Err("invalid")
+    );
+    assert_eq!(
+        create(Some("alice"), json!({"thread_id": 3})),
+        Err("invalid")
+    );
+    // A client-chosen id that lineage gives to another subject is not taken over.
+    let planned = plan_thread(
+        json!({"thread_id": "t1"}).to_string().as_bytes(),
+        &scope(Some("alice")),
+    )
+    .unwrap();
+    let owner = ("acme".to_owned(), "bob".to_owned());
+    let taken = stamp_item(planned, "metadata", "acme", &view(), Some(&owner), now());
+    assert_eq!(taken.map(|_| ()).map_err(code), Err("scope_violation"));
+}
+
+#[test]
+fn store_items_live_under_their_subjects_namespace() {
+    let template = Namespace::default();
+    let put = |subject: Option<&'static str>, namespace: &[&str], value: Value| {
+        let body = json!({"namespace": namespace, "key": "k", "value": value}).to_string();
+        plan_put(body.as_bytes(), &scope(subject), &template)
+            .and_then(|p| stamp_item(p, "value", "acme", &view(), None, now()))
+            .map(|(body, stamp)| (serde_json::from_slice::<Value>(&body).unwrap(), stamp))
+            .map_err(code)
+    };
+    let (body, stamp) = put(None, &["acme", "alice", "facts"], json!({"text": "tea"})).unwrap();
+    assert_eq!(stamp.subject, "alice");
+    assert_eq!(body["value"][SUBJECT], "alice");
+    assert_eq!(body["value"]["text"], "tea");
+    let early = (now() + TimeDelta::hours(1)).timestamp();
+    let (_, stamp) = put(
+        Some("alice"),
+        &["acme", "alice"],
+        json!({EXPIRES_AT: early}),
+    )
+    .unwrap();
+    assert_eq!(stamp.expires_at.timestamp(), early);
+    assert_eq!(
+        put(Some("bob"), &["acme", "alice"], json!({})).map(|_| ()),
+        Err("scope_violation")
+    );
+    assert_eq!(
+        put(None, &["acme", "alice"], json!({SUBJECT: "bob"})).map(|_| ()),
+        Err("scope_violation")
+    );
+    assert_eq!(
+        put(None, &["acme", "carol"], json!({})).map(|_| ()),
+        Err("subject_suppressed")
+    );
+    assert_eq!(
+        put(None, &["other", "alice"], json!({})).map(|_| ()),
+        Err("invalid")
+    );
+    assert_eq!(put(None, &["acme"], json!({})).map(|_| ()), Err("invalid"));
+    assert_eq!(
+        put(None, &["acme", "alice"], json!("text")).map(|_| ()),
+        Err("invalid")
+    );
+}
+
+#[test]
+fn writes_into_a_thread_follow_its_registration() {
+    let write = |registered: Option<Stamp>, subject: Option<&'static str>| {
+        decide_thread_write(registered.as_ref(), &scope(subject), &view(), now()).map(|_| ())
+    };
+    assert_eq!(write(Some(stamp("alice", 60)), Some("alice")), Ok(()));
+    assert_eq!(write(Some(stamp("alice", 60)), None), Ok(()));
+    assert_eq!(write(None, Some("alice")), Err(Refusal::UnstampedItem));
+    assert_eq!(
+        write(Some(stamp("alice", 60)), Some("bob")),
+        Err(Refusal::ScopeViolation)
+    );
+    assert_eq!(
+        write(Some(stamp("carol", 60)), None),
+        Err(Refusal::SubjectSuppressed)
+    );
+    assert_eq!(write(Some(stamp("alice", -1)), None), Err(Refusal::Expired));
+    assert_eq!(
+        write(Some(stamp("erin", 60)), None),
+        Err(Refusal::ConsentRequired)
+    );
+    let mut old_epoch = stamp("alice", 60);
+    old_epoch.epoch = -1;
+    assert_eq!(write(Some(old_epoch), None), Err(Refusal::StaleEpoch));
+    let mut other_purpose = scope(None);
+    other_purpose.purpose = Some("ads");
+    assert_eq!(
+        decide_thread_write(Some(&stamp("alice", 60)), &other_purpose, &view(), now()),
+        Err(Refusal::ScopeViolation)
+    );
+}
+
+#[test]
+fn patched_metadata_keeps_the_registered_stamp() {
+    let body = json!({"metadata": {"topic": "x", SUBJECT: "bob", TENANT: "evil"}}).to_string();
+    let out: Value =
+        serde_json::from_slice(&restamp_patch(body.as_bytes(), &stamp("alice", 60)).unwrap())
+            .unwrap();
+    assert_eq!(out["metadata"][SUBJECT], "alice");
+    assert_eq!(out["metadata"][TENANT], "acme");
+    assert_eq!(out["metadata"]["topic"], "x");
+}
+
+#[test]
+fn thread_searches_are_narrowed_and_judged_by_the_registry() {
+    let narrowed = narrow_thread_search(
+        json!({"metadata": {"topic": "x", TENANT: "other"}, "select": ["values"]})
+            .to_string()
+            .as_bytes(),
+        "acme",
+        Some("alice"),
+    )
+    .unwrap();
+    assert_eq!(
+        Value::Object(narrowed),
+        json!({"metadata": {"topic": "x", TENANT: "acme", SUBJECT: "alice"}, "select": ["values", "thread_id"]})
+    );
+    let answer = json!([
+        {"thread_id": "a", "values": {"m": 1}},
+        {"thread_id": "b"},
+        {"thread_id": "c"},
+        {"thread_id": "unregistered"},
+        {"thread_id": "old"},
+    ]);
+    let registered = BTreeMap::from([
+        ("a".to_owned(), stamp("alice", 60)),
+        ("b".to_owned(), stamp("bob", 60)),
+        ("c".to_owned(), stamp("carol", 60)),
+        ("old".to_owned(), stamp("alice", -1)),
+    ]);
+    let ids = |v: Value| thread_ids(&v).unwrap();
+    let all = filter_threads(answer.clone(), &registered, &view(), &read_ctx(None), now()).unwrap();
+    assert_eq!(ids(all), ["a", "b"]);
+    let bound =
+        filter_threads(answer, &registered, &view(), &read_ctx(Some("bob")), now()).unwrap();
+    assert_eq!(ids(bound), ["b"]);
+    let bad = filter_threads(
+        json!({"a": 1}),
+        &registered,
+        &view(),
+        &read_ctx(None),
+        now(),
+    );
+    assert_eq!(bad.map_err(code), Err("upstream_invalid"));
+    let bad = filter_threads(
+        json!([{"id": 1}]),
+        &registered,
+        &view(),
+        &read_ctx(None),
+        now(),
+    );
+    assert_eq!(bad.map_err(code), Err("upstream_invalid"));
+}
+
+fn item(subject: &str, expires_in: i64) -> Value {
+    let mut value = Map::new();
+    write_stamp(&mut value, &stamp(subject, expires_in));
+    value.insert("text".into(), json!("x"));
+    json!({"namespace": ["acme", subject], "key": "k", "value": value})
+}
+
+#[test]
+fn store_reads_are_narrowed_and_filtered() {
+    let narrowed: Value = serde_json::from_slice(
+        &narrow_item_search(
+            json!({"namespace_prefix": ["acme"], "filter": {"kind": "fact", TENANT: "other"}})
+                .to_string()
+                .as_bytes(),
+            "acme",
+            None,
+            now(),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        narrowed["filter"],
+        json!({"kind": "fact", TENANT: "acme", EXPIRES_AT: {"$gt": now().timestamp()}})
+    );
+    let answer = json!({"items": [item("alice", 60), item("carol", 60), item("bob", -5), {"value": {"text": "unstamped"}}]});
+    assert_eq!(
+        item_subjects(&answer),
+        BTreeSet::from(["alice".to_owned(), "bob".to_owned(), "carol".to_owned()])
+    );
+    let kept = filter_items(answer, &view(), &read_ctx(None), now()).unwrap();
+    assert_eq!(kept["items"].as_array().unwrap().len(), 1);
+    assert_eq!(kept["items"][0]["value"][SUBJECT], "alice");
+    assert_eq!(
+        filter_item(item("alice", 60), &view(), &read_ctx(None), now())["key"],
+        "k"
+    );
+    assert_eq!(
+        filter_item(item("alice", 60), &view(), &read_ctx(Some("bob")), now()),
+        Value::Null
+    );
+    assert_eq!(
+        filter_item(item("carol", 60), &view(), &read_ctx(None), now()),
+        Value::Null
+    );
+    assert_eq!(
+        filter_item(Value::Null, &view(), &read_ctx(None), now()),
+        Value::Null
+    );
+    assert_eq!(
+        filter_items(json!([1]), &view(), &read_ctx(None), now()).map_err(code),
+        Err("upstream_invalid")
+    );
+}
+
+#[test]
+fn item_requests_name_their_namespace_and_key() {
+    assert_eq!(
+        parse_item_query(Some("namespace=acme.alice.facts&key=k%201")).unwrap(),
+        (ns(&["acme", "alice", "facts"]), "k 1".to_owned())
+    );
+    assert_eq!(
+        parse_item_query(Some("key=k")).map_err(code),
+        Err("invalid")
+    );
+    assert_eq!(parse_item_query(None).map_err(code), Err("invalid"));
+    assert_eq!(
+        parse_item_delete(
+            json!({"namespace": ["acme", "bob"], "key": "k"})
+                .to_string()
+                .as_bytes()
+        )
+        .unwrap(),
+        (ns(&["acme", "bob"]), "k".to_owned())
+    );
+    assert_eq!(
+        parse_item_delete(
+            json!({"namespace": "acme.bob", "key": "k"})
+                .to_string()
+                .as_bytes()
+        )
+        .map_err(code),
+        Err("invalid")
+    );
+}
+
+#[test]
+fn namespace_listings_hide_other_tenants_and_closed_subjects() {
+    let answer = json!({"namespaces": [["acme"], ["acme", "alice", "facts"], ["acme", "carol"], ["other", "bob"], ["acme", "bob"]]});
+    let template = Namespace::default();
+    let open = |s: &str| namespace_open(&view(), "acme", s).is_ok();
+    let all = filter_namespaces(
+        namespaces_of(&answer, &template, "acme").unwrap(),
+        None,
+        open,
+    );
+    assert_eq!(
+        all,
+        json!({"namespaces": [["acme"], ["acme", "alice", "facts"], ["acme", "bob"]]})
+    );
+    let bound = filter_namespaces(
+        namespaces_of(&answer, &template, "acme").unwrap(),
+        Some("bob"),
+        open,
+    );
+    assert_eq!(bound, json!({"namespaces": [["acme", "bob"]]}));
+    assert_eq!(
+        namespaces_of(&json!({"namespaces": [[1]]}), &template, "acme").map_err(code),
+        Err("upstream_invalid")
+    );
+}
+
+proptest! {
+    #[test]
+    fn arbitrary_bodies_never_panic_nor_serve_a_suppressed_subject(body in fixtures::arb_json(vec![
+        "metadata", "value", "namespace", "namespace_prefix", "key", "items", "thread_id",
+        "namespaces", "filter", "select", SUBJECT, TENANT, PURPOSE, CATEGORY, EXPIRES_AT, EPOCH,
+    ])) {
+        let bytes = body.to_string().into_bytes();
+        let template = Namespace::default();
+        if let Ok(planned) = plan_thread(&bytes, &scope(None)) {
+            prop_assert_ne!(planned.subject.as_str(), "carol");
+            if let Ok((_, stamp)) = stamp_item(planned, "metadata", "acme", &view(), None, now()) {
+                prop_assert_ne!(stamp.subject.as_str(), "carol");
+            }
+        }
+        if let Ok(planned) = plan_put(&bytes, &scope(None), &template) {
+            let _ = stamp_item(planned, "value", "acme", &view(), None, now());
+        }
+        let _ = narrow_thread_search(&bytes, "acme", Some("alice"));
+        let _ = narrow_item_search(&bytes, "acme", None, now());
+        let _ = parse_item_delete(&bytes);
+        let _ = restamp_patch(&bytes, &stamp("alice", 60));
+        let _ = created_thread_id(&bytes);
+        let registered = BTreeMap::from([("alice".to_owned(), stamp("carol", 60))]);
+        if let Ok(kept) = filter_threads(body.clone(), &registered, &view(), &read_ctx(None), now()) {
+            prop_assert!(thread_ids(&kept).unwrap().is_empty());
+        }
+        if let Ok(kept) = filter_items(body.clone(), &view(), &read_ctx(None), now()) {
+            prop_assert!(!item_subjects(&kept).contains("carol"), "{}", kept);
+        }
+        let single = filter_item(body.clone(), &view(), &read_ctx(None), now());
+        prop_assert!(!item_subjects(&single).contains("carol"));
+        if let Ok(placed) = namespaces_of(&body, &template, "acme") {
+            let kept = filter_namespaces(placed, None, |s| namespace_open(&view(), "acme", s).is_ok());
+            prop_assert!(!kept.to_string().contains("\"carol\""), "{}", kept);
+        }
+    }
+}

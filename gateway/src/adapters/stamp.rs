@@ -1,0 +1,103 @@
+//! The stamp Lethe writes into every item it lets through (Chroma metadata, LangGraph thread
+//! metadata and store values), and the request fields every adapter reads the same way.
+
+use chrono::{DateTime, TimeZone, Utc};
+use lethe_policy::{Layer, Refusal, Stamp};
+use serde_json::{Map, Value, json};
+
+use super::{AdapterError, RecordRefusal};
+
+pub const SUBJECT: &str = "lethe_subject";
+pub const TENANT: &str = "lethe_tenant";
+pub const PURPOSE: &str = "lethe_purpose";
+pub const CATEGORY: &str = "lethe_category";
+pub const EXPIRES_AT: &str = "lethe_expires_at";
+pub const EPOCH: &str = "lethe_epoch";
+
+/// A request body that must be a JSON object; an empty body is an empty object.
+pub fn parse_object(body: &[u8]) -> Result<Map<String, Value>, AdapterError> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(Map::new());
+    }
+    match serde_json::from_slice(body) {
+        Ok(Value::Object(map)) => Ok(map),
+        Ok(_) => Err(AdapterError::Invalid(
+            "the body must be a JSON object".into(),
+        )),
+        Err(_) => Err(AdapterError::Invalid("the body is not valid JSON".into())),
+    }
+}
+
+pub fn string_field<'a>(
+    meta: Option<&'a Map<String, Value>>,
+    key: &str,
+    index: usize,
+) -> Result<Option<&'a str>, AdapterError> {
+    match meta.and_then(|m| m.get(key)) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s.as_str())),
+        Some(_) => Err(AdapterError::Invalid(format!(
+            "record {index}: {key} must be a string"
+        ))),
+    }
+}
+
+/// The earlier expiry a record asks for (`lethe_expires_at`, Unix seconds), if any.
+pub fn requested_expiry(
+    meta: Option<&Map<String, Value>>,
+    index: usize,
+) -> Result<Option<DateTime<Utc>>, AdapterError> {
+    match meta.and_then(|m| m.get(EXPIRES_AT)) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => v
+            .as_i64()
+            .and_then(|s| Utc.timestamp_opt(s, 0).single())
+            .map(Some)
+            .ok_or_else(|| {
+                AdapterError::Invalid(format!(
+                    "record {index}: {EXPIRES_AT} must be a Unix time in seconds"
+                ))
+            }),
+    }
+}
+
+/// Request-level and record-level values must agree; either may be absent.
+pub fn agree(
+    index: usize,
+    request: Option<&str>,
+    record: Option<&str>,
+) -> Result<Option<String>, AdapterError> {
+    match (request, record) {
+        (Some(a), Some(b)) if a != b => Err(AdapterError::Refused(vec![RecordRefusal {
+            index,
+            refusal: Refusal::ScopeViolation,
+        }])),
+        (a, b) => Ok(a.or(b).map(str::to_owned)),
+    }
+}
+
+pub fn write_stamp(meta: &mut Map<String, Value>, stamp: &Stamp) {
+    meta.insert(SUBJECT.into(), json!(stamp.subject));
+    meta.insert(TENANT.into(), json!(stamp.tenant));
+    meta.insert(PURPOSE.into(), json!(stamp.purpose));
+    meta.insert(CATEGORY.into(), json!(stamp.category));
+    meta.insert(EXPIRES_AT.into(), json!(stamp.expires_at.timestamp()));
+    meta.insert(EPOCH.into(), json!(stamp.epoch));
+}
+
+/// The stamp in an item's metadata, if it carries a whole one.
+pub fn read_stamp(meta: &Value) -> Option<Stamp> {
+    let m = meta.as_object()?;
+    let text = |k: &str| m.get(k)?.as_str().map(str::to_owned);
+    Some(Stamp {
+        tenant: text(TENANT)?,
+        subject: text(SUBJECT)?,
+        purpose: text(PURPOSE)?,
+        category: text(CATEGORY)?,
+        layer: Layer::Raw,
+        expires_at: Utc
+            .timestamp_opt(m.get(EXPIRES_AT)?.as_i64()?, 0)
+            .single()?,
+        epoch: m.get(EPOCH)?.as_i64()?,
+    })
+}

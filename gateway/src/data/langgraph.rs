@@ -1,0 +1,367 @@
+//! The LangGraph route: the I/O around the pure adapter in `crate::adapters::langgraph`.
+//!
+//! A thread is registered (a lineage row written before the client hears of the thread) when it
+//! is created through Lethe; every later request about the thread is decided on that registration,
+//! before anything reaches the server.
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::{Method, Response, StatusCode};
+use lethe_policy::{Refusal, Stamp, decide_read};
+use serde_json::{Value, json};
+
+use super::error::{DataError, json_response};
+use super::{RequestContext, Upstream};
+use crate::adapters::AdapterError;
+use crate::adapters::langgraph::{self as adapter, Endpoint, STORE, THREADS};
+use crate::auth::Role;
+use crate::store::ItemRecord;
+
+type Answered = Result<Response<Full<Bytes>>, DataError>;
+
+/// Counting reads threads in pages of this many, and stops after this many pages.
+const COUNT_PAGE: usize = 1000;
+const COUNT_PAGES: usize = 100;
+
+/// One LangGraph request, from classification to the checked answer.
+pub(super) async fn handle(
+    upstream: &Upstream<'_>,
+    ctx: &RequestContext,
+    path: &str,
+    body: Bytes,
+) -> Answered {
+    match adapter::classify(&upstream.parts.method, path) {
+        Endpoint::Refused => Err(DataError::unknown_endpoint()),
+        Endpoint::Admin if ctx.claims.role != Role::Admin => Err(DataError::new(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            "managing assistants needs the admin role",
+        )),
+        Endpoint::PassThrough | Endpoint::Admin => pass(upstream, path, body).await,
+        Endpoint::CreateThread => create_thread(upstream, ctx, path, body).await,
+        Endpoint::SearchThreads => search_threads(upstream, ctx, path, body).await,
+        Endpoint::CountThreads => count_threads(upstream, ctx, body).await,
+        Endpoint::ThreadRead { thread } => {
+            let stamp = registered(upstream, &thread).await?;
+            let view = owner_view(upstream, ctx, stamp.as_ref()).await?;
+            decide_read(&view, &ctx.read_context(), stamp.as_ref(), crate::now())?;
+            pass(upstream, path, body).await
+        }
+        Endpoint::ThreadWrite { thread, patch } => {
+            let stamp = registered(upstream, &thread).await?;
+            let view = owner_view(upstream, ctx, stamp.as_ref()).await?;
+            let stamp =
+                adapter::decide_thread_write(stamp.as_ref(), &ctx.scope(), &view, crate::now())?;
+            let body = if patch {
+                Bytes::from(adapter::restamp_patch(&body, &stamp)?)
+            } else {
+                body
+            };
+            pass(upstream, path, body).await
+        }
+        Endpoint::DeleteThread { thread } => delete_thread(upstream, ctx, path, &thread).await,
+        Endpoint::PutItem => put_item(upstream, ctx, path, body).await,
+        Endpoint::GetItem => get_item(upstream, ctx, path).await,
+        Endpoint::SearchItems => search_items(upstream, ctx, path, body).await,
+        Endpoint::DeleteItem => delete_item(upstream, ctx, path, body).await,
+        Endpoint::ListNamespaces => list_namespaces(upstream, ctx, path, body).await,
+    }
+}
+
+async fn pass(upstream: &Upstream<'_>, path: &str, body: Bytes) -> Answered {
+    let answer = upstream
+        .send(upstream.parts.method.clone(), path, body)
+        .await?;
+    Ok(answer.passed_on())
+}
+
+fn json_of(body: &[u8]) -> Result<Value, DataError> {
+    serde_json::from_slice(body)
+        .map_err(|_| AdapterError::UpstreamInvalid("not JSON".into()).into())
+}
+
+/// The policy of a registered thread's owner (none to load for an unregistered thread).
+async fn owner_view(
+    upstream: &Upstream<'_>,
+    ctx: &RequestContext,
+    stamp: Option<&Stamp>,
+) -> Result<crate::data::policy_cache::View, DataError> {
+    let owner: Vec<&str> = stamp.map(|s| s.subject.as_str()).into_iter().collect();
+    Ok(upstream.state.policy.view(ctx.tenant(), owner).await?)
+}
+
+/// The thread's registration, if Lethe registered it and it is not deleted.
+async fn registered(upstream: &Upstream<'_>, thread: &str) -> Result<Option<Stamp>, DataError> {
+    let mut stamps = upstream
+        .state
+        .store
+        .item_stamps(&upstream.route.name, THREADS, &[thread.to_owned()])
+        .await?;
+    Ok(stamps.remove(thread))
+}
+
+async fn create_thread(
+    upstream: &Upstream<'_>,
+    ctx: &RequestContext,
+    path: &str,
+    body: Bytes,
+) -> Answered {
+    let Upstream { state, route, .. } = *upstream;
+    let planned = adapter::plan_thread(&body, &ctx.scope())?;
+    let view = state
+        .policy
+        .view(ctx.tenant(), [planned.subject.as_str()])
+        .await?;
+    let owner = match &planned.id {
+        Some(id) => state
+            .store
+            .item_owners(&route.name, THREADS, std::slice::from_ref(id))
+            .await?
+            .remove(id),
+        None => None,
+    };
+    let now = crate::now();
+    let (body, stamp) = adapter::stamp_item(
+        planned,
+        "metadata",
+        ctx.tenant(),
+        &view,
+        owner.as_ref(),
+        now,
+    )?;
+    let answer = upstream.send(Method::POST, path, Bytes::from(body)).await?;
+    if answer.is_success() {
+        let id = adapter::created_thread_id(&answer.body)?;
+        // Registered before the client learns the id: its next request is decided on it.
+        let row = ItemRecord::stamped(&route.name, THREADS, id, stamp, now, ctx.source.clone());
+        state.store.record_items(&[row]).await?;
+    }
+    Ok(answer.passed_on())
+}
+
+async fn search_threads(
+    upstream: &Upstream<'_>,
+    ctx: &RequestContext,
+    path: &str,
+    body: Bytes,
+) -> Answered {
+    let narrowed = adapter::narrow_thread_search(&body, ctx.tenant(), ctx.subject.as_deref())?;
+    let body = Bytes::from(Value::Object(narrowed).to_string());
+    let answer = upstream.send(Method::POST, path, body).await?;
+    if !answer.is_success() {
+        return Ok(answer.passed_on());
+    }
+    let kept = readable_threads(upstream, ctx, json_of(&answer.body)?).await?;
+    Ok(json_response(answer.status, &kept))
+}
+
+/// The threads of a search answer the caller may read.
+async fn readable_threads(
+    upstream: &Upstream<'_>,
+    ctx: &RequestContext,
+    threads: Value,
+) -> Result<Value, DataError> {
+    let state = upstream.state;
+    let ids = adapter::thread_ids(&threads)?;
+    let stamps = state
+        .store
+        .item_stamps(&upstream.route.name, THREADS, &ids)
+        .await?;
+    let subjects: Vec<&str> = stamps.values().map(|s| s.subject.as_str()).collect();
+    let view = state.policy.view(ctx.tenant(), subjects).await?;
+    Ok(adapter::filter_threads(
+        threads,
+        &stamps,
+        &view,
+        &ctx.read_context(),
+        crate::now(),
+    )?)
+}
+
+/// `POST /threads/count` becomes narrowed searches whose readable threads are counted, so a
+/// count never reveals hidden threads.
+async fn count_threads(upstream: &Upstream<'_>, ctx: &RequestContext, body: Bytes) -> Answered {
+    let mut search = adapter::narrow_thread_search(&body, ctx.tenant(), ctx.subject.as_deref())?;
+    search.insert("select".into(), json!(["thread_id"]));
+    search.insert("limit".into(), json!(COUNT_PAGE));
+    let mut counted = 0;
+    for page in 0..COUNT_PAGES {
+        search.insert("offset".into(), json!(page * COUNT_PAGE));
+        let body = Bytes::from(Value::Object(search.clone()).to_string());
+        let answer = upstream.send(Method::POST, "/threads/search", body).await?;
+        if !answer.is_success() {
+            return Ok(answer.passed_on());
+        }
+        let threads = json_of(&answer.body)?;
+        let full = threads.as_array().is_some_and(|a| a.len() == COUNT_PAGE);
+        let kept = readable_threads(upstream, ctx, threads).await?;
+        counted += kept.as_array().map_or(0, Vec::len);
+        if !full {
+            return Ok(json_response(StatusCode::OK, &json!(counted)));
+        }
+    }
+    Err(DataError::new(
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "too_many_threads",
+        "more threads than Lethe counts in one request; narrow the metadata filter",
+    ))
+}
+
+/// A thread is deleted only by a caller whose scope covers its registered owner.
+async fn delete_thread(
+    upstream: &Upstream<'_>,
+    ctx: &RequestContext,
+    path: &str,
+    thread: &str,
+) -> Answered {
+    let Upstream { state, route, .. } = *upstream;
+    let stamp = registered(upstream, thread)
+        .await?
+        .ok_or(Refusal::UnstampedItem)?;
+    if stamp.tenant != ctx.tenant() || ctx.subject.as_ref().is_some_and(|s| *s != stamp.subject) {
+        return Err(Refusal::ScopeViolation.into());
+    }
+    let answer = upstream.send(Method::DELETE, path, Bytes::new()).await?;
+    // 404: the server has lost it already; either way it is gone.
+    if answer.is_success() || answer.status == StatusCode::NOT_FOUND {
+        state
+            .store
+            .mark_items_deleted(&route.name, THREADS, &[thread.to_owned()], crate::now())
+            .await?;
+    }
+    Ok(answer.passed_on())
+}
+
+async fn put_item(
+    upstream: &Upstream<'_>,
+    ctx: &RequestContext,
+    path: &str,
+    body: Bytes,
+) -> Answered {
+    let Upstream { state, route, .. } = *upstream;
+    let planned = adapter::plan_put(&body, &ctx.scope(), &route.namespace)?;
+    let view = state
+        .policy
+        .view(ctx.tenant(), [planned.subject.as_str()])
+        .await?;
+    let id = planned.id.clone().unwrap_or_default();
+    let owner = state
+        .store
+        .item_owners(&route.name, STORE, std::slice::from_ref(&id))
+        .await?
+        .remove(&id);
+    let now = crate::now();
+    let (body, stamp) =
+        adapter::stamp_item(planned, "value", ctx.tenant(), &view, owner.as_ref(), now)?;
+    let answer = upstream.send(Method::PUT, path, Bytes::from(body)).await?;
+    if answer.is_success() {
+        let row = ItemRecord::stamped(&route.name, STORE, id, stamp, now, ctx.source.clone());
+        state.lineage.record(vec![row]).await;
+    }
+    Ok(answer.passed_on())
+}
+
+/// A read of one subject's namespace: refused outright when the subject is suppressed.
+async fn open_namespace(
+    upstream: &Upstream<'_>,
+    ctx: &RequestContext,
+    namespace: &[String],
+) -> Result<crate::data::policy_cache::View, DataError> {
+    let subject = upstream
+        .route
+        .namespace
+        .subject_of(namespace, &ctx.scope())?;
+    let view = upstream
+        .state
+        .policy
+        .view(ctx.tenant(), [subject.as_str()])
+        .await?;
+    adapter::namespace_open(&view, ctx.tenant(), &subject)?;
+    Ok(view)
+}
+
+async fn get_item(upstream: &Upstream<'_>, ctx: &RequestContext, path: &str) -> Answered {
+    let (namespace, _) = adapter::parse_item_query(upstream.parts.uri.query())?;
+    let view = open_namespace(upstream, ctx, &namespace).await?;
+    let answer = upstream.send(Method::GET, path, Bytes::new()).await?;
+    if !answer.is_success() {
+        return Ok(answer.passed_on());
+    }
+    let item = adapter::filter_item(
+        json_of(&answer.body)?,
+        &view,
+        &ctx.read_context(),
+        crate::now(),
+    );
+    Ok(json_response(answer.status, &item))
+}
+
+async fn search_items(
+    upstream: &Upstream<'_>,
+    ctx: &RequestContext,
+    path: &str,
+    body: Bytes,
+) -> Answered {
+    let now = crate::now();
+    let body = adapter::narrow_item_search(&body, ctx.tenant(), ctx.subject.as_deref(), now)?;
+    let answer = upstream.send(Method::POST, path, Bytes::from(body)).await?;
+    if !answer.is_success() {
+        return Ok(answer.passed_on());
+    }
+    let items = json_of(&answer.body)?;
+    let subjects = adapter::item_subjects(&items);
+    let subjects: Vec<&str> = subjects.iter().map(String::as_str).collect();
+    let view = upstream.state.policy.view(ctx.tenant(), subjects).await?;
+    let kept = adapter::filter_items(items, &view, &ctx.read_context(), now)?;
+    Ok(json_response(answer.status, &kept))
+}
+
+/// Removing data is allowed even for a suppressed subject; the scope must still cover it.
+async fn delete_item(
+    upstream: &Upstream<'_>,
+    ctx: &RequestContext,
+    path: &str,
+    body: Bytes,
+) -> Answered {
+    let Upstream { state, route, .. } = *upstream;
+    let (namespace, key) = adapter::parse_item_delete(&body)?;
+    route.namespace.subject_of(&namespace, &ctx.scope())?;
+    let answer = upstream.send(Method::DELETE, path, body).await?;
+    if answer.is_success() {
+        let id = adapter::item_id(&namespace, &key);
+        state
+            .store
+            .mark_items_deleted(&route.name, STORE, &[id], crate::now())
+            .await?;
+    }
+    Ok(answer.passed_on())
+}
+
+async fn list_namespaces(
+    upstream: &Upstream<'_>,
+    ctx: &RequestContext,
+    path: &str,
+    body: Bytes,
+) -> Answered {
+    let answer = upstream.send(Method::POST, path, body).await?;
+    if !answer.is_success() {
+        return Ok(answer.passed_on());
+    }
+    let placed = adapter::namespaces_of(
+        &json_of(&answer.body)?,
+        &upstream.route.namespace,
+        ctx.tenant(),
+    )?;
+    let subjects: Vec<&str> = placed
+        .iter()
+        .filter_map(|(_, p)| match p {
+            adapter::Placement::Subject(s) => Some(s.as_str()),
+            _ => None,
+        })
+        .collect();
+    let view = upstream.state.policy.view(ctx.tenant(), subjects).await?;
+    let kept = adapter::filter_namespaces(placed, ctx.subject.as_deref(), |s| {
+        adapter::namespace_open(&view, ctx.tenant(), s).is_ok()
+    });
+    Ok(json_response(answer.status, &kept))
+}

@@ -1,0 +1,263 @@
+//! Purging a subject from a LangGraph server: its threads (found through the thread registry and
+//! by their stamp) and its store items (everything under the subject's namespace, and the items
+//! lineage holds). The server has no bulk delete: each thread and item is deleted on its own.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use hyper::{HeaderMap, Method, StatusCode};
+use serde_json::{Value, json};
+
+use super::{Connector, PurgeReport};
+use crate::adapters::langgraph::{STORE, THREADS, parse_item_id};
+use crate::adapters::stamp::{SUBJECT, TENANT};
+use crate::data::forward::{Route, Upstreams};
+
+/// Threads and items are read in pages of this many.
+const PAGE: usize = 500;
+
+const PHYSICAL: &str = "pending: the LangGraph server keeps deleted threads and items in its storage until it is rewritten (the in-memory server's .langgraph_api/*.pckl files at its next save, a PostgreSQL-backed server until VACUUM); namespace names stay listed after their items are gone";
+
+pub struct LangGraphConnector {
+    route: Route,
+    upstreams: Arc<Upstreams>,
+}
+
+type Item = (Vec<String>, String);
+
+impl LangGraphConnector {
+    pub fn new(route: Route, upstreams: Arc<Upstreams>) -> Self {
+        LangGraphConnector { route, upstreams }
+    }
+
+    /// One call; answers the status and the JSON body (`null` when empty). A 404 is an answer, any
+    /// other failure an error.
+    async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        query: Option<&str>,
+        body: Option<Value>,
+    ) -> Result<(StatusCode, Value), String> {
+        let body = body.map(|b| Bytes::from(b.to_string())).unwrap_or_default();
+        let answer = self
+            .upstreams
+            .send(&self.route, method, path, query, &HeaderMap::new(), body)
+            .await
+            .map_err(|e| format!("{}: {}", self.route.name, e.message))?;
+        if !answer.is_success() && answer.status != StatusCode::NOT_FOUND {
+            return Err(format!(
+                "{} answered {} for {path}",
+                self.route.name, answer.status
+            ));
+        }
+        if answer.body.is_empty() {
+            return Ok((answer.status, Value::Null));
+        }
+        let value = serde_json::from_slice(&answer.body)
+            .map_err(|_| format!("{} answered something other than JSON", self.route.name))?;
+        Ok((answer.status, value))
+    }
+
+    /// The threads stamped with one of `keys`.
+    async fn stamped_threads(
+        &self,
+        tenant: &str,
+        keys: &[String],
+    ) -> Result<BTreeSet<String>, String> {
+        let mut found = BTreeSet::new();
+        for key in keys {
+            for page in 0.. {
+                let search = json!({
+                    "metadata": { TENANT: tenant, SUBJECT: key },
+                    "select": ["thread_id"],
+                    "limit": PAGE,
+                    "offset": page * PAGE,
+                });
+                let (_, answer) = self
+                    .call(Method::POST, "/threads/search", None, Some(search))
+                    .await?;
+                let threads = answer.as_array().cloned().unwrap_or_default();
+                found.extend(
+                    threads
+                        .iter()
+                        .filter_map(|t| t.get("thread_id")?.as_str().map(str::to_owned)),
+                );
+                if threads.len() < PAGE {
+                    break;
+                }
+            }
+        }
+        Ok(found)
+    }
+
+    async fn thread_exists(&self, id: &str) -> Result<bool, String> {
+        let (status, _) = self
+            .call(Method::GET, &format!("/threads/{id}"), None, None)
+            .await?;
+        Ok(status.is_success())
+    }
+
+    /// The items under one of the subjects' namespaces.
+    async fn namespace_items(&self, prefixes: &[Vec<String>]) -> Result<BTreeSet<Item>, String> {
+        let mut found = BTreeSet::new();
+        for prefix in prefixes {
+            for page in 0.. {
+                let search =
+                    json!({ "namespace_prefix": prefix, "limit": PAGE, "offset": page * PAGE });
+                let (_, answer) = self
+                    .call(Method::POST, "/store/items/search", None, Some(search))
+                    .await?;
+                let items = answer
+                    .get("items")
+                    .and_then(Value::as_array)
+                    .cloned()
+                    .unwrap_or_default();
+                for item in &items {
+                    let namespace: Option<Vec<String>> = item
+                        .get("namespace")
+                        .and_then(Value::as_array)
+                        .and_then(|a| a.iter().map(|l| l.as_str().map(str::to_owned)).collect());
+                    let key = item.get("key").and_then(Value::as_str);
+                    if let (Some(namespace), Some(key)) = (namespace, key) {
+                        found.insert((namespace, key.to_owned()));
+                    }
+                }
+                if items.len() < PAGE {
+                    break;
+                }
+            }
+        }
+        Ok(found)
+    }
+
+    async fn item_exists(&self, (namespace, key): &Item) -> Result<bool, String> {
+        let query = form_urlencoded::Serializer::new(String::new())
+            .append_pair("namespace", &namespace.join("."))
+            .append_pair("key", key)
+            .finish();
+        let (status, answer) = self
+            .call(Method::GET, "/store/items", Some(&query), None)
+            .await?;
+        Ok(status.is_success() && !answer.is_null())
+    }
+
+    async fn delete_thread(&self, id: &str) -> Result<bool, String> {
+        let (status, _) = self
+            .call(Method::DELETE, &format!("/threads/{id}"), None, None)
+            .await?;
+        Ok(status.is_success())
+    }
+
+    async fn delete_item(&self, (namespace, key): &Item) -> Result<(), String> {
+        let body = json!({ "namespace": namespace, "key": key });
+        self.call(Method::DELETE, "/store/items", None, Some(body))
+            .await
+            .map(|_| ())
+    }
+
+    /// What is left of the subject: registered threads that still exist, stamped threads,
+    /// registered items that still exist, and items under its namespaces.
+    async fn left(
+        &self,
+        tenant: &str,
+        keys: &[String],
+        prefixes: &[Vec<String>],
+        registered_threads: &BTreeSet<String>,
+        registered_items: &BTreeSet<Item>,
+    ) -> Result<(BTreeSet<String>, BTreeSet<Item>), String> {
+        let mut threads = self.stamped_threads(tenant, keys).await?;
+        for id in registered_threads {
+            if !threads.contains(id) && self.thread_exists(id).await? {
+                threads.insert(id.clone());
+            }
+        }
+        let mut items = self.namespace_items(prefixes).await?;
+        for item in registered_items {
+            if !items.contains(item) && self.item_exists(item).await? {
+                items.insert(item.clone());
+            }
+        }
+        Ok((threads, items))
+    }
+}
+
+#[async_trait]
+impl Connector for LangGraphConnector {
+    async fn purge(
+        &self,
+        tenant: &str,
+        keys: &[String],
+        lineage: &[(String, String)],
+    ) -> Result<PurgeReport, String> {
+        let registered_threads: BTreeSet<String> = lineage
+            .iter()
+            .filter(|(c, _)| c == THREADS)
+            .map(|(_, id)| id.clone())
+            .collect();
+        let registered_items: BTreeSet<Item> = lineage
+            .iter()
+            .filter(|(c, _)| c == STORE)
+            .filter_map(|(_, id)| parse_item_id(id))
+            .collect();
+        let prefixes: Vec<Vec<String>> = keys
+            .iter()
+            .map(|key| self.route.namespace.render(tenant, key))
+            .collect();
+        let (threads, items) = self
+            .left(
+                tenant,
+                keys,
+                &prefixes,
+                &registered_threads,
+                &registered_items,
+            )
+            .await?;
+        let mut deleted = 0;
+        for id in &threads {
+            if self.delete_thread(id).await? {
+                deleted += 1;
+            }
+        }
+        for item in &items {
+            self.delete_item(item).await?;
+            deleted += 1;
+        }
+        let (threads_left, items_left) = self
+            .left(
+                tenant,
+                keys,
+                &prefixes,
+                &registered_threads,
+                &registered_items,
+            )
+            .await?;
+        Ok(PurgeReport {
+            before: (threads.len() + items.len()) as u64,
+            deleted,
+            remaining: (threads_left.len() + items_left.len()) as u64,
+            physical: PHYSICAL.to_owned(),
+        })
+    }
+
+    async fn delete_items(&self, collection: &str, ids: &[String]) -> Result<u64, String> {
+        let mut deleted = 0;
+        for id in ids {
+            if collection == THREADS {
+                if self.delete_thread(id).await? {
+                    deleted += 1;
+                }
+            } else if let Some(item) = parse_item_id(id).filter(|_| collection == STORE) {
+                self.delete_item(&item).await?;
+                deleted += 1;
+            } else {
+                return Err(format!(
+                    "{collection}/{id} is not a LangGraph thread or store item"
+                ));
+            }
+        }
+        Ok(deleted)
+    }
+}
