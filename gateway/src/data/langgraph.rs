@@ -303,7 +303,7 @@ async fn search_items(
     body: Bytes,
 ) -> Answered {
     let now = crate::now();
-    let body = adapter::narrow_item_search(&body, ctx.tenant(), ctx.subject.as_deref(), now)?;
+    let body = adapter::narrow_item_search(&body, ctx.tenant(), ctx.subject.as_deref())?;
     let answer = upstream.send(Method::POST, path, Bytes::from(body)).await?;
     if !answer.is_success() {
         return Ok(answer.passed_on());

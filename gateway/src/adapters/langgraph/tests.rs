@@ -375,15 +375,11 @@ fn store_reads_are_narrowed_and_filtered() {
                 .as_bytes(),
             "acme",
             None,
-            now(),
         )
         .unwrap(),
     )
     .unwrap();
-    assert_eq!(
-        narrowed["filter"],
-        json!({"kind": "fact", TENANT: "acme", EXPIRES_AT: {"$gt": now().timestamp()}})
-    );
+    assert_eq!(narrowed["filter"], json!({"kind": "fact", TENANT: "acme"}));
     let answer = json!({"items": [item("alice", 60), item("carol", 60), item("bob", -5), {"value": {"text": "unstamped"}}]});
     assert_eq!(
         item_subjects(&answer),
@@ -489,7 +485,7 @@ proptest! {
             let _ = stamp_item(planned, "value", "acme", &view(), None, now());
         }
         let _ = narrow_thread_search(&bytes, "acme", Some("alice"));
-        let _ = narrow_item_search(&bytes, "acme", None, now());
+        let _ = narrow_item_search(&bytes, "acme", None);
         let _ = parse_item_delete(&bytes);
         let _ = restamp_patch(&bytes, &stamp("alice", 60));
         let _ = created_thread_id(&bytes);
