@@ -3,7 +3,7 @@ use proptest::prelude::*;
 
 use super::*;
 use crate::adapters::fixtures::{self, now, scope, view};
-use crate::adapters::stamp::EPOCH;
+use crate::adapters::stamp::{EPOCH, EXPIRES_AT};
 
 fn ns(labels: &[&str]) -> Vec<String> {
     labels.iter().map(|l| (*l).to_owned()).collect()
