@@ -46,6 +46,12 @@ pub struct ErasureConfig {
     pub sqlite: Vec<SqliteTarget>,
     /// How often the retention sweeper deletes expired (and revoked) items.
     pub sweep_interval: ConfigDuration,
+    /// How long after the flip the purge waits, so that writes decided just before it (on any
+    /// replica) have landed in their store and are purged with the rest.
+    pub settle: ConfigDuration,
+    /// How long a claimed purge job is a worker's; renewed while it runs, so a crashed worker's
+    /// job is taken over after at most this long.
+    pub job_lease: ConfigDuration,
 }
 
 /// A SQLite file whose rows name items of another store, deleted by the ids lineage holds there.
@@ -114,6 +120,8 @@ impl Default for ErasureConfig {
             redis: Vec::new(),
             sqlite: Vec::new(),
             sweep_interval: ConfigDuration(Duration::from_secs(60)),
+            settle: ConfigDuration(Duration::from_secs(1)),
+            job_lease: ConfigDuration(Duration::from_secs(60)),
         }
     }
 }

@@ -125,6 +125,20 @@ fn subject_policy<'v>(view: &'v impl PolicyView, tenant: &str, subject: &str) ->
     view.subject(tenant, subject).unwrap_or(&UNKNOWN_SUBJECT)
 }
 
+/// Is a write that was allowed with `stamp` still allowed now that the store has taken it? Not
+/// when its subject was suppressed (or erased, or given a new epoch) in the meantime: the writer
+/// undoes it, so that nothing lands behind an erasure's purge.
+pub fn still_current(view: &impl PolicyView, stamp: &Stamp) -> Result<(), Refusal> {
+    let state = subject_policy(view, &stamp.tenant, &stamp.subject).state;
+    if !state.is_active() {
+        Err(Refusal::SubjectSuppressed)
+    } else if state.epoch != stamp.epoch {
+        Err(Refusal::StaleEpoch)
+    } else {
+        Ok(())
+    }
+}
+
 /// May this item be written? On yes, the stamp to write with it.
 pub fn decide_write(
     view: &impl PolicyView,

@@ -11,6 +11,7 @@ use super::{DataState, RequestContext, Upstream};
 use crate::adapters::chroma::{self as adapter, Endpoint, ReadPlan, WriteKind};
 use crate::auth::Role;
 use crate::store::ItemRecord;
+use lethe_policy::{Stamp, still_current};
 
 /// One Chroma request, from classification to the checked answer.
 pub(super) async fn handle(
@@ -53,6 +54,7 @@ async fn write(
     let tenant = ctx.tenant();
     let scope = ctx.scope();
     let planned = adapter::plan_write(&body, &scope)?;
+    let subjects: Vec<String> = planned.subjects().into_iter().map(str::to_owned).collect();
     let view = state.policy.view(tenant, planned.subjects()).await?;
     // Only upsert and update can overwrite an existing record; add never does.
     let owners = match kind {
@@ -69,17 +71,42 @@ async fn write(
     let answer = upstream
         .send(Method::POST, path, Bytes::from(stamped.body))
         .await?;
-    if answer.is_success() {
-        let items = stamped
-            .stamps
+    if !answer.is_success() {
+        return Ok(answer.passed_on());
+    }
+    let record = |stamps: Vec<(String, Stamp)>| {
+        stamps
             .into_iter()
             .map(|(id, stamp)| {
                 ItemRecord::stamped(&route.name, collection, id, stamp, now, ctx.source.clone())
             })
-            .collect();
-        state.lineage.record(items).await;
+            .collect()
+    };
+    // A flip may have committed while the write was in flight: what it overtook is undone here,
+    // so nothing lands behind the purge.
+    let subjects: Vec<&str> = subjects.iter().map(String::as_str).collect();
+    let view = state.policy.view(tenant, subjects).await?;
+    let (current, overtaken): (Vec<_>, Vec<_>) = stamped
+        .stamps
+        .into_iter()
+        .partition(|(_, stamp)| still_current(&view, stamp).is_ok());
+    state.lineage.record(record(current)).await;
+    let Some(refusal) = overtaken
+        .first()
+        .and_then(|(_, s)| still_current(&view, s).err())
+    else {
+        return Ok(answer.passed_on());
+    };
+    let ids: Vec<&str> = overtaken.iter().map(|(id, _)| id.as_str()).collect();
+    let undo = Bytes::from(json!({ "ids": ids }).to_string());
+    let undone = upstream
+        .send(Method::POST, &sibling(path, "delete"), undo)
+        .await;
+    if !undone.is_ok_and(|a| a.is_success()) {
+        // Left to the purge, which finds them by stamp and by lineage.
+        state.lineage.record(record(overtaken)).await;
     }
-    Ok(answer.passed_on())
+    Err(refusal.into())
 }
 
 /// Decides every record of a read answer; the policy of every subject in it is loaded first.

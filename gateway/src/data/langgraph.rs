@@ -7,7 +7,7 @@
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::{Method, Response, StatusCode};
-use lethe_policy::{Refusal, Stamp, decide_read};
+use lethe_policy::{Refusal, Stamp, decide_read, still_current};
 use serde_json::{Value, json};
 
 use super::error::{DataError, json_response};
@@ -130,13 +130,38 @@ async fn create_thread(
         now,
     )?;
     let answer = upstream.send(Method::POST, path, Bytes::from(body)).await?;
-    if answer.is_success() {
-        let id = adapter::created_thread_id(&answer.body)?;
-        // Registered before the client learns the id: its next request is decided on it.
-        let row = ItemRecord::stamped(&route.name, THREADS, id, stamp, now, ctx.source.clone());
-        state.store.record_items(&[row]).await?;
+    if !answer.is_success() {
+        return Ok(answer.passed_on());
     }
-    Ok(answer.passed_on())
+    let id = adapter::created_thread_id(&answer.body)?;
+    let overtaken = overtaken_by_flip(upstream, ctx, &stamp).await?;
+    if let Some(refusal) = overtaken {
+        let undone = upstream
+            .send(Method::DELETE, &format!("/threads/{id}"), Bytes::new())
+            .await;
+        if undone.is_ok_and(|a| a.is_success()) {
+            return Err(refusal.into());
+        }
+    }
+    // Registered before the client learns the id: its next request is decided on it. A thread
+    // that could not be undone is registered too, so that the purge finds it.
+    let row = ItemRecord::stamped(&route.name, THREADS, id, stamp, now, ctx.source.clone());
+    state.store.record_items(&[row]).await?;
+    match overtaken {
+        Some(refusal) => Err(refusal.into()),
+        None => Ok(answer.passed_on()),
+    }
+}
+
+/// Whether a flip committed while a write allowed with `stamp` was in flight; the caller undoes
+/// the write then, so that nothing lands behind the purge.
+async fn overtaken_by_flip(
+    upstream: &Upstream<'_>,
+    ctx: &RequestContext,
+    stamp: &Stamp,
+) -> Result<Option<Refusal>, DataError> {
+    let view = owner_view(upstream, ctx, Some(stamp)).await?;
+    Ok(still_current(&view, stamp).err())
 }
 
 async fn search_threads(
@@ -254,11 +279,24 @@ async fn put_item(
     let (body, stamp) =
         adapter::stamp_item(planned, "value", ctx.tenant(), &view, owner.as_ref(), now)?;
     let answer = upstream.send(Method::PUT, path, Bytes::from(body)).await?;
-    if answer.is_success() {
-        let row = ItemRecord::stamped(&route.name, STORE, id, stamp, now, ctx.source.clone());
-        state.lineage.record(vec![row]).await;
+    if !answer.is_success() {
+        return Ok(answer.passed_on());
     }
-    Ok(answer.passed_on())
+    let overtaken = overtaken_by_flip(upstream, ctx, &stamp).await?;
+    if let Some(refusal) = overtaken {
+        let (namespace, key) = adapter::parse_item_id(&id).unwrap_or_default();
+        let undo = Bytes::from(json!({ "namespace": namespace, "key": key }).to_string());
+        let undone = upstream.send(Method::DELETE, path, undo).await;
+        if undone.is_ok_and(|a| a.is_success()) {
+            return Err(refusal.into());
+        }
+    }
+    let row = ItemRecord::stamped(&route.name, STORE, id, stamp, now, ctx.source.clone());
+    state.lineage.record(vec![row]).await;
+    match overtaken {
+        Some(refusal) => Err(refusal.into()),
+        None => Ok(answer.passed_on()),
+    }
 }
 
 /// A read of one subject's namespace: refused outright when the subject is suppressed.

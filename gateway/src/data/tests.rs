@@ -35,50 +35,61 @@ struct Received {
 
 type Answer = fn(&Received) -> (StatusCode, String);
 
-/// A stand-in upstream that records every request and answers with `answer`.
+/// A stand-in upstream that records every request and answers with `answer`. It runs on a
+/// runtime of its own, so that an answer may block (as a slow store would) without holding up
+/// the test.
 async fn upstream(answer: Answer) -> (SocketAddr, Arc<Mutex<Vec<Received>>>) {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
     let addr = listener.local_addr().unwrap();
     let seen = Arc::new(Mutex::new(Vec::new()));
     let log = Arc::clone(&seen);
-    tokio::spawn(async move {
-        loop {
-            let (stream, _) = listener.accept().await.unwrap();
-            let log = Arc::clone(&log);
-            tokio::spawn(async move {
-                let service = hyper::service::service_fn(move |request: Request<Incoming>| {
-                    let log = Arc::clone(&log);
-                    async move {
-                        let (parts, body) = request.into_parts();
-                        let body = body.collect().await.unwrap().to_bytes();
-                        let received = Received {
-                            method: parts.method,
-                            uri: parts.uri.to_string(),
-                            headers: parts.headers,
-                            body,
-                        };
-                        let (status, text) = answer(&received);
-                        log.lock().unwrap().push(received);
-                        let mut response = Response::new(Full::new(Bytes::from(text)));
-                        *response.status_mut() = status;
-                        response
-                            .headers_mut()
-                            .insert("content-type", HeaderValue::from_static("application/json"));
-                        response.headers_mut().insert(
-                            "connection",
-                            HeaderValue::from_static("keep-alive, x-upstream-hop"),
-                        );
-                        response
-                            .headers_mut()
-                            .insert("x-upstream-hop", HeaderValue::from_static("1"));
-                        Ok::<_, std::convert::Infallible>(response)
-                    }
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    std::thread::spawn(move || {
+        runtime.block_on(async move {
+            let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+            loop {
+                let (stream, _) = listener.accept().await.unwrap();
+                let log = Arc::clone(&log);
+                tokio::spawn(async move {
+                    let service = hyper::service::service_fn(move |request: Request<Incoming>| {
+                        let log = Arc::clone(&log);
+                        async move {
+                            let (parts, body) = request.into_parts();
+                            let body = body.collect().await.unwrap().to_bytes();
+                            let received = Received {
+                                method: parts.method,
+                                uri: parts.uri.to_string(),
+                                headers: parts.headers,
+                                body,
+                            };
+                            let (status, text) = answer(&received);
+                            log.lock().unwrap().push(received);
+                            let mut response = Response::new(Full::new(Bytes::from(text)));
+                            *response.status_mut() = status;
+                            response.headers_mut().insert(
+                                "content-type",
+                                HeaderValue::from_static("application/json"),
+                            );
+                            response.headers_mut().insert(
+                                "connection",
+                                HeaderValue::from_static("keep-alive, x-upstream-hop"),
+                            );
+                            response
+                                .headers_mut()
+                                .insert("x-upstream-hop", HeaderValue::from_static("1"));
+                            Ok::<_, std::convert::Infallible>(response)
+                        }
+                    });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
                 });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(stream), service)
-                    .await;
-            });
-        }
+            }
+        })
     });
     (addr, seen)
 }
@@ -642,4 +653,69 @@ async fn an_unreachable_upstream_is_a_clear_502() {
         StatusCode::BAD_GATEWAY,
         "upstream_unavailable",
     );
+}
+
+/// The store takes a write while a flip commits: the writer sees the flip once the store has
+/// answered, deletes what it wrote and refuses, so nothing lands behind the purge.
+#[tokio::test]
+async fn a_write_overtaken_by_the_flip_is_undone() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::{Duration, Instant};
+    static ARRIVED: AtomicBool = AtomicBool::new(false);
+    static FLIPPED: AtomicBool = AtomicBool::new(false);
+    /// Holds the add until the flip has committed, as a slow store would.
+    fn add_held_until_flipped(received: &Received) -> (StatusCode, String) {
+        if received.uri.ends_with("/add") {
+            ARRIVED.store(true, Ordering::SeqCst);
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while !FLIPPED.load(Ordering::SeqCst) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        }
+        (StatusCode::OK, "{}".into())
+    }
+    let p = plane(add_held_until_flipped).await;
+    let auth = bearer(&token(Role::Agent, Some("u1")));
+    let scoped = [
+        ("authorization", auth.as_str()),
+        ("x-lethe-purpose", "personalization"),
+        ("x-lethe-category", "preference"),
+    ];
+    let add = format!("{COLLECTION}/add");
+    let body = json!({"ids": ["m1", "m2"], "embeddings": [[0.5], [0.6]]}).to_string();
+    let flip = async {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !ARRIVED.load(Ordering::SeqCst) && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        let now = crate::now();
+        let record = crate::store::ErasureRecord {
+            id: "er1".into(),
+            tenant: "acme".into(),
+            subject: "u1".into(),
+            aliases: vec![],
+            ticket: "t".into(),
+            reason: "r".into(),
+            state: lethe_policy::ErasureState::Requested,
+            requested_by: "dpo".into(),
+            requested_at: now,
+            approvals: vec![],
+            suppressed_at: None,
+            completed_at: None,
+            updated_at: now,
+        };
+        p.store.create_erasure(&record, &[], audit()).await.unwrap();
+        p.store
+            .approve_erasure("er1", "dpo", 1, now, audit())
+            .await
+            .unwrap();
+        FLIPPED.store(true, Ordering::SeqCst);
+    };
+    let (response, ()) = tokio::join!(p.send(Method::POST, &add, &scoped, body), flip);
+    assert_refused(&response, StatusCode::FORBIDDEN, "subject_suppressed");
+    let seen = p.seen.lock().unwrap().clone();
+    let undo = seen.last().unwrap();
+    assert!(undo.uri.ends_with("/delete"), "{}", undo.uri);
+    let undone: Value = serde_json::from_slice(&undo.body).unwrap();
+    assert_eq!(undone, json!({"ids": ["m1", "m2"]}));
 }

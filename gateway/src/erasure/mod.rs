@@ -117,12 +117,37 @@ impl Target {
     }
 }
 
+/// When jobs run and how often they are tried.
+#[derive(Debug, Clone, Copy)]
+pub struct Schedule {
+    pub max_attempts: u32,
+    /// The wait before the first retry; it doubles with every attempt.
+    pub first_backoff: Duration,
+    /// The wait after the flip before a request's jobs are claimed.
+    pub settle: Duration,
+    pub lease: Duration,
+}
+
+impl Schedule {
+    pub fn from_config(config: &Config) -> Schedule {
+        Schedule {
+            max_attempts: config.erasure.max_attempts,
+            first_backoff: config.erasure.retry_backoff.0,
+            settle: config.erasure.settle.0,
+            lease: config.erasure.job_lease.0,
+        }
+    }
+}
+
+fn delta(d: Duration) -> TimeDelta {
+    TimeDelta::from_std(d).unwrap_or(TimeDelta::MAX)
+}
+
 pub struct Worker {
     store: Arc<dyn Store>,
     connectors: HashMap<String, Target>,
     id: String,
-    max_attempts: i64,
-    first_backoff: Duration,
+    schedule: Schedule,
 }
 
 impl Worker {
@@ -163,8 +188,7 @@ impl Worker {
         Ok(Worker::new(
             store,
             connectors,
-            config.erasure.max_attempts,
-            config.erasure.retry_backoff.0,
+            Schedule::from_config(config),
         ))
     }
 
@@ -172,16 +196,14 @@ impl Worker {
     pub fn new(
         store: Arc<dyn Store>,
         connectors: HashMap<String, Target>,
-        max_attempts: u32,
-        first_backoff: Duration,
+        schedule: Schedule,
     ) -> Worker {
         let id = format!("worker-{}", uuid::Uuid::new_v4().simple());
         Worker {
             store,
             connectors,
             id,
-            max_attempts: i64::from(max_attempts),
-            first_backoff,
+            schedule,
         }
     }
 
@@ -208,11 +230,33 @@ impl Worker {
     /// Runs one due job, if any; answers whether there was one.
     pub async fn run_one(&self) -> Result<bool, crate::store::StoreError> {
         let now = crate::now();
-        let lease = now + TimeDelta::minutes(5);
-        let Some(job) = self.store.claim_purge_job(&self.id, now, lease).await? else {
+        let lease = delta(self.schedule.lease);
+        let settled = now - delta(self.schedule.settle);
+        let Some(job) = self
+            .store
+            .claim_purge_job(&self.id, now, settled, now + lease)
+            .await?
+        else {
             return Ok(false);
         };
-        let outcome = self.purge(&job).await;
+        // The lease is renewed while the purge runs: a long purge keeps its job, a crashed
+        // worker's job is taken over once its lease runs out.
+        let purge = self.purge(&job);
+        let mut purge = std::pin::pin!(purge);
+        let mut renew = tokio::time::interval(self.schedule.lease / 3);
+        renew.tick().await;
+        let outcome = loop {
+            tokio::select! {
+                outcome = &mut purge => break outcome,
+                _ = renew.tick() => {
+                    match self.store.renew_purge_job(&job.id, &self.id, crate::now() + lease).await {
+                        Ok(true) => {}
+                        Ok(false) => tracing::warn!(job = %job.id, "purge job lease lost; finishing anyway (purges are idempotent)"),
+                        Err(e) => tracing::warn!(error = %e, "purge job lease not renewed"),
+                    }
+                }
+            }
+        };
         let audit = AuditEntry {
             at: crate::now(),
             actor: self.id.clone(),
@@ -238,8 +282,9 @@ impl Worker {
 
     async fn purge(&self, job: &PurgeJob) -> JobOutcome {
         let failed = |error: String| {
-            let retry = job.attempts < self.max_attempts;
+            let retry = job.attempts < i64::from(self.schedule.max_attempts);
             let delay = self
+                .schedule
                 .first_backoff
                 .saturating_mul(2u32.saturating_pow(u32::try_from(job.attempts - 1).unwrap_or(0)));
             let retry_at =

@@ -103,12 +103,13 @@ fn worker(store: &Arc<dyn Store>, failures: u32, max_attempts: u32) -> Worker {
     });
     let connectors =
         HashMap::from([("chroma:chroma".to_owned(), Target::own("chroma", connector))]);
-    Worker::new(
-        Arc::clone(store),
-        connectors,
+    let schedule = Schedule {
         max_attempts,
-        Duration::from_millis(1),
-    )
+        first_backoff: Duration::from_millis(1),
+        settle: Duration::ZERO,
+        lease: Duration::from_secs(60),
+    };
+    Worker::new(Arc::clone(store), connectors, schedule)
 }
 
 /// Runs due jobs until none is left or `limit` passes (retries wait for their backoff).
@@ -178,17 +179,28 @@ async fn past_the_limit_the_request_goes_to_exception_and_stays_suppressed() {
 }
 
 #[tokio::test]
-async fn a_job_is_claimed_once_and_a_lost_lease_is_reclaimed() {
+async fn a_job_waits_for_the_flip_to_settle_is_claimed_once_and_a_lost_lease_is_reclaimed() {
     let store = flipped().await;
+    let flipped_at = store.erasure("er1").await.unwrap().suppressed_at.unwrap();
     let now = crate::now();
-    let first = store
-        .claim_purge_job("w1", now, now + TimeDelta::seconds(60))
-        .await
-        .unwrap();
-    assert!(first.is_some());
+    let lease = |at| at + TimeDelta::seconds(60);
+    let unsettled = flipped_at - TimeDelta::milliseconds(1);
     assert!(
         store
-            .claim_purge_job("w2", now, now + TimeDelta::seconds(60))
+            .claim_purge_job("w1", now, unsettled, lease(now))
+            .await
+            .unwrap()
+            .is_none(),
+        "writes decided before the flip may still be landing"
+    );
+    let first = store
+        .claim_purge_job("w1", now, now, lease(now))
+        .await
+        .unwrap();
+    let first = first.expect("settled and due");
+    assert!(
+        store
+            .claim_purge_job("w2", now, now, lease(now))
             .await
             .unwrap()
             .is_none(),
@@ -198,9 +210,30 @@ async fn a_job_is_claimed_once_and_a_lost_lease_is_reclaimed() {
         store.erasure("er1").await.unwrap().state,
         ErasureState::Propagating
     );
+    // A running worker keeps its job by renewing the lease; nobody else can renew it.
     let later = now + TimeDelta::seconds(61);
+    assert!(
+        store
+            .renew_purge_job(&first.id, "w1", lease(later))
+            .await
+            .unwrap()
+    );
+    assert!(
+        !store
+            .renew_purge_job(&first.id, "w2", lease(later))
+            .await
+            .unwrap()
+    );
+    assert!(
+        store
+            .claim_purge_job("w2", later, later, lease(later))
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let much_later = later + TimeDelta::seconds(61);
     let again = store
-        .claim_purge_job("w2", later, later + TimeDelta::seconds(60))
+        .claim_purge_job("w2", much_later, much_later, lease(much_later))
         .await
         .unwrap()
         .unwrap();

@@ -302,14 +302,24 @@ pub trait Store: Send + Sync + 'static {
         audit: AuditEntry,
     ) -> Result<ErasureRecord, StoreError>;
 
-    /// Claims the next due purge job (pending, retrying, or running with an expired lease) for
-    /// `worker` until `lease_until`; its request moves to `propagating`.
+    /// Claims the next due purge job (pending, retrying, or running with an expired lease) of a
+    /// request suppressed at or before `settled`, for `worker` until `lease_until`; its request
+    /// moves to `propagating`.
     async fn claim_purge_job(
         &self,
         worker: &str,
         now: DateTime<Utc>,
+        settled: DateTime<Utc>,
         lease_until: DateTime<Utc>,
     ) -> Result<Option<PurgeJob>, StoreError>;
+    /// Extends the lease of a job `worker` is still running; false when it is not its job any
+    /// more.
+    async fn renew_purge_job(
+        &self,
+        job_id: &str,
+        worker: &str,
+        lease_until: DateTime<Utc>,
+    ) -> Result<bool, StoreError>;
     /// Records a job's outcome and moves its request along. When every job is done the request
     /// is verified against lineage (no live row of its keys in the purged stores) and completed:
     /// keys marked erased, a tombstone kept.

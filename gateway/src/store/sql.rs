@@ -588,16 +588,18 @@ macro_rules! impl_store {
                     &self,
                     worker: &str,
                     now: DateTime<Utc>,
+                    settled: DateTime<Utc>,
                     lease_until: DateTime<Utc>,
                 ) -> Result<Option<PurgeJob>, StoreError> {
                     let mut tx = self.write_tx().await?;
                     let sql = sqlx::AssertSqlSafe(format!(
-                        "SELECT id, request_id FROM purge_jobs
-                         WHERE (state IN ('pending', 'retrying') AND next_attempt_at <= $1) OR (state = 'running' AND claimed_until < $1)
+                        "SELECT id, request_id FROM purge_jobs j
+                         WHERE ((state IN ('pending', 'retrying') AND next_attempt_at <= $1) OR (state = 'running' AND claimed_until < $1))
+                         AND EXISTS (SELECT 1 FROM erasure_requests r WHERE r.id = j.request_id AND r.suppressed_at <= $2)
                          ORDER BY next_attempt_at LIMIT 1{}",
                         <$store>::SKIP_LOCKED
                     ));
-                    let Some(row) = sqlx::query(sql).bind(now).fetch_optional(&mut *tx).await? else {
+                    let Some(row) = sqlx::query(sql).bind(now).bind(settled).fetch_optional(&mut *tx).await? else {
                         return Ok(None);
                     };
                     let (job_id, request_id): (String, String) = (row.try_get("id")?, row.try_get("request_id")?);
@@ -621,6 +623,19 @@ macro_rules! impl_store {
                     }
                     tx.commit().await?;
                     Ok(self.purge_jobs(&request_id).await?.into_iter().find(|j| j.id == job_id))
+                }
+
+                async fn renew_purge_job(&self, job_id: &str, worker: &str, lease_until: DateTime<Utc>) -> Result<bool, StoreError> {
+                    let mut tx = self.write_tx().await?;
+                    let renewed = sqlx::query("UPDATE purge_jobs SET claimed_until = $1 WHERE id = $2 AND claimed_by = $3 AND state = 'running'")
+                        .bind(lease_until)
+                        .bind(job_id)
+                        .bind(worker)
+                        .execute(&mut *tx)
+                        .await?
+                        .rows_affected();
+                    tx.commit().await?;
+                    Ok(renewed == 1)
                 }
 
                 async fn finish_purge_job(

@@ -307,6 +307,27 @@ fn stamp(subject: &str, purpose: &str, expires: u32, epoch: i64) -> Stamp {
 }
 
 #[test]
+fn a_write_stays_current_only_while_its_subject_and_epoch_do() {
+    let view = fixture();
+    let cases = [
+        (stamp("alice", "personalization", 9, 0), Ok(())),
+        (
+            stamp("alice", "personalization", 9, 1),
+            Err(Refusal::StaleEpoch),
+        ),
+        (
+            stamp("bob", "personalization", 9, 1),
+            Err(Refusal::SubjectSuppressed),
+        ),
+        // A subject Lethe never heard of is active in epoch 0.
+        (stamp("nobody", "personalization", 9, 0), Ok(())),
+    ];
+    for (stamp, want) in cases {
+        assert_eq!(still_current(&view, &stamp), want, "{}", stamp.subject);
+    }
+}
+
+#[test]
 fn read_decisions() {
     let all = ReadContext {
         tenant: "acme",
