@@ -148,8 +148,7 @@ class Lethe:
         if config:
             env["LETHE_CONFIG"] = str(config)
         self.env = env
-        self.process = subprocess.Popen([str(LETHE), "serve"], cwd=workdir, env=env)
-        wait_for("lethe", lambda: http("GET", f"http://{self.control}/readyz")[0] == 200)
+        self.start()
         self.dpo = self.token("compliance")
         status, _ = self.call("PUT", "/v1/retention-rules", {"rules": [
             {"purpose": "personalization", "category": "preference", "max_age": "30d"},
@@ -202,6 +201,15 @@ class Lethe:
     def graph_agent(self, subject=None, purpose="personalization", category="preference"):
         return self.graph(self.token("agent", subject),
                           **{"X-Lethe-Purpose": purpose, "X-Lethe-Category": category})
+
+    def start(self):
+        self.process = subprocess.Popen([str(LETHE), "serve"], cwd=self.workdir, env=self.env)
+        wait_for("lethe", lambda: http("GET", f"http://{self.control}/readyz")[0] == 200)
+
+    def kill(self):
+        """As a crash would: no shutdown, nothing finished."""
+        self.process.kill()
+        self.process.wait(timeout=15)
 
     def stop(self):
         self.process.terminate()
