@@ -52,6 +52,11 @@ pub struct ErasureConfig {
     /// How long a claimed purge job is a worker's; renewed while it runs, so a crashed worker's
     /// job is taken over after at most this long.
     pub job_lease: ConfigDuration,
+    /// Verification probes built from the subject's known facts (its key and aliases, e.g. an
+    /// email address): texts with `{subject}` and optionally `{tenant}`. After the purge, every
+    /// Chroma collection is searched for documents containing them; a hit that is the subject's
+    /// or has no owner fails verification.
+    pub probes: Vec<String>,
 }
 
 /// A SQLite file whose rows name items of another store, deleted by the ids lineage holds there.
@@ -122,6 +127,7 @@ impl Default for ErasureConfig {
             sweep_interval: ConfigDuration(Duration::from_secs(60)),
             settle: ConfigDuration(Duration::from_secs(1)),
             job_lease: ConfigDuration(Duration::from_secs(60)),
+            probes: Vec::new(),
         }
     }
 }
@@ -577,6 +583,9 @@ impl Config {
                     target.lineage_store
                 ));
             }
+        }
+        if self.erasure.probes.iter().any(|p| !p.contains("{subject}")) {
+            problems.push("erasure.probes: every probe must contain {subject}".to_owned());
         }
         if self.erasure.max_attempts == 0 {
             problems.push("erasure.max_attempts: must be at least 1".to_owned());

@@ -5,6 +5,7 @@ import time
 import uuid
 from pathlib import Path
 
+import chromadb
 import pytest
 
 from conftest import TENANT, new_database, own_lethe, wait_for
@@ -352,5 +353,35 @@ def test_the_sweeper_deletes_expired_and_revoked_records_but_not_held_ones(chrom
         instance.revoke(grants[free])
         wait_for("the revoked subject's records to be swept", lambda: not present(f"{free}-long"), deadline=20)
         assert present(f"{held}-short")
+    finally:
+        instance.stop()
+
+
+def test_the_verification_probe_stops_an_erasure_that_left_an_unattributed_copy(chroma, tmp_path):
+    """A batch job wrote a summary about the subject straight into Chroma, without a stamp: the
+    purge cannot attribute it, the probe built from the subject's key finds it, and the erasure
+    goes to exception for a person to review instead of completing."""
+    instance = own_lethe(chroma, tmp_path, '[erasure]\nretry_backoff = "100ms"\nmax_attempts = 2\nprobes = ["{subject}"]\n')
+    try:
+        s, other = subject(), subject()
+        for who in (s, other):
+            instance.grant(who)
+        name = f"memories-{uuid.uuid4().hex[:8]}"
+        instance.client(instance.token("admin")).create_collection(name, embedding_function=None)
+        instance.agent(s).get_collection(name).add(ids=["own-1", "own-2"], embeddings=[[0.1], [0.2]], documents=["likes tea", "lives in Lyon"])
+        # Another subject's memory that mentions the erased one is the other subject's: kept.
+        instance.agent(other).get_collection(name).add(ids=["mention"], embeddings=[[0.3]], documents=[f"met {s} at the station"])
+        host, port = chroma.removeprefix("http://").split(":")
+        stored = chromadb.HttpClient(host=host, port=int(port)).get_collection(name)
+        stored.add(ids=["copy"], embeddings=[[0.4]], documents=[f"summary of {s}: likes tea, lives in Lyon"])
+
+        request = erase(instance, s)
+        target = lambda: next(t for t in erasure(instance, request)["targets"] if t["target"] == "chroma:chroma")
+        wait_for("the erasure to stop for review", lambda: erasure(instance, request)["state"] == "exception", deadline=30)
+        assert "verification probe found 1 records" in target()["last_error"]
+        assert stored.get(ids=["own-1", "own-2"])["ids"] == []
+        assert sorted(stored.get(ids=["mention", "copy"])["ids"]) == ["copy", "mention"]
+        # Still suppressed: the copy is unstamped, so Lethe never serves it anyway.
+        assert instance.agent().get_collection(name).get(ids=["copy"])["ids"] == []
     finally:
         instance.stop()

@@ -1,5 +1,6 @@
 //! Purging a subject from Chroma: by the stamp in every collection, and by the ids lineage holds.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -20,11 +21,49 @@ const PHYSICAL: &str = "pending: Chroma keeps deleted records in its write-ahead
 pub struct ChromaConnector {
     route: Route,
     upstreams: Arc<Upstreams>,
+    /// Verification probes: texts with `{subject}` (and `{tenant}`) searched for in every
+    /// document after the purge.
+    probes: Vec<String>,
 }
 
 impl ChromaConnector {
-    pub fn new(route: Route, upstreams: Arc<Upstreams>) -> Self {
-        ChromaConnector { route, upstreams }
+    pub fn new(route: Route, upstreams: Arc<Upstreams>, probes: Vec<String>) -> Self {
+        ChromaConnector {
+            route,
+            upstreams,
+            probes,
+        }
+    }
+
+    /// Records whose document contains a probe built from one of the subject's keys and that
+    /// belong to the subject: stamped with one of its keys, or not stamped at all (no owner can be
+    /// shown, so a person must look). Records of other subjects that mention it are not counted.
+    async fn probe(&self, collection: &str, tenant: &str, keys: &[String]) -> Result<u64, String> {
+        let mut hits = BTreeSet::new();
+        for key in keys {
+            for probe in &self.probes {
+                let text = probe.replace("{subject}", key).replace("{tenant}", tenant);
+                let answer = self
+                    .call(
+                        Method::POST,
+                        &format!("{DATABASE}/collections/{collection}/get"),
+                        Some(json!({"where_document": {"$contains": text}, "include": ["metadatas"]})),
+                    )
+                    .await?;
+                let metadatas = answer.get("metadatas").and_then(Value::as_array);
+                for (i, id) in ids(&answer).into_iter().enumerate() {
+                    let meta = metadatas.and_then(|m| m.get(i));
+                    let owner = meta
+                        .and_then(|m| Some((m.get(TENANT)?.as_str()?, m.get(SUBJECT)?.as_str()?)));
+                    let belongs =
+                        owner.is_none_or(|(t, s)| t == tenant && keys.iter().any(|k| k == s));
+                    if belongs {
+                        hits.insert(id);
+                    }
+                }
+            }
+        }
+        Ok(hits.len() as u64)
     }
 
     async fn call(&self, method: Method, path: &str, body: Option<Value>) -> Result<Value, String> {
@@ -118,6 +157,7 @@ impl Connector for ChromaConnector {
             deleted: 0,
             remaining: 0,
             physical: PHYSICAL.to_owned(),
+            probe_hits: (!self.probes.is_empty()).then_some(0),
         };
         for collection in &collections {
             let known: Vec<String> = lineage
@@ -140,6 +180,9 @@ impl Connector for ChromaConnector {
             left.sort();
             left.dedup();
             report.remaining += left.len() as u64;
+            if let Some(hits) = report.probe_hits.as_mut() {
+                *hits += self.probe(collection, tenant, keys).await?;
+            }
         }
         Ok(report)
     }

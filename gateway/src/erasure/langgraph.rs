@@ -235,6 +235,7 @@ impl Connector for LangGraphConnector {
             )
             .await?;
         Ok(PurgeReport {
+            probe_hits: None,
             before: (threads.len() + items.len()) as u64,
             deleted,
             remaining: (threads_left.len() + items_left.len()) as u64,

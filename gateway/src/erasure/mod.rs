@@ -39,6 +39,10 @@ pub struct PurgeReport {
     pub remaining: u64,
     /// Whether the bytes are gone from the store's files, or when they will be.
     pub physical: String,
+    /// Records the verification probe found that still belong to the subject (stores the probe
+    /// searches only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub probe_hits: Option<u64>,
 }
 
 /// A store Lethe can purge.
@@ -80,9 +84,11 @@ pub fn route_connectors(config: &Config) -> Result<Vec<RouteConnector>, String> 
         let Some(target) = target else { continue };
         let route = Route::from_config(route)?;
         let connector: Arc<dyn Connector> = match route.adapter {
-            AdapterKind::Chroma => {
-                Arc::new(ChromaConnector::new(route.clone(), Arc::clone(&upstreams)))
-            }
+            AdapterKind::Chroma => Arc::new(ChromaConnector::new(
+                route.clone(),
+                Arc::clone(&upstreams),
+                config.erasure.probes.clone(),
+            )),
             AdapterKind::Langgraph => Arc::new(LangGraphConnector::new(
                 route.clone(),
                 Arc::clone(&upstreams),
@@ -321,6 +327,10 @@ impl Worker {
             .purge(&record.tenant, &keys, &lineage)
             .await
         {
+            Ok(report) if report.probe_hits.is_some_and(|n| n > 0) => failed(format!(
+                "the verification probe found {} records of the subject the purge could not attribute; a person must review them",
+                report.probe_hits.unwrap_or(0)
+            )),
             Ok(report) if report.remaining == 0 => {
                 if target.owns_lineage {
                     let mut by_collection: HashMap<&str, Vec<String>> = HashMap::new();

@@ -116,6 +116,7 @@ impl Connector for PostgresConnector {
         let remaining = self.count(&mut conn, tenant, keys).await?;
         let physical = self.physical(&mut conn).await;
         Ok(PurgeReport {
+            probe_hits: None,
             before,
             deleted,
             remaining,

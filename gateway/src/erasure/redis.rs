@@ -106,6 +106,7 @@ impl Connector for RedisConnector {
         let name = &self.target.name;
         let patterns = patterns(&self.target, tenant, keys);
         let mut report = PurgeReport {
+            probe_hits: None,
             before: 0,
             deleted: 0,
             remaining: 0,

@@ -105,6 +105,7 @@ impl Connector for SqliteFileConnector {
             }
         };
         Ok(PurgeReport {
+            probe_hits: None,
             before,
             deleted,
             remaining,

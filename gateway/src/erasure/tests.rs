@@ -28,6 +28,7 @@ impl Connector for Flaky {
         }
         let n = lineage.len() as u64;
         Ok(PurgeReport {
+            probe_hits: None,
             before: n,
             deleted: n,
             remaining: 0,
