@@ -142,3 +142,26 @@ def test_an_erasure_hides_then_deletes_threads_and_store_items(lethe, langgraph)
     assert direct_items(langgraph, [TENANT, gone]) == []
     assert all(direct_thread(langgraph, t) == 200 for t in threads[kept])
     assert len(direct_items(langgraph, [TENANT, kept])) == 4
+
+
+def test_the_sweeper_deletes_expired_threads_and_store_items(chroma, langgraph, tmp_path):
+    import time
+    from conftest import own_lethe
+    instance = own_lethe(chroma, tmp_path, '[erasure]\nsweep_interval = "200ms"\n', langgraph_url=langgraph)
+    try:
+        s = subject()
+        instance.grant(s)
+        agent = instance.graph_agent(s)
+        soon = int(time.time()) + 2
+        short = agent.threads.create(metadata={"lethe_expires_at": soon})["thread_id"]
+        kept = agent.threads.create()["thread_id"]
+        agent.store.put_item([TENANT, s, "facts"], "short", {"text": "passing", "lethe_expires_at": soon})
+        agent.store.put_item([TENANT, s, "facts"], "kept", {"text": "lasting"})
+        item = lambda key: http("GET", f"{langgraph}/store/items?namespace={TENANT}.{s}.facts&key={key}")[1]
+        wait_for("the sweeper to delete the expired thread and item",
+                 lambda: direct_thread(langgraph, short) == 404 and item("short") is None, deadline=20)
+        assert direct_thread(langgraph, kept) == 200
+        assert item("kept")["value"]["text"] == "lasting"
+        assert instance.call("GET", f"/v1/subjects/{TENANT}/{s}")[1]["inventory"] == {"langgraph": 2}
+    finally:
+        instance.stop()
