@@ -55,8 +55,11 @@ pub struct ErasureConfig {
     /// Verification probes built from the subject's known facts (its key and aliases, e.g. an
     /// email address): texts with `{subject}` and optionally `{tenant}`. After the purge, every
     /// Chroma collection is searched for documents containing them; a hit that is the subject's
-    /// or has no owner fails verification.
+    /// or has no owner fails verification. LangGraph stores with a search index are searched
+    /// semantically with the same queries.
     pub probes: Vec<String>,
+    /// The similarity (percent, 0-100) from which a semantic probe hit counts.
+    pub probe_min_similarity: u8,
 }
 
 /// A SQLite file whose rows name items of another store, deleted by the ids lineage holds there.
@@ -128,6 +131,7 @@ impl Default for ErasureConfig {
             settle: ConfigDuration(Duration::from_secs(1)),
             job_lease: ConfigDuration(Duration::from_secs(60)),
             probes: Vec::new(),
+            probe_min_similarity: 40,
         }
     }
 }
@@ -586,6 +590,9 @@ impl Config {
         }
         if self.erasure.probes.iter().any(|p| !p.contains("{subject}")) {
             problems.push("erasure.probes: every probe must contain {subject}".to_owned());
+        }
+        if self.erasure.probe_min_similarity > 100 {
+            problems.push("erasure.probe_min_similarity: a percentage, 0 to 100".to_owned());
         }
         if self.erasure.max_attempts == 0 {
             problems.push("erasure.max_attempts: must be at least 1".to_owned());

@@ -165,3 +165,31 @@ def test_the_sweeper_deletes_expired_threads_and_store_items(chroma, langgraph, 
         assert instance.call("GET", f"/v1/subjects/{TENANT}/{s}")[1]["inventory"] == {"langgraph": 2}
     finally:
         instance.stop()
+
+
+def test_the_semantic_probe_stops_an_erasure_that_left_an_unattributed_note(chroma, langgraph, tmp_path):
+    """A note about the subject written straight into the server, outside its namespace and
+    without a stamp: the purge cannot attribute it, the store's semantic search finds it from the
+    subject's key, and the erasure goes to exception for review. Another subject's stamped note
+    that mentions the erased one stays the other subject's."""
+    from conftest import own_lethe
+    instance = own_lethe(chroma, tmp_path, '[erasure]\nretry_backoff = "100ms"\nmax_attempts = 2\n'
+                         'probes = ["{subject}"]\nprobe_min_similarity = 30\n', langgraph_url=langgraph)
+    try:
+        s, other = subject(), subject()
+        for who in (s, other):
+            instance.grant(who)
+        instance.graph_agent(s).store.put_item([TENANT, s, "facts"], "drink", {"text": "prefers green tea"})
+        instance.graph_agent(other).store.put_item([TENANT, other, "facts"], "met", {"text": f"met {s} at the station"})
+        http("PUT", f"{langgraph}/store/items", body={"namespace": ["shared", "notes"], "key": s,
+                                                      "value": {"text": f"notes about {s}: prefers green tea"}})
+        status, filed = instance.call("POST", "/v1/erasures", {"subject": s, "ticket": "DSR-P", "reason": "art. 17"})
+        assert instance.call("POST", f"/v1/erasures/{filed['id']}/approve")[0] == 200
+        progress = lambda: instance.call("GET", f"/v1/erasures/{filed['id']}")[1]
+        wait_for("the erasure to stop for review", lambda: progress()["state"] == "exception", deadline=30)
+        target = next(t for t in progress()["targets"] if t["target"] == "langgraph:langgraph")
+        assert "verification probe found 1 records" in target["last_error"], target
+        assert direct_items(langgraph, [TENANT, s]) == []
+        assert len(direct_items(langgraph, [TENANT, other])) == 1
+    finally:
+        instance.stop()

@@ -113,6 +113,16 @@ fn meaning_problems_are_all_reported_at_once() {
         prefix = "chroma/"
         upstream = "http://127.0.0.1:8000"
         adapter = "chroma"
+        namespace = ["{subject}"]
+        [[routes]]
+        name = "graph"
+        prefix = "/graph"
+        upstream = "http://127.0.0.1:2024"
+        adapter = "langgraph"
+        namespace = ["memories", "{tenant}"]
+        [erasure]
+        probes = ["{tenant}"]
+        probe_min_similarity = 101
     "#;
     let problems = Config::check(text).unwrap_err().problems;
     let joined = problems.join("\n");
@@ -127,6 +137,10 @@ fn meaning_problems_are_all_reported_at_once() {
         "bad header",
         "already has this name",
         "already has prefix",
+        "namespace applies to langgraph routes only",
+        "namespace must name {subject} exactly once",
+        "every probe must contain {subject}",
+        "probe_min_similarity",
     ] {
         assert!(
             joined.contains(needle),

@@ -11,7 +11,7 @@ use hyper::{HeaderMap, Method, StatusCode};
 use serde_json::{Value, json};
 
 use super::{Connector, PurgeReport};
-use crate::adapters::langgraph::{STORE, THREADS, parse_item_id};
+use crate::adapters::langgraph::{Placement, STORE, THREADS, parse_item_id};
 use crate::adapters::stamp::{SUBJECT, TENANT};
 use crate::data::forward::{Route, Upstreams};
 
@@ -23,13 +23,74 @@ const PHYSICAL: &str = "pending: the LangGraph server keeps deleted threads and 
 pub struct LangGraphConnector {
     route: Route,
     upstreams: Arc<Upstreams>,
+    probe: Probe,
+}
+
+/// The verification probe: queries built from the subject's keys, searched semantically in the
+/// store (when the server has an index), and the similarity from which a hit counts.
+#[derive(Debug, Clone, Default)]
+pub struct Probe {
+    pub queries: Vec<String>,
+    pub min_score: f64,
 }
 
 type Item = (Vec<String>, String);
 
 impl LangGraphConnector {
-    pub fn new(route: Route, upstreams: Arc<Upstreams>) -> Self {
-        LangGraphConnector { route, upstreams }
+    pub fn new(route: Route, upstreams: Arc<Upstreams>, probe: Probe) -> Self {
+        LangGraphConnector {
+            route,
+            upstreams,
+            probe,
+        }
+    }
+
+    /// Store items semantically close to a probe that belong to the subject: stamped with one of
+    /// its keys, under its namespace, or not stamped at all (no owner can be shown, so a person
+    /// must look). Other subjects' items are theirs, however close.
+    async fn probe(&self, tenant: &str, keys: &[String]) -> Result<u64, String> {
+        let mut hits = BTreeSet::new();
+        for key in keys {
+            for query in &self.probe.queries {
+                let text = query.replace("{subject}", key).replace("{tenant}", tenant);
+                let search = json!({ "namespace_prefix": [], "query": text, "limit": 50 });
+                let (_, answer) = self
+                    .call(Method::POST, "/store/items/search", None, Some(search))
+                    .await?;
+                for item in answer
+                    .get("items")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                {
+                    let close = item
+                        .get("score")
+                        .and_then(Value::as_f64)
+                        .is_some_and(|s| s >= self.probe.min_score);
+                    let namespace: Vec<String> = item
+                        .get("namespace")
+                        .and_then(Value::as_array)
+                        .map(|a| {
+                            a.iter()
+                                .filter_map(|l| l.as_str().map(str::to_owned))
+                                .collect()
+                        })
+                        .unwrap_or_default();
+                    let owner = item
+                        .get("value")
+                        .and_then(|v| Some((v.get(TENANT)?.as_str()?, v.get(SUBJECT)?.as_str()?)));
+                    let placed = self.route.namespace.place(tenant, &namespace);
+                    let belongs = owner
+                        .is_none_or(|(t, s)| t == tenant && keys.iter().any(|k| k == s))
+                        || matches!(placed, Placement::Subject(s) if keys.contains(&s));
+                    if close && belongs {
+                        let key = item.get("key").and_then(Value::as_str).unwrap_or_default();
+                        hits.insert((namespace, key.to_owned()));
+                    }
+                }
+            }
+        }
+        Ok(hits.len() as u64)
     }
 
     /// One call; answers the status and the JSON body (`null` when empty). A 404 is an answer, any
@@ -234,8 +295,13 @@ impl Connector for LangGraphConnector {
                 &registered_items,
             )
             .await?;
+        let probe_hits = if self.probe.queries.is_empty() {
+            None
+        } else {
+            Some(self.probe(tenant, keys).await?)
+        };
         Ok(PurgeReport {
-            probe_hits: None,
+            probe_hits,
             before: (threads.len() + items.len()) as u64,
             deleted,
             remaining: (threads_left.len() + items_left.len()) as u64,

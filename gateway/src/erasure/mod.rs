@@ -92,6 +92,10 @@ pub fn route_connectors(config: &Config) -> Result<Vec<RouteConnector>, String> 
             AdapterKind::Langgraph => Arc::new(LangGraphConnector::new(
                 route.clone(),
                 Arc::clone(&upstreams),
+                langgraph::Probe {
+                    queries: config.erasure.probes.clone(),
+                    min_score: f64::from(config.erasure.probe_min_similarity) / 100.0,
+                },
             )),
             AdapterKind::Qdrant | AdapterKind::Openai => continue,
         };
