@@ -54,7 +54,7 @@ enum Command {
     /// Grant, revoke and list consent, through the control plane.
     #[command(subcommand)]
     Consent(ConsentCommand),
-    /// File an erasure request (or, with --approve, approve one), through the control plane.
+    /// File an erasure request (or approve, review or resume one), through the control plane.
     Erase(EraseArgs),
     /// Show an erasure request: state, approvals, online latency, progress per store.
     Status {
@@ -105,18 +105,24 @@ struct EraseArgs {
     #[command(flatten)]
     control: ControlArgs,
     /// Approve this request instead of filing one.
-    #[arg(long, conflicts_with_all = ["subject", "alias", "ticket", "reason"])]
+    #[arg(long, group = "step", conflicts_with_all = ["subject", "alias", "ticket", "reason"])]
     approve: Option<String>,
+    /// Take this request, which ran out of attempts, into manual review.
+    #[arg(long, group = "step", conflicts_with_all = ["subject", "alias", "ticket", "reason"])]
+    review: Option<String>,
+    /// Resume this request after review: its failed stores are purged again.
+    #[arg(long, group = "step", conflicts_with_all = ["subject", "alias", "ticket", "reason"])]
+    resume: Option<String>,
     /// The subject's key.
-    #[arg(long, required_unless_present = "approve")]
+    #[arg(long, required_unless_present = "step")]
     subject: Option<String>,
     /// Another key of the same person (repeatable).
     #[arg(long)]
     alias: Vec<String>,
     /// The data subject request's ticket.
-    #[arg(long, required_unless_present = "approve")]
+    #[arg(long, required_unless_present = "step")]
     ticket: Option<String>,
-    #[arg(long, required_unless_present = "approve")]
+    #[arg(long, required_unless_present = "step")]
     reason: Option<String>,
 }
 
@@ -238,8 +244,15 @@ async fn dispatch(cli: Cli) -> Result<(), Failure> {
         Command::Token(args) => token(&load()?, args).await,
         Command::Consent(command) => consent(&load()?, command).await,
         Command::Erase(args) => {
-            let (path, body) = match &args.approve {
-                Some(id) => (format!("/v1/erasures/{}/approve", encode(id)), None),
+            let step = [
+                ("approve", &args.approve),
+                ("review", &args.review),
+                ("resume", &args.resume),
+            ]
+            .into_iter()
+            .find_map(|(step, id)| Some((step, id.as_deref()?)));
+            let (path, body) = match step {
+                Some((step, id)) => (format!("/v1/erasures/{}/{step}", encode(id)), None),
                 None => (
                     "/v1/erasures".to_owned(),
                     Some(

@@ -357,7 +357,7 @@ def test_the_sweeper_deletes_expired_and_revoked_records_but_not_held_ones(chrom
         instance.stop()
 
 
-def test_the_verification_probe_stops_an_erasure_that_left_an_unattributed_copy(chroma, tmp_path):
+def test_the_verification_probe_stops_an_erasure_for_review_until_the_copy_is_dealt_with(chroma, tmp_path):
     """A batch job wrote a summary about the subject straight into Chroma, without a stamp: the
     purge cannot attribute it, the probe built from the subject's key finds it, and the erasure
     goes to exception for a person to review instead of completing."""
@@ -383,5 +383,13 @@ def test_the_verification_probe_stops_an_erasure_that_left_an_unattributed_copy(
         assert sorted(stored.get(ids=["mention", "copy"])["ids"]) == ["copy", "mention"]
         # Still suppressed: the copy is unstamped, so Lethe never serves it anyway.
         assert instance.agent().get_collection(name).get(ids=["copy"])["ids"] == []
+        # A person takes it, removes the copy at its source, and resumes: the store is purged and
+        # verified again, and the erasure completes.
+        assert instance.cli("erase", "--tenant", TENANT, "--review", request).returncode == 0
+        assert erasure(instance, request)["state"] == "manual_review"
+        stored.delete(ids=["copy"])
+        assert instance.cli("erase", "--tenant", TENANT, "--resume", request).returncode == 0
+        wait_for("the resumed erasure to complete", lambda: erasure(instance, request)["state"] == "completed", deadline=30)
+        assert stored.get(ids=["mention"])["ids"] == ["mention"]
     finally:
         instance.stop()

@@ -4,7 +4,7 @@
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
-use lethe_policy::ErasureState;
+use lethe_policy::{ErasureEvent, ErasureState};
 use serde::{Deserialize, Serialize};
 
 use super::error::{ApiError, not_found_as};
@@ -130,6 +130,45 @@ pub async fn approve(
         .approve_erasure(&id, &caller.claims.sub, required, crate::now(), audit)
         .await?;
     Ok(Json(view(&state, approved).await?))
+}
+
+/// `exception` -> `manual_review`: a person has taken the request.
+pub async fn review(
+    state: State<ControlState>,
+    caller: Caller,
+    id: Path<String>,
+) -> Result<Json<ErasureView>, ApiError> {
+    step_by_person(state, caller, id, ErasureEvent::Escalate, "erasure.review").await
+}
+
+/// `manual_review` -> `propagating`: the cause is dealt with; the failed stores are purged again.
+pub async fn resume(
+    state: State<ControlState>,
+    caller: Caller,
+    id: Path<String>,
+) -> Result<Json<ErasureView>, ApiError> {
+    step_by_person(state, caller, id, ErasureEvent::Resume, "erasure.resume").await
+}
+
+async fn step_by_person(
+    State(state): State<ControlState>,
+    caller: Caller,
+    Path(id): Path<String>,
+    event: ErasureEvent,
+    action: &str,
+) -> Result<Json<ErasureView>, ApiError> {
+    let record = visible(&state, &caller, &id).await?;
+    let audit = caller.audit(
+        action,
+        Some((&record.tenant, &record.subject)),
+        "erasure",
+        Some(&id),
+    );
+    let record = state
+        .store
+        .review_erasure(&id, event, crate::now(), audit)
+        .await?;
+    Ok(Json(view(&state, record).await?))
 }
 
 pub async fn status(

@@ -74,6 +74,9 @@ impl From<StoreError> for ApiError {
             StoreError::Approval(lethe_policy::ApprovalError::NotAwaitingApproval) => {
                 ApiError::new(StatusCode::CONFLICT, "not_awaiting_approval", e.to_string())
             }
+            StoreError::Transition(_) => {
+                ApiError::new(StatusCode::CONFLICT, "illegal_state", e.to_string())
+            }
             StoreError::SubjectNotActive => ApiError::new(
                 StatusCode::CONFLICT,
                 "subject_suppressed",

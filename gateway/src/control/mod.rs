@@ -79,6 +79,8 @@ pub fn app(state: ControlState) -> Router {
         .route("/v1/erasures", post(erasures::file))
         .route("/v1/erasures/{id}", get(erasures::status))
         .route("/v1/erasures/{id}/approve", post(erasures::approve))
+        .route("/v1/erasures/{id}/review", post(erasures::review))
+        .route("/v1/erasures/{id}/resume", post(erasures::resume))
         .route("/v1/erasures/{id}/certificate", get(erasures::certificate))
         .route("/v1/audit", get(audit::page))
         .route("/v1/audit/verify", get(audit::verify))

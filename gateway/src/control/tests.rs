@@ -660,8 +660,8 @@ async fn the_openapi_document_matches_the_routes() {
         }
     }
     assert_eq!(
-        operations, 19,
-        "the document and the router list the same 19 operations"
+        operations, 21,
+        "the document and the router list the same 21 operations"
     );
 }
 

@@ -3,10 +3,10 @@
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use lethe_policy::ErasureState;
+use lethe_policy::{ErasureEvent, ErasureState};
 
 use super::*;
-use crate::store::{ErasureRecord, ItemRecord};
+use crate::store::{ErasureRecord, ItemRecord, StoreError};
 use crate::testing::{fresh_sqlite_url, migrated};
 
 /// Fails its first `failures` calls, then deletes everything.
@@ -177,6 +177,44 @@ async fn past_the_limit_the_request_goes_to_exception_and_stays_suppressed() {
         lethe_policy::SubjectStatus::Suppressed,
         "a failure never makes data readable again"
     );
+}
+
+/// A person takes the request out of `exception`, deals with the cause, and resumes it: the failed
+/// store is purged again from its first attempt and the request completes.
+#[tokio::test]
+async fn a_person_reviews_and_resumes_a_request_in_exception() {
+    let store = flipped().await;
+    let w = worker(&store, 2, 2);
+    drain(&w).await;
+    assert_eq!(
+        store.erasure("er1").await.unwrap().state,
+        ErasureState::Exception
+    );
+    let resumed_too_early = store
+        .review_erasure("er1", ErasureEvent::Resume, crate::now(), audit())
+        .await;
+    assert!(matches!(resumed_too_early, Err(StoreError::Transition(_))));
+    let reviewed = store
+        .review_erasure("er1", ErasureEvent::Escalate, crate::now(), audit())
+        .await
+        .unwrap();
+    assert_eq!(reviewed.state, ErasureState::ManualReview);
+    let resumed = store
+        .review_erasure("er1", ErasureEvent::Resume, crate::now(), audit())
+        .await
+        .unwrap();
+    assert_eq!(resumed.state, ErasureState::Propagating);
+    let job = &store.purge_jobs("er1").await.unwrap()[0];
+    assert_eq!((job.state.as_str(), job.attempts), ("pending", 0));
+    drain(&w).await;
+    assert_eq!(
+        store.erasure("er1").await.unwrap().state,
+        ErasureState::Completed
+    );
+    let not_a_review = store
+        .review_erasure("er1", ErasureEvent::Verified, crate::now(), audit())
+        .await;
+    assert!(matches!(not_a_review, Err(StoreError::Transition(_))));
 }
 
 #[tokio::test]

@@ -35,6 +35,8 @@ pub enum StoreError {
     SubjectNotActive,
     #[error("{0}")]
     Approval(#[from] lethe_policy::ApprovalError),
+    #[error("{0}")]
+    Transition(#[from] lethe_policy::IllegalTransition),
     #[error("the state store is unavailable: {0}")]
     Unavailable(#[source] sqlx::Error),
     #[error("state store error: {0}")]
@@ -298,6 +300,18 @@ pub trait Store: Send + Sync + 'static {
         id: &str,
         actor: &str,
         required: usize,
+        at: DateTime<Utc>,
+        audit: AuditEntry,
+    ) -> Result<ErasureRecord, StoreError>;
+
+    /// A person takes a request that ran out of attempts (`exception` -> `manual_review`,
+    /// `ErasureEvent::Escalate`), or, having dealt with the cause, resumes it
+    /// (`manual_review` -> `propagating`, `ErasureEvent::Resume`: the failed stores are tried
+    /// again from their first attempt).
+    async fn review_erasure(
+        &self,
+        id: &str,
+        event: lethe_policy::ErasureEvent,
         at: DateTime<Utc>,
         audit: AuditEntry,
     ) -> Result<ErasureRecord, StoreError>;

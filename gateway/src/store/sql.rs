@@ -584,6 +584,35 @@ macro_rules! impl_store {
                     Ok(record)
                 }
 
+                async fn review_erasure(
+                    &self,
+                    id: &str,
+                    event: ErasureEvent,
+                    at: DateTime<Utc>,
+                    audit: AuditEntry,
+                ) -> Result<ErasureRecord, StoreError> {
+                    let mut tx = self.write_tx().await?;
+                    let sql = sqlx::AssertSqlSafe(format!("SELECT {ERASURE_COLUMNS} FROM erasure_requests WHERE id = $1{}", <$store>::FOR_UPDATE));
+                    let mut record = erasure_from_row(&sqlx::query(sql).bind(id).fetch_one(&mut *tx).await?)?;
+                    let to = match event {
+                        ErasureEvent::Escalate | ErasureEvent::Resume => lethe_policy::erasure::transition(record.state, event)?,
+                        other => return Err(lethe_policy::IllegalTransition { from: record.state, event: other }.into()),
+                    };
+                    record.state = to;
+                    record.updated_at = at;
+                    if event == ErasureEvent::Resume {
+                        sqlx::query("UPDATE purge_jobs SET state = 'pending', attempts = 0, next_attempt_at = $1, updated_at = $1 WHERE request_id = $2 AND state = 'exception'")
+                            .bind(at)
+                            .bind(id)
+                            .execute(&mut *tx)
+                            .await?;
+                    }
+                    save_erasure(&mut tx, &record).await?;
+                    append_in(&mut tx, audit).await?;
+                    tx.commit().await?;
+                    Ok(record)
+                }
+
                 async fn claim_purge_job(
                     &self,
                     worker: &str,
