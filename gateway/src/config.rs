@@ -164,7 +164,8 @@ pub fn erasure_target(route: &RouteConfig) -> Option<String> {
     match route.adapter {
         AdapterKind::Chroma => Some(format!("chroma:{}", route.name)),
         AdapterKind::Langgraph => Some(format!("langgraph:{}", route.name)),
-        AdapterKind::Qdrant | AdapterKind::Openai => None,
+        AdapterKind::Openai => Some(format!("openai:{}", route.name)),
+        AdapterKind::Qdrant => None,
     }
 }
 
@@ -301,6 +302,12 @@ pub struct RouteConfig {
     /// Default `["{tenant}", "{subject}"]`; an app using `("memories", user_id)` sets
     /// `["memories", "{subject}"]`.
     pub namespace: Option<Vec<String>>,
+    /// How long the upstream may take to start answering; then `upstream_unavailable`.
+    pub timeout: Option<ConfigDuration>,
+    /// OpenAI-compatible providers only: how long the provider keeps copies of what it is sent
+    /// (abuse monitoring, for example 30 days), even after they are deleted. The certificate
+    /// gives it as the final expiry of provider-side copies. Default 30d.
+    pub retention_window: Option<lethe_policy::MaxAge>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -656,6 +663,11 @@ impl Config {
                         "{at}: namespace must name {{subject}} exactly once, and no element may be empty or contain a dot"
                     ));
                 }
+            }
+            if route.retention_window.is_some() && route.adapter != AdapterKind::Openai {
+                problems.push(format!(
+                    "{at}: retention_window applies to openai routes only"
+                ));
             }
             if let Some(credential) = &route.credential
                 && hyper::header::HeaderName::from_bytes(credential.header.as_bytes()).is_err()

@@ -125,6 +125,43 @@ fn subject_policy<'v>(view: &'v impl PolicyView, tenant: &str, subject: &str) ->
     view.subject(tenant, subject).unwrap_or(&UNKNOWN_SUBJECT)
 }
 
+/// What a request that sends a subject's data to a model provider may do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProviderGrant {
+    /// The subject's epoch when the request was decided.
+    pub epoch: i64,
+    /// Consent covers `provider_retention`: the provider may keep what it is sent.
+    pub retention: bool,
+    /// Consent covers `train`: the data may be used for fine-tuning.
+    pub train: bool,
+}
+
+/// May this subject's data (for `purpose`, `category`) be sent to a model provider? Needs an
+/// active subject and `send_to_provider` consent; says whether the provider may also keep it and
+/// train on it.
+pub fn decide_provider(
+    view: &impl PolicyView,
+    tenant: &str,
+    subject: &str,
+    purpose: &str,
+    category: &str,
+    now: DateTime<Utc>,
+) -> Result<ProviderGrant, Refusal> {
+    let policy = subject_policy(view, tenant, subject);
+    if !policy.state.is_active() {
+        return Err(Refusal::SubjectSuppressed);
+    }
+    let covered = |action| coverage_end(&policy.grants, purpose, category, action, now).is_some();
+    if !covered(Action::SendToProvider) {
+        return Err(Refusal::ConsentRequired);
+    }
+    Ok(ProviderGrant {
+        epoch: policy.state.epoch,
+        retention: covered(Action::ProviderRetention),
+        train: covered(Action::Train),
+    })
+}
+
 /// Is a write that was allowed with `stamp` still allowed now that the store has taken it? Not
 /// when its subject was suppressed (or erased, or given a new epoch) in the meantime: the writer
 /// undoes it, so that nothing lands behind an erasure's purge.

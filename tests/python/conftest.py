@@ -117,6 +117,18 @@ def pgvector(tmp_path_factory):
     server.cleanup()
 
 
+@pytest.fixture(scope="session")
+def provider():
+    """The local OpenAI-compatible stand-in (`openai_standin.py`)."""
+    port = free_port()
+    process = subprocess.Popen([os.sys.executable, str(Path(__file__).parent / "openai_standin.py"), str(port)])
+    url = f"http://127.0.0.1:{port}"
+    wait_for("the provider stand-in", lambda: http("GET", f"{url}/v1/models")[0] == 200)
+    yield url
+    process.terminate()
+    process.wait(timeout=10)
+
+
 def new_database():
     """A fresh PostgreSQL database on the test server; returns its URL."""
     name = f"lethe_test_py_{uuid.uuid4().hex}"
@@ -130,7 +142,8 @@ def state_url():
 
 
 class Lethe:
-    def __init__(self, state_url, chroma_url, workdir, config=None, langgraph_url="http://127.0.0.1:1"):
+    def __init__(self, state_url, chroma_url, workdir, config=None, langgraph_url="http://127.0.0.1:1",
+                 openai_url="http://127.0.0.1:1"):
         self.state_url = state_url
         self.chroma_url = chroma_url
         self.workdir = workdir
@@ -143,6 +156,7 @@ class Lethe:
             "LETHE_DATA_LISTEN": self.data,
             "LETHE_UPSTREAM_CHROMA": chroma_url,
             "LETHE_UPSTREAM_LANGGRAPH": langgraph_url,
+            "LETHE_UPSTREAM_OPENAI": openai_url,
             "LETHE_LOG": "warn",
         })
         if config:
@@ -211,22 +225,41 @@ class Lethe:
         self.process.kill()
         self.process.wait(timeout=15)
 
+    def openai(self, subject=None, purpose="support", category="conversation", token=None):
+        """The official OpenAI SDK, pointed at Lethe's /openai route; Lethe's token is the key."""
+        from openai import OpenAI
+        headers = {"X-Lethe-Purpose": purpose, "X-Lethe-Category": category}
+        return OpenAI(base_url=f"http://{self.data}/openai/v1", api_key=token or self.token("agent", subject),
+                      default_headers=headers, max_retries=0, timeout=30)
+
+    def grant_provider(self, subject, actions=("send_to_provider",)):
+        status, grant = self.call("POST", "/v1/consents", {
+            "subject": subject, "purpose": "support", "category": "conversation",
+            "actions": list(actions), "source": "pytest", "policy_version": 1,
+        })
+        assert status == 201, grant
+        return grant["id"]
+
     def stop(self):
         self.process.terminate()
         self.process.wait(timeout=15)
 
 
-def own_lethe(chroma_url, workdir, erasure_toml, langgraph_url=None):
+def own_lethe(chroma_url, workdir, erasure_toml, langgraph_url=None, openai_url=None):
     """A Lethe of the test's own, on a fresh state database: the chroma route (its upstream
-    given by `chroma_url`), the langgraph route when `langgraph_url` is given, and the erasure
-    settings in `erasure_toml`."""
+    given by `chroma_url`), the langgraph and openai routes when their URLs are given, and the
+    erasure settings in `erasure_toml`."""
     config = Path(workdir) / "lethe.toml"
     routes = '\n[[routes]]\nname = "chroma"\nprefix = "/chroma"\nupstream = "http://127.0.0.1:1"\nadapter = "chroma"\n'
     if langgraph_url:
         routes += '\n[[routes]]\nname = "langgraph"\nprefix = "/langgraph"\nupstream = "http://127.0.0.1:1"\nadapter = "langgraph"\n'
+    if openai_url:
+        routes += ('\n[[routes]]\nname = "openai"\nprefix = "/openai"\nupstream = "http://127.0.0.1:1"\nadapter = "openai"\n'
+                   'timeout = "2s"\nretention_window = "30d"\n'
+                   'credential = { header = "authorization", value = { value = "Bearer sk-standin" } }\n')
     config.write_text(erasure_toml + routes)
     return Lethe(new_database(), chroma_url, workdir, config=config,
-                 langgraph_url=langgraph_url or "http://127.0.0.1:1")
+                 langgraph_url=langgraph_url or "http://127.0.0.1:1", openai_url=openai_url or "http://127.0.0.1:1")
 
 
 @pytest.fixture(scope="session")

@@ -5,6 +5,7 @@ pub mod chroma;
 #[cfg(test)]
 mod fixtures;
 pub mod langgraph;
+pub mod openai;
 pub mod stamp;
 
 use lethe_policy::Refusal;

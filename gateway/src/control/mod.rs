@@ -48,18 +48,36 @@ impl ErasureSettings {
         config: &crate::config::Config,
         signer: crate::erasure::certificate::Signer,
     ) -> Self {
+        let mut backups: std::collections::BTreeMap<_, _> = config
+            .erasure
+            .backups
+            .iter()
+            .map(|b| (b.target.clone(), b.retention))
+            .collect();
+        // A provider's copies last its retention window: the certificate's expiry for them.
+        for route in &config.routes {
+            if let (Some(target), Some(window)) =
+                (crate::config::erasure_target(route), provider_window(route))
+            {
+                backups.entry(target).or_insert(window);
+            }
+        }
         ErasureSettings {
             approvals_required: config.erasure.approvals_required,
             targets: config.erasure_targets(),
-            backups: config
-                .erasure
-                .backups
-                .iter()
-                .map(|b| (b.target.clone(), b.retention))
-                .collect(),
+            backups,
             signer: Arc::new(signer),
         }
     }
+}
+
+/// How long a provider route's provider keeps copies (30 days unless configured).
+fn provider_window(route: &crate::config::RouteConfig) -> Option<lethe_policy::MaxAge> {
+    (route.adapter == crate::config::AdapterKind::Openai).then(|| {
+        route
+            .retention_window
+            .or_else(|| lethe_policy::MaxAge::from_seconds(30 * 86_400).ok())
+    })?
 }
 
 /// The control-plane app. Layers, outermost first: request id and error rendering, metrics and

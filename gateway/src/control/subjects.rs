@@ -34,6 +34,13 @@ pub async fn view(
         .map(HoldView::now)
         .collect();
     let inventory = store.inventory(tenant, &subject).await?;
+    // Which providers received this subject's data, first and last time.
+    let processors: Vec<_> = store
+        .processors(tenant, &subject)
+        .await?
+        .into_iter()
+        .map(|p| json!({"processor": p.processor, "first_at": p.first_at, "last_at": p.last_at}))
+        .collect();
     Ok(Json(json!({
         "tenant": tenant,
         "subject": subject,
@@ -44,5 +51,6 @@ pub async fn view(
         "grants": grants,
         "legal_holds": holds,
         "inventory": inventory,
+        "processors": processors,
     })))
 }

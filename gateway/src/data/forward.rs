@@ -3,6 +3,7 @@
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
 use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode, Uri};
 use hyper_util::client::legacy::Client;
@@ -23,6 +24,10 @@ pub struct Route {
     pub credential: Option<(HeaderName, HeaderValue)>,
     /// LangGraph routes: where a subject's store items live.
     pub namespace: Namespace,
+    /// How long the upstream may take to start answering.
+    pub timeout: Option<std::time::Duration>,
+    /// Providers: how long they keep copies of what they are sent.
+    pub retention_window: chrono::TimeDelta,
 }
 
 impl Route {
@@ -57,6 +62,10 @@ impl Route {
                 .as_deref()
                 .map(Namespace::from_template)
                 .unwrap_or_default(),
+            timeout: config.timeout.map(|t| t.0),
+            retention_window: config
+                .retention_window
+                .map_or(chrono::TimeDelta::days(30), lethe_policy::MaxAge::as_delta),
         })
     }
 
@@ -112,7 +121,7 @@ const HOP_BY_HOP: [&str; 8] = [
 ];
 
 /// Removes the hop-by-hop headers, including those the `Connection` header names.
-fn strip_hop_by_hop(headers: &mut HeaderMap) {
+pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
     let named: Vec<HeaderName> = headers
         .get_all(header::CONNECTION)
         .iter()
@@ -146,8 +155,7 @@ impl Upstreams {
         }
     }
 
-    /// Sends `body` to the route's upstream at `path` (and `query`). The client's own
-    /// credentials and Lethe's headers stay behind; the route's credential goes instead.
+    /// Sends `body` to the route's upstream and reads the whole answer.
     pub async fn send(
         &self,
         route: &Route,
@@ -157,6 +165,39 @@ impl Upstreams {
         client_headers: &HeaderMap,
         body: Bytes,
     ) -> Result<Answer, DataError> {
+        let response = self
+            .open(route, method, path, query, client_headers, body)
+            .await?;
+        let (parts, body) = response.into_parts();
+        let body = Limited::new(body, self.max_answer_bytes)
+            .collect()
+            .await
+            .map_err(|_| {
+                DataError::upstream_unavailable(format!(
+                    "the {} upstream's answer was cut off or too large",
+                    route.name
+                ))
+            })?;
+        Ok(Answer {
+            status: parts.status,
+            headers: parts.headers,
+            body: body.to_bytes(),
+        })
+    }
+
+    /// Sends `body` to the route's upstream at `path` (and `query`) and answers once the head of
+    /// the answer is in (within the route's timeout); the body is the caller's to read. The
+    /// client's own credentials and Lethe's headers stay behind; the route's credential goes
+    /// instead.
+    pub async fn open(
+        &self,
+        route: &Route,
+        method: Method,
+        path: &str,
+        query: Option<&str>,
+        client_headers: &HeaderMap,
+        body: Bytes,
+    ) -> Result<Response<Incoming>, DataError> {
         let base = route.upstream.path().trim_end_matches('/');
         let path_and_query = match query {
             Some(q) => format!("{base}{path}?{q}"),
@@ -205,13 +246,23 @@ impl Upstreams {
         *request.uri_mut() = uri;
         *request.headers_mut() = headers;
 
-        let response = self.client.request(request).await.map_err(|e| {
+        let sent = self.client.request(request);
+        let response = match route.timeout {
+            Some(limit) => tokio::time::timeout(limit, sent).await.map_err(|_| {
+                DataError::upstream_unavailable(format!(
+                    "the {} upstream did not answer within {} ms",
+                    route.name,
+                    limit.as_millis()
+                ))
+            })?,
+            None => sent.await,
+        }
+        .map_err(|e| {
             tracing::warn!(route = %route.name, error = %e, "upstream request failed");
             DataError::upstream_unavailable(format!("the {} upstream is unavailable", route.name))
         })?;
-        let (parts, body) = response.into_parts();
-        if parts
-            .headers
+        if response
+            .headers()
             .get(header::CONTENT_ENCODING)
             .is_some_and(|v| v != "identity")
         {
@@ -221,20 +272,7 @@ impl Upstreams {
                 "the upstream answered compressed",
             ));
         }
-        let body = Limited::new(body, self.max_answer_bytes)
-            .collect()
-            .await
-            .map_err(|_| {
-                DataError::upstream_unavailable(format!(
-                    "the {} upstream's answer was cut off or too large",
-                    route.name
-                ))
-            })?;
-        Ok(Answer {
-            status: parts.status,
-            headers: parts.headers,
-            body: body.to_bytes(),
-        })
+        Ok(response)
     }
 }
 
@@ -270,6 +308,8 @@ mod tests {
             adapter: crate::config::AdapterKind::Chroma,
             credential: None,
             namespace: Namespace::default(),
+            timeout: None,
+            retention_window: chrono::TimeDelta::days(30),
         };
         assert_eq!(
             route.strip("/chroma/api/v2/heartbeat"),

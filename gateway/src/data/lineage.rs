@@ -1,5 +1,6 @@
-//! Lineage rows are written off the hot path: requests hand them to a writer task that stores
-//! them in batches. The stamp in the store stays the source of truth; lineage is the index.
+//! Lineage rows (and which providers received a subject's data) are written off the hot path:
+//! requests hand them to a writer task that stores them in batches. The stamp in the store stays
+//! the source of truth; lineage is the index.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -7,13 +8,18 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use crate::store::{ItemRecord, Store};
+use crate::store::{ItemRecord, ProcessorUse, Store, StoreError};
 
 const BATCH: usize = 500;
 
+enum Row {
+    Item(ItemRecord),
+    Processor(ProcessorUse),
+}
+
 #[derive(Clone)]
 pub struct LineageWriter {
-    tx: mpsc::Sender<ItemRecord>,
+    tx: mpsc::Sender<Row>,
 }
 
 impl LineageWriter {
@@ -26,29 +32,57 @@ impl LineageWriter {
     /// Queues rows; waits only when the writer is 10 000 rows behind.
     pub async fn record(&self, items: Vec<ItemRecord>) {
         for item in items {
-            if self.tx.send(item).await.is_err() {
-                tracing::error!("lineage writer stopped; a lineage row was not recorded");
-                return;
-            }
+            self.queue(Row::Item(item)).await;
+        }
+    }
+
+    /// Queues the use of a provider (a processor) for a subject's data.
+    pub async fn processor_used(&self, used: ProcessorUse) {
+        self.queue(Row::Processor(used)).await;
+    }
+
+    async fn queue(&self, row: Row) {
+        if self.tx.send(row).await.is_err() {
+            tracing::error!("lineage writer stopped; a lineage row was not recorded");
         }
     }
 }
 
-async fn write(store: Arc<dyn Store>, mut rx: mpsc::Receiver<ItemRecord>) {
+async fn write(store: Arc<dyn Store>, mut rx: mpsc::Receiver<Row>) {
     let mut batch = Vec::with_capacity(BATCH);
     while rx.recv_many(&mut batch, BATCH).await > 0 {
-        let mut delay = Duration::from_millis(50);
-        for attempt in 1..=5 {
-            match store.record_items(&batch).await {
-                Ok(()) => break,
-                Err(e) if attempt < 5 => {
-                    tracing::warn!(error = %e, attempt, rows = batch.len(), "lineage batch failed; retrying");
-                    tokio::time::sleep(delay).await;
-                    delay *= 2;
-                }
-                Err(e) => tracing::error!(error = %e, rows = batch.len(), "lineage batch dropped"),
+        let mut items = Vec::new();
+        let mut uses = Vec::new();
+        for row in batch.drain(..) {
+            match row {
+                Row::Item(item) => items.push(item),
+                Row::Processor(used) => uses.push(used),
             }
         }
-        batch.clear();
+        if !items.is_empty() {
+            retried("lineage batch", || store.record_items(&items)).await;
+        }
+        if !uses.is_empty() {
+            retried("processor batch", || store.record_processors(&uses)).await;
+        }
+    }
+}
+
+async fn retried<F, Fut>(what: &str, mut attempt_once: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<(), StoreError>>,
+{
+    let mut delay = Duration::from_millis(50);
+    for attempt in 1..=5 {
+        match attempt_once().await {
+            Ok(()) => return,
+            Err(e) if attempt < 5 => {
+                tracing::warn!(error = %e, attempt, "{what} failed; retrying");
+                tokio::time::sleep(delay).await;
+                delay *= 2;
+            }
+            Err(e) => tracing::error!(error = %e, "{what} dropped"),
+        }
     }
 }

@@ -12,7 +12,9 @@ pub mod error;
 pub mod forward;
 mod langgraph;
 pub mod lineage;
+mod openai;
 pub mod policy_cache;
+pub mod stream;
 pub mod tokens;
 
 use std::convert::Infallible;
@@ -89,7 +91,12 @@ pub struct Limits {
     pub max_concurrency: usize,
 }
 
-type Body = Full<Bytes>;
+/// Whole, checked answers; or server-sent events relayed one checked event at a time.
+pub type Body = http_body_util::Either<Full<Bytes>, stream::EventStream>;
+
+fn whole(response: Response<Full<Bytes>>) -> Response<Body> {
+    response.map(http_body_util::Either::Left)
+}
 
 #[derive(Debug, Clone)]
 struct RequestId(String);
@@ -127,7 +134,7 @@ pub fn service(
         async move {
             let mut response = match inner.oneshot(request).await {
                 Ok(response) => response,
-                Err(e) => overload_or_timeout(&e).into_response(&id),
+                Err(e) => whole(overload_or_timeout(&e).into_response(&id)),
             };
             if let Ok(value) = HeaderValue::from_str(&id) {
                 response.headers_mut().insert("x-request-id", value);
@@ -188,7 +195,7 @@ async fn handle(state: &DataState, request: Request<Incoming>) -> Response<Body>
     let mut seen = Seen::default();
     let response = match run(state, request, &id, &mut seen).await {
         Ok(response) => response,
-        Err(e) => e.into_response(&id),
+        Err(e) => whole(e.into_response(&id)),
     };
     if !tracing::enabled!(tracing::Level::INFO) {
         return response;
@@ -278,10 +285,15 @@ async fn run(
         parts: &parts,
     };
     match route.adapter {
-        AdapterKind::Chroma => chroma::handle(&upstream, &ctx, &rest, body).await,
-        AdapterKind::Langgraph => langgraph::handle(&upstream, &ctx, &rest, body).await,
+        AdapterKind::Chroma => chroma::handle(&upstream, &ctx, &rest, body)
+            .await
+            .map(whole),
+        AdapterKind::Langgraph => langgraph::handle(&upstream, &ctx, &rest, body)
+            .await
+            .map(whole),
+        AdapterKind::Openai => openai::handle(&upstream, &ctx, &rest, body).await,
         // Routes whose adapter is not built refuse everything rather than pass it through.
-        AdapterKind::Qdrant | AdapterKind::Openai => Err(DataError::unknown_endpoint()),
+        AdapterKind::Qdrant => Err(DataError::unknown_endpoint()),
     }
 }
 

@@ -6,6 +6,7 @@
 pub mod certificate;
 mod chroma;
 mod langgraph;
+mod openai;
 mod postgres;
 mod redis;
 mod sqlite_file;
@@ -22,6 +23,7 @@ use serde::Serialize;
 
 pub use chroma::ChromaConnector;
 pub use langgraph::LangGraphConnector;
+pub use openai::OpenAiConnector;
 pub use postgres::PostgresConnector;
 pub use redis::RedisConnector;
 pub use sqlite_file::SqliteFileConnector;
@@ -97,7 +99,10 @@ pub fn route_connectors(config: &Config) -> Result<Vec<RouteConnector>, String> 
                     min_score: f64::from(config.erasure.probe_min_similarity) / 100.0,
                 },
             )),
-            AdapterKind::Qdrant | AdapterKind::Openai => continue,
+            AdapterKind::Openai => {
+                Arc::new(OpenAiConnector::new(route.clone(), Arc::clone(&upstreams)))
+            }
+            AdapterKind::Qdrant => continue,
         };
         connectors.push(RouteConnector {
             route: route.name,

@@ -179,6 +179,16 @@ pub struct ItemRecord {
     pub parents: Vec<String>,
 }
 
+/// A model provider that received a subject's data, first and last time.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ProcessorUse {
+    pub tenant: String,
+    pub subject: String,
+    pub processor: String,
+    pub first_at: DateTime<Utc>,
+    pub last_at: DateTime<Utc>,
+}
+
 impl ItemRecord {
     /// The lineage row of an item written through Lethe with `stamp`.
     pub fn stamped(
@@ -362,6 +372,15 @@ pub trait Store: Send + Sync + 'static {
         subjects: &[String],
         include_deleted: bool,
     ) -> Result<Vec<(String, String)>, StoreError>;
+
+    /// Records that providers received subjects' data: the first time is kept, the last moved on.
+    async fn record_processors(&self, uses: &[ProcessorUse]) -> Result<(), StoreError>;
+    /// The providers that received a subject's data.
+    async fn processors(
+        &self,
+        tenant: &str,
+        subject: &str,
+    ) -> Result<Vec<ProcessorUse>, StoreError>;
 
     /// Records lineage rows; a row for an item already known replaces it if it has the same owner.
     async fn record_items(&self, items: &[ItemRecord]) -> Result<(), StoreError>;

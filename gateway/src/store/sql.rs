@@ -830,6 +830,46 @@ macro_rules! impl_store {
                     Ok(items)
                 }
 
+                async fn record_processors(&self, uses: &[crate::store::ProcessorUse]) -> Result<(), StoreError> {
+                    let mut tx = self.write_tx().await?;
+                    for u in uses {
+                        sqlx::query(
+                            "INSERT INTO processors (tenant, subject, processor, first_at, last_at) VALUES ($1, $2, $3, $4, $5)
+                             ON CONFLICT (tenant, subject, processor) DO UPDATE SET
+                               first_at = CASE WHEN excluded.first_at < processors.first_at THEN excluded.first_at ELSE processors.first_at END,
+                               last_at = CASE WHEN excluded.last_at > processors.last_at THEN excluded.last_at ELSE processors.last_at END",
+                        )
+                        .bind(&u.tenant)
+                        .bind(&u.subject)
+                        .bind(&u.processor)
+                        .bind(u.first_at)
+                        .bind(u.last_at)
+                        .execute(&mut *tx)
+                        .await?;
+                    }
+                    tx.commit().await?;
+                    Ok(())
+                }
+
+                async fn processors(&self, tenant: &str, subject: &str) -> Result<Vec<crate::store::ProcessorUse>, StoreError> {
+                    let rows = sqlx::query("SELECT processor, first_at, last_at FROM processors WHERE tenant = $1 AND subject = $2 ORDER BY processor")
+                        .bind(tenant)
+                        .bind(subject)
+                        .fetch_all(&self.pool)
+                        .await?;
+                    rows.iter()
+                        .map(|r| {
+                            Ok(crate::store::ProcessorUse {
+                                tenant: tenant.to_owned(),
+                                subject: subject.to_owned(),
+                                processor: r.try_get("processor")?,
+                                first_at: r.try_get("first_at")?,
+                                last_at: r.try_get("last_at")?,
+                            })
+                        })
+                        .collect()
+                }
+
                 async fn record_items(&self, items: &[ItemRecord]) -> Result<(), StoreError> {
                     let mut tx = self.write_tx().await?;
                     // One statement per 500 rows (13 parameters each, well under both databases' limits).

@@ -307,6 +307,52 @@ fn stamp(subject: &str, purpose: &str, expires: u32, epoch: i64) -> Stamp {
 }
 
 #[test]
+fn provider_decisions() {
+    use Action::*;
+    let mut view = fixture();
+    let grant_of = |actions: &[Action]| grant("carol", "support", actions, None, None);
+    let subjects = view.subjects.get_mut("acme").unwrap();
+    for (who, actions) in [
+        ("carol", vec![SendToProvider]),
+        ("dan", vec![SendToProvider, ProviderRetention, Train]),
+        ("erin", vec![Store, Retrieve]),
+    ] {
+        let mut g = grant_of(&actions);
+        g.subject = who.into();
+        subjects.insert(
+            who.into(),
+            SubjectPolicy {
+                state: SubjectState::default(),
+                grants: vec![g],
+            },
+        );
+    }
+    let decide =
+        |s: &str, purpose: &str| decide_provider(&view, "acme", s, purpose, "preference", day(5));
+    let no_keeping = ProviderGrant {
+        epoch: 0,
+        retention: false,
+        train: false,
+    };
+    assert_eq!(decide("carol", "support"), Ok(no_keeping));
+    assert_eq!(
+        decide("dan", "support"),
+        Ok(ProviderGrant {
+            epoch: 0,
+            retention: true,
+            train: true
+        })
+    );
+    assert_eq!(decide("carol", "marketing"), Err(Refusal::ConsentRequired));
+    assert_eq!(decide("erin", "support"), Err(Refusal::ConsentRequired));
+    assert_eq!(decide("nobody", "support"), Err(Refusal::ConsentRequired));
+    assert_eq!(
+        decide("bob", "personalization"),
+        Err(Refusal::SubjectSuppressed)
+    );
+}
+
+#[test]
 fn a_write_stays_current_only_while_its_subject_and_epoch_do() {
     let view = fixture();
     let cases = [

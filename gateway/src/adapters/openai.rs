@@ -1,0 +1,418 @@
+//! An OpenAI-compatible provider's HTTP API (`/v1/...`).
+//!
+//! Every request is about one subject and is decided before it leaves: an active subject,
+//! `send_to_provider` consent for the request's purpose, and for what the provider would keep
+//! (stored responses, conversations, stored chat completions) `provider_retention` consent, or the
+//! request is rewritten not to be stored. Objects the provider keeps (responses, conversations,
+//! their items, files) are recorded as the subject's, and any later request naming one is decided
+//! on that record.
+
+use chrono::{DateTime, Utc};
+use hyper::Method;
+use lethe_policy::{ProviderGrant, Refusal, Stamp};
+use serde_json::{Map, Value, json};
+use sha2::{Digest, Sha256};
+
+use super::AdapterError;
+use super::stamp::parse_object;
+
+/// Lineage collections of a provider route.
+pub const RESPONSES: &str = "responses";
+pub const CONVERSATIONS: &str = "conversations";
+/// Conversation items, recorded as `conversation_id/item_id`.
+pub const ITEMS: &str = "conversation_items";
+pub const FILES: &str = "files";
+/// SHA-256 of each embeddings input: the text never, its fingerprint so derived caches can be
+/// traced.
+pub const EMBEDDED: &str = "embedded_inputs";
+
+/// What a request sends to the provider for the first time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Generate {
+    Chat,
+    Responses,
+    Embeddings,
+}
+
+/// What a request does to an object the provider keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    Read,
+    /// Adds to it (new conversation items, a metadata update, a cancel).
+    Write,
+    Delete,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Endpoint {
+    /// The model list: no subject's data.
+    Models,
+    Generate(Generate),
+    CreateConversation,
+    UploadFile,
+    ListFiles,
+    /// `collection` is `RESPONSES`, `CONVERSATIONS` or `FILES`; `item` a conversation item.
+    Object {
+        collection: &'static str,
+        id: String,
+        item: Option<String>,
+        access: Access,
+    },
+    Refused,
+}
+
+/// Which endpoint a request is; `path` is the part after the route prefix.
+pub fn classify(method: &Method, path: &str) -> Endpoint {
+    let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let object = |collection, id: &str, item: Option<&str>, access| Endpoint::Object {
+        collection,
+        id: id.to_owned(),
+        item: item.map(str::to_owned),
+        access,
+    };
+    use Access::{Delete, Read, Write};
+    match (segments.as_slice(), method.as_str()) {
+        (["v1", "models"] | ["v1", "models", _], "GET") => Endpoint::Models,
+        (["v1", "chat", "completions"], "POST") => Endpoint::Generate(Generate::Chat),
+        (["v1", "embeddings"], "POST") => Endpoint::Generate(Generate::Embeddings),
+        (["v1", "responses"], "POST") => Endpoint::Generate(Generate::Responses),
+        (["v1", "responses", id], "GET") | (["v1", "responses", id, "input_items"], "GET") => {
+            object(RESPONSES, id, None, Read)
+        }
+        (["v1", "responses", id], "DELETE") => object(RESPONSES, id, None, Delete),
+        (["v1", "responses", id, "cancel"], "POST") => object(RESPONSES, id, None, Write),
+        (["v1", "conversations"], "POST") => Endpoint::CreateConversation,
+        (["v1", "conversations", id], "GET") | (["v1", "conversations", id, "items"], "GET") => {
+            object(CONVERSATIONS, id, None, Read)
+        }
+        (["v1", "conversations", id], "POST") | (["v1", "conversations", id, "items"], "POST") => {
+            object(CONVERSATIONS, id, None, Write)
+        }
+        (["v1", "conversations", id], "DELETE") => object(CONVERSATIONS, id, None, Delete),
+        (["v1", "conversations", id, "items", item], "GET") => {
+            object(CONVERSATIONS, id, Some(item), Read)
+        }
+        (["v1", "conversations", id, "items", item], "DELETE") => {
+            object(CONVERSATIONS, id, Some(item), Delete)
+        }
+        (["v1", "files"], "POST") => Endpoint::UploadFile,
+        (["v1", "files"], "GET") => Endpoint::ListFiles,
+        (["v1", "files", id] | ["v1", "files", id, "content"], "GET") => {
+            object(FILES, id, None, Read)
+        }
+        (["v1", "files", id], "DELETE") => object(FILES, id, None, Delete),
+        _ => Endpoint::Refused,
+    }
+}
+
+/// A request that sends new data, as Lethe forwards it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Planned {
+    pub body: Vec<u8>,
+    /// The client asked for server-sent events.
+    pub stream: bool,
+    /// Whether the provider will keep what it is sent (after the rewrite).
+    pub stored: bool,
+    /// Objects the request builds on, which must be the subject's: (collection, id).
+    pub builds_on: Vec<(&'static str, String)>,
+    /// Fingerprints of embeddings inputs.
+    pub fingerprints: Vec<String>,
+}
+
+fn id_field(value: Option<&Value>, what: &str) -> Result<Option<String>, AdapterError> {
+    match value {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(id)) => Ok(Some(id.clone())),
+        Some(Value::Object(o)) => match o.get("id") {
+            Some(Value::String(id)) => Ok(Some(id.clone())),
+            _ => Err(AdapterError::Invalid(format!("{what}.id must be a string"))),
+        },
+        Some(_) => Err(AdapterError::Invalid(format!("{what} must be an id"))),
+    }
+}
+
+/// Rewrites a chat completion, response or embeddings request to what `grant` allows: a request
+/// the provider would store (`store: true`, or a response relying on the provider's default of
+/// storing) is rewritten to `store: false` unless consent covers `provider_retention`; a response
+/// added to a conversation is stored by definition and needs that consent.
+pub fn plan(kind: Generate, body: &[u8], grant: &ProviderGrant) -> Result<Planned, AdapterError> {
+    let mut map = parse_object(body)?;
+    let stream = match map.get("stream") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => *b,
+        Some(_) => return Err(AdapterError::Invalid("stream must be a boolean".into())),
+    };
+    let asked_store = match map.get("store") {
+        None | Some(Value::Null) => kind == Generate::Responses,
+        Some(Value::Bool(b)) => *b,
+        Some(_) => return Err(AdapterError::Invalid("store must be a boolean".into())),
+    };
+    let mut builds_on = Vec::new();
+    let mut fingerprints = Vec::new();
+    if asked_store && !grant.retention {
+        map.insert("store".into(), Value::Bool(false));
+    }
+    let mut stored = asked_store && grant.retention && kind != Generate::Embeddings;
+    if kind == Generate::Embeddings {
+        fingerprints = embedding_fingerprints(&map)?;
+    }
+    if kind == Generate::Responses {
+        if let Some(id) = id_field(map.get("previous_response_id"), "previous_response_id")? {
+            builds_on.push((RESPONSES, id));
+        }
+        if let Some(id) = id_field(map.get("conversation"), "conversation")? {
+            if !grant.retention {
+                return Err(refused(Refusal::ConsentRequired));
+            }
+            stored = true;
+            builds_on.push((CONVERSATIONS, id));
+        }
+    }
+    let body = serde_json::to_vec(&map).map_err(|e| AdapterError::Invalid(e.to_string()))?;
+    Ok(Planned {
+        body,
+        stream,
+        stored,
+        builds_on,
+        fingerprints,
+    })
+}
+
+fn refused(refusal: Refusal) -> AdapterError {
+    AdapterError::Refused(vec![super::RecordRefusal { index: 0, refusal }])
+}
+
+/// SHA-256 (hex) of each input: a string, an array of strings, or token arrays (hashed as JSON).
+fn embedding_fingerprints(map: &Map<String, Value>) -> Result<Vec<String>, AdapterError> {
+    let hash = |bytes: &[u8]| hex::encode(Sha256::digest(bytes));
+    match map.get("input") {
+        Some(Value::String(text)) => Ok(vec![hash(text.as_bytes())]),
+        Some(Value::Array(inputs)) if !inputs.is_empty() => Ok(inputs
+            .iter()
+            .map(|input| match input {
+                Value::String(text) => hash(text.as_bytes()),
+                other => hash(other.to_string().as_bytes()),
+            })
+            .collect()),
+        _ => Err(AdapterError::Invalid(
+            "input must be a string or a non-empty array".into(),
+        )),
+    }
+}
+
+/// A request about an object the provider keeps: allowed when lineage records it as the
+/// caller's subject's (same tenant, same subject) and, except for a delete, the subject is
+/// active. `registered` is lineage's stamp of the object; `active` whether its owner is.
+pub fn decide_object(
+    registered: Option<&Stamp>,
+    tenant: &str,
+    subject: Option<&str>,
+    access: Access,
+    active: bool,
+) -> Result<(), Refusal> {
+    let stamp = registered.ok_or(Refusal::UnstampedItem)?;
+    if stamp.tenant != tenant || subject.is_some_and(|s| s != stamp.subject) {
+        return Err(Refusal::ScopeViolation);
+    }
+    if access != Access::Delete && !active {
+        return Err(Refusal::SubjectSuppressed);
+    }
+    Ok(())
+}
+
+/// `POST /v1/files`: a fine-tuning upload needs `train` consent; anything uploaded is kept by the
+/// provider and needs `provider_retention`.
+pub fn decide_upload(purpose: Option<&str>, grant: &ProviderGrant) -> Result<(), Refusal> {
+    if purpose == Some("fine-tune") && !grant.train {
+        return Err(Refusal::ConsentRequired);
+    }
+    if !grant.retention {
+        return Err(Refusal::ConsentRequired);
+    }
+    Ok(())
+}
+
+/// The value of a text field of a `multipart/form-data` body (the `purpose` of an upload).
+pub fn multipart_field(content_type: &str, body: &[u8], name: &str) -> Option<String> {
+    let boundary = content_type
+        .split(';')
+        .map(str::trim)
+        .find_map(|p| p.strip_prefix("boundary="))?
+        .trim_matches('"');
+    let delimiter = format!("--{boundary}");
+    let text = String::from_utf8_lossy(body);
+    let wanted = format!("name=\"{name}\"");
+    text.split(delimiter.as_str()).find_map(|part| {
+        let (head, value) = part.split_once("\r\n\r\n")?;
+        let disposition = head
+            .lines()
+            .find(|l| l.to_ascii_lowercase().starts_with("content-disposition"))?;
+        let named = disposition.split(';').map(str::trim).any(|p| p == wanted);
+        named.then(|| value.trim_end_matches("\r\n").to_owned())
+    })
+}
+
+/// The id of an object the provider answered with (`id` at the top).
+pub fn answered_id(answer: &Value) -> Result<String, AdapterError> {
+    answer
+        .get("id")
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+        .ok_or_else(|| AdapterError::UpstreamInvalid("an object without id".into()))
+}
+
+/// Whether the provider says it stored a response (`store` in the answer; absent means stored).
+pub fn answer_stored(answer: &Value) -> bool {
+    answer.get("store").and_then(Value::as_bool).unwrap_or(true)
+}
+
+/// The ids of the items of a list answer (`{"data": [{"id": ...}]}`).
+pub fn listed_ids(answer: &Value) -> Result<Vec<String>, AdapterError> {
+    answer
+        .get("data")
+        .and_then(Value::as_array)
+        .ok_or_else(|| AdapterError::UpstreamInvalid("a list without data".into()))?
+        .iter()
+        .map(answered_id)
+        .collect()
+}
+
+/// Keeps the entries of a list answer whose id `keep` allows.
+pub fn filter_list(answer: Value, keep: impl Fn(&str) -> bool) -> Result<Value, AdapterError> {
+    listed_ids(&answer)?;
+    let Value::Object(mut map) = answer else {
+        return Err(AdapterError::UpstreamInvalid("not an object".into()));
+    };
+    if let Some(Value::Array(data)) = map.remove("data") {
+        let kept: Vec<Value> = data
+            .into_iter()
+            .filter(|entry| entry.get("id").and_then(Value::as_str).is_some_and(&keep))
+            .collect();
+        map.insert("data".into(), Value::Array(kept));
+    }
+    Ok(Value::Object(map))
+}
+
+/// The lineage id of a conversation item.
+pub fn item_key(conversation: &str, item: &str) -> String {
+    format!("{conversation}/{item}")
+}
+
+/// The stamp of what the provider keeps for a subject: until the provider's retention window ends.
+pub fn provider_stamp(
+    tenant: &str,
+    subject: &str,
+    purpose: &str,
+    category: &str,
+    grant: &ProviderGrant,
+    expires_at: DateTime<Utc>,
+) -> Stamp {
+    Stamp {
+        tenant: tenant.to_owned(),
+        subject: subject.to_owned(),
+        purpose: purpose.to_owned(),
+        category: category.to_owned(),
+        layer: lethe_policy::Layer::Derived,
+        expires_at,
+        epoch: grant.epoch,
+    }
+}
+
+/// The id of the object a stream is about, from its first events: `response.id` of a response's
+/// events, or the `id` of a chat completion's chunks.
+pub fn streamed_object_id(events: &[u8]) -> Option<String> {
+    let text = std::str::from_utf8(events).ok()?;
+    text.split("\n\n").find_map(|event| {
+        let data: String = event
+            .lines()
+            .filter_map(|l| l.strip_prefix("data:"))
+            .map(str::trim)
+            .collect();
+        let value: Value = serde_json::from_str(&data).ok()?;
+        let id = value
+            .get("response")
+            .and_then(|r| r.get("id"))
+            .or_else(|| value.get("id"))?;
+        id.as_str().map(str::to_owned)
+    })
+}
+
+/// The error event Lethe ends a stream with when it cuts it.
+pub fn error_event(code: &str, message: &str) -> Vec<u8> {
+    let data = json!({ "error": { "code": code, "message": message, "type": "lethe_error" } });
+    format!("event: error\ndata: {data}\n\n").into_bytes()
+}
+
+/// Checks server-sent events as they pass: every event's `data` must be JSON or `[DONE]`, and
+/// the stream UTF-8. Feed it each chunk; it answers the events completed so far (an event split
+/// across chunks waits for its end), so only whole, checked events are passed on.
+#[derive(Debug, Default)]
+pub struct SseCheck {
+    pending: Vec<u8>,
+}
+
+impl SseCheck {
+    pub fn feed(&mut self, chunk: &[u8]) -> Result<bytes::Bytes, String> {
+        self.pending.extend_from_slice(chunk);
+        let mut complete = Vec::new();
+        while let Some((length, blank)) = find_event_end(&self.pending) {
+            let event: Vec<u8> = self.pending.drain(..length + blank).collect();
+            let text = std::str::from_utf8(&event[..length])
+                .map_err(|_| "an event that is not UTF-8".to_owned())?;
+            check_event(text)?;
+            complete.extend_from_slice(&event);
+        }
+        Ok(complete.into())
+    }
+
+    /// At the end of the stream: nothing half-sent may be left.
+    pub fn finish(&self) -> Result<(), String> {
+        if self.pending.iter().all(u8::is_ascii_whitespace) {
+            Ok(())
+        } else {
+            Err("the stream ended in the middle of an event".into())
+        }
+    }
+}
+
+/// Where the first event ends: (its length, the length of the blank line after it).
+fn find_event_end(buffer: &[u8]) -> Option<(usize, usize)> {
+    let lf = buffer.windows(2).position(|w| w == b"\n\n").map(|i| (i, 2));
+    let crlf = buffer
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .map(|i| (i, 4));
+    match (lf, crlf) {
+        (Some(a), Some(b)) => Some(if a.0 <= b.0 { a } else { b }),
+        (a, b) => a.or(b),
+    }
+}
+
+fn check_event(text: &str) -> Result<(), String> {
+    let mut data = String::new();
+    for line in text.lines() {
+        if line.is_empty() || line.starts_with(':') {
+            continue;
+        }
+        let (field, value) = line.split_once(':').unwrap_or((line, ""));
+        let value = value.strip_prefix(' ').unwrap_or(value);
+        match field {
+            "data" => {
+                if !data.is_empty() {
+                    data.push('\n');
+                }
+                data.push_str(value);
+            }
+            "event" | "id" | "retry" => {}
+            _ => return Err(format!("an event with an unknown field {field:?}")),
+        }
+    }
+    if data.is_empty() || data == "[DONE]" || serde_json::from_str::<Value>(&data).is_ok() {
+        Ok(())
+    } else {
+        Err("an event whose data is not JSON".into())
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,424 @@
+//! The OpenAI-compatible provider route: the I/O around the pure adapter in
+//! `crate::adapters::openai`.
+//!
+//! Objects the provider keeps (responses, conversations and their items, files, stored chat
+//! completions) are recorded before the client learns their id, so the next request naming one is
+//! decided on the record; embeddings inputs are recorded by fingerprint.
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Either, Limited};
+use hyper::header::{self, HeaderValue};
+use hyper::{Method, Response, StatusCode};
+use lethe_policy::{ProviderGrant, Refusal, decide_provider};
+use serde_json::Value;
+
+use super::error::{DataError, json_response};
+use super::forward::{Answer, strip_hop_by_hop};
+use super::stream::{Registration, Watch, relay};
+use super::{Body, RequestContext, Upstream, whole};
+use crate::adapters::AdapterError;
+use crate::adapters::openai::{
+    self as adapter, Access, CONVERSATIONS, EMBEDDED, Endpoint, FILES, Generate, ITEMS, RESPONSES,
+};
+use crate::store::{ItemRecord, ProcessorUse};
+
+/// Stored chat completions (`store: true` with consent).
+const CHAT: &str = "chat_completions";
+
+type Answered = Result<Response<Body>, DataError>;
+
+/// Who the request is about and why: a provider request always names all three.
+struct About<'a> {
+    ctx: &'a RequestContext,
+    subject: &'a str,
+    purpose: &'a str,
+    category: &'a str,
+}
+
+impl About<'_> {
+    fn tenant(&self) -> &str {
+        self.ctx.tenant()
+    }
+}
+
+fn missing(what: &'static str, header: &'static str) -> DataError {
+    AdapterError::MissingScope {
+        index: 0,
+        what,
+        header,
+    }
+    .into()
+}
+
+pub(super) async fn handle(
+    upstream: &Upstream<'_>,
+    ctx: &RequestContext,
+    path: &str,
+    body: Bytes,
+) -> Answered {
+    let endpoint = adapter::classify(&upstream.parts.method, path);
+    match endpoint {
+        Endpoint::Refused => return Err(DataError::unknown_endpoint()),
+        Endpoint::Models => return Ok(whole(checked(upstream, path, body).await?.passed_on())),
+        _ => {}
+    }
+    let about = About {
+        ctx,
+        subject: ctx
+            .subject
+            .as_deref()
+            .ok_or_else(|| missing("subject", "Subject"))?,
+        purpose: ctx
+            .purpose
+            .as_deref()
+            .ok_or_else(|| missing("purpose", "Purpose"))?,
+        category: ctx
+            .category
+            .as_deref()
+            .ok_or_else(|| missing("category", "Category"))?,
+    };
+    match endpoint {
+        Endpoint::Generate(kind) => generate(upstream, &about, kind, path, body).await,
+        Endpoint::CreateConversation => {
+            let grant = grant(upstream, &about).await?;
+            if !grant.retention {
+                return Err(Refusal::ConsentRequired.into());
+            }
+            let answer = checked(upstream, path, body).await?;
+            if answer.is_success() {
+                let id = adapter::answered_id(&json_of(&answer)?)?;
+                record(upstream, &about, &grant, CONVERSATIONS, vec![id]).await?;
+            }
+            Ok(whole(answer.passed_on()))
+        }
+        Endpoint::UploadFile => {
+            let grant = grant(upstream, &about).await?;
+            let content_type = upstream
+                .parts
+                .headers
+                .get(header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default();
+            let purpose = adapter::multipart_field(content_type, &body, "purpose");
+            adapter::decide_upload(purpose.as_deref(), &grant)?;
+            let answer = checked(upstream, path, body).await?;
+            if answer.is_success() {
+                let id = adapter::answered_id(&json_of(&answer)?)?;
+                record(upstream, &about, &grant, FILES, vec![id]).await?;
+            }
+            Ok(whole(answer.passed_on()))
+        }
+        Endpoint::ListFiles => {
+            let answer = checked(upstream, path, body).await?;
+            if !answer.is_success() {
+                return Ok(whole(answer.passed_on()));
+            }
+            let listed = json_of(&answer)?;
+            let ids = adapter::listed_ids(&listed)?;
+            let mine = upstream
+                .state
+                .store
+                .item_stamps(&upstream.route.name, FILES, &ids)
+                .await?;
+            let kept = adapter::filter_list(listed, |id| {
+                mine.get(id)
+                    .is_some_and(|s| s.tenant == about.tenant() && s.subject == about.subject)
+            })?;
+            Ok(whole(json_response(answer.status, &kept)))
+        }
+        Endpoint::Object {
+            collection,
+            id,
+            item,
+            access,
+        } => object(upstream, &about, path, body, collection, &id, item, access).await,
+        Endpoint::Refused | Endpoint::Models => Err(DataError::unknown_endpoint()),
+    }
+}
+
+/// The subject may send this purpose and category to the provider; the request is recorded as
+/// the provider's use of the subject's data.
+async fn grant(upstream: &Upstream<'_>, about: &About<'_>) -> Result<ProviderGrant, DataError> {
+    let state = upstream.state;
+    let view = state.policy.view(about.tenant(), [about.subject]).await?;
+    let now = crate::now();
+    let grant = decide_provider(
+        &view,
+        about.tenant(),
+        about.subject,
+        about.purpose,
+        about.category,
+        now,
+    )?;
+    state
+        .lineage
+        .processor_used(ProcessorUse {
+            tenant: about.tenant().to_owned(),
+            subject: about.subject.to_owned(),
+            processor: upstream.route.name.clone(),
+            first_at: now,
+            last_at: now,
+        })
+        .await;
+    Ok(grant)
+}
+
+/// Sends the request and reads the whole answer; a provider failure (5xx) is
+/// `upstream_unavailable`, never passed on as if it were an answer.
+async fn checked(upstream: &Upstream<'_>, path: &str, body: Bytes) -> Result<Answer, DataError> {
+    let answer = upstream
+        .send(upstream.parts.method.clone(), path, body)
+        .await?;
+    provider_failure(answer.status)?;
+    Ok(answer)
+}
+
+fn provider_failure(status: StatusCode) -> Result<(), DataError> {
+    if status.is_server_error() {
+        Err(DataError::upstream_unavailable(format!(
+            "the provider answered {status}"
+        )))
+    } else {
+        Ok(())
+    }
+}
+
+fn json_of(answer: &Answer) -> Result<Value, DataError> {
+    serde_json::from_slice(&answer.body)
+        .map_err(|_| AdapterError::UpstreamInvalid("not JSON".into()).into())
+}
+
+/// The lineage row of something the provider keeps for the subject: until the provider's
+/// retention window ends.
+fn row(
+    upstream: &Upstream<'_>,
+    about: &About<'_>,
+    grant: &ProviderGrant,
+    collection: &str,
+    id: String,
+) -> ItemRecord {
+    let now = crate::now();
+    let stamp = adapter::provider_stamp(
+        about.tenant(),
+        about.subject,
+        about.purpose,
+        about.category,
+        grant,
+        now + upstream.route.retention_window,
+    );
+    let source = about.ctx.source.clone();
+    ItemRecord::stamped(&upstream.route.name, collection, id, stamp, now, source)
+}
+
+/// Records objects the provider keeps for the subject, before the client learns their ids.
+async fn record(
+    upstream: &Upstream<'_>,
+    about: &About<'_>,
+    grant: &ProviderGrant,
+    collection: &str,
+    ids: Vec<String>,
+) -> Result<(), DataError> {
+    let rows: Vec<ItemRecord> = ids
+        .into_iter()
+        .map(|id| row(upstream, about, grant, collection, id))
+        .collect();
+    upstream.state.store.record_items(&rows).await?;
+    Ok(())
+}
+
+/// An object the request names must be recorded as the caller's subject's.
+async fn decide_named(
+    upstream: &Upstream<'_>,
+    about: &About<'_>,
+    collection: &str,
+    id: &str,
+    access: Access,
+) -> Result<(), DataError> {
+    let registered = upstream
+        .state
+        .store
+        .item_stamps(&upstream.route.name, collection, &[id.to_owned()])
+        .await?
+        .remove(id);
+    let view = upstream
+        .state
+        .policy
+        .view(about.tenant(), [about.subject])
+        .await?;
+    let active = adapter_active(&view, about);
+    adapter::decide_object(
+        registered.as_ref(),
+        about.tenant(),
+        Some(about.subject),
+        access,
+        active,
+    )?;
+    Ok(())
+}
+
+fn adapter_active(view: &impl lethe_policy::PolicyView, about: &About<'_>) -> bool {
+    view.subject(about.tenant(), about.subject)
+        .is_none_or(|p| p.state.is_active())
+}
+
+async fn generate(
+    upstream: &Upstream<'_>,
+    about: &About<'_>,
+    kind: Generate,
+    path: &str,
+    body: Bytes,
+) -> Answered {
+    let grant = grant(upstream, about).await?;
+    let planned = adapter::plan(kind, &body, &grant)?;
+    for (collection, id) in &planned.builds_on {
+        decide_named(upstream, about, collection, id, Access::Write).await?;
+    }
+    let body = Bytes::from(planned.body);
+    let collection = if kind == Generate::Chat {
+        CHAT
+    } else {
+        RESPONSES
+    };
+    if planned.stream {
+        let registration = planned.stored.then(|| Registration {
+            row: row(upstream, about, &grant, collection, String::new()),
+        });
+        return stream(upstream, about, &grant, path, body, registration).await;
+    }
+    let answer = checked(upstream, path, body).await?;
+    if !answer.is_success() {
+        return Ok(whole(answer.passed_on()));
+    }
+    match kind {
+        Generate::Embeddings => {
+            let rows = planned
+                .fingerprints
+                .into_iter()
+                .map(|f| row(upstream, about, &grant, EMBEDDED, f))
+                .collect();
+            upstream.state.lineage.record(rows).await;
+        }
+        Generate::Responses | Generate::Chat if planned.stored => {
+            let value = json_of(&answer)?;
+            if kind == Generate::Chat || adapter::answer_stored(&value) {
+                let id = adapter::answered_id(&value)?;
+                record(upstream, about, &grant, collection, vec![id]).await?;
+            }
+        }
+        Generate::Responses | Generate::Chat => {}
+    }
+    Ok(whole(answer.passed_on()))
+}
+
+/// A streamed answer: decided already; relayed event by event while the subject stays active.
+async fn stream(
+    upstream: &Upstream<'_>,
+    about: &About<'_>,
+    grant: &ProviderGrant,
+    path: &str,
+    body: Bytes,
+    registration: Option<Registration>,
+) -> Answered {
+    let Upstream {
+        state,
+        route,
+        parts,
+    } = *upstream;
+    let response = state
+        .upstreams
+        .open(
+            route,
+            Method::POST,
+            path,
+            parts.uri.query(),
+            &parts.headers,
+            body,
+        )
+        .await?;
+    provider_failure(response.status())?;
+    let is_events = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("text/event-stream"));
+    let (mut head, incoming) = response.into_parts();
+    if !head.status.is_success() || !is_events {
+        // The provider's own error (or a plain answer): read it whole, like any other.
+        let body = Limited::new(incoming, state.max_body_bytes.saturating_mul(8))
+            .collect()
+            .await
+            .map_err(|_| DataError::upstream_unavailable("the provider's answer was cut off"))?
+            .to_bytes();
+        let answer = Answer {
+            status: head.status,
+            headers: head.headers,
+            body,
+        };
+        return Ok(whole(answer.passed_on()));
+    }
+    strip_hop_by_hop(&mut head.headers);
+    head.headers.remove(header::CONTENT_LENGTH);
+    head.headers
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    let watch = Watch {
+        policy: std::sync::Arc::clone(&state.policy),
+        store: std::sync::Arc::clone(&state.store),
+        tenant: about.tenant().to_owned(),
+        subject: about.subject.to_owned(),
+        epoch: grant.epoch,
+    };
+    let events = relay(incoming, watch, registration);
+    Ok(Response::from_parts(head, Either::Right(events)))
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn object(
+    upstream: &Upstream<'_>,
+    about: &About<'_>,
+    path: &str,
+    body: Bytes,
+    collection: &'static str,
+    id: &str,
+    item: Option<String>,
+    access: Access,
+) -> Answered {
+    decide_named(upstream, about, collection, id, access).await?;
+    // Adding to a conversation sends new data to the provider.
+    let grant = match access {
+        Access::Write => Some(grant(upstream, about).await?),
+        Access::Read | Access::Delete => None,
+    };
+    let answer = checked(upstream, path, body).await?;
+    let gone = answer.is_success() || answer.status == StatusCode::NOT_FOUND;
+    match (access, &grant) {
+        (Access::Delete, _) if gone => {
+            let (lineage_collection, lineage_id) = match &item {
+                Some(item) => (ITEMS, adapter::item_key(id, item)),
+                None => (collection, id.to_owned()),
+            };
+            upstream
+                .state
+                .store
+                .mark_items_deleted(
+                    &upstream.route.name,
+                    lineage_collection,
+                    &[lineage_id],
+                    crate::now(),
+                )
+                .await?;
+        }
+        (Access::Write, Some(grant)) if answer.is_success() && collection == CONVERSATIONS => {
+            let value = json_of(&answer)?;
+            // `POST .../items` answers the created items; a metadata update answers the conversation.
+            if value.get("data").is_some() {
+                let items = adapter::listed_ids(&value)?
+                    .into_iter()
+                    .map(|item| adapter::item_key(id, &item))
+                    .collect();
+                record(upstream, about, grant, ITEMS, items).await?;
+            }
+        }
+        _ => {}
+    }
+    Ok(whole(answer.passed_on()))
+}

@@ -1,0 +1,124 @@
+//! Purging a subject's objects from an OpenAI-compatible provider: every response, stored chat
+//! completion, conversation, conversation item and file lineage records as the subject's is
+//! deleted upstream and checked gone (`GET` answers 404). The provider keeps copies for its own
+//! retention window (abuse monitoring); the certificate gives that window's end.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use hyper::{HeaderMap, Method, StatusCode};
+
+use super::{Connector, PurgeReport};
+use crate::adapters::openai::{CONVERSATIONS, FILES, ITEMS, RESPONSES};
+use crate::data::forward::{Route, Upstreams};
+
+/// Stored chat completions, as the data plane records them.
+const CHAT: &str = "chat_completions";
+
+pub struct OpenAiConnector {
+    route: Route,
+    upstreams: Arc<Upstreams>,
+}
+
+impl OpenAiConnector {
+    pub fn new(route: Route, upstreams: Arc<Upstreams>) -> Self {
+        OpenAiConnector { route, upstreams }
+    }
+
+    /// The provider's path of a recorded object; `None` for what the provider does not keep
+    /// (embeddings inputs are recorded by fingerprint only).
+    fn path(collection: &str, id: &str) -> Option<String> {
+        match collection {
+            RESPONSES => Some(format!("/v1/responses/{id}")),
+            CHAT => Some(format!("/v1/chat/completions/{id}")),
+            CONVERSATIONS => Some(format!("/v1/conversations/{id}")),
+            ITEMS => {
+                let (conversation, item) = id.split_once('/')?;
+                Some(format!("/v1/conversations/{conversation}/items/{item}"))
+            }
+            FILES => Some(format!("/v1/files/{id}")),
+            _ => None,
+        }
+    }
+
+    async fn status(&self, method: Method, path: &str) -> Result<StatusCode, String> {
+        let answer = self
+            .upstreams
+            .send(
+                &self.route,
+                method,
+                path,
+                None,
+                &HeaderMap::new(),
+                Bytes::new(),
+            )
+            .await
+            .map_err(|e| format!("{}: {}", self.route.name, e.message))?;
+        if answer.is_success() || answer.status == StatusCode::NOT_FOUND {
+            Ok(answer.status)
+        } else {
+            Err(format!(
+                "{} answered {} for {path}",
+                self.route.name, answer.status
+            ))
+        }
+    }
+
+    async fn exists(&self, path: &str) -> Result<bool, String> {
+        Ok(self.status(Method::GET, path).await?.is_success())
+    }
+}
+
+#[async_trait]
+impl Connector for OpenAiConnector {
+    async fn purge(
+        &self,
+        _tenant: &str,
+        _keys: &[String],
+        lineage: &[(String, String)],
+    ) -> Result<PurgeReport, String> {
+        // Items first: a conversation's deletion takes its items with it.
+        let mut paths: Vec<String> = lineage
+            .iter()
+            .filter_map(|(collection, id)| Self::path(collection, id))
+            .collect();
+        paths.sort_by_key(|p| !p.contains("/items/"));
+        let mut report = PurgeReport {
+            before: 0,
+            deleted: 0,
+            remaining: 0,
+            physical: format!(
+                "pending: the provider keeps deleted objects for its retention window ({} days of abuse monitoring)",
+                self.route.retention_window.num_days()
+            ),
+            probe_hits: None,
+        };
+        for path in &paths {
+            if self.exists(path).await? {
+                report.before += 1;
+                if self.status(Method::DELETE, path).await?.is_success() {
+                    report.deleted += 1;
+                }
+            }
+        }
+        for path in &paths {
+            if self.exists(path).await? {
+                report.remaining += 1;
+            }
+        }
+        Ok(report)
+    }
+
+    async fn delete_items(&self, collection: &str, ids: &[String]) -> Result<u64, String> {
+        let mut deleted = 0;
+        for id in ids {
+            if let Some(path) = Self::path(collection, id)
+                && self.status(Method::DELETE, &path).await?.is_success()
+            {
+                deleted += 1;
+            }
+        }
+        Ok(deleted)
+    }
+}
