@@ -1,5 +1,7 @@
-//! A minimal, fast Chroma stand-in for load tests: it answers every record operation at once with
-//! a canned answer, so that a load test through Lethe shows Lethe's own overhead.
+//! A minimal, fast upstream for load tests, so that a load test through Lethe shows Lethe's own
+//! overhead. As Chroma it answers every record operation at once with a canned answer; as an
+//! OpenAI-compatible provider it answers `/v1/chat/completions` at once, or with `"stream": true`
+//! sends 10 events 20 ms apart (so that the time to the first byte can be measured).
 //!
 //! `cargo run --release --example fast_upstream -- PORT SUBJECT` (records are stamped for tenant
 //! `acme` and SUBJECT, so that Lethe serves them).
@@ -7,8 +9,8 @@
 use std::convert::Infallible;
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
-use hyper::body::Incoming;
+use http_body_util::{BodyExt, Either, Full};
+use hyper::body::{Body, Frame, Incoming};
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use serde_json::json;
@@ -43,7 +45,15 @@ async fn main() -> std::io::Result<()> {
                 let (query, get) = (query.clone(), get.clone());
                 async move {
                     let path = request.uri().path().to_owned();
-                    let _ = request.into_body().collect().await;
+                    let sent = request
+                        .into_body()
+                        .collect()
+                        .await
+                        .map(|b| b.to_bytes())
+                        .unwrap_or_default();
+                    if path == "/v1/chat/completions" {
+                        return Ok::<_, Infallible>(chat(&sent));
+                    }
                     let (status, body) = if path.ends_with("/query") {
                         (StatusCode::OK, query)
                     } else if path.ends_with("/get") {
@@ -53,7 +63,7 @@ async fn main() -> std::io::Result<()> {
                     } else {
                         (StatusCode::OK, Bytes::from_static(b"{}"))
                     };
-                    let mut response = Response::new(Full::new(body));
+                    let mut response = Response::new(Either::Left(Full::new(body)));
                     *response.status_mut() = status;
                     response
                         .headers_mut()
@@ -65,5 +75,60 @@ async fn main() -> std::io::Result<()> {
                 .serve_connection(TokioIo::new(stream), service)
                 .await;
         });
+    }
+}
+
+type Answer = Response<Either<Full<Bytes>, Events>>;
+
+/// A chat completion, whole or as server-sent events.
+fn chat(request: &[u8]) -> Answer {
+    let chunk = |content: &str| {
+        json!({"id": "chatcmpl-load", "object": "chat.completion.chunk", "created": 0, "model": "gpt-test",
+            "choices": [{"index": 0, "delta": {"content": content}, "finish_reason": null}]})
+    };
+    let streamed = serde_json::from_slice::<serde_json::Value>(request)
+        .ok()
+        .and_then(|v| v.get("stream")?.as_bool())
+        .unwrap_or(false);
+    if !streamed {
+        let whole = json!({"id": "chatcmpl-load", "object": "chat.completion", "created": 0, "model": "gpt-test",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": "echo"}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}});
+        let mut response = Response::new(Either::Left(Full::new(Bytes::from(whole.to_string()))));
+        response
+            .headers_mut()
+            .insert("content-type", "application/json".parse().expect("static"));
+        return response;
+    }
+    let (tx, rx) = tokio::sync::mpsc::channel(16);
+    tokio::spawn(async move {
+        for i in 0..10 {
+            let event = Bytes::from(format!("data: {}\n\n", chunk(&format!("piece {i} "))));
+            if tx.send(event).await.is_err() {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        let _ = tx.send(Bytes::from_static(b"data: [DONE]\n\n")).await;
+    });
+    let mut response = Response::new(Either::Right(Events(rx)));
+    response
+        .headers_mut()
+        .insert("content-type", "text/event-stream".parse().expect("static"));
+    response
+}
+
+/// Events as they are produced.
+struct Events(tokio::sync::mpsc::Receiver<Bytes>);
+
+impl Body for Events {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        self.0.poll_recv(cx).map(|e| e.map(|b| Ok(Frame::data(b))))
     }
 }
