@@ -647,9 +647,14 @@ impl Config {
                     route.prefix
                 ));
             }
-            if !is_http_url(&route.upstream) {
+            if route.upstream.starts_with("https://") {
                 problems.push(format!(
-                    "{at}: upstream {:?} is not an http(s) URL",
+                    "{at}: upstream {:?}: Lethe speaks plain HTTP to its upstreams; put a TLS-originating proxy in between",
+                    route.upstream
+                ));
+            } else if !is_http_url(&route.upstream) {
+                problems.push(format!(
+                    "{at}: upstream {:?} is not an http URL",
                     route.upstream
                 ));
             }

@@ -120,6 +120,12 @@ fn meaning_problems_are_all_reported_at_once() {
         upstream = "http://127.0.0.1:2024"
         adapter = "langgraph"
         namespace = ["memories", "{tenant}"]
+        retention_window = "30d"
+        [[routes]]
+        name = "secure"
+        prefix = "/secure"
+        upstream = "https://chroma.example.com"
+        adapter = "chroma"
         [erasure]
         probes = ["{tenant}"]
         probe_min_similarity = 101
@@ -141,6 +147,8 @@ fn meaning_problems_are_all_reported_at_once() {
         "namespace must name {subject} exactly once",
         "every probe must contain {subject}",
         "probe_min_similarity",
+        "retention_window applies to openai routes only",
+        "plain HTTP",
     ] {
         assert!(
             joined.contains(needle),
