@@ -97,6 +97,14 @@ def test_a_response_chain_stays_with_its_subject(lethe_ai, provider):
     assert refused(lambda: lethe_ai.openai(bob).responses.create(model="gpt-test", input="tell me", previous_response_id=first.id)) == (403, "scope_violation")
     assert refused(lambda: lethe_ai.openai(bob).responses.retrieve(first.id)) == (403, "scope_violation")
     assert refused(lambda: lethe_ai.openai(bob).responses.delete(first.id)) == (403, "scope_violation")
+    # The same for conversations: adding to, reading or answering into another subject's.
+    conversation = lethe_ai.openai(alice).conversations.create()
+    message = [{"type": "message", "role": "user", "content": "x"}]
+    assert refused(lambda: lethe_ai.openai(bob).conversations.items.create(conversation.id, items=message)) == (403, "scope_violation")
+    assert refused(lambda: lethe_ai.openai(bob).conversations.retrieve(conversation.id)) == (403, "scope_violation")
+    assert refused(lambda: lethe_ai.openai(bob).responses.create(model="gpt-test", input="x", conversation=conversation.id)) == (403, "scope_violation")
+    answered = lethe_ai.openai(alice).responses.create(model="gpt-test", input="into it", conversation=conversation.id)
+    assert answered.output_text == "echo: into it"
     # An id Lethe never recorded (made straight at the provider) is not Lethe's to hand out.
     status, stray = http("POST", f"{provider}/v1/responses", body={"model": "gpt-test", "input": "x"})
     assert refused(lambda: lethe_ai.openai(alice).responses.create(model="gpt-test", input="x", previous_response_id=stray["id"])) == (403, "unstamped_item")
