@@ -20,13 +20,21 @@ enum Row {
 #[derive(Clone)]
 pub struct LineageWriter {
     tx: mpsc::Sender<Row>,
+    /// Provider uses recorded in the last minute: the last use moves on at most once a minute,
+    /// rather than one write per request.
+    recent_uses: moka::sync::Cache<(String, String, String), ()>,
 }
 
 impl LineageWriter {
     /// Starts the writer; it runs until every `LineageWriter` clone is dropped, then flushes.
     pub fn spawn(store: Arc<dyn Store>) -> (LineageWriter, JoinHandle<()>) {
         let (tx, rx) = mpsc::channel(10_000);
-        (LineageWriter { tx }, tokio::spawn(write(store, rx)))
+        let recent_uses = moka::sync::Cache::builder()
+            .max_capacity(100_000)
+            .time_to_live(Duration::from_secs(60))
+            .build();
+        let writer = LineageWriter { tx, recent_uses };
+        (writer, tokio::spawn(write(store, rx)))
     }
 
     /// Queues rows; waits only when the writer is 10 000 rows behind.
@@ -36,8 +44,18 @@ impl LineageWriter {
         }
     }
 
-    /// Queues the use of a provider (a processor) for a subject's data.
+    /// Queues the use of a provider (a processor) for a subject's data, unless it was recorded
+    /// less than a minute ago.
     pub async fn processor_used(&self, used: ProcessorUse) {
+        let key = (
+            used.tenant.clone(),
+            used.subject.clone(),
+            used.processor.clone(),
+        );
+        if self.recent_uses.contains_key(&key) {
+            return;
+        }
+        self.recent_uses.insert(key, ());
         self.queue(Row::Processor(used)).await;
     }
 
