@@ -84,6 +84,7 @@ pub(super) async fn handle(
             if !grant.retention {
                 return Err(Refusal::ConsentRequired.into());
             }
+            sending(upstream, &about).await;
             let answer = checked(upstream, path, body).await?;
             if answer.is_success() {
                 let id = adapter::answered_id(&json_of(&answer)?)?;
@@ -101,6 +102,7 @@ pub(super) async fn handle(
                 .unwrap_or_default();
             let purpose = adapter::multipart_field(content_type, &body, "purpose");
             adapter::decide_upload(purpose.as_deref(), &grant)?;
+            sending(upstream, &about).await;
             let answer = checked(upstream, path, body).await?;
             if answer.is_success() {
                 let id = adapter::answered_id(&json_of(&answer)?)?;
@@ -136,21 +138,29 @@ pub(super) async fn handle(
     }
 }
 
-/// The subject may send this purpose and category to the provider; the request is recorded as
-/// the provider's use of the subject's data.
+/// The subject may send this purpose and category to the provider.
 async fn grant(upstream: &Upstream<'_>, about: &About<'_>) -> Result<ProviderGrant, DataError> {
-    let state = upstream.state;
-    let view = state.policy.view(about.tenant(), [about.subject]).await?;
-    let now = crate::now();
-    let grant = decide_provider(
+    let view = upstream
+        .state
+        .policy
+        .view(about.tenant(), [about.subject])
+        .await?;
+    Ok(decide_provider(
         &view,
         about.tenant(),
         about.subject,
         about.purpose,
         about.category,
-        now,
-    )?;
-    state
+        crate::now(),
+    )?)
+}
+
+/// Records that the provider receives the subject's data: called once every decision is taken,
+/// just before the data leaves.
+async fn sending(upstream: &Upstream<'_>, about: &About<'_>) {
+    let now = crate::now();
+    upstream
+        .state
         .lineage
         .processor_used(ProcessorUse {
             tenant: about.tenant().to_owned(),
@@ -160,7 +170,6 @@ async fn grant(upstream: &Upstream<'_>, about: &About<'_>) -> Result<ProviderGra
             last_at: now,
         })
         .await;
-    Ok(grant)
 }
 
 /// Sends the request and reads the whole answer; a provider failure (5xx) is
@@ -279,6 +288,7 @@ async fn generate(
     } else {
         RESPONSES
     };
+    sending(upstream, about).await;
     if planned.stream {
         let registration = planned.stored.then(|| Registration {
             row: row(upstream, about, &grant, collection, String::new()),
@@ -385,7 +395,11 @@ async fn object(
     decide_named(upstream, about, collection, id, access).await?;
     // Adding to a conversation sends new data to the provider.
     let grant = match access {
-        Access::Write => Some(grant(upstream, about).await?),
+        Access::Write => {
+            let grant = grant(upstream, about).await?;
+            sending(upstream, about).await;
+            Some(grant)
+        }
         Access::Read | Access::Delete => None,
     };
     let answer = checked(upstream, path, body).await?;
