@@ -298,9 +298,10 @@ pub struct RouteConfig {
     /// The upstream's own credential, sent on every forwarded request.
     pub credential: Option<CredentialConfig>,
     /// LangGraph only: the namespace every store item of a subject lives under, as literal
-    /// elements and the placeholders `{tenant}` and `{subject}`; items may add elements after it.
-    /// Default `["{tenant}", "{subject}"]`; an app using `("memories", user_id)` sets
-    /// `["memories", "{subject}"]`.
+    /// elements and the placeholders `{tenant}` and `{subject}` (both required, so that tenants
+    /// sharing a server never share a namespace); items may add elements after it. Default
+    /// `["{tenant}", "{subject}"]`; an app that keeps memories under `("memories", tenant, user)`
+    /// sets `["memories", "{tenant}", "{subject}"]`.
     pub namespace: Option<Vec<String>>,
     /// How long the upstream may take to start answering; then `upstream_unavailable`.
     pub timeout: Option<ConfigDuration>,
@@ -662,10 +663,11 @@ impl Config {
                 if route.adapter != AdapterKind::Langgraph {
                     problems.push(format!("{at}: namespace applies to langgraph routes only"));
                 } else if namespace.iter().filter(|e| *e == "{subject}").count() != 1
+                    || namespace.iter().filter(|e| *e == "{tenant}").count() != 1
                     || namespace.iter().any(|e| e.is_empty() || e.contains('.'))
                 {
                     problems.push(format!(
-                        "{at}: namespace must name {{subject}} exactly once, and no element may be empty or contain a dot"
+                        "{at}: namespace must name {{tenant}} and {{subject}} exactly once each (tenants sharing a server must not share namespaces), and no element may be empty or contain a dot"
                     ));
                 }
             }

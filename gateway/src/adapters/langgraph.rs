@@ -302,11 +302,31 @@ pub fn plan_thread(body: &[u8], scope: &Scope<'_>) -> Result<PlannedItem, Adapte
         Some(Value::Object(m)) => Some(m.clone()),
         Some(_) => return Err(AdapterError::Invalid("metadata must be an object".into())),
     };
+    // A thread id the client chooses must be written the one way the server stores it, so that
+    // the owner lookup cannot be dodged by writing another subject's id differently.
     let id = match map.get("thread_id") {
         None | Some(Value::Null) => None,
-        Some(Value::String(id)) => Some(id.clone()),
-        Some(_) => return Err(AdapterError::Invalid("thread_id must be a string".into())),
+        Some(Value::String(id))
+            if uuid::Uuid::parse_str(id).is_ok_and(|u| u.hyphenated().to_string() == *id) =>
+        {
+            Some(id.clone())
+        }
+        Some(_) => {
+            return Err(AdapterError::Invalid(
+                "thread_id must be a lowercase, hyphenated UUID".into(),
+            ));
+        }
     };
+    // `if_exists: do_nothing` would hand out an existing thread Lethe may never have registered.
+    match map.get("if_exists") {
+        None | Some(Value::Null) => {}
+        Some(Value::String(mode)) if mode == "raise" => {}
+        Some(_) => {
+            return Err(AdapterError::Invalid(
+                "if_exists may only be \"raise\": an existing thread is never handed out".into(),
+            ));
+        }
+    }
     plan_item(map, metadata.as_ref(), scope, None, id)
 }
 
@@ -364,12 +384,41 @@ pub fn stamp_item(
     Ok((bytes, stamp))
 }
 
-/// The id of a thread the upstream created.
-pub fn created_thread_id(answer: &[u8]) -> Result<String, AdapterError> {
-    serde_json::from_slice::<Value>(answer)
-        .ok()
-        .and_then(|v| v.get("thread_id")?.as_str().map(str::to_owned))
-        .ok_or_else(|| AdapterError::UpstreamInvalid("a created thread without thread_id".into()))
+/// The id of the thread the upstream created: the one asked for (if the client chose it), and
+/// carrying the stamp Lethe just wrote, or it is not the new thread and is not passed on.
+pub fn created_thread_id(
+    answer: &[u8],
+    requested: Option<&str>,
+    stamp: &Stamp,
+) -> Result<String, AdapterError> {
+    let value: Value = serde_json::from_slice(answer)
+        .map_err(|_| AdapterError::UpstreamInvalid("a created thread that is not JSON".into()))?;
+    let id = value
+        .get("thread_id")
+        .and_then(Value::as_str)
+        .ok_or_else(|| {
+            AdapterError::UpstreamInvalid("a created thread without thread_id".into())
+        })?;
+    let carried = value.get("metadata").and_then(read_stamp);
+    let ours = carried.is_some_and(|c| {
+        c.tenant == stamp.tenant && c.subject == stamp.subject && c.epoch == stamp.epoch
+    });
+    if requested.is_some_and(|r| r != id) || !ours {
+        return Err(refused(Refusal::ScopeViolation));
+    }
+    Ok(id.to_owned())
+}
+
+/// A run or state update must not send the thread's content elsewhere: webhooks are not
+/// governed by Lethe.
+pub fn check_thread_write(body: &[u8]) -> Result<(), AdapterError> {
+    let map = parse_object(body)?;
+    match map.get("webhook") {
+        None | Some(Value::Null) => Ok(()),
+        Some(_) => Err(AdapterError::Invalid(
+            "webhook is not allowed: a run's output may only go back to the caller".into(),
+        )),
+    }
 }
 
 /// A write into an existing thread (a run, a state update, new metadata): allowed when its

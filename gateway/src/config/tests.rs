@@ -144,7 +144,7 @@ fn meaning_problems_are_all_reported_at_once() {
         "already has this name",
         "already has prefix",
         "namespace applies to langgraph routes only",
-        "namespace must name {subject} exactly once",
+        "namespace must name {tenant} and {subject} exactly once each",
         "every probe must contain {subject}",
         "probe_min_similarity",
         "retention_window applies to openai routes only",

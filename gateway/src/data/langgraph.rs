@@ -50,8 +50,11 @@ pub(super) async fn handle(
         Endpoint::ThreadWrite { thread, patch } => {
             let stamp = registered(upstream, &thread).await?;
             let view = owner_view(upstream, ctx, stamp.as_ref()).await?;
-            let stamp =
-                adapter::decide_thread_write(stamp.as_ref(), &ctx.scope(), &view, crate::now())?;
+            let now = crate::now();
+            let stamp = adapter::decide_thread_write(stamp.as_ref(), &ctx.scope(), &view, now)?;
+            // Runs and metadata changes answer with the thread's content: a read, too.
+            decide_read(&view, &ctx.read_context(), Some(&stamp), now)?;
+            adapter::check_thread_write(&body)?;
             let body = if patch {
                 Bytes::from(adapter::restamp_patch(&body, &stamp)?)
             } else {
@@ -120,6 +123,7 @@ async fn create_thread(
             .remove(id),
         None => None,
     };
+    let requested = planned.id.clone();
     let now = crate::now();
     let (body, stamp) = adapter::stamp_item(
         planned,
@@ -133,7 +137,7 @@ async fn create_thread(
     if !answer.is_success() {
         return Ok(answer.passed_on());
     }
-    let id = adapter::created_thread_id(&answer.body)?;
+    let id = adapter::created_thread_id(&answer.body, requested.as_deref(), &stamp)?;
     let overtaken = overtaken_by_flip(upstream, ctx, &stamp).await?;
     if let Some(refusal) = overtaken {
         let undone = upstream

@@ -127,7 +127,7 @@ fn endpoints_are_classified() {
 #[test]
 fn namespaces_are_placed_against_the_template() {
     let default = Namespace::default();
-    let memories = Namespace::from_template(&ns(&["memories", "{subject}"]));
+    let memories = Namespace::from_template(&ns(&["memories", "{tenant}", "{subject}"]));
     let cases = [
         (
             &default,
@@ -144,16 +144,24 @@ fn namespaces_are_placed_against_the_template() {
         (&default, ns(&["other", "alice"]), Placement::Outside),
         (
             &memories,
-            ns(&["memories", "bob"]),
+            ns(&["memories", "acme", "bob"]),
             Placement::Subject("bob".into()),
         ),
-        (&memories, ns(&["notes", "bob"]), Placement::Outside),
+        (
+            &memories,
+            ns(&["memories", "other", "bob"]),
+            Placement::Outside,
+        ),
+        (&memories, ns(&["notes", "acme", "bob"]), Placement::Outside),
     ];
     for (template, labels, want) in cases {
         assert_eq!(template.place("acme", &labels), want, "{labels:?}");
     }
     assert_eq!(default.render("acme", "alice"), ns(&["acme", "alice"]));
-    assert_eq!(memories.render("acme", "bob"), ns(&["memories", "bob"]));
+    assert_eq!(
+        memories.render("acme", "bob"),
+        ns(&["memories", "acme", "bob"])
+    );
 }
 
 #[test]
@@ -211,13 +219,64 @@ fn thread_creation_is_decided() {
     );
     // A client-chosen id that lineage gives to another subject is not taken over.
     let planned = plan_thread(
-        json!({"thread_id": "t1"}).to_string().as_bytes(),
+        json!({"thread_id": "0b9a8a1e-6c1a-4b4e-9a55-6a1f2f0c1d2e"}).to_string().as_bytes(),
         &scope(Some("alice")),
     )
     .unwrap();
     let owner = ("acme".to_owned(), "bob".to_owned());
     let taken = stamp_item(planned, "metadata", "acme", &view(), Some(&owner), now());
     assert_eq!(taken.map(|_| ()).map_err(code), Err("scope_violation"));
+}
+
+#[test]
+fn an_existing_thread_is_never_handed_out_by_a_create() {
+    let create = |body: Value| {
+        plan_thread(body.to_string().as_bytes(), &scope(Some("alice")))
+            .map(|p| p.id)
+            .map_err(code)
+    };
+    let id = "0b9a8a1e-6c1a-4b4e-9a55-6a1f2f0c1d2e";
+    assert_eq!(create(json!({"thread_id": id})), Ok(Some(id.to_owned())));
+    for other_spelling in [id.to_uppercase(), id.replace('-', ""), format!("{{{id}}}")] {
+        assert_eq!(create(json!({"thread_id": other_spelling})), Err("invalid"));
+    }
+    assert_eq!(create(json!({"if_exists": "raise"})), Ok(None));
+    assert_eq!(create(json!({"if_exists": "do_nothing"})), Err("invalid"));
+    // The answer must be the thread asked for, carrying the stamp just written.
+    let stamp = stamp("alice", 60);
+    let mut metadata = Map::new();
+    write_stamp(&mut metadata, &stamp);
+    let answer = |thread: &str, metadata: &Map<String, Value>| {
+        json!({"thread_id": thread, "metadata": metadata}).to_string()
+    };
+    let created = |body: String, requested: Option<&str>| {
+        created_thread_id(body.as_bytes(), requested, &stamp).map_err(code)
+    };
+    assert_eq!(created(answer(id, &metadata), Some(id)), Ok(id.to_owned()));
+    assert_eq!(created(answer(id, &metadata), None), Ok(id.to_owned()));
+    assert_eq!(
+        created(answer("other", &metadata), Some(id)),
+        Err("scope_violation")
+    );
+    let mut someone_elses = metadata.clone();
+    someone_elses.insert(SUBJECT.into(), json!("bob"));
+    assert_eq!(
+        created(answer(id, &someone_elses), Some(id)),
+        Err("scope_violation")
+    );
+    assert_eq!(
+        created(answer(id, &Map::new()), None),
+        Err("scope_violation")
+    );
+    assert_eq!(created("[]".into(), None), Err("upstream_invalid"));
+    assert_eq!(
+        check_thread_write(br#"{"input": {}}"#).map_err(code),
+        Ok(())
+    );
+    assert_eq!(
+        check_thread_write(br#"{"webhook": "https://elsewhere.example"}"#).map_err(code),
+        Err("invalid")
+    );
 }
 
 #[test]
@@ -488,7 +547,7 @@ proptest! {
         let _ = narrow_item_search(&bytes, "acme", None);
         let _ = parse_item_delete(&bytes);
         let _ = restamp_patch(&bytes, &stamp("alice", 60));
-        let _ = created_thread_id(&bytes);
+        let _ = created_thread_id(&bytes, None, &stamp("alice", 60));
         let registered = BTreeMap::from([("alice".to_owned(), stamp("carol", 60))]);
         if let Ok(kept) = filter_threads(body.clone(), &registered, &view(), &read_ctx(None), now()) {
             prop_assert!(thread_ids(&kept).unwrap().is_empty());
