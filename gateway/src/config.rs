@@ -303,7 +303,8 @@ pub struct RouteConfig {
     /// `["{tenant}", "{subject}"]`; an app that keeps memories under `("memories", tenant, user)`
     /// sets `["memories", "{tenant}", "{subject}"]`.
     pub namespace: Option<Vec<String>>,
-    /// How long the upstream may take to start answering; then `upstream_unavailable`.
+    /// How long the upstream may take to answer (a whole answer, or the first byte of a
+    /// stream); then `upstream_unavailable`. Erasure connectors use 30 s when it is unset.
     pub timeout: Option<ConfigDuration>,
     /// OpenAI-compatible providers only: how long the provider keeps copies of what it is sent
     /// (abuse monitoring, for example 30 days), even after they are deleted. The certificate

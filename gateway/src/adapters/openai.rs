@@ -9,7 +9,7 @@
 
 use chrono::{DateTime, Utc};
 use hyper::Method;
-use lethe_policy::{ProviderGrant, Refusal, Stamp};
+use lethe_policy::{ProviderGrant, Refusal, Stamp, SubjectState};
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
@@ -22,6 +22,8 @@ pub const CONVERSATIONS: &str = "conversations";
 /// Conversation items, recorded as `conversation_id/item_id`.
 pub const ITEMS: &str = "conversation_items";
 pub const FILES: &str = "files";
+/// Stored chat completions (`store: true` with consent).
+pub const CHAT: &str = "chat_completions";
 /// SHA-256 of each embeddings input: the text never, its fingerprint so derived caches can be
 /// traced.
 pub const EMBEDDED: &str = "embedded_inputs";
@@ -154,7 +156,13 @@ pub fn plan(kind: Generate, body: &[u8], grant: &ProviderGrant) -> Result<Planne
     }
     let mut stored = asked_store && grant.retention && kind != Generate::Embeddings;
     if kind == Generate::Embeddings {
+        if stream {
+            return Err(AdapterError::Invalid("embeddings are not streamed".into()));
+        }
         fingerprints = embedding_fingerprints(&map)?;
+    }
+    for value in map.values() {
+        references(value, &mut builds_on)?;
     }
     if kind == Generate::Responses {
         if let Some(id) = id_field(map.get("previous_response_id"), "previous_response_id")? {
@@ -176,6 +184,43 @@ pub fn plan(kind: Generate, body: &[u8], grant: &ProviderGrant) -> Result<Planne
         builds_on,
         fingerprints,
     })
+}
+
+/// Provider objects a request's content names: files (`file_id`, `file_ids`) must be the
+/// subject's, like everything else; objects Lethe does not track (vector stores, existing
+/// containers, references to earlier items) cannot be named at all.
+fn references(value: &Value, found: &mut Vec<(&'static str, String)>) -> Result<(), AdapterError> {
+    let untracked = |what: &str| {
+        AdapterError::Invalid(format!(
+            "{what}: provider objects Lethe does not track cannot be used"
+        ))
+    };
+    match value {
+        Value::Object(object) => {
+            if object.get("type").and_then(Value::as_str) == Some("item_reference") {
+                return Err(untracked("item_reference"));
+            }
+            for (key, inner) in object {
+                match (key.as_str(), inner) {
+                    ("file_id", Value::String(id)) => found.push((FILES, id.clone())),
+                    ("file_ids", Value::Array(ids)) => {
+                        for id in ids {
+                            let id = id.as_str().ok_or_else(|| {
+                                AdapterError::Invalid("file_ids must be strings".into())
+                            })?;
+                            found.push((FILES, id.to_owned()));
+                        }
+                    }
+                    ("vector_store_ids", _) => return Err(untracked("vector_store_ids")),
+                    ("container", Value::String(_)) => return Err(untracked("container")),
+                    _ => references(inner, found)?,
+                }
+            }
+            Ok(())
+        }
+        Value::Array(items) => items.iter().try_for_each(|v| references(v, found)),
+        _ => Ok(()),
+    }
 }
 
 fn refused(refusal: Refusal) -> AdapterError {
@@ -201,55 +246,90 @@ fn embedding_fingerprints(map: &Map<String, Value>) -> Result<Vec<String>, Adapt
 }
 
 /// A request about an object the provider keeps: allowed when lineage records it as the
-/// caller's subject's (same tenant, same subject) and, except for a delete, the subject is
-/// active. `registered` is lineage's stamp of the object; `active` whether its owner is.
+/// caller's subject's (same tenant, same subject) and, except for a delete, kept for the
+/// request's purpose, with the subject active and still in the epoch the object was made in.
+/// `registered` is lineage's stamp of the object; `owner` the subject's state now.
 pub fn decide_object(
     registered: Option<&Stamp>,
     tenant: &str,
-    subject: Option<&str>,
+    subject: &str,
+    purpose: &str,
     access: Access,
-    active: bool,
+    owner: SubjectState,
 ) -> Result<(), Refusal> {
     let stamp = registered.ok_or(Refusal::UnstampedItem)?;
-    if stamp.tenant != tenant || subject.is_some_and(|s| s != stamp.subject) {
+    if stamp.tenant != tenant || stamp.subject != subject {
         return Err(Refusal::ScopeViolation);
     }
-    if access != Access::Delete && !active {
+    if access == Access::Delete {
+        return Ok(());
+    }
+    if stamp.purpose != purpose {
+        return Err(Refusal::ScopeViolation);
+    }
+    if !owner.is_active() {
         return Err(Refusal::SubjectSuppressed);
     }
-    Ok(())
-}
-
-/// `POST /v1/files`: a fine-tuning upload needs `train` consent; anything uploaded is kept by the
-/// provider and needs `provider_retention`.
-pub fn decide_upload(purpose: Option<&str>, grant: &ProviderGrant) -> Result<(), Refusal> {
-    if purpose == Some("fine-tune") && !grant.train {
-        return Err(Refusal::ConsentRequired);
-    }
-    if !grant.retention {
-        return Err(Refusal::ConsentRequired);
+    if owner.epoch != stamp.epoch {
+        return Err(Refusal::StaleEpoch);
     }
     Ok(())
 }
 
-/// The value of a text field of a `multipart/form-data` body (the `purpose` of an upload).
-pub fn multipart_field(content_type: &str, body: &[u8], name: &str) -> Option<String> {
-    let boundary = content_type
+/// Upload purposes the provider keeps without training on them.
+const KEPT_PURPOSES: [&str; 5] = ["assistants", "batch", "user_data", "vision", "evals"];
+
+/// `POST /v1/files`: whatever is uploaded is kept by the provider and needs `provider_retention`;
+/// a fine-tuning upload needs `train` too. The upload must name exactly one known purpose.
+pub fn decide_upload(purposes: &[String], grant: &ProviderGrant) -> Result<(), AdapterError> {
+    let [purpose] = purposes else {
+        return Err(AdapterError::Invalid(
+            "an upload names exactly one purpose".into(),
+        ));
+    };
+    let training = purpose == "fine-tune";
+    if !training && !KEPT_PURPOSES.contains(&purpose.as_str()) {
+        return Err(AdapterError::Invalid(format!(
+            "purpose must be fine-tune or one of {}",
+            KEPT_PURPOSES.join(", ")
+        )));
+    }
+    if !grant.retention || (training && !grant.train) {
+        return Err(refused(Refusal::ConsentRequired));
+    }
+    Ok(())
+}
+
+/// Every value of a text field of a `multipart/form-data` body (the `purpose` of an upload).
+pub fn multipart_fields(content_type: &str, body: &[u8], name: &str) -> Vec<String> {
+    let param = |part: &str, key: &str| {
+        let (k, v) = part.split_once('=')?;
+        k.trim()
+            .eq_ignore_ascii_case(key)
+            .then(|| v.trim().trim_matches('"').to_owned())
+    };
+    let Some(boundary) = content_type
         .split(';')
-        .map(str::trim)
-        .find_map(|p| p.strip_prefix("boundary="))?
-        .trim_matches('"');
+        .find_map(|p| param(p, "boundary"))
+        .filter(|b| !b.is_empty())
+    else {
+        return Vec::new();
+    };
     let delimiter = format!("--{boundary}");
     let text = String::from_utf8_lossy(body);
-    let wanted = format!("name=\"{name}\"");
-    text.split(delimiter.as_str()).find_map(|part| {
-        let (head, value) = part.split_once("\r\n\r\n")?;
-        let disposition = head
-            .lines()
-            .find(|l| l.to_ascii_lowercase().starts_with("content-disposition"))?;
-        let named = disposition.split(';').map(str::trim).any(|p| p == wanted);
-        named.then(|| value.trim_end_matches("\r\n").to_owned())
-    })
+    text.split(delimiter.as_str())
+        .filter_map(|part| {
+            let (head, value) = part.split_once("\r\n\r\n")?;
+            let disposition = head.lines().find(|l| {
+                l.split_once(':')
+                    .is_some_and(|(h, _)| h.trim().eq_ignore_ascii_case("content-disposition"))
+            })?;
+            let named = disposition
+                .split(';')
+                .any(|p| param(p, "name").is_some_and(|n| n == name));
+            named.then(|| value.trim_end_matches("\r\n").to_owned())
+        })
+        .collect()
 }
 
 /// The id of an object the provider answered with (`id` at the top).
@@ -288,9 +368,35 @@ pub fn filter_list(answer: Value, keep: impl Fn(&str) -> bool) -> Result<Value, 
             .into_iter()
             .filter(|entry| entry.get("id").and_then(Value::as_str).is_some_and(&keep))
             .collect();
+        // The page's bounds name ids too: only kept ones may show.
+        let bound = |entry: Option<&Value>| entry.and_then(|e| e.get("id")).cloned();
+        for (key, value) in [
+            ("first_id", bound(kept.first())),
+            ("last_id", bound(kept.last())),
+        ] {
+            if map.contains_key(key) {
+                map.insert(key.into(), value.unwrap_or(Value::Null));
+            }
+        }
         map.insert("data".into(), Value::Array(kept));
     }
     Ok(Value::Object(map))
+}
+
+/// The provider's path of a recorded object; `None` for what the provider does not keep
+/// (embeddings inputs are recorded by fingerprint only).
+pub fn object_path(collection: &str, id: &str) -> Option<String> {
+    match collection {
+        RESPONSES => Some(format!("/v1/responses/{id}")),
+        CHAT => Some(format!("/v1/chat/completions/{id}")),
+        CONVERSATIONS => Some(format!("/v1/conversations/{id}")),
+        ITEMS => {
+            let (conversation, item) = id.split_once('/')?;
+            Some(format!("/v1/conversations/{conversation}/items/{item}"))
+        }
+        FILES => Some(format!("/v1/files/{id}")),
+        _ => None,
+    }
 }
 
 /// The lineage id of a conversation item.
@@ -349,20 +455,40 @@ pub fn error_event(code: &str, message: &str) -> Vec<u8> {
 #[derive(Debug, Default)]
 pub struct SseCheck {
     pending: Vec<u8>,
+    /// How much of `pending` is known to hold no event boundary.
+    scanned: usize,
 }
+
+/// The largest event Lethe waits for; a provider sending more without an event boundary is cut.
+const MAX_EVENT_BYTES: usize = 1024 * 1024;
 
 impl SseCheck {
     pub fn feed(&mut self, chunk: &[u8]) -> Result<bytes::Bytes, String> {
         self.pending.extend_from_slice(chunk);
         let mut complete = Vec::new();
-        while let Some((length, blank)) = find_event_end(&self.pending) {
+        loop {
+            // A boundary may straddle the old and the new bytes: back up by its length.
+            let from = self.scanned.saturating_sub(3);
+            let Some((at, blank)) = self
+                .pending
+                .get(from..)
+                .and_then(find_event_end)
+                .map(|(at, blank)| (at + from, blank))
+            else {
+                self.scanned = self.pending.len();
+                if self.pending.len() > MAX_EVENT_BYTES {
+                    return Err("an event larger than 1 MiB".into());
+                }
+                return Ok(complete.into());
+            };
+            let length = at;
+            self.scanned = 0;
             let event: Vec<u8> = self.pending.drain(..length + blank).collect();
             let text = std::str::from_utf8(&event[..length])
                 .map_err(|_| "an event that is not UTF-8".to_owned())?;
             check_event(text)?;
             complete.extend_from_slice(&event);
         }
-        Ok(complete.into())
     }
 
     /// At the end of the stream: nothing half-sent may be left.
@@ -404,7 +530,8 @@ fn check_event(text: &str) -> Result<(), String> {
                 data.push_str(value);
             }
             "event" | "id" | "retry" => {}
-            _ => return Err(format!("an event with an unknown field {field:?}")),
+            // The field is not named: a provider that does not speak SSE may be sending text.
+            _ => return Err("an event with an unknown field".into()),
         }
     }
     if data.is_empty() || data == "[DONE]" || serde_json::from_str::<Value>(&data).is_ok() {

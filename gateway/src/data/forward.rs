@@ -137,6 +137,15 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
     }
 }
 
+fn late(route: &Route, limit: std::time::Duration) -> DataError {
+    DataError::upstream_unavailable(format!(
+        "the {} upstream did not answer within {} ms",
+        route.name,
+        limit.as_millis()
+    ))
+}
+
+#[derive(Clone)]
 pub struct Upstreams {
     client: Client<HttpConnector, Full<Bytes>>,
     max_answer_bytes: usize,
@@ -165,24 +174,32 @@ impl Upstreams {
         client_headers: &HeaderMap,
         body: Bytes,
     ) -> Result<Answer, DataError> {
-        let response = self
-            .open(route, method, path, query, client_headers, body)
-            .await?;
-        let (parts, body) = response.into_parts();
-        let body = Limited::new(body, self.max_answer_bytes)
-            .collect()
-            .await
-            .map_err(|_| {
-                DataError::upstream_unavailable(format!(
-                    "the {} upstream's answer was cut off or too large",
-                    route.name
-                ))
-            })?;
-        Ok(Answer {
-            status: parts.status,
-            headers: parts.headers,
-            body: body.to_bytes(),
-        })
+        let whole = async {
+            let response = self
+                .open(route, method, path, query, client_headers, body)
+                .await?;
+            let (parts, body) = response.into_parts();
+            let body = Limited::new(body, self.max_answer_bytes)
+                .collect()
+                .await
+                .map_err(|_| {
+                    DataError::upstream_unavailable(format!(
+                        "the {} upstream's answer was cut off or too large",
+                        route.name
+                    ))
+                })?;
+            Ok(Answer {
+                status: parts.status,
+                headers: parts.headers,
+                body: body.to_bytes(),
+            })
+        };
+        match route.timeout {
+            Some(limit) => tokio::time::timeout(limit, whole)
+                .await
+                .map_err(|_| late(route, limit))?,
+            None => whole.await,
+        }
     }
 
     /// Sends `body` to the route's upstream at `path` (and `query`) and answers once the head of
@@ -222,6 +239,11 @@ impl Upstreams {
         ] {
             headers.remove(name);
         }
+        // Where a provider keeps objects is the route credential's business: an object stored in
+        // another organisation or project would be one the purge cannot see.
+        for name in ["openai-organization", "openai-project"] {
+            headers.remove(name);
+        }
         let lethe: Vec<HeaderName> = headers
             .keys()
             .filter(|k| k.as_str().starts_with("x-lethe-"))
@@ -248,13 +270,9 @@ impl Upstreams {
 
         let sent = self.client.request(request);
         let response = match route.timeout {
-            Some(limit) => tokio::time::timeout(limit, sent).await.map_err(|_| {
-                DataError::upstream_unavailable(format!(
-                    "the {} upstream did not answer within {} ms",
-                    route.name,
-                    limit.as_millis()
-                ))
-            })?,
+            Some(limit) => tokio::time::timeout(limit, sent)
+                .await
+                .map_err(|_| late(route, limit))?,
             None => sent.await,
         }
         .map_err(|e| {

@@ -9,21 +9,19 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Either, Limited};
 use hyper::header::{self, HeaderValue};
 use hyper::{Method, Response, StatusCode};
-use lethe_policy::{ProviderGrant, Refusal, decide_provider};
+use lethe_policy::{ProviderGrant, Refusal, SubjectState, decide_provider};
 use serde_json::Value;
 
 use super::error::{DataError, json_response};
 use super::forward::{Answer, strip_hop_by_hop};
-use super::stream::{Registration, Watch, relay};
+use super::stream::{Registration, Settled, Undo, Watch, relay, settle};
 use super::{Body, RequestContext, Upstream, whole};
 use crate::adapters::AdapterError;
 use crate::adapters::openai::{
-    self as adapter, Access, CONVERSATIONS, EMBEDDED, Endpoint, FILES, Generate, ITEMS, RESPONSES,
+    self as adapter, Access, CHAT, CONVERSATIONS, EMBEDDED, Endpoint, FILES, Generate, ITEMS,
+    RESPONSES,
 };
 use crate::store::{ItemRecord, ProcessorUse};
-
-/// Stored chat completions (`store: true` with consent).
-const CHAT: &str = "chat_completions";
 
 type Answered = Result<Response<Body>, DataError>;
 
@@ -88,7 +86,7 @@ pub(super) async fn handle(
             let answer = checked(upstream, path, body).await?;
             if answer.is_success() {
                 let id = adapter::answered_id(&json_of(&answer)?)?;
-                record(upstream, &about, &grant, CONVERSATIONS, vec![id]).await?;
+                keep(upstream, &about, &grant, CONVERSATIONS, vec![id]).await?;
             }
             Ok(whole(answer.passed_on()))
         }
@@ -100,17 +98,20 @@ pub(super) async fn handle(
                 .get(header::CONTENT_TYPE)
                 .and_then(|v| v.to_str().ok())
                 .unwrap_or_default();
-            let purpose = adapter::multipart_field(content_type, &body, "purpose");
-            adapter::decide_upload(purpose.as_deref(), &grant)?;
+            let purposes = adapter::multipart_fields(content_type, &body, "purpose");
+            adapter::decide_upload(&purposes, &grant)?;
             sending(upstream, &about).await;
             let answer = checked(upstream, path, body).await?;
             if answer.is_success() {
                 let id = adapter::answered_id(&json_of(&answer)?)?;
-                record(upstream, &about, &grant, FILES, vec![id]).await?;
+                keep(upstream, &about, &grant, FILES, vec![id]).await?;
             }
             Ok(whole(answer.passed_on()))
         }
         Endpoint::ListFiles => {
+            if !subject_state(upstream, &about).await?.is_active() {
+                return Err(Refusal::SubjectSuppressed.into());
+            }
             let answer = checked(upstream, path, body).await?;
             if !answer.is_success() {
                 return Ok(whole(answer.passed_on()));
@@ -123,8 +124,11 @@ pub(super) async fn handle(
                 .item_stamps(&upstream.route.name, FILES, &ids)
                 .await?;
             let kept = adapter::filter_list(listed, |id| {
-                mine.get(id)
-                    .is_some_and(|s| s.tenant == about.tenant() && s.subject == about.subject)
+                mine.get(id).is_some_and(|s| {
+                    s.tenant == about.tenant()
+                        && s.subject == about.subject
+                        && s.purpose == about.purpose
+                })
             })?;
             Ok(whole(json_response(answer.status, &kept)))
         }
@@ -219,6 +223,43 @@ fn row(
     ItemRecord::stamped(&upstream.route.name, collection, id, stamp, now, source)
 }
 
+/// Records objects the provider made for the subject, before the client learns their ids; if a
+/// flip committed while the provider was answering, deletes them there again and refuses, so
+/// that nothing is left behind the purge. One that cannot be deleted stays recorded for it.
+async fn keep(
+    upstream: &Upstream<'_>,
+    about: &About<'_>,
+    grant: &ProviderGrant,
+    collection: &str,
+    ids: Vec<String>,
+) -> Result<(), DataError> {
+    record(upstream, about, grant, collection, ids.clone()).await?;
+    let now = subject_state(upstream, about).await?;
+    let refusal = if !now.is_active() {
+        Refusal::SubjectSuppressed
+    } else if now.epoch != grant.epoch {
+        Refusal::StaleEpoch
+    } else {
+        return Ok(());
+    };
+    let mut undone = Vec::new();
+    for id in ids {
+        let Some(path) = adapter::object_path(collection, &id) else {
+            continue;
+        };
+        let answer = upstream.send(Method::DELETE, &path, Bytes::new()).await;
+        if answer.is_ok_and(|a| a.is_success() || a.status == StatusCode::NOT_FOUND) {
+            undone.push(id);
+        }
+    }
+    upstream
+        .state
+        .store
+        .mark_items_deleted(&upstream.route.name, collection, &undone, crate::now())
+        .await?;
+    Err(refusal.into())
+}
+
 /// Records objects the provider keeps for the subject, before the client learns their ids.
 async fn record(
     upstream: &Upstream<'_>,
@@ -249,25 +290,28 @@ async fn decide_named(
         .item_stamps(&upstream.route.name, collection, &[id.to_owned()])
         .await?
         .remove(id);
-    let view = upstream
-        .state
-        .policy
-        .view(about.tenant(), [about.subject])
-        .await?;
-    let active = adapter_active(&view, about);
     adapter::decide_object(
         registered.as_ref(),
         about.tenant(),
-        Some(about.subject),
+        about.subject,
+        about.purpose,
         access,
-        active,
+        subject_state(upstream, about).await?,
     )?;
     Ok(())
 }
 
-fn adapter_active(view: &impl lethe_policy::PolicyView, about: &About<'_>) -> bool {
-    view.subject(about.tenant(), about.subject)
-        .is_none_or(|p| p.state.is_active())
+/// The subject's state now (a subject Lethe never heard of is active in epoch 0).
+async fn subject_state(
+    upstream: &Upstream<'_>,
+    about: &About<'_>,
+) -> Result<SubjectState, DataError> {
+    let policy = upstream
+        .state
+        .policy
+        .subject(about.tenant(), about.subject)
+        .await?;
+    Ok(policy.state)
 }
 
 async fn generate(
@@ -290,8 +334,24 @@ async fn generate(
     };
     sending(upstream, about).await;
     if planned.stream {
-        let registration = planned.stored.then(|| Registration {
-            row: row(upstream, about, &grant, collection, String::new()),
+        let registration = planned.stored.then(|| {
+            let (upstreams, route) = (upstream.state.upstreams.clone(), upstream.route.clone());
+            let undo: Undo = Box::new(move |id| {
+                Box::pin(async move {
+                    let Some(path) = adapter::object_path(collection, &id) else {
+                        return false;
+                    };
+                    let headers = hyper::HeaderMap::new();
+                    let answer = upstreams
+                        .send(&route, Method::DELETE, &path, None, &headers, Bytes::new())
+                        .await;
+                    answer.is_ok_and(|a| a.is_success() || a.status == StatusCode::NOT_FOUND)
+                })
+            });
+            Registration {
+                row: row(upstream, about, &grant, collection, String::new()),
+                undo,
+            }
         });
         return stream(upstream, about, &grant, path, body, registration).await;
     }
@@ -312,7 +372,7 @@ async fn generate(
             let value = json_of(&answer)?;
             if kind == Generate::Chat || adapter::answer_stored(&value) {
                 let id = adapter::answered_id(&value)?;
-                record(upstream, about, &grant, collection, vec![id]).await?;
+                keep(upstream, about, &grant, collection, vec![id]).await?;
             }
         }
         Generate::Responses | Generate::Chat => {}
@@ -352,6 +412,13 @@ async fn stream(
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.starts_with("text/event-stream"));
     let (mut head, incoming) = response.into_parts();
+    let watch = Watch {
+        policy: std::sync::Arc::clone(&state.policy),
+        store: std::sync::Arc::clone(&state.store),
+        tenant: about.tenant().to_owned(),
+        subject: about.subject.to_owned(),
+        epoch: grant.epoch,
+    };
     if !head.status.is_success() || !is_events {
         // The provider's own error (or a plain answer): read it whole, like any other.
         let body = Limited::new(incoming, state.max_body_bytes.saturating_mul(8))
@@ -364,19 +431,27 @@ async fn stream(
             headers: head.headers,
             body,
         };
+        // A stored object answered whole is recorded like a streamed one.
+        if let Some(registration) = registration.filter(|_| answer.is_success()) {
+            let id = adapter::answered_id(&json_of(&answer)?)?;
+            match settle(&watch, registration, id, false).await {
+                Settled::Kept => {}
+                Settled::Undone => return Err(Refusal::SubjectSuppressed.into()),
+                Settled::Unrecorded => {
+                    return Err(DataError::new(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "state_unavailable",
+                        "the stored object could not be recorded",
+                    ));
+                }
+            }
+        }
         return Ok(whole(answer.passed_on()));
     }
     strip_hop_by_hop(&mut head.headers);
     head.headers.remove(header::CONTENT_LENGTH);
     head.headers
         .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    let watch = Watch {
-        policy: std::sync::Arc::clone(&state.policy),
-        store: std::sync::Arc::clone(&state.store),
-        tenant: about.tenant().to_owned(),
-        subject: about.subject.to_owned(),
-        epoch: grant.epoch,
-    };
     let events = relay(incoming, watch, registration);
     Ok(Response::from_parts(head, Either::Right(events)))
 }
@@ -429,7 +504,7 @@ async fn object(
                     .into_iter()
                     .map(|item| adapter::item_key(id, &item))
                     .collect();
-                record(upstream, about, grant, ITEMS, items).await?;
+                keep(upstream, about, grant, ITEMS, items).await?;
             }
         }
         _ => {}

@@ -10,6 +10,7 @@ use std::convert::Infallible;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::BodyExt;
@@ -63,11 +64,29 @@ impl Watch {
     }
 }
 
-/// A stored object the stream creates: recorded as the subject's from the stream's first events,
-/// before the client can read its id.
+/// Deletes a stored object at the provider again; answers whether it is gone.
+pub type Undo = Box<dyn FnOnce(String) -> Pin<Box<dyn Future<Output = bool> + Send>> + Send>;
+
+/// A stored object the stream creates: recorded as the subject's from the stream's first bytes,
+/// before the client can read its id, whatever happens to the stream afterwards.
 pub struct Registration {
     /// The lineage row; its `item_id` is filled in from the stream.
     pub row: ItemRecord,
+    /// Deletes the object again when its subject was suppressed while it was being made.
+    pub undo: Undo,
+}
+
+/// The id of a stream's object is looked for in at most this many bytes.
+const ID_SCAN_BYTES: usize = 256 * 1024;
+/// A provider silent for this long ends the stream.
+const IDLE: Duration = Duration::from_secs(120);
+
+/// Why the relay stops.
+enum Stop {
+    /// The stream ended, or the client left.
+    Done,
+    /// The subject may no longer be served: its object, if any, is deleted again.
+    Suppressed,
 }
 
 /// Relays `upstream` to the client. The stream is cut as the module says.
@@ -75,83 +94,172 @@ pub fn relay(upstream: Incoming, watch: Watch, registration: Option<Registration
     let (tx, rx) = mpsc::channel(16);
     tokio::spawn(async move {
         let mut upstream = upstream;
-        let mut registration = registration;
-        let mut check = SseCheck::default();
-        let mut seen = watch.store.feed().seq();
-        let end = |code: &str, message: &str| Bytes::from(error_event(code, message));
-        loop {
-            let frame = tokio::select! {
-                // The client is gone: dropping `upstream` closes the provider's connection.
-                () = tx.closed() => return,
-                frame = upstream.frame() => frame,
-            };
-            let chunk = match frame {
-                None => {
-                    if check.finish().is_err() {
-                        let _ = tx
-                            .send(end(
-                                "upstream_invalid",
-                                "the provider's stream ended in the middle of an event",
-                            ))
-                            .await;
-                    }
-                    return;
-                }
-                Some(Err(_)) => {
-                    let _ = tx
-                        .send(end(
-                            "upstream_unavailable",
-                            "the provider's stream broke off",
-                        ))
-                        .await;
-                    return;
-                }
-                Some(Ok(frame)) => match frame.into_data() {
-                    Ok(data) => data,
-                    Err(_) => continue,
-                },
-            };
-            let events = match check.feed(&chunk) {
-                Ok(events) => events,
-                Err(problem) => {
-                    tracing::warn!(%problem, "provider stream refused");
-                    let _ = tx
-                        .send(end(
-                            "upstream_invalid",
-                            "the provider sent a malformed event",
-                        ))
-                        .await;
-                    return;
-                }
-            };
-            if !watch.still_allowed(&mut seen).await {
-                let _ = tx
-                    .send(end(
-                        "subject_suppressed",
-                        "the subject is under erasure; the stream was stopped",
-                    ))
-                    .await;
-                return;
-            }
-            if let Some(pending) = registration.take_if(|_| !events.is_empty()) {
-                match streamed_object_id(&events) {
-                    Some(id) => {
-                        let row = ItemRecord {
-                            item_id: id,
-                            ..pending.row
-                        };
-                        if watch.store.record_items(&[row]).await.is_err() {
-                            let _ = tx.send(end("state_unavailable", "the stored object could not be recorded; the stream was stopped")).await;
-                            return;
-                        }
-                    }
-                    None => registration = Some(pending),
+        let mut pending = registration.map(|r| (r, Vec::new()));
+        let stop = forward(&mut upstream, &watch, &tx, &mut pending).await;
+        // A stored object whose id the client never saw must still be recorded (or deleted):
+        // the rest of the provider's stream is read, unseen, until the id shows.
+        if let Some((registration, mut scanned)) = pending {
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+            let mut id = streamed_object_id(&scanned);
+            while id.is_none() && scanned.len() < ID_SCAN_BYTES {
+                let frame = tokio::time::timeout_at(deadline, upstream.frame()).await;
+                let Ok(Some(Ok(frame))) = frame else { break };
+                if let Ok(data) = frame.into_data() {
+                    scanned.extend_from_slice(&data);
+                    id = streamed_object_id(&scanned);
                 }
             }
-            if !events.is_empty() && tx.send(events).await.is_err() {
-                return;
+            if let Some(id) = id {
+                let suppressed = matches!(stop, Stop::Suppressed);
+                settle(&watch, registration, id, suppressed).await;
             }
         }
     });
     EventStream { rx }
+}
+
+/// What became of a streamed object.
+pub enum Settled {
+    Kept,
+    /// Its subject was suppressed while it was being made: deleted again (or left recorded for
+    /// the purge when the provider would not delete it).
+    Undone,
+    /// The state store could not record it.
+    Unrecorded,
+}
+
+/// Records a streamed object; deletes it again if its subject was suppressed meanwhile.
+pub async fn settle(
+    watch: &Watch,
+    registration: Registration,
+    id: String,
+    suppressed: bool,
+) -> Settled {
+    let row = ItemRecord {
+        item_id: id.clone(),
+        ..registration.row
+    };
+    let recorded = watch
+        .store
+        .record_items(std::slice::from_ref(&row))
+        .await
+        .is_ok();
+    // `seen` that matches no feed position: the subject is looked up afresh.
+    let mut seen = u64::MAX;
+    if suppressed || !watch.still_allowed(&mut seen).await {
+        if (registration.undo)(id.clone()).await {
+            let _ = watch
+                .store
+                .mark_items_deleted(&row.store, &row.collection, &[id], crate::now())
+                .await;
+        }
+        return Settled::Undone;
+    }
+    if recorded {
+        Settled::Kept
+    } else {
+        Settled::Unrecorded
+    }
+}
+
+/// Passes checked events on until the stream ends or must stop; records the stream's object as
+/// soon as its id shows in the raw bytes.
+async fn forward(
+    upstream: &mut Incoming,
+    watch: &Watch,
+    tx: &mpsc::Sender<Bytes>,
+    pending: &mut Option<(Registration, Vec<u8>)>,
+) -> Stop {
+    let mut check = SseCheck::default();
+    let mut seen = watch.store.feed().seq();
+    let end = |code: &str, message: &str| Bytes::from(error_event(code, message));
+    loop {
+        let frame = tokio::select! {
+            // The client is gone: dropping `upstream` closes the provider's connection.
+            () = tx.closed() => return Stop::Done,
+            frame = tokio::time::timeout(IDLE, upstream.frame()) => frame,
+        };
+        let chunk = match frame {
+            Err(_) => {
+                let _ = tx
+                    .send(end(
+                        "upstream_unavailable",
+                        "the provider sent nothing for 120 s",
+                    ))
+                    .await;
+                return Stop::Done;
+            }
+            Ok(None) => {
+                if check.finish().is_err() {
+                    let _ = tx
+                        .send(end(
+                            "upstream_invalid",
+                            "the provider's stream ended in the middle of an event",
+                        ))
+                        .await;
+                }
+                return Stop::Done;
+            }
+            Ok(Some(Err(_))) => {
+                let _ = tx
+                    .send(end(
+                        "upstream_unavailable",
+                        "the provider's stream broke off",
+                    ))
+                    .await;
+                return Stop::Done;
+            }
+            Ok(Some(Ok(frame))) => match frame.into_data() {
+                Ok(data) => data,
+                Err(_) => continue,
+            },
+        };
+        if let Some((_, scanned)) = pending.as_mut() {
+            scanned.extend_from_slice(&chunk);
+            if let Some(id) = streamed_object_id(scanned)
+                && let Some((registration, _)) = pending.take()
+            {
+                let stopped = match settle(watch, registration, id, false).await {
+                    Settled::Kept => None,
+                    Settled::Undone => Some(end(
+                        "subject_suppressed",
+                        "the subject is under erasure; the stream was stopped",
+                    )),
+                    Settled::Unrecorded => Some(end(
+                        "state_unavailable",
+                        "the stored object could not be recorded; the stream was stopped",
+                    )),
+                };
+                if let Some(event) = stopped {
+                    let _ = tx.send(event).await;
+                    return Stop::Done;
+                }
+            }
+        }
+        let events = match check.feed(&chunk) {
+            Ok(events) => events,
+            Err(problem) => {
+                tracing::warn!(%problem, "provider stream refused");
+                let _ = tx
+                    .send(end(
+                        "upstream_invalid",
+                        "the provider sent a malformed event",
+                    ))
+                    .await;
+                return Stop::Done;
+            }
+        };
+        if !watch.still_allowed(&mut seen).await {
+            let _ = tx
+                .send(end(
+                    "subject_suppressed",
+                    "the subject is under erasure; the stream was stopped",
+                ))
+                .await;
+            return Stop::Suppressed;
+        }
+        if !events.is_empty() && tx.send(events).await.is_err() {
+            return Stop::Done;
+        }
+    }
 }

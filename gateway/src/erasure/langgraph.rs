@@ -15,8 +15,9 @@ use crate::adapters::langgraph::{Placement, STORE, THREADS, parse_item_id};
 use crate::adapters::stamp::{SUBJECT, TENANT};
 use crate::data::forward::{Route, Upstreams};
 
-/// Threads and items are read in pages of this many.
+/// Threads and items are read in pages of this many, at most this many pages per search.
 const PAGE: usize = 500;
+const MAX_PAGES: usize = 2_000;
 
 const PHYSICAL: &str = "pending: the LangGraph server keeps deleted threads and items in its storage until it is rewritten (the in-memory server's .langgraph_api/*.pckl files at its next save, a PostgreSQL-backed server until VACUUM); namespace names stay listed after their items are gone";
 
@@ -130,7 +131,14 @@ impl LangGraphConnector {
     ) -> Result<BTreeSet<String>, String> {
         let mut found = BTreeSet::new();
         for key in keys {
-            for page in 0.. {
+            for page in 0..=MAX_PAGES {
+                if page == MAX_PAGES {
+                    return Err(format!(
+                        "{}: more than {} results; purge stopped for review",
+                        self.route.name,
+                        PAGE * MAX_PAGES
+                    ));
+                }
                 let search = json!({
                     "metadata": { TENANT: tenant, SUBJECT: key },
                     "select": ["thread_id"],
@@ -165,7 +173,14 @@ impl LangGraphConnector {
     async fn namespace_items(&self, prefixes: &[Vec<String>]) -> Result<BTreeSet<Item>, String> {
         let mut found = BTreeSet::new();
         for prefix in prefixes {
-            for page in 0.. {
+            for page in 0..=MAX_PAGES {
+                if page == MAX_PAGES {
+                    return Err(format!(
+                        "{}: more than {} results; purge stopped for review",
+                        self.route.name,
+                        PAGE * MAX_PAGES
+                    ));
+                }
                 let search =
                     json!({ "namespace_prefix": prefix, "limit": PAGE, "offset": page * PAGE });
                 let (_, answer) = self

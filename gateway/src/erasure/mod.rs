@@ -84,7 +84,9 @@ pub fn route_connectors(config: &Config) -> Result<Vec<RouteConnector>, String> 
     for route in &config.routes {
         let target = config::erasure_target(route);
         let Some(target) = target else { continue };
-        let route = Route::from_config(route)?;
+        let mut route = Route::from_config(route)?;
+        // A store that never answers must not hold a purge (and its lease) forever.
+        route.timeout.get_or_insert(Duration::from_secs(30));
         let connector: Arc<dyn Connector> = match route.adapter {
             AdapterKind::Chroma => Arc::new(ChromaConnector::new(
                 route.clone(),

@@ -10,11 +10,8 @@ use bytes::Bytes;
 use hyper::{HeaderMap, Method, StatusCode};
 
 use super::{Connector, PurgeReport};
-use crate::adapters::openai::{CONVERSATIONS, FILES, ITEMS, RESPONSES};
+use crate::adapters::openai::object_path;
 use crate::data::forward::{Route, Upstreams};
-
-/// Stored chat completions, as the data plane records them.
-const CHAT: &str = "chat_completions";
 
 pub struct OpenAiConnector {
     route: Route,
@@ -24,22 +21,6 @@ pub struct OpenAiConnector {
 impl OpenAiConnector {
     pub fn new(route: Route, upstreams: Arc<Upstreams>) -> Self {
         OpenAiConnector { route, upstreams }
-    }
-
-    /// The provider's path of a recorded object; `None` for what the provider does not keep
-    /// (embeddings inputs are recorded by fingerprint only).
-    fn path(collection: &str, id: &str) -> Option<String> {
-        match collection {
-            RESPONSES => Some(format!("/v1/responses/{id}")),
-            CHAT => Some(format!("/v1/chat/completions/{id}")),
-            CONVERSATIONS => Some(format!("/v1/conversations/{id}")),
-            ITEMS => {
-                let (conversation, item) = id.split_once('/')?;
-                Some(format!("/v1/conversations/{conversation}/items/{item}"))
-            }
-            FILES => Some(format!("/v1/files/{id}")),
-            _ => None,
-        }
     }
 
     async fn status(&self, method: Method, path: &str) -> Result<StatusCode, String> {
@@ -81,7 +62,7 @@ impl Connector for OpenAiConnector {
         // Items first: a conversation's deletion takes its items with it.
         let mut paths: Vec<String> = lineage
             .iter()
-            .filter_map(|(collection, id)| Self::path(collection, id))
+            .filter_map(|(collection, id)| object_path(collection, id))
             .collect();
         paths.sort_by_key(|p| !p.contains("/items/"));
         let mut report = PurgeReport {
@@ -113,7 +94,7 @@ impl Connector for OpenAiConnector {
     async fn delete_items(&self, collection: &str, ids: &[String]) -> Result<u64, String> {
         let mut deleted = 0;
         for id in ids {
-            if let Some(path) = Self::path(collection, id)
+            if let Some(path) = object_path(collection, id)
                 && self.status(Method::DELETE, &path).await?.is_success()
             {
                 deleted += 1;

@@ -219,7 +219,9 @@ fn thread_creation_is_decided() {
     );
     // A client-chosen id that lineage gives to another subject is not taken over.
     let planned = plan_thread(
-        json!({"thread_id": "0b9a8a1e-6c1a-4b4e-9a55-6a1f2f0c1d2e"}).to_string().as_bytes(),
+        json!({"thread_id": "0b9a8a1e-6c1a-4b4e-9a55-6a1f2f0c1d2e"})
+            .to_string()
+            .as_bytes(),
         &scope(Some("alice")),
     )
     .unwrap();

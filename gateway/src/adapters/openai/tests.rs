@@ -258,123 +258,280 @@ fn stamp(tenant: &str, subject: &str) -> Stamp {
 }
 
 #[test]
-fn objects_are_reached_only_by_their_subject() {
+fn objects_are_reached_only_by_their_subject_for_its_purpose_and_epoch() {
     let mine = stamp("acme", "alice");
+    let active = SubjectState::default();
+    let suppressed = SubjectState {
+        status: lethe_policy::SubjectStatus::Suppressed,
+        epoch: 1,
+    };
+    let next_epoch = SubjectState {
+        status: lethe_policy::SubjectStatus::Active,
+        epoch: 1,
+    };
+    let decide = |registered: Option<&Stamp>, tenant, subject, purpose, access, owner| {
+        decide_object(registered, tenant, subject, purpose, access, owner)
+    };
     let cases = [
         (
             Some(&mine),
             "acme",
-            Some("alice"),
+            "alice",
+            "support",
             Access::Read,
-            true,
+            active,
             Ok(()),
         ),
-        (Some(&mine), "acme", None, Access::Write, true, Ok(())),
+        (
+            Some(&mine),
+            "acme",
+            "alice",
+            "support",
+            Access::Write,
+            active,
+            Ok(()),
+        ),
         (
             None,
             "acme",
-            Some("alice"),
+            "alice",
+            "support",
             Access::Read,
-            true,
+            active,
             Err(Refusal::UnstampedItem),
         ),
         (
             Some(&mine),
             "acme",
-            Some("bob"),
+            "bob",
+            "support",
             Access::Read,
-            true,
+            active,
             Err(Refusal::ScopeViolation),
         ),
         (
             Some(&mine),
             "other",
-            Some("alice"),
+            "alice",
+            "support",
             Access::Read,
-            true,
+            active,
             Err(Refusal::ScopeViolation),
         ),
         (
             Some(&mine),
             "acme",
-            Some("alice"),
+            "alice",
+            "marketing",
             Access::Read,
-            false,
+            active,
+            Err(Refusal::ScopeViolation),
+        ),
+        (
+            Some(&mine),
+            "acme",
+            "alice",
+            "support",
+            Access::Read,
+            suppressed,
             Err(Refusal::SubjectSuppressed),
         ),
         (
             Some(&mine),
             "acme",
-            Some("alice"),
+            "alice",
+            "support",
             Access::Write,
-            false,
-            Err(Refusal::SubjectSuppressed),
+            next_epoch,
+            Err(Refusal::StaleEpoch),
         ),
-        // Removing data is allowed for a suppressed subject.
+        // Removing data is allowed for a suppressed subject, whatever the purpose.
         (
             Some(&mine),
             "acme",
-            Some("alice"),
+            "alice",
+            "marketing",
             Access::Delete,
-            false,
+            suppressed,
             Ok(()),
         ),
+        (
+            Some(&mine),
+            "acme",
+            "bob",
+            "support",
+            Access::Delete,
+            active,
+            Err(Refusal::ScopeViolation),
+        ),
     ];
-    for (registered, tenant, subject, access, active, want) in cases {
+    for (registered, tenant, subject, purpose, access, owner, want) in cases {
         assert_eq!(
-            decide_object(registered, tenant, subject, access, active),
+            decide(registered, tenant, subject, purpose, access, owner),
             want,
-            "{tenant} {subject:?} {access:?} {active}"
+            "{tenant} {subject} {purpose} {access:?} {owner:?}"
         );
     }
 }
 
 #[test]
 fn uploads_need_retention_and_fine_tuning_needs_train() {
+    let one = |p: &str| vec![p.to_owned()];
+    let decide = |purposes: Vec<String>, g| decide_upload(&purposes, &g).map_err(code);
     assert_eq!(
-        decide_upload(Some("fine-tune"), &grant(true, false)),
-        Err(Refusal::ConsentRequired)
+        decide(one("fine-tune"), grant(true, false)),
+        Err("consent_required")
     );
-    assert_eq!(decide_upload(Some("fine-tune"), &grant(true, true)), Ok(()));
+    assert_eq!(decide(one("fine-tune"), grant(true, true)), Ok(()));
     assert_eq!(
-        decide_upload(Some("user_data"), &grant(false, true)),
-        Err(Refusal::ConsentRequired)
+        decide(one("user_data"), grant(false, true)),
+        Err("consent_required")
     );
+    assert_eq!(decide(one("user_data"), grant(true, false)), Ok(()));
     assert_eq!(
-        decide_upload(Some("user_data"), &grant(true, false)),
-        Ok(())
+        decide(one("something-new"), grant(true, true)),
+        Err("invalid")
+    );
+    assert_eq!(decide(vec![], grant(true, true)), Err("invalid"));
+    assert_eq!(
+        decide(
+            vec!["assistants".into(), "fine-tune".into()],
+            grant(true, false)
+        ),
+        Err("invalid")
     );
 }
 
 #[test]
-fn the_purpose_of_a_multipart_upload_is_read() {
-    let content_type = "multipart/form-data; boundary=XyZ";
-    let body = b"--XyZ\r\nContent-Disposition: form-data; name=\"purpose\"\r\n\r\nfine-tune\r\n--XyZ\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a.jsonl\"\r\nContent-Type: application/octet-stream\r\n\r\n{\"purpose\": \"x\"}\r\n--XyZ--\r\n";
+fn every_purpose_of_a_multipart_upload_is_read() {
+    let part = |disposition: &str, value: &str| {
+        format!("--XyZ\r\nContent-Disposition: form-data; {disposition}\r\n\r\n{value}\r\n")
+    };
+    let file = "--XyZ\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a.jsonl\"\r\n\r\n{\"purpose\": \"x\"}\r\n--XyZ--\r\n";
+    let body = format!("{}{file}", part("name=\"purpose\"", "fine-tune"));
+    let fields =
+        |content_type: &str, body: &str| multipart_fields(content_type, body.as_bytes(), "purpose");
     assert_eq!(
-        multipart_field(content_type, body, "purpose").as_deref(),
-        Some("fine-tune")
+        fields("multipart/form-data; boundary=XyZ", &body),
+        ["fine-tune"]
     );
-    assert_eq!(multipart_field(content_type, body, "model"), None);
     assert_eq!(
-        multipart_field("multipart/form-data", body, "purpose"),
-        None
+        fields("multipart/form-data; Boundary=\"XyZ\"", &body),
+        ["fine-tune"]
+    );
+    assert!(fields("multipart/form-data", &body).is_empty());
+    let unquoted = format!("{}{file}", part("name = purpose", "fine-tune"));
+    assert_eq!(
+        fields("multipart/form-data; boundary=XyZ", &unquoted),
+        ["fine-tune"]
+    );
+    let twice = format!(
+        "{}{}{file}",
+        part("name=\"purpose\"", "assistants"),
+        part("name=\"purpose\"", "fine-tune")
+    );
+    assert_eq!(
+        fields("multipart/form-data; boundary=XyZ", &twice),
+        ["assistants", "fine-tune"]
+    );
+    assert!(
+        multipart_fields(
+            "multipart/form-data; boundary=XyZ",
+            body.as_bytes(),
+            "model"
+        )
+        .is_empty()
+    );
+}
+
+#[test]
+fn objects_named_in_content_must_be_the_subjects_or_are_refused() {
+    let planned = plan(
+        Generate::Responses,
+        &body(json!({"input": [{"role": "user", "content": [{"type": "input_file", "file_id": "file-1"}]}],
+                     "tools": [{"type": "code_interpreter", "container": {"type": "auto", "file_ids": ["file-2"]}}]})),
+        &grant(true, false),
+    )
+    .unwrap();
+    assert_eq!(
+        planned.builds_on,
+        vec![(FILES, "file-1".to_owned()), (FILES, "file-2".to_owned())]
+    );
+    for untracked in [
+        json!({"tools": [{"type": "file_search", "vector_store_ids": ["vs_1"]}]}),
+        json!({"tools": [{"type": "code_interpreter", "container": "cntr_1"}]}),
+        json!({"input": [{"type": "item_reference", "id": "msg_1"}]}),
+    ] {
+        assert_eq!(
+            plan(
+                Generate::Responses,
+                &body(untracked.clone()),
+                &grant(true, true)
+            )
+            .map_err(code),
+            Err("invalid"),
+            "{untracked}"
+        );
+    }
+    let chat = plan(
+        Generate::Chat,
+        &body(json!({"messages": [{"role": "user", "content": [{"type": "file", "file": {"file_id": "file-3"}}]}]})),
+        &grant(false, false),
+    )
+    .unwrap();
+    assert_eq!(chat.builds_on, vec![(FILES, "file-3".to_owned())]);
+    assert_eq!(
+        plan(
+            Generate::Embeddings,
+            &body(json!({"input": "x", "stream": true})),
+            &grant(false, false)
+        )
+        .map_err(code),
+        Err("invalid")
     );
 }
 
 #[test]
 fn list_answers_keep_only_what_is_allowed() {
-    let answer = json!({"object": "list", "data": [{"id": "f1"}, {"id": "f2"}], "has_more": false});
+    let answer = json!({"object": "list", "data": [{"id": "f1"}, {"id": "f2"}, {"id": "f3"}], "first_id": "f1", "last_id": "f3", "has_more": false});
     let kept = filter_list(answer, |id| id == "f2").unwrap();
     assert_eq!(
         kept,
-        json!({"object": "list", "data": [{"id": "f2"}], "has_more": false})
+        json!({"object": "list", "data": [{"id": "f2"}], "first_id": "f2", "last_id": "f2", "has_more": false})
     );
+    let none = filter_list(json!({"data": [{"id": "f1"}], "first_id": "f1"}), |_| false).unwrap();
+    assert_eq!(none, json!({"data": [], "first_id": null}));
     assert_eq!(
         filter_list(json!({"data": [{"x": 1}]}), |_| true).map_err(code),
         Err("upstream_invalid")
     );
     assert_eq!(answered_id(&json!({"id": "resp_1"})).unwrap(), "resp_1");
     assert!(answer_stored(&json!({"id": "r"})) && !answer_stored(&json!({"store": false})));
+    assert_eq!(
+        object_path(ITEMS, "conv_1/msg_2").as_deref(),
+        Some("/v1/conversations/conv_1/items/msg_2")
+    );
+    assert_eq!(object_path(EMBEDDED, "ab12"), None);
+}
+
+#[test]
+fn an_event_without_end_is_cut_at_a_mebibyte() {
+    let mut check = SseCheck::default();
+    let mut fed = 0;
+    let result = loop {
+        match check.feed(&[b'x'; 64 * 1024]) {
+            Ok(events) => assert!(events.is_empty()),
+            Err(e) => break e,
+        }
+        fed += 1;
+        assert!(fed < 100, "never cut");
+    };
+    assert!(result.contains("1 MiB"));
+    // Boundaries that straddle two chunks are found.
+    let mut split = SseCheck::default();
+    assert_eq!(split.feed(b"data: {}\n").unwrap(), "");
+    assert_eq!(split.feed(b"\ndata: {}\r\n\r").unwrap(), "data: {}\n\n");
+    assert_eq!(split.feed(b"\n").unwrap(), "data: {}\r\n\r\n");
 }
 
 #[test]
@@ -443,7 +600,7 @@ proptest! {
         let mut check = SseCheck::default();
         let _ = check.feed(&bytes);
         let _ = check.finish();
-        let _ = multipart_field("multipart/form-data; boundary=x", &bytes, "purpose");
+        let _ = multipart_fields("multipart/form-data; boundary=x", &bytes, "purpose");
         let _ = filter_list(body, |_| true);
     }
 }
