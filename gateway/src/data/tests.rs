@@ -164,6 +164,11 @@ async fn plane_with(answer: Answer, verifier: Verifier, max_body: usize) -> Plan
         upstream = "http://{upstream_addr}"
         adapter = "chroma"
         credential = {{ header = "x-chroma-token", value = {{ value = "upstream-secret" }} }}
+        [[routes]]
+        name = "openai"
+        prefix = "/openai"
+        upstream = "http://{upstream_addr}"
+        adapter = "openai"
         "#
     ))
     .unwrap();
@@ -683,34 +688,7 @@ async fn a_write_overtaken_by_the_flip_is_undone() {
     ];
     let add = format!("{COLLECTION}/add");
     let body = json!({"ids": ["m1", "m2"], "embeddings": [[0.5], [0.6]]}).to_string();
-    let flip = async {
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while !ARRIVED.load(Ordering::SeqCst) && Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
-        let now = crate::now();
-        let record = crate::store::ErasureRecord {
-            id: "er1".into(),
-            tenant: "acme".into(),
-            subject: "u1".into(),
-            aliases: vec![],
-            ticket: "t".into(),
-            reason: "r".into(),
-            state: lethe_policy::ErasureState::Requested,
-            requested_by: "dpo".into(),
-            requested_at: now,
-            approvals: vec![],
-            suppressed_at: None,
-            completed_at: None,
-            updated_at: now,
-        };
-        p.store.create_erasure(&record, &[], audit()).await.unwrap();
-        p.store
-            .approve_erasure("er1", "dpo", 1, now, audit())
-            .await
-            .unwrap();
-        FLIPPED.store(true, Ordering::SeqCst);
-    };
+    let flip = flip_once_arrived(&p.store, &ARRIVED, &FLIPPED);
     let (response, ()) = tokio::join!(p.send(Method::POST, &add, &scoped, body), flip);
     assert_refused(&response, StatusCode::FORBIDDEN, "subject_suppressed");
     let seen = p.seen.lock().unwrap().clone();
@@ -718,4 +696,110 @@ async fn a_write_overtaken_by_the_flip_is_undone() {
     assert!(undo.uri.ends_with("/delete"), "{}", undo.uri);
     let undone: Value = serde_json::from_slice(&undo.body).unwrap();
     assert_eq!(undone, json!({"ids": ["m1", "m2"]}));
+}
+
+/// Waits until the stand-in has the request, then suppresses u1 (an approved erasure) and lets
+/// the stand-in answer.
+async fn flip_once_arrived(
+    store: &Arc<dyn Store>,
+    arrived: &std::sync::atomic::AtomicBool,
+    flipped: &std::sync::atomic::AtomicBool,
+) {
+    use std::sync::atomic::Ordering;
+    use std::time::{Duration, Instant};
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !arrived.load(Ordering::SeqCst) && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let now = crate::now();
+    let record = crate::store::ErasureRecord {
+        id: "er1".into(),
+        tenant: "acme".into(),
+        subject: "u1".into(),
+        aliases: vec![],
+        ticket: "t".into(),
+        reason: "r".into(),
+        state: lethe_policy::ErasureState::Requested,
+        requested_by: "dpo".into(),
+        requested_at: now,
+        approvals: vec![],
+        suppressed_at: None,
+        completed_at: None,
+        updated_at: now,
+    };
+    store.create_erasure(&record, &[], audit()).await.unwrap();
+    store
+        .approve_erasure("er1", "dpo", 1, now, audit())
+        .await
+        .unwrap();
+    flipped.store(true, Ordering::SeqCst);
+}
+
+/// A stored response the provider made while the flip committed is deleted there again, its
+/// record marked deleted, and the request refused.
+#[tokio::test]
+async fn a_provider_object_made_while_the_flip_committed_is_deleted_again() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::{Duration, Instant};
+    static ARRIVED: AtomicBool = AtomicBool::new(false);
+    static FLIPPED: AtomicBool = AtomicBool::new(false);
+    fn provider(received: &Received) -> (StatusCode, String) {
+        if received.method == Method::POST && received.uri == "/v1/responses" {
+            ARRIVED.store(true, Ordering::SeqCst);
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while !FLIPPED.load(Ordering::SeqCst) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            return (
+                StatusCode::OK,
+                json!({"id": "resp_1", "object": "response", "store": true}).to_string(),
+            );
+        }
+        (
+            StatusCode::OK,
+            json!({"id": "resp_1", "deleted": true}).to_string(),
+        )
+    }
+    let p = plane(provider).await;
+    let keeps = ConsentGrant {
+        id: "g-provider".into(),
+        tenant: "acme".into(),
+        subject: "u1".into(),
+        purpose: "support".into(),
+        category: "conversation".into(),
+        actions: [Action::SendToProvider, Action::ProviderRetention]
+            .into_iter()
+            .collect(),
+        granted_at: crate::now(),
+        expires_at: None,
+        revoked_at: None,
+        policy_version: 1,
+        source: "test".into(),
+    };
+    p.store.create_grant(&keeps, audit()).await.unwrap();
+    let auth = bearer(&token(Role::Agent, Some("u1")));
+    let scoped = [
+        ("authorization", auth.as_str()),
+        ("x-lethe-purpose", "support"),
+        ("x-lethe-category", "conversation"),
+    ];
+    let body = json!({"model": "m", "input": "my address"}).to_string();
+    let send = p.send(Method::POST, "/openai/v1/responses", &scoped, body);
+    let (response, ()) = tokio::join!(send, flip_once_arrived(&p.store, &ARRIVED, &FLIPPED));
+    assert_refused(&response, StatusCode::FORBIDDEN, "subject_suppressed");
+    let seen = p.seen.lock().unwrap().clone();
+    let undo = seen.last().unwrap();
+    assert_eq!(
+        (undo.method.clone(), undo.uri.as_str()),
+        (Method::DELETE, "/v1/responses/resp_1")
+    );
+    let live = p
+        .store
+        .item_stamps("openai", "responses", &["resp_1".to_owned()])
+        .await
+        .unwrap();
+    assert!(
+        live.is_empty(),
+        "recorded, then marked deleted with the undo"
+    );
 }
