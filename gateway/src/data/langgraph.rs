@@ -11,7 +11,8 @@ use lethe_policy::{Refusal, Stamp, decide_read, still_current};
 use serde_json::{Value, json};
 
 use super::error::{DataError, json_response};
-use super::{RequestContext, Upstream};
+use super::stream::{Opened, Watch, open_events};
+use super::{Body, RequestContext, Upstream, whole};
 use crate::adapters::AdapterError;
 use crate::adapters::langgraph::{self as adapter, Endpoint, STORE, THREADS};
 use crate::auth::Role;
@@ -29,8 +30,24 @@ pub(super) async fn handle(
     ctx: &RequestContext,
     path: &str,
     body: Bytes,
-) -> Answered {
+) -> Result<Response<Body>, DataError> {
     match adapter::classify(&upstream.parts.method, path) {
+        Endpoint::ThreadWrite { thread, patch } => {
+            thread_write(upstream, ctx, path, body, &thread, patch).await
+        }
+        endpoint => answer(upstream, ctx, path, body, endpoint).await.map(whole),
+    }
+}
+
+/// Every endpoint but writes into a thread: answered whole.
+async fn answer(
+    upstream: &Upstream<'_>,
+    ctx: &RequestContext,
+    path: &str,
+    body: Bytes,
+    endpoint: Endpoint,
+) -> Answered {
+    match endpoint {
         Endpoint::Refused => Err(DataError::unknown_endpoint()),
         Endpoint::Admin if ctx.claims.role != Role::Admin => Err(DataError::new(
             StatusCode::FORBIDDEN,
@@ -47,21 +64,8 @@ pub(super) async fn handle(
             decide_read(&view, &ctx.read_context(), stamp.as_ref(), crate::now())?;
             pass(upstream, path, body).await
         }
-        Endpoint::ThreadWrite { thread, patch } => {
-            let stamp = registered(upstream, &thread).await?;
-            let view = owner_view(upstream, ctx, stamp.as_ref()).await?;
-            let now = crate::now();
-            let stamp = adapter::decide_thread_write(stamp.as_ref(), &ctx.scope(), &view, now)?;
-            // Runs and metadata changes answer with the thread's content: a read, too.
-            decide_read(&view, &ctx.read_context(), Some(&stamp), now)?;
-            adapter::check_thread_write(&body)?;
-            let body = if patch {
-                Bytes::from(adapter::restamp_patch(&body, &stamp)?)
-            } else {
-                body
-            };
-            pass(upstream, path, body).await
-        }
+        // Dispatched by `handle`.
+        Endpoint::ThreadWrite { .. } => Err(DataError::unknown_endpoint()),
         Endpoint::DeleteThread { thread } => delete_thread(upstream, ctx, path, &thread).await,
         Endpoint::PutItem => put_item(upstream, ctx, path, body).await,
         Endpoint::GetItem => get_item(upstream, ctx, path).await,
@@ -69,6 +73,38 @@ pub(super) async fn handle(
         Endpoint::DeleteItem => delete_item(upstream, ctx, path, body).await,
         Endpoint::ListNamespaces => list_namespaces(upstream, ctx, path, body).await,
     }
+}
+
+/// A write into a thread (a run, a state update, new metadata), decided on its registration. A
+/// streamed run is relayed event by event while its subject stays active.
+async fn thread_write(
+    upstream: &Upstream<'_>,
+    ctx: &RequestContext,
+    path: &str,
+    body: Bytes,
+    thread: &str,
+    patch: bool,
+) -> Result<Response<Body>, DataError> {
+    let stamp = registered(upstream, thread).await?;
+    let view = owner_view(upstream, ctx, stamp.as_ref()).await?;
+    let now = crate::now();
+    let stamp = adapter::decide_thread_write(stamp.as_ref(), &ctx.scope(), &view, now)?;
+    // Runs and metadata changes answer with the thread's content: a read, too.
+    decide_read(&view, &ctx.read_context(), Some(&stamp), now)?;
+    adapter::check_thread_write(&body)?;
+    let body = if patch {
+        Bytes::from(adapter::restamp_patch(&body, &stamp)?)
+    } else {
+        body
+    };
+    if !path.ends_with("/runs/stream") {
+        return pass(upstream, path, body).await.map(whole);
+    }
+    let watch = Watch::new(upstream.state, &stamp.tenant, &stamp.subject, stamp.epoch);
+    Ok(match open_events(upstream, path, body).await? {
+        Opened::Events(events) => events.relay(watch, None),
+        Opened::Whole(answer) => whole(answer.passed_on()),
+    })
 }
 
 async fn pass(upstream: &Upstream<'_>, path: &str, body: Bytes) -> Answered {

@@ -288,9 +288,7 @@ async fn run(
         AdapterKind::Chroma => chroma::handle(&upstream, &ctx, &rest, body)
             .await
             .map(whole),
-        AdapterKind::Langgraph => langgraph::handle(&upstream, &ctx, &rest, body)
-            .await
-            .map(whole),
+        AdapterKind::Langgraph => langgraph::handle(&upstream, &ctx, &rest, body).await,
         AdapterKind::Openai => openai::handle(&upstream, &ctx, &rest, body).await,
         // Routes whose adapter is not built refuse everything rather than pass it through.
         AdapterKind::Qdrant => Err(DataError::unknown_endpoint()),

@@ -6,15 +6,14 @@
 //! decided on the record; embeddings inputs are recorded by fingerprint.
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Either, Limited};
-use hyper::header::{self, HeaderValue};
+use hyper::header;
 use hyper::{Method, Response, StatusCode};
 use lethe_policy::{ProviderGrant, Refusal, SubjectState, decide_provider};
 use serde_json::Value;
 
 use super::error::{DataError, json_response};
-use super::forward::{Answer, strip_hop_by_hop};
-use super::stream::{Registration, Settled, Undo, Watch, relay, settle};
+use super::forward::Answer;
+use super::stream::{Opened, Registration, Settled, Undo, Watch, open_events, settle};
 use super::{Body, RequestContext, Upstream, whole};
 use crate::adapters::AdapterError;
 use crate::adapters::openai::{
@@ -389,71 +388,31 @@ async fn stream(
     body: Bytes,
     registration: Option<Registration>,
 ) -> Answered {
-    let Upstream {
-        state,
-        route,
-        parts,
-    } = *upstream;
-    let response = state
-        .upstreams
-        .open(
-            route,
-            Method::POST,
-            path,
-            parts.uri.query(),
-            &parts.headers,
-            body,
-        )
-        .await?;
-    provider_failure(response.status())?;
-    let is_events = response
-        .headers()
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.starts_with("text/event-stream"));
-    let (mut head, incoming) = response.into_parts();
-    let watch = Watch {
-        policy: std::sync::Arc::clone(&state.policy),
-        store: std::sync::Arc::clone(&state.store),
-        tenant: about.tenant().to_owned(),
-        subject: about.subject.to_owned(),
-        epoch: grant.epoch,
+    let watch = Watch::new(upstream.state, about.tenant(), about.subject, grant.epoch);
+    let answer = match open_events(upstream, path, body).await? {
+        Opened::Events(events) => {
+            let events = events.relay(watch, registration);
+            return Ok(events);
+        }
+        Opened::Whole(answer) => answer,
     };
-    if !head.status.is_success() || !is_events {
-        // The provider's own error (or a plain answer): read it whole, like any other.
-        let body = Limited::new(incoming, state.max_body_bytes.saturating_mul(8))
-            .collect()
-            .await
-            .map_err(|_| DataError::upstream_unavailable("the provider's answer was cut off"))?
-            .to_bytes();
-        let answer = Answer {
-            status: head.status,
-            headers: head.headers,
-            body,
-        };
-        // A stored object answered whole is recorded like a streamed one.
-        if let Some(registration) = registration.filter(|_| answer.is_success()) {
-            let id = adapter::answered_id(&json_of(&answer)?)?;
-            match settle(&watch, registration, id, false).await {
-                Settled::Kept => {}
-                Settled::Undone => return Err(Refusal::SubjectSuppressed.into()),
-                Settled::Unrecorded => {
-                    return Err(DataError::new(
-                        StatusCode::SERVICE_UNAVAILABLE,
-                        "state_unavailable",
-                        "the stored object could not be recorded",
-                    ));
-                }
+    provider_failure(answer.status)?;
+    // A stored object answered whole is recorded like a streamed one.
+    if let Some(registration) = registration.filter(|_| answer.is_success()) {
+        let id = adapter::answered_id(&json_of(&answer)?)?;
+        match settle(&watch, registration, id, false).await {
+            Settled::Kept => {}
+            Settled::Undone => return Err(Refusal::SubjectSuppressed.into()),
+            Settled::Unrecorded => {
+                return Err(DataError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "state_unavailable",
+                    "the stored object could not be recorded",
+                ));
             }
         }
-        return Ok(whole(answer.passed_on()));
     }
-    strip_hop_by_hop(&mut head.headers);
-    head.headers.remove(header::CONTENT_LENGTH);
-    head.headers
-        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    let events = relay(incoming, watch, registration);
-    Ok(Response::from_parts(head, Either::Right(events)))
+    Ok(whole(answer.passed_on()))
 }
 
 #[allow(clippy::too_many_arguments)]

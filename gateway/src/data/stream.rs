@@ -17,9 +17,15 @@ use http_body_util::BodyExt;
 use hyper::body::{Body, Frame, Incoming};
 use tokio::sync::mpsc;
 
+use super::error::DataError;
+use super::forward::{Answer, strip_hop_by_hop};
 use super::policy_cache::PolicyCache;
+use super::{DataState, Upstream};
 use crate::adapters::openai::{SseCheck, error_event, streamed_object_id};
 use crate::store::{ItemRecord, Store};
+use http_body_util::Limited;
+use hyper::Response;
+use hyper::header::{self, HeaderValue};
 
 /// A response body fed by the relay task.
 pub struct EventStream {
@@ -50,6 +56,16 @@ pub struct Watch {
 }
 
 impl Watch {
+    pub(super) fn new(state: &DataState, tenant: &str, subject: &str, epoch: i64) -> Watch {
+        Watch {
+            policy: Arc::clone(&state.policy),
+            store: Arc::clone(&state.store),
+            tenant: tenant.to_owned(),
+            subject: subject.to_owned(),
+            epoch,
+        }
+    }
+
     /// Only when the store reports a change (or cannot report them) is the subject looked up.
     async fn still_allowed(&self, seen: &mut u64) -> bool {
         let feed = self.store.feed();
@@ -62,6 +78,75 @@ impl Watch {
             Err(_) => false,
         }
     }
+}
+
+/// What an upstream answered to a request for a stream.
+pub enum Opened {
+    /// Server-sent events, ready to relay.
+    Events(Events),
+    /// Anything else (an error, a plain answer), read whole.
+    Whole(Answer),
+}
+
+/// A stream's head and body, not yet relayed.
+pub struct Events {
+    head: hyper::http::response::Parts,
+    body: Incoming,
+}
+
+impl Events {
+    /// Starts relaying; the response goes to the client at once, its events as they pass.
+    pub fn relay(self, watch: Watch, registration: Option<Registration>) -> Response<super::Body> {
+        let events = relay(self.body, watch, registration);
+        Response::from_parts(self.head, http_body_util::Either::Right(events))
+    }
+}
+
+/// Sends a decided request whose answer may be a stream of events.
+pub(super) async fn open_events(
+    upstream: &Upstream<'_>,
+    path: &str,
+    body: Bytes,
+) -> Result<Opened, DataError> {
+    let Upstream {
+        state,
+        route,
+        parts,
+    } = *upstream;
+    let response = state
+        .upstreams
+        .open(
+            route,
+            parts.method.clone(),
+            path,
+            parts.uri.query(),
+            &parts.headers,
+            body,
+        )
+        .await?;
+    let is_events = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("text/event-stream"));
+    let (mut head, body) = response.into_parts();
+    if !head.status.is_success() || !is_events {
+        let body = Limited::new(body, state.max_body_bytes.saturating_mul(8))
+            .collect()
+            .await
+            .map_err(|_| DataError::upstream_unavailable("the upstream's answer was cut off"))?
+            .to_bytes();
+        return Ok(Opened::Whole(Answer {
+            status: head.status,
+            headers: head.headers,
+            body,
+        }));
+    }
+    strip_hop_by_hop(&mut head.headers);
+    head.headers.remove(header::CONTENT_LENGTH);
+    head.headers
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    Ok(Opened::Events(Events { head, body }))
 }
 
 /// Deletes a stored object at the provider again; answers whether it is gone.
@@ -90,7 +175,7 @@ enum Stop {
 }
 
 /// Relays `upstream` to the client. The stream is cut as the module says.
-pub fn relay(upstream: Incoming, watch: Watch, registration: Option<Registration>) -> EventStream {
+fn relay(upstream: Incoming, watch: Watch, registration: Option<Registration>) -> EventStream {
     let (tx, rx) = mpsc::channel(16);
     tokio::spawn(async move {
         let mut upstream = upstream;
