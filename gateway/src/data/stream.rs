@@ -1,4 +1,5 @@
-//! Server-sent events relayed event by event. The request was decided before the first byte; while
+//! Server-sent events relayed event by event (provider completions and responses, LangGraph
+//! runs). The request was decided before the first byte; while
 //! the stream runs, a relay task forwards each complete, well-formed event and stops when:
 //! - the client goes away (the upstream request is dropped with it, so the provider stops);
 //! - the subject is suppressed (or its epoch moves on): the stream ends with an `error` event
@@ -13,8 +14,10 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http_body_util::BodyExt;
+use http_body_util::{BodyExt, Limited};
+use hyper::Response;
 use hyper::body::{Body, Frame, Incoming};
+use hyper::header::{self, HeaderValue};
 use tokio::sync::mpsc;
 
 use super::error::DataError;
@@ -23,9 +26,6 @@ use super::policy_cache::PolicyCache;
 use super::{DataState, Upstream};
 use crate::adapters::openai::{SseCheck, error_event, streamed_object_id};
 use crate::store::{ItemRecord, Store};
-use http_body_util::Limited;
-use hyper::Response;
-use hyper::header::{self, HeaderValue};
 
 /// A response body fed by the relay task.
 pub struct EventStream {
