@@ -173,6 +173,8 @@ pub fn erasure_target(route: &RouteConfig) -> Option<String> {
 #[serde(deny_unknown_fields, default)]
 pub struct DataPlaneConfig {
     pub listen: SocketAddr,
+    /// Certificates (PEM) trusted for `https://` upstreams besides Mozilla's roots: a private CA.
+    pub upstream_ca: Option<Secret>,
     pub max_body_bytes: u64,
     pub request_timeout: ConfigDuration,
     pub max_concurrency: u32,
@@ -182,6 +184,7 @@ impl Default for DataPlaneConfig {
     fn default() -> Self {
         DataPlaneConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 7400)),
+            upstream_ca: None,
             max_body_bytes: 10 * 1024 * 1024,
             request_timeout: ConfigDuration(Duration::from_secs(30)),
             max_concurrency: 1024,
@@ -649,14 +652,9 @@ impl Config {
                     route.prefix
                 ));
             }
-            if route.upstream.starts_with("https://") {
+            if !is_http_url(&route.upstream) {
                 problems.push(format!(
-                    "{at}: upstream {:?}: Lethe speaks plain HTTP to its upstreams; put a TLS-originating proxy in between",
-                    route.upstream
-                ));
-            } else if !is_http_url(&route.upstream) {
-                problems.push(format!(
-                    "{at}: upstream {:?} is not an http URL",
+                    "{at}: upstream {:?} is not an http(s) URL",
                     route.upstream
                 ));
             }

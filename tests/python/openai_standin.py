@@ -7,7 +7,7 @@ Models with special names misbehave on purpose: `slow-stream` streams 40 chunks 
 `broken-sse` sends an event that is not JSON, `error-500` fails, `hang` answers after 5 s.
 `GET /_stats` tells how many streams were cut by their client.
 
-    python openai_standin.py PORT
+    python openai_standin.py PORT [CERT KEY]      (with CERT and KEY it speaks HTTPS)
 """
 
 import hashlib
@@ -293,4 +293,9 @@ class Handler(BaseHTTPRequestHandler):
 if __name__ == "__main__":
     server = ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), Handler)
     server.daemon_threads = True
+    if len(sys.argv) > 3:
+        import ssl
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(sys.argv[2], sys.argv[3])
+        server.socket = context.wrap_socket(server.socket, server_side=True)
     server.serve_forever()

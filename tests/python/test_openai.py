@@ -2,8 +2,11 @@
 Lethe's token as the key, Lethe's headers through `default_headers`) against a local stand-in
 built from OpenAI's published API contract."""
 
+import subprocess
 import time
+import urllib.request
 import uuid
+from pathlib import Path
 
 import openai
 import pytest
@@ -217,3 +220,45 @@ def test_an_erasure_deletes_the_subjects_provider_objects_and_certifies_the_wind
     # The provider's copies outlast the 7 days of Chroma's backups: they set the final expiry.
     assert certificate["final_backup_expiry"] == store["backup_expires_at"]
     assert certificate["exceptions"] == []
+
+
+def certificates(folder):
+    """A private CA and a certificate for 127.0.0.1 it signed (openssl)."""
+    run = lambda *args: subprocess.run(["openssl", *args], cwd=folder, check=True, capture_output=True)
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+    run("req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.pem", "-days", "2", "-subj", "/CN=lethe test CA")
+    run("req", *ec, "-keyout", "leaf.key", "-out", "leaf.csr", "-subj", "/CN=127.0.0.1")
+    (folder / "leaf.ext").write_text("subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n"
+                                     "keyUsage=digitalSignature\nextendedKeyUsage=serverAuth\n")
+    run("x509", "-req", "-in", "leaf.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
+        "-out", "leaf.pem", "-days", "2", "-extfile", "leaf.ext")
+    return folder / "ca.pem", folder / "leaf.pem", folder / "leaf.key"
+
+
+def test_a_provider_behind_tls_is_reached_only_when_its_certificate_verifies(chroma, tmp_path):
+    import ssl
+    import sys
+    from conftest import free_port
+    ca, cert, key = certificates(tmp_path)
+    port = free_port()
+    standin = subprocess.Popen([sys.executable, str(Path(__file__).parent / "openai_standin.py"), str(port), str(cert), str(key)])
+    trusted = ssl.create_default_context(cafile=str(ca))
+    wait_for("the TLS stand-in", lambda: urllib.request.urlopen(f"https://127.0.0.1:{port}/v1/models", context=trusted).status == 200)
+    provider = f"https://127.0.0.1:{port}"
+    for folder in ("trusting", "doubting"):
+        (tmp_path / folder).mkdir()
+    trusting = own_lethe(chroma, tmp_path / "trusting", f'[data_plane]\nupstream_ca = {{ file = "{ca}" }}\n', openai_url=provider)
+    doubting = own_lethe(chroma, tmp_path / "doubting", "", openai_url=provider)
+    try:
+        for instance in (trusting, doubting):
+            instance.grant_provider("tls-user")
+        assert chat(trusting.openai("tls-user"), "over TLS").choices[0].message.content == "echo: over TLS"
+        streamed = "".join(c.choices[0].delta.content or "" for c in chat(trusting.openai("tls-user"), "a b", stream=True))
+        assert streamed == "echo: a b "
+        # A certificate no trusted CA signed: refused, nothing sent in the clear instead.
+        assert refused(lambda: chat(doubting.openai("tls-user"), "x")) == (502, "upstream_unavailable")
+    finally:
+        trusting.stop()
+        doubting.stop()
+        standin.terminate()
+        standin.wait(timeout=10)

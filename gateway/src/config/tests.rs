@@ -121,11 +121,6 @@ fn meaning_problems_are_all_reported_at_once() {
         adapter = "langgraph"
         namespace = ["memories", "{tenant}"]
         retention_window = "30d"
-        [[routes]]
-        name = "secure"
-        prefix = "/secure"
-        upstream = "https://chroma.example.com"
-        adapter = "chroma"
         [erasure]
         probes = ["{tenant}"]
         probe_min_similarity = 101
@@ -148,7 +143,6 @@ fn meaning_problems_are_all_reported_at_once() {
         "every probe must contain {subject}",
         "probe_min_similarity",
         "retention_window applies to openai routes only",
-        "plain HTTP",
     ] {
         assert!(
             joined.contains(needle),

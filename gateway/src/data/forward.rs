@@ -3,9 +3,12 @@
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
+use std::sync::Arc;
+
 use hyper::body::Incoming;
 use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode, Uri};
+use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
@@ -147,21 +150,66 @@ fn late(route: &Route, limit: std::time::Duration) -> DataError {
 
 #[derive(Clone)]
 pub struct Upstreams {
-    client: Client<HttpConnector, Full<Bytes>>,
+    client: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
     max_answer_bytes: usize,
 }
 
 impl Upstreams {
-    pub fn new(max_answer_bytes: usize) -> Self {
-        let mut connector = HttpConnector::new();
-        connector.set_nodelay(true);
+    /// A pooled client for `http://` and `https://` upstreams. TLS trusts Mozilla's roots and, when
+    /// given, the certificates of `extra_ca` (PEM), for upstreams behind a private CA.
+    pub fn new(max_answer_bytes: usize, extra_ca: Option<&[u8]>) -> Result<Self, String> {
+        use rustls::pki_types::CertificateDer;
+        use rustls::pki_types::pem::PemObject;
+        let mut roots = rustls::RootCertStore::empty();
+        roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+        if let Some(pem) = extra_ca {
+            let mut added = 0;
+            for cert in CertificateDer::pem_slice_iter(pem) {
+                let cert = cert.map_err(|e| format!("upstream_ca: {e}"))?;
+                roots.add(cert).map_err(|e| format!("upstream_ca: {e}"))?;
+                added += 1;
+            }
+            if added == 0 {
+                return Err("upstream_ca: no certificate in the PEM".into());
+            }
+        }
+        let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+        let tls = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|e| format!("TLS: {e}"))?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let mut http = HttpConnector::new();
+        http.set_nodelay(true);
+        http.enforce_http(false);
+        let connector = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config(tls)
+            .https_or_http()
+            .enable_http1()
+            .wrap_connector(http);
         let client = Client::builder(TokioExecutor::new())
             .pool_max_idle_per_host(64)
             .build(connector);
-        Upstreams {
+        Ok(Upstreams {
             client,
             max_answer_bytes,
-        }
+        })
+    }
+
+    /// The client of a configuration (its `data_plane.upstream_ca`).
+    pub fn from_config(
+        config: &crate::config::Config,
+        max_answer_bytes: usize,
+    ) -> Result<Self, String> {
+        let extra_ca = match &config.data_plane.upstream_ca {
+            Some(secret) => Some(
+                secret
+                    .resolve()
+                    .map_err(|e| format!("data_plane.upstream_ca: {e}"))?,
+            ),
+            None => None,
+        };
+        Upstreams::new(max_answer_bytes, extra_ca.as_deref())
     }
 
     /// Sends `body` to the route's upstream and reads the whole answer.

@@ -75,7 +75,7 @@ impl DataState {
             policy: PolicyCache::new(Arc::clone(&store), 100_000),
             store,
             // Answers may be larger than requests (a query returns many records).
-            upstreams: Upstreams::new(max_body_bytes.saturating_mul(8)),
+            upstreams: Upstreams::from_config(config, max_body_bytes.saturating_mul(8))?,
             lineage,
             audit_key,
             max_body_bytes,

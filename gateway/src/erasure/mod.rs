@@ -79,7 +79,7 @@ pub struct RouteConnector {
 }
 
 pub fn route_connectors(config: &Config) -> Result<Vec<RouteConnector>, String> {
-    let upstreams = Arc::new(Upstreams::new(64 * 1024 * 1024));
+    let upstreams = Arc::new(Upstreams::from_config(config, 64 * 1024 * 1024)?);
     let mut connectors = Vec::new();
     for route in &config.routes {
         let target = config::erasure_target(route);
