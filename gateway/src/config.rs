@@ -306,6 +306,9 @@ pub struct RouteConfig {
     /// `["{tenant}", "{subject}"]`; an app that keeps memories under `("memories", tenant, user)`
     /// sets `["memories", "{tenant}", "{subject}"]`.
     pub namespace: Option<Vec<String>>,
+    /// Chroma only: the Chroma tenants whose every database an erasure searches (default
+    /// `["default_tenant"]`).
+    pub chroma_tenants: Option<Vec<String>>,
     /// How long the upstream may take to answer (a whole answer, or the first byte of a
     /// stream); then `upstream_unavailable`. Erasure connectors use 30 s when it is unset.
     pub timeout: Option<ConfigDuration>,
@@ -669,6 +672,11 @@ impl Config {
                         "{at}: namespace must name {{tenant}} and {{subject}} exactly once each (tenants sharing a server must not share namespaces), and no element may be empty or contain a dot"
                     ));
                 }
+            }
+            if route.chroma_tenants.is_some() && route.adapter != AdapterKind::Chroma {
+                problems.push(format!(
+                    "{at}: chroma_tenants applies to chroma routes only"
+                ));
             }
             if route.retention_window.is_some() && route.adapter != AdapterKind::Openai {
                 problems.push(format!(

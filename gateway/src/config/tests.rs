@@ -121,6 +121,7 @@ fn meaning_problems_are_all_reported_at_once() {
         adapter = "langgraph"
         namespace = ["memories", "{tenant}"]
         retention_window = "30d"
+        chroma_tenants = ["default_tenant"]
         [erasure]
         probes = ["{tenant}"]
         probe_min_similarity = 101
@@ -143,6 +144,7 @@ fn meaning_problems_are_all_reported_at_once() {
         "every probe must contain {subject}",
         "probe_min_similarity",
         "retention_window applies to openai routes only",
+        "chroma_tenants applies to chroma routes only",
     ] {
         assert!(
             joined.contains(needle),

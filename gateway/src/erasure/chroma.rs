@@ -12,7 +12,17 @@ use super::{Connector, PurgeReport};
 use crate::adapters::stamp::{SUBJECT, TENANT};
 use crate::data::forward::{Route, Upstreams};
 
-const DATABASE: &str = "/api/v2/tenants/default_tenant/databases/default_database";
+/// One collection: the path of its record operations.
+struct Place {
+    id: String,
+    base: String,
+}
+
+impl Place {
+    fn op(&self, op: &str) -> String {
+        format!("{}/{op}", self.base)
+    }
+}
 
 /// Chroma keeps deleted records (text, metadata, vectors) in its log and HNSW files until it
 /// compacts; there is no command that removes them sooner.
@@ -21,24 +31,62 @@ const PHYSICAL: &str = "pending: Chroma keeps deleted records in its write-ahead
 pub struct ChromaConnector {
     route: Route,
     upstreams: Arc<Upstreams>,
+    /// The Chroma tenants whose every database is searched.
+    tenants: Vec<String>,
     /// Verification probes: texts with `{subject}` (and `{tenant}`) searched for in every
     /// document after the purge.
     probes: Vec<String>,
 }
 
 impl ChromaConnector {
-    pub fn new(route: Route, upstreams: Arc<Upstreams>, probes: Vec<String>) -> Self {
+    pub fn new(
+        route: Route,
+        upstreams: Arc<Upstreams>,
+        tenants: Vec<String>,
+        probes: Vec<String>,
+    ) -> Self {
         ChromaConnector {
             route,
             upstreams,
+            tenants,
             probes,
         }
+    }
+
+    /// Every collection of every database of the configured Chroma tenants.
+    async fn collections(&self) -> Result<Vec<Place>, String> {
+        let names = |answer: &Value, key: &str| -> Vec<String> {
+            answer
+                .as_array()
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|c| c.get(key)?.as_str().map(str::to_owned))
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        let mut places = Vec::new();
+        for tenant in &self.tenants {
+            let tenant_path = format!("/api/v2/tenants/{tenant}/databases");
+            let databases = self.call(Method::GET, &tenant_path, None).await?;
+            for database in names(&databases, "name") {
+                let database_path = format!("{tenant_path}/{database}/collections");
+                let collections = self.call(Method::GET, &database_path, None).await?;
+                for id in names(&collections, "id") {
+                    places.push(Place {
+                        base: format!("{database_path}/{id}"),
+                        id,
+                    });
+                }
+            }
+        }
+        Ok(places)
     }
 
     /// Records whose document contains a probe built from one of the subject's keys and that
     /// belong to the subject: stamped with one of its keys, or not stamped at all (no owner can be
     /// shown, so a person must look). Records of other subjects that mention it are not counted.
-    async fn probe(&self, collection: &str, tenant: &str, keys: &[String]) -> Result<u64, String> {
+    async fn probe(&self, place: &Place, tenant: &str, keys: &[String]) -> Result<u64, String> {
         let mut hits = BTreeSet::new();
         for key in keys {
             for probe in &self.probes {
@@ -46,7 +94,7 @@ impl ChromaConnector {
                 let answer = self
                     .call(
                         Method::POST,
-                        &format!("{DATABASE}/collections/{collection}/get"),
+                        &place.op("get"),
                         Some(json!({"where_document": {"$contains": text}, "include": ["metadatas"]})),
                     )
                     .await?;
@@ -66,6 +114,14 @@ impl ChromaConnector {
         Ok(hits.len() as u64)
     }
 
+    /// Deletes `ids` from a collection; answers how many Chroma deleted.
+    async fn delete_in(&self, place: &Place, ids: &[String]) -> Result<u64, String> {
+        let answer = self
+            .call(Method::POST, &place.op("delete"), Some(json!({"ids": ids})))
+            .await?;
+        Ok(answer.get("deleted").and_then(Value::as_u64).unwrap_or(0))
+    }
+
     async fn call(&self, method: Method, path: &str, body: Option<Value>) -> Result<Value, String> {
         let body = body.map(|b| Bytes::from(b.to_string())).unwrap_or_default();
         let answer = self
@@ -83,10 +139,10 @@ impl ChromaConnector {
             .map_err(|_| format!("{} answered something other than JSON", self.route.name))
     }
 
-    /// The ids in `collection` whose stamp names one of `keys`.
+    /// The ids in a collection whose stamp names one of `keys`.
     async fn stamped(
         &self,
-        collection: &str,
+        place: &Place,
         tenant: &str,
         keys: &[String],
     ) -> Result<Vec<String>, String> {
@@ -94,26 +150,22 @@ impl ChromaConnector {
         let answer = self
             .call(
                 Method::POST,
-                &format!("{DATABASE}/collections/{collection}/get"),
+                &place.op("get"),
                 Some(json!({"where": filter, "include": []})),
             )
             .await?;
         Ok(ids(&answer))
     }
 
-    /// Which of `ids` still exist in `collection`.
-    async fn present(
-        &self,
-        collection: &str,
-        ids_wanted: &[String],
-    ) -> Result<Vec<String>, String> {
+    /// Which of `ids` still exist in a collection.
+    async fn present(&self, place: &Place, ids_wanted: &[String]) -> Result<Vec<String>, String> {
         if ids_wanted.is_empty() {
             return Ok(Vec::new());
         }
         let answer = self
             .call(
                 Method::POST,
-                &format!("{DATABASE}/collections/{collection}/get"),
+                &place.op("get"),
                 Some(json!({"ids": ids_wanted, "include": []})),
             )
             .await?;
@@ -141,17 +193,6 @@ impl Connector for ChromaConnector {
         keys: &[String],
         lineage: &[(String, String)],
     ) -> Result<PurgeReport, String> {
-        let collections = self
-            .call(Method::GET, &format!("{DATABASE}/collections"), None)
-            .await?;
-        let collections: Vec<String> = collections
-            .as_array()
-            .map(|a| {
-                a.iter()
-                    .filter_map(|c| c.get("id")?.as_str().map(str::to_owned))
-                    .collect()
-            })
-            .unwrap_or_default();
         let mut report = PurgeReport {
             before: 0,
             deleted: 0,
@@ -159,43 +200,45 @@ impl Connector for ChromaConnector {
             physical: PHYSICAL.to_owned(),
             probe_hits: (!self.probes.is_empty()).then_some(0),
         };
-        for collection in &collections {
+        for place in &self.collections().await? {
             let known: Vec<String> = lineage
                 .iter()
-                .filter(|(c, _)| c == collection)
+                .filter(|(c, _)| *c == place.id)
                 .map(|(_, id)| id.clone())
                 .collect();
-            let mut doomed = self.stamped(collection, tenant, keys).await?;
-            for id in self.present(collection, &known).await? {
+            let mut doomed = self.stamped(place, tenant, keys).await?;
+            for id in self.present(place, &known).await? {
                 if !doomed.contains(&id) {
                     doomed.push(id);
                 }
             }
             report.before += doomed.len() as u64;
             if !doomed.is_empty() {
-                report.deleted += self.delete_items(collection, &doomed).await?;
+                report.deleted += self.delete_in(place, &doomed).await?;
             }
-            let mut left = self.stamped(collection, tenant, keys).await?;
-            left.extend(self.present(collection, &known).await?);
+            let mut left = self.stamped(place, tenant, keys).await?;
+            left.extend(self.present(place, &known).await?);
             left.sort();
             left.dedup();
             report.remaining += left.len() as u64;
             if let Some(hits) = report.probe_hits.as_mut() {
-                *hits += self.probe(collection, tenant, keys).await?;
+                *hits += self.probe(place, tenant, keys).await?;
             }
         }
         Ok(report)
     }
 
-    /// Deletes `ids` from `collection`; answers how many Chroma deleted.
+    /// Deletes `ids` from the collection with this id, wherever it is; a collection that no
+    /// longer exists holds nothing any more.
     async fn delete_items(&self, collection: &str, ids: &[String]) -> Result<u64, String> {
-        let answer = self
-            .call(
-                Method::POST,
-                &format!("{DATABASE}/collections/{collection}/delete"),
-                Some(json!({"ids": ids})),
-            )
-            .await?;
-        Ok(answer.get("deleted").and_then(Value::as_u64).unwrap_or(0))
+        match self
+            .collections()
+            .await?
+            .iter()
+            .find(|p| p.id == collection)
+        {
+            Some(place) => self.delete_in(place, ids).await,
+            None => Ok(0),
+        }
     }
 }

@@ -81,16 +81,21 @@ pub struct RouteConnector {
 pub fn route_connectors(config: &Config) -> Result<Vec<RouteConnector>, String> {
     let upstreams = Arc::new(Upstreams::from_config(config, 64 * 1024 * 1024)?);
     let mut connectors = Vec::new();
-    for route in &config.routes {
-        let target = config::erasure_target(route);
-        let Some(target) = target else { continue };
-        let mut route = Route::from_config(route)?;
+    for config_route in &config.routes {
+        let Some(target) = config::erasure_target(config_route) else {
+            continue;
+        };
+        let mut route = Route::from_config(config_route)?;
         // A store that never answers must not hold a purge (and its lease) forever.
         route.timeout.get_or_insert(Duration::from_secs(30));
         let connector: Arc<dyn Connector> = match route.adapter {
             AdapterKind::Chroma => Arc::new(ChromaConnector::new(
                 route.clone(),
                 Arc::clone(&upstreams),
+                config_route
+                    .chroma_tenants
+                    .clone()
+                    .unwrap_or_else(|| vec!["default_tenant".to_owned()]),
                 config.erasure.probes.clone(),
             )),
             AdapterKind::Langgraph => Arc::new(LangGraphConnector::new(
