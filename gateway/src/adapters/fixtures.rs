@@ -10,7 +10,7 @@ use lethe_policy::{
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
-use super::Scope;
+use super::{AdapterError, Scope};
 
 pub fn now() -> DateTime<Utc> {
     Utc.timestamp_opt(1_800_000_000, 0).unwrap()
@@ -60,6 +60,16 @@ pub fn view() -> PolicySnapshot {
     PolicySnapshot {
         subjects: BTreeMap::from([("acme".to_owned(), subjects)]),
         retention: BTreeMap::from([("acme".to_owned(), retention)]),
+    }
+}
+
+/// An adapter error as its stable code (`invalid` for a bad request), to compare in tests.
+pub fn code(e: AdapterError) -> &'static str {
+    match e {
+        AdapterError::Refused(r) => r.first().map_or("refused", |r| r.refusal.code()),
+        AdapterError::Invalid(_) => "invalid",
+        AdapterError::MissingScope { .. } => "missing_scope",
+        AdapterError::UpstreamInvalid(_) => "upstream_invalid",
     }
 }
 

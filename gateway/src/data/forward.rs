@@ -140,12 +140,18 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
     }
 }
 
-fn late(route: &Route, limit: std::time::Duration) -> DataError {
-    DataError::upstream_unavailable(format!(
-        "the {} upstream did not answer within {} ms",
-        route.name,
-        limit.as_millis()
-    ))
+/// Runs `work` within the route's timeout, if it has one.
+async fn within<T>(route: &Route, work: impl Future<Output = T>) -> Result<T, DataError> {
+    match route.timeout {
+        Some(limit) => tokio::time::timeout(limit, work).await.map_err(|_| {
+            DataError::upstream_unavailable(format!(
+                "the {} upstream did not answer within {} ms",
+                route.name,
+                limit.as_millis()
+            ))
+        }),
+        None => Ok(work.await),
+    }
 }
 
 #[derive(Clone)]
@@ -242,12 +248,7 @@ impl Upstreams {
                 body: body.to_bytes(),
             })
         };
-        match route.timeout {
-            Some(limit) => tokio::time::timeout(limit, whole)
-                .await
-                .map_err(|_| late(route, limit))?,
-            None => whole.await,
-        }
+        within(route, whole).await?
     }
 
     /// Sends `body` to the route's upstream at `path` (and `query`) and answers once the head of
@@ -316,17 +317,15 @@ impl Upstreams {
         *request.uri_mut() = uri;
         *request.headers_mut() = headers;
 
-        let sent = self.client.request(request);
-        let response = match route.timeout {
-            Some(limit) => tokio::time::timeout(limit, sent)
-                .await
-                .map_err(|_| late(route, limit))?,
-            None => sent.await,
-        }
-        .map_err(|e| {
-            tracing::warn!(route = %route.name, error = %e, "upstream request failed");
-            DataError::upstream_unavailable(format!("the {} upstream is unavailable", route.name))
-        })?;
+        let response = within(route, self.client.request(request))
+            .await?
+            .map_err(|e| {
+                tracing::warn!(route = %route.name, error = %e, "upstream request failed");
+                DataError::upstream_unavailable(format!(
+                    "the {} upstream is unavailable",
+                    route.name
+                ))
+            })?;
         if response
             .headers()
             .get(header::CONTENT_ENCODING)

@@ -152,11 +152,7 @@ async fn create_thread(
         .view(ctx.tenant(), [planned.subject.as_str()])
         .await?;
     let owner = match &planned.id {
-        Some(id) => state
-            .store
-            .item_owners(&route.name, THREADS, std::slice::from_ref(id))
-            .await?
-            .remove(id),
+        Some(id) => owner_of(upstream, THREADS, id).await?,
         None => None,
     };
     let requested = planned.id.clone();
@@ -174,34 +170,61 @@ async fn create_thread(
         return Ok(answer.passed_on());
     }
     let id = adapter::created_thread_id(&answer.body, requested.as_deref(), &stamp)?;
-    let overtaken = overtaken_by_flip(upstream, ctx, &stamp).await?;
+    let undo = (format!("/threads/{id}"), Bytes::new());
+    let row = ItemRecord::stamped(&route.name, THREADS, id, stamp, now, ctx.source.clone());
+    // Registered before the client learns the id: its next request is decided on it.
+    keep_unless_overtaken(upstream, ctx, row, undo, Recording::AtOnce).await?;
+    Ok(answer.passed_on())
+}
+
+/// Who lineage says owns an item already, live or deleted: a write may not take it over.
+async fn owner_of(
+    upstream: &Upstream<'_>,
+    collection: &str,
+    id: &str,
+) -> Result<Option<(String, String)>, DataError> {
+    let mut owners = upstream
+        .state
+        .store
+        .item_owners(&upstream.route.name, collection, &[id.to_owned()])
+        .await?;
+    Ok(owners.remove(id))
+}
+
+/// When an item's lineage row is written.
+enum Recording {
+    /// Before the answer: the client's next request is decided on it (threads).
+    AtOnce,
+    /// In the lineage writer's next batch (store items, read by their own stamp).
+    Batched,
+}
+
+/// Keeps what the server just took (its lineage row recorded), unless a flip committed while the
+/// write was in flight: then it is deleted again with `undo` (a path and body for `DELETE`) and
+/// the write refused, so that nothing lands behind the purge. A write that cannot be undone is
+/// recorded too, so that the purge finds it.
+async fn keep_unless_overtaken(
+    upstream: &Upstream<'_>,
+    ctx: &RequestContext,
+    row: ItemRecord,
+    undo: (String, Bytes),
+    recording: Recording,
+) -> Result<(), DataError> {
+    let stamp = row.stamp();
+    let view = owner_view(upstream, ctx, Some(&stamp)).await?;
+    let overtaken = still_current(&view, &stamp).err();
     if let Some(refusal) = overtaken {
-        let undone = upstream
-            .send(Method::DELETE, &format!("/threads/{id}"), Bytes::new())
-            .await;
+        let (path, body) = undo;
+        let undone = upstream.send(Method::DELETE, &path, body).await;
         if undone.is_ok_and(|a| a.is_success()) {
             return Err(refusal.into());
         }
     }
-    // Registered before the client learns the id: its next request is decided on it. A thread
-    // that could not be undone is registered too, so that the purge finds it.
-    let row = ItemRecord::stamped(&route.name, THREADS, id, stamp, now, ctx.source.clone());
-    state.store.record_items(&[row]).await?;
-    match overtaken {
-        Some(refusal) => Err(refusal.into()),
-        None => Ok(answer.passed_on()),
+    match recording {
+        Recording::AtOnce => upstream.state.store.record_items(&[row]).await?,
+        Recording::Batched => upstream.state.lineage.record(vec![row]).await,
     }
-}
-
-/// Whether a flip committed while a write allowed with `stamp` was in flight; the caller undoes
-/// the write then, so that nothing lands behind the purge.
-async fn overtaken_by_flip(
-    upstream: &Upstream<'_>,
-    ctx: &RequestContext,
-    stamp: &Stamp,
-) -> Result<Option<Refusal>, DataError> {
-    let view = owner_view(upstream, ctx, Some(stamp)).await?;
-    Ok(still_current(&view, stamp).err())
+    overtaken.map_or(Ok(()), |refusal| Err(refusal.into()))
 }
 
 async fn search_threads(
@@ -310,11 +333,7 @@ async fn put_item(
         .view(ctx.tenant(), [planned.subject.as_str()])
         .await?;
     let id = planned.id.clone().unwrap_or_default();
-    let owner = state
-        .store
-        .item_owners(&route.name, STORE, std::slice::from_ref(&id))
-        .await?
-        .remove(&id);
+    let owner = owner_of(upstream, STORE, &id).await?;
     let now = crate::now();
     let (body, stamp) =
         adapter::stamp_item(planned, "value", ctx.tenant(), &view, owner.as_ref(), now)?;
@@ -322,21 +341,12 @@ async fn put_item(
     if !answer.is_success() {
         return Ok(answer.passed_on());
     }
-    let overtaken = overtaken_by_flip(upstream, ctx, &stamp).await?;
-    if let Some(refusal) = overtaken {
-        let (namespace, key) = adapter::parse_item_id(&id).unwrap_or_default();
-        let undo = Bytes::from(json!({ "namespace": namespace, "key": key }).to_string());
-        let undone = upstream.send(Method::DELETE, path, undo).await;
-        if undone.is_ok_and(|a| a.is_success()) {
-            return Err(refusal.into());
-        }
-    }
+    let (namespace, key) = adapter::parse_item_id(&id).unwrap_or_default();
+    let undo = json!({ "namespace": namespace, "key": key }).to_string();
+    let undo = (path.to_owned(), Bytes::from(undo));
     let row = ItemRecord::stamped(&route.name, STORE, id, stamp, now, ctx.source.clone());
-    state.lineage.record(vec![row]).await;
-    match overtaken {
-        Some(refusal) => Err(refusal.into()),
-        None => Ok(answer.passed_on()),
-    }
+    keep_unless_overtaken(upstream, ctx, row, undo, Recording::Batched).await?;
+    Ok(answer.passed_on())
 }
 
 /// A read of one subject's namespace: refused outright when the subject is suppressed.

@@ -81,13 +81,7 @@ pub(super) async fn handle(
             if !grant.retention {
                 return Err(Refusal::ConsentRequired.into());
             }
-            sending(upstream, &about).await;
-            let answer = checked(upstream, path, body).await?;
-            if answer.is_success() {
-                let id = adapter::answered_id(&json_of(&answer)?)?;
-                keep(upstream, &about, &grant, CONVERSATIONS, vec![id]).await?;
-            }
-            Ok(whole(answer.passed_on()))
+            create(upstream, &about, &grant, path, body, CONVERSATIONS).await
         }
         Endpoint::UploadFile => {
             let grant = grant(upstream, &about).await?;
@@ -99,13 +93,7 @@ pub(super) async fn handle(
                 .unwrap_or_default();
             let purposes = adapter::multipart_fields(content_type, &body, "purpose");
             adapter::decide_upload(&purposes, &grant)?;
-            sending(upstream, &about).await;
-            let answer = checked(upstream, path, body).await?;
-            if answer.is_success() {
-                let id = adapter::answered_id(&json_of(&answer)?)?;
-                keep(upstream, &about, &grant, FILES, vec![id]).await?;
-            }
-            Ok(whole(answer.passed_on()))
+            create(upstream, &about, &grant, path, body, FILES).await
         }
         Endpoint::ListFiles => {
             if !subject_state(upstream, &about).await?.is_active() {
@@ -173,6 +161,25 @@ async fn sending(upstream: &Upstream<'_>, about: &About<'_>) {
             last_at: now,
         })
         .await;
+}
+
+/// Sends a decided request that makes one object the provider keeps (a conversation, a file),
+/// and keeps it for the subject.
+async fn create(
+    upstream: &Upstream<'_>,
+    about: &About<'_>,
+    grant: &ProviderGrant,
+    path: &str,
+    body: Bytes,
+    collection: &str,
+) -> Answered {
+    sending(upstream, about).await;
+    let answer = checked(upstream, path, body).await?;
+    if answer.is_success() {
+        let id = adapter::answered_id(&json_of(&answer)?)?;
+        keep(upstream, about, grant, collection, vec![id]).await?;
+    }
+    Ok(whole(answer.passed_on()))
 }
 
 /// Sends the request and reads the whole answer; a provider failure (5xx) is

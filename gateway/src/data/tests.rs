@@ -712,21 +712,7 @@ async fn flip_once_arrived(
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
     let now = crate::now();
-    let record = crate::store::ErasureRecord {
-        id: "er1".into(),
-        tenant: "acme".into(),
-        subject: "u1".into(),
-        aliases: vec![],
-        ticket: "t".into(),
-        reason: "r".into(),
-        state: lethe_policy::ErasureState::Requested,
-        requested_by: "dpo".into(),
-        requested_at: now,
-        approvals: vec![],
-        suppressed_at: None,
-        completed_at: None,
-        updated_at: now,
-    };
+    let record = crate::testing::erasure_request("er1", "u1", now);
     store.create_erasure(&record, &[], audit()).await.unwrap();
     store
         .approve_erasure("er1", "dpo", 1, now, audit())

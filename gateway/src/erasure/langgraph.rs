@@ -123,6 +123,37 @@ impl LangGraphConnector {
         Ok((answer.status, value))
     }
 
+    /// Every result of a search, read page by page (`list` finds a page's results in the answer);
+    /// too many results stop the purge for review rather than leave some unread.
+    async fn search_all(
+        &self,
+        path: &str,
+        search: Value,
+        list: impl Fn(&Value) -> Option<&Vec<Value>>,
+    ) -> Result<Vec<Value>, String> {
+        let Value::Object(mut search) = search else {
+            return Err(format!("{path}: a search is an object"));
+        };
+        let mut results = Vec::new();
+        search.insert("limit".into(), json!(PAGE));
+        for page in 0..MAX_PAGES {
+            search.insert("offset".into(), json!(page * PAGE));
+            let body = Value::Object(search.clone());
+            let (_, answer) = self.call(Method::POST, path, None, Some(body)).await?;
+            let page = list(&answer).cloned().unwrap_or_default();
+            let last = page.len() < PAGE;
+            results.extend(page);
+            if last {
+                return Ok(results);
+            }
+        }
+        Err(format!(
+            "{}: more than {} results; purge stopped for review",
+            self.route.name,
+            PAGE * MAX_PAGES
+        ))
+    }
+
     /// The threads stamped with one of `keys`.
     async fn stamped_threads(
         &self,
@@ -131,33 +162,16 @@ impl LangGraphConnector {
     ) -> Result<BTreeSet<String>, String> {
         let mut found = BTreeSet::new();
         for key in keys {
-            for page in 0..=MAX_PAGES {
-                if page == MAX_PAGES {
-                    return Err(format!(
-                        "{}: more than {} results; purge stopped for review",
-                        self.route.name,
-                        PAGE * MAX_PAGES
-                    ));
-                }
-                let search = json!({
-                    "metadata": { TENANT: tenant, SUBJECT: key },
-                    "select": ["thread_id"],
-                    "limit": PAGE,
-                    "offset": page * PAGE,
-                });
-                let (_, answer) = self
-                    .call(Method::POST, "/threads/search", None, Some(search))
-                    .await?;
-                let threads = answer.as_array().cloned().unwrap_or_default();
-                found.extend(
-                    threads
-                        .iter()
-                        .filter_map(|t| t.get("thread_id")?.as_str().map(str::to_owned)),
-                );
-                if threads.len() < PAGE {
-                    break;
-                }
-            }
+            let search =
+                json!({ "metadata": { TENANT: tenant, SUBJECT: key }, "select": ["thread_id"] });
+            let threads = self
+                .search_all("/threads/search", search, Value::as_array)
+                .await?;
+            found.extend(
+                threads
+                    .iter()
+                    .filter_map(|t| t.get("thread_id")?.as_str().map(str::to_owned)),
+            );
         }
         Ok(found)
     }
@@ -173,36 +187,20 @@ impl LangGraphConnector {
     async fn namespace_items(&self, prefixes: &[Vec<String>]) -> Result<BTreeSet<Item>, String> {
         let mut found = BTreeSet::new();
         for prefix in prefixes {
-            for page in 0..=MAX_PAGES {
-                if page == MAX_PAGES {
-                    return Err(format!(
-                        "{}: more than {} results; purge stopped for review",
-                        self.route.name,
-                        PAGE * MAX_PAGES
-                    ));
-                }
-                let search =
-                    json!({ "namespace_prefix": prefix, "limit": PAGE, "offset": page * PAGE });
-                let (_, answer) = self
-                    .call(Method::POST, "/store/items/search", None, Some(search))
-                    .await?;
-                let items = answer
-                    .get("items")
+            let search = json!({ "namespace_prefix": prefix });
+            let items = self
+                .search_all("/store/items/search", search, |a| {
+                    a.get("items")?.as_array()
+                })
+                .await?;
+            for item in &items {
+                let namespace: Option<Vec<String>> = item
+                    .get("namespace")
                     .and_then(Value::as_array)
-                    .cloned()
-                    .unwrap_or_default();
-                for item in &items {
-                    let namespace: Option<Vec<String>> = item
-                        .get("namespace")
-                        .and_then(Value::as_array)
-                        .and_then(|a| a.iter().map(|l| l.as_str().map(str::to_owned)).collect());
-                    let key = item.get("key").and_then(Value::as_str);
-                    if let (Some(namespace), Some(key)) = (namespace, key) {
-                        found.insert((namespace, key.to_owned()));
-                    }
-                }
-                if items.len() < PAGE {
-                    break;
+                    .and_then(|a| a.iter().map(|l| l.as_str().map(str::to_owned)).collect());
+                let key = item.get("key").and_then(Value::as_str);
+                if let (Some(namespace), Some(key)) = (namespace, key) {
+                    found.insert((namespace, key.to_owned()));
                 }
             }
         }

@@ -6,8 +6,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use lethe_policy::{ErasureEvent, ErasureState};
 
 use super::*;
-use crate::store::{ErasureRecord, ItemRecord, StoreError};
-use crate::testing::{fresh_sqlite_url, migrated};
+use crate::store::{ItemRecord, StoreError};
+use crate::testing::{erasure_request, fresh_sqlite_url, migrated};
 
 /// Fails its first `failures` calls, then deletes everything.
 struct Flaky {
@@ -71,21 +71,7 @@ async fn flipped() -> Arc<dyn Store> {
         parents: vec![],
     };
     store.record_items(&[item("a"), item("b")]).await.unwrap();
-    let record = ErasureRecord {
-        id: "er1".into(),
-        tenant: "acme".into(),
-        subject: "u1".into(),
-        aliases: vec![],
-        ticket: "t".into(),
-        reason: "r".into(),
-        state: ErasureState::Requested,
-        requested_by: "dpo".into(),
-        requested_at: now,
-        approvals: vec![],
-        suppressed_at: None,
-        completed_at: None,
-        updated_at: now,
-    };
+    let record = erasure_request("er1", "u1", now);
     store
         .create_erasure(&record, &["chroma:chroma".into()], audit())
         .await

@@ -190,6 +190,19 @@ pub struct ProcessorUse {
 }
 
 impl ItemRecord {
+    /// The stamp the item was written with.
+    pub fn stamp(&self) -> lethe_policy::Stamp {
+        lethe_policy::Stamp {
+            tenant: self.tenant.clone(),
+            subject: self.subject.clone(),
+            purpose: self.purpose.clone(),
+            category: self.category.clone(),
+            layer: self.layer,
+            expires_at: self.expires_at,
+            epoch: self.epoch,
+        }
+    }
+
     /// The lineage row of an item written through Lethe with `stamp`.
     pub fn stamped(
         store: &str,

@@ -408,19 +408,8 @@ async fn an_approved_erasure_flips_its_keys_and_tells_every_cache(store: &Arc<dy
     });
     let now = now();
     let record = ErasureRecord {
-        id: "er1".into(),
-        tenant: "acme".into(),
-        subject: "u1".into(),
         aliases: vec!["u1-old".into()],
-        ticket: "DSR-7".into(),
-        reason: "request".into(),
-        state: ErasureState::Requested,
-        requested_by: "dpo".into(),
-        requested_at: now,
-        approvals: vec![],
-        suppressed_at: None,
-        completed_at: None,
-        updated_at: now,
+        ..crate::testing::erasure_request("er1", "u1", now)
     };
     store
         .create_erasure(

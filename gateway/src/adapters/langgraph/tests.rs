@@ -2,7 +2,7 @@ use chrono::TimeDelta;
 use proptest::prelude::*;
 
 use super::*;
-use crate::adapters::fixtures::{self, now, scope, view};
+use crate::adapters::fixtures::{self, code, now, scope, view};
 use crate::adapters::stamp::{EPOCH, EXPIRES_AT};
 
 fn ns(labels: &[&str]) -> Vec<String> {
@@ -26,15 +26,6 @@ fn read_ctx(bound: Option<&'static str>) -> ReadContext<'static> {
         tenant: "acme",
         bound_subject: bound,
         purpose: None,
-    }
-}
-
-fn code(e: AdapterError) -> &'static str {
-    match e {
-        AdapterError::Refused(r) => r[0].refusal.code(),
-        AdapterError::Invalid(_) => "invalid",
-        AdapterError::MissingScope { .. } => "missing_scope",
-        AdapterError::UpstreamInvalid(_) => "upstream_invalid",
     }
 }
 

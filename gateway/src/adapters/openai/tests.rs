@@ -1,7 +1,7 @@
 use proptest::prelude::*;
 
 use super::*;
-use crate::adapters::fixtures::{self, now};
+use crate::adapters::fixtures::{self, code, now};
 
 fn grant(retention: bool, train: bool) -> ProviderGrant {
     ProviderGrant {
@@ -17,15 +17,6 @@ fn body(v: Value) -> Vec<u8> {
 
 fn sent(planned: &Planned) -> Value {
     serde_json::from_slice(&planned.body).unwrap()
-}
-
-fn code(e: AdapterError) -> &'static str {
-    match e {
-        AdapterError::Refused(r) => r[0].refusal.code(),
-        AdapterError::Invalid(_) => "invalid",
-        AdapterError::MissingScope { .. } => "missing_scope",
-        AdapterError::UpstreamInvalid(_) => "upstream_invalid",
-    }
 }
 
 #[test]
