@@ -8,7 +8,7 @@ use chrono::{TimeDelta, Utc};
 use criterion::{Criterion, criterion_group, criterion_main};
 use lethe_gateway::adapters::Scope;
 use lethe_gateway::adapters::chroma::{
-    ReadPlan, apply_write, filter_read, narrow_read, plan_write,
+    ReadPlan, WriteKind, apply_write, filter_read, held_stamps, narrow_read, plan_write,
 };
 use lethe_policy::{
     Action, ConsentGrant, PolicySnapshot, ReadContext, RetentionPolicy, RetentionRule,
@@ -78,13 +78,27 @@ fn adapter(c: &mut Criterion) {
         purpose: Some("personalization"),
         category: Some("preference"),
     };
-    let owners = BTreeMap::new();
+    let free = held_stamps(br#"{"ids": [], "metadatas": []}"#).expect("held");
     c.bench_function("chroma add: plan + decide + stamp (10 x 2 KB)", |b| {
         b.iter(|| {
             let planned = plan_write(black_box(&add), &scope).expect("plan");
-            apply_write(planned, "acme", &view, &owners, now).expect("allowed")
+            apply_write(planned, "acme", &view, &free, WriteKind::Add, now).expect("allowed")
         })
     });
+    let own = json!({"lethe_subject": "u1", "lethe_tenant": "acme", "lethe_purpose": "personalization",
+        "lethe_category": "preference", "lethe_expires_at": now.timestamp() + 3600, "lethe_epoch": 0});
+    let held = json!({"ids": ids, "metadatas": (0..10).map(|_| own.clone()).collect::<Vec<_>>()})
+        .to_string();
+    c.bench_function(
+        "chroma upsert over held records: plan + read held stamps + decide + stamp (10 x 2 KB)",
+        |b| {
+            b.iter(|| {
+                let planned = plan_write(black_box(&add), &scope).expect("plan");
+                let held = held_stamps(black_box(held.as_bytes())).expect("held");
+                apply_write(planned, "acme", &view, &held, WriteKind::Upsert, now).expect("allowed")
+            })
+        },
+    );
 
     let query = json!({"query_embeddings": [vec![0.1f32; 16]], "n_results": 10, "include": ["documents", "metadatas", "distances"]})
         .to_string()

@@ -97,6 +97,8 @@ pub enum Refusal {
     Expired,
     #[error("the item carries no Lethe stamp")]
     UnstampedItem,
+    #[error("the id is taken: an add never overwrites a stored item")]
+    AlreadyExists,
 }
 
 impl Refusal {
@@ -109,6 +111,7 @@ impl Refusal {
             Refusal::NoRetentionRule => "no_retention_rule",
             Refusal::Expired => "expired",
             Refusal::UnstampedItem => "unstamped_item",
+            Refusal::AlreadyExists => "already_exists",
         }
     }
 }
@@ -226,6 +229,71 @@ pub fn decide_write(
         expires_at,
         epoch: policy.state.epoch,
     })
+}
+
+/// What the store holds under an id a write names, read just before the write. The stamp in
+/// the store, not lineage, decides who owns an item.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Held<'a> {
+    /// Nothing: the id is free.
+    Nothing,
+    /// An item without a whole stamp, written around Lethe: nobody can show it is theirs.
+    Unstamped,
+    Stamped(&'a Stamp),
+}
+
+/// How a write treats an id the store already holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Overwrite {
+    /// Only a free id may be written (Chroma `add`, a new thread).
+    Never,
+    /// A free id is created, a held one replaced (`upsert`, a store item `PUT`).
+    Allowed,
+    /// Only a held id is written; a free one is left alone (`update`).
+    Only,
+}
+
+/// May this item be written over what the store holds under its id? On yes, the stamp to write,
+/// or `None` when there is nothing to write (an update of a free id claims nothing).
+///
+/// Another tenant's or subject's item is out of scope, and so is moving an item to another
+/// purpose or category; an unstamped item is never claimed; an expired item is gone, not revived;
+/// an item from an earlier epoch stays dead. Retention counts from the first write: the new stamp
+/// never expires later than the one it replaces.
+pub fn decide_write_over(
+    view: &impl PolicyView,
+    facts: &WriteFacts<'_>,
+    held: Held<'_>,
+    overwrite: Overwrite,
+    now: DateTime<Utc>,
+) -> Result<Option<Stamp>, Refusal> {
+    let previous = match (held, overwrite) {
+        (Held::Nothing, _) => None,
+        (_, Overwrite::Never) => return Err(Refusal::AlreadyExists),
+        (Held::Unstamped, _) => return Err(Refusal::UnstampedItem),
+        (Held::Stamped(previous), _) => Some(previous),
+    };
+    if let Some(previous) = previous {
+        let same_owner = previous.tenant == facts.tenant && previous.subject == facts.subject;
+        let same_use = previous.purpose == facts.purpose && previous.category == facts.category;
+        if !(same_owner && same_use) {
+            return Err(Refusal::ScopeViolation);
+        }
+        if previous.expires_at <= now {
+            return Err(Refusal::Expired);
+        }
+    }
+    let facts = WriteFacts {
+        authorised_epoch: previous.map(|p| p.epoch).or(facts.authorised_epoch),
+        ..*facts
+    };
+    let mut stamp = decide_write(view, &facts, now)?;
+    match previous {
+        Some(previous) => stamp.expires_at = stamp.expires_at.min(previous.expires_at),
+        None if overwrite == Overwrite::Only => return Ok(None),
+        None => {}
+    }
+    Ok(Some(stamp))
 }
 
 /// May this stored item be served? `stamp` is what the store holds for it, if anything.

@@ -14,8 +14,9 @@ pub mod subject;
 
 pub use consent::{Action, ConsentGrant, ConsentStatus};
 pub use decision::{
-    PolicySnapshot, PolicyView, ProviderGrant, ReadContext, Refusal, Stamp, SubjectPolicy,
-    WriteFacts, decide_provider, decide_read, decide_write, still_current,
+    Held, Overwrite, PolicySnapshot, PolicyView, ProviderGrant, ReadContext, Refusal, Stamp,
+    SubjectPolicy, WriteFacts, decide_provider, decide_read, decide_write, decide_write_over,
+    still_current,
 };
 pub use erasure::{ApprovalError, ErasureEvent, ErasureState, IllegalTransition};
 pub use hold::LegalHold;

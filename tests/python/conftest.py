@@ -169,8 +169,8 @@ class Lethe:
         ]})
         assert status == 200
 
-    def token(self, role, subject=None):
-        args = [str(LETHE), "token", "--role", role, "--tenant", TENANT]
+    def token(self, role, subject=None, tenant=TENANT):
+        args = [str(LETHE), "token", "--role", role, "--tenant", tenant]
         if subject:
             args += ["--subject", subject]
         out = subprocess.run(args, cwd=self.workdir, env=self.env, check=True, capture_output=True, text=True)
@@ -181,14 +181,15 @@ class Lethe:
         extra = ["--url", f"http://{self.control}"] if args[0] in ("certificate", "status", "erase") and "verify" not in args and "public-key" not in args else []
         return subprocess.run([str(LETHE), *args, *extra], cwd=self.workdir, env=self.env, capture_output=True)
 
-    def call(self, method, path, body=None):
-        return http(method, f"http://{self.control}{path}", self.dpo, body)
+    def call(self, method, path, body=None, token=None):
+        return http(method, f"http://{self.control}{path}", token or self.dpo, body)
 
-    def grant(self, subject, actions=("store", "retrieve")):
+    def grant(self, subject, actions=("store", "retrieve"), tenant=TENANT):
+        dpo = self.dpo if tenant == TENANT else self.token("compliance", tenant=tenant)
         status, grant = self.call("POST", "/v1/consents", {
-            "subject": subject, "purpose": "personalization", "category": "preference",
+            "tenant": tenant, "subject": subject, "purpose": "personalization", "category": "preference",
             "actions": list(actions), "source": "pytest", "policy_version": 1,
-        })
+        }, token=dpo)
         assert status == 201, grant
         return grant["id"]
 

@@ -10,7 +10,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use chrono::{DateTime, Utc};
 use hyper::Method;
 use lethe_policy::{
-    Action, Layer, PolicyView, ReadContext, Refusal, Stamp, WriteFacts, decide_read, decide_write,
+    Action, Held, Layer, Overwrite, PolicyView, ReadContext, Refusal, Stamp, WriteFacts,
+    decide_read, decide_write_over,
 };
 use serde_json::{Map, Value, json};
 
@@ -38,6 +39,18 @@ pub enum WriteKind {
     Update,
 }
 
+impl WriteKind {
+    /// What each write may do to an id Chroma already holds: `add` leaves it as it is (so it is
+    /// refused), `upsert` replaces it, `update` writes nothing else.
+    fn overwrite(self) -> Overwrite {
+        match self {
+            WriteKind::Add => Overwrite::Never,
+            WriteKind::Upsert => Overwrite::Allowed,
+            WriteKind::Update => Overwrite::Only,
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Endpoint {
     /// Service and metadata reads any data-plane caller may make (the client library needs them).
@@ -60,8 +73,20 @@ pub enum Endpoint {
     Delete {
         collection: String,
     },
+    /// A record operation on a collection id written other than Chroma's canonical way: Chroma
+    /// would take it as the same collection, lineage would not.
+    NonCanonical,
     /// Not passed through: unknown, or an operation Lethe cannot govern (search, functions, reset).
     Refused,
+}
+
+/// Chroma's collection ids are UUIDs, which it parses in many spellings (upper case, without
+/// hyphens, in braces, as a URN); only the lowercase hyphenated one is accepted here.
+fn canonical_collection(segment: &str) -> Option<String> {
+    uuid::Uuid::parse_str(segment)
+        .ok()
+        .map(|u| u.hyphenated().to_string())
+        .filter(|canonical| canonical == segment)
 }
 
 /// Which endpoint a request is; `path` is the part after the route prefix, without the query.
@@ -73,7 +98,6 @@ pub fn classify(method: &Method, path: &str) -> Endpoint {
         *method,
         Method::POST | Method::PUT | Method::PATCH | Method::DELETE
     );
-    let collection = |c: &str| c.to_owned();
     match segments.as_slice() {
         ["api", "v2", "heartbeat" | "version" | "pre-flight-checks"]
         | ["api", "v2", "auth", "identity"]
@@ -114,34 +138,33 @@ pub fn classify(method: &Method, path: &str) -> Endpoint {
             "collections",
             c,
             op,
-        ] => match (*op, post, get) {
-            ("add", true, _) => Endpoint::Write {
-                collection: collection(c),
-                kind: WriteKind::Add,
-            },
-            ("upsert", true, _) => Endpoint::Write {
-                collection: collection(c),
-                kind: WriteKind::Upsert,
-            },
-            ("update", true, _) => Endpoint::Write {
-                collection: collection(c),
-                kind: WriteKind::Update,
-            },
-            ("get", true, _) => Endpoint::Get {
-                collection: collection(c),
-            },
-            ("query", true, _) => Endpoint::Query {
-                collection: collection(c),
-            },
-            ("delete", true, _) => Endpoint::Delete {
-                collection: collection(c),
-            },
-            ("count", _, true) => Endpoint::Count {
-                collection: collection(c),
-            },
-            ("fork", true, _) => Endpoint::Admin,
-            _ => Endpoint::Refused,
-        },
+        ] => {
+            let record_op: Option<fn(String) -> Endpoint> = match (*op, post, get) {
+                ("add", true, _) => Some(|collection| Endpoint::Write {
+                    collection,
+                    kind: WriteKind::Add,
+                }),
+                ("upsert", true, _) => Some(|collection| Endpoint::Write {
+                    collection,
+                    kind: WriteKind::Upsert,
+                }),
+                ("update", true, _) => Some(|collection| Endpoint::Write {
+                    collection,
+                    kind: WriteKind::Update,
+                }),
+                ("get", true, _) => Some(|collection| Endpoint::Get { collection }),
+                ("query", true, _) => Some(|collection| Endpoint::Query { collection }),
+                ("delete", true, _) => Some(|collection| Endpoint::Delete { collection }),
+                ("count", _, true) => Some(|collection| Endpoint::Count { collection }),
+                _ => None,
+            };
+            match (record_op, canonical_collection(c)) {
+                (Some(endpoint), Some(collection)) => endpoint(collection),
+                (Some(_), None) => Endpoint::NonCanonical,
+                (None, _) if *op == "fork" && post => Endpoint::Admin,
+                (None, _) => Endpoint::Refused,
+            }
+        }
         _ => Endpoint::Refused,
     }
 }
@@ -216,6 +239,10 @@ pub fn plan_write(body: &[u8], scope: &Scope<'_>) -> Result<PlannedWrite, Adapte
         }
     };
     check_parallel(&map, ids.len(), false).map_err(AdapterError::Invalid)?;
+    // Chroma keeps one of two records under one id without a word.
+    if ids.iter().collect::<BTreeSet<_>>().len() != ids.len() {
+        return Err(AdapterError::Invalid("ids must be unique".into()));
+    }
     let metadatas = map.get("metadatas").and_then(Value::as_array);
     let mut records = Vec::with_capacity(ids.len());
     for (index, id) in ids.into_iter().enumerate() {
@@ -259,30 +286,56 @@ pub fn plan_write(body: &[u8], scope: &Scope<'_>) -> Result<PlannedWrite, Adapte
     Ok(PlannedWrite { body: map, records })
 }
 
-/// A write every record of which was allowed: the body to forward, and each id's stamp.
+/// The body of the `get` that reads what Chroma holds under a write's ids, just before the write.
+pub fn held_query(planned: &PlannedWrite) -> Vec<u8> {
+    json!({ "ids": planned.ids(), "include": ["metadatas"] })
+        .to_string()
+        .into_bytes()
+}
+
+/// What that `get` answered: the stamp each held id carries (`None`: held, but not stamped).
+/// Ids Chroma does not hold are absent.
+pub fn held_stamps(answer: &[u8]) -> Result<BTreeMap<String, Option<Stamp>>, AdapterError> {
+    let map: Map<String, Value> = serde_json::from_slice(answer)
+        .map_err(|_| AdapterError::UpstreamInvalid("not JSON".into()))?;
+    let ids = map
+        .get("ids")
+        .and_then(Value::as_array)
+        .ok_or_else(|| AdapterError::UpstreamInvalid("ids missing".into()))?;
+    check_parallel(&map, ids.len(), false).map_err(AdapterError::UpstreamInvalid)?;
+    let metadatas = map.get("metadatas").and_then(Value::as_array);
+    ids.iter()
+        .enumerate()
+        .map(|(i, id)| {
+            let id = id
+                .as_str()
+                .ok_or_else(|| AdapterError::UpstreamInvalid("ids must be strings".into()))?;
+            let stamp = metadatas.and_then(|m| m.get(i)).and_then(read_stamp);
+            Ok((id.to_owned(), stamp))
+        })
+        .collect()
+}
+
+/// A write every record of which was allowed: the body to forward (`None` when nothing is left
+/// to write), and the stamp of each record written.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StampedWrite {
-    pub body: Vec<u8>,
+    pub body: Option<Vec<u8>>,
     pub stamps: Vec<(String, Stamp)>,
 }
 
-/// Decides every record and, when all are allowed, returns the body with each record's stamp
-/// written into its metadata, and the stamps (for lineage). `owners` maps ids lineage already
-/// knows to their (tenant, subject): a write may not take over another subject's record.
-pub fn apply_write(
-    planned: PlannedWrite,
+/// Decides every record over what the store holds under its id; one refusal refuses them all.
+fn decide_records(
+    records: &[RecordFacts],
     tenant: &str,
     view: &impl PolicyView,
-    owners: &BTreeMap<String, (String, String)>,
+    held: &BTreeMap<String, Option<Stamp>>,
+    overwrite: Overwrite,
     now: DateTime<Utc>,
-) -> Result<StampedWrite, AdapterError> {
-    let PlannedWrite { mut body, records } = planned;
+) -> Result<Vec<Option<Stamp>>, AdapterError> {
     let mut refused = Vec::new();
-    let mut stamps = Vec::with_capacity(records.len());
-    for r in &records {
-        let taken = owners
-            .get(&r.id)
-            .is_some_and(|(t, s)| t != tenant || *s != r.subject);
+    let mut decided = Vec::with_capacity(records.len());
+    for r in records {
         let facts = WriteFacts {
             tenant,
             subject: &r.subject,
@@ -293,27 +346,67 @@ pub fn apply_write(
             authorised_epoch: None,
             requested_expires_at: r.requested_expires_at,
         };
-        match decide_write(view, &facts, now) {
-            Ok(_) if taken => refused.push(RecordRefusal {
-                index: r.index,
-                refusal: Refusal::ScopeViolation,
-            }),
-            Ok(stamp) => stamps.push((r.id.clone(), stamp)),
+        let on = match held.get(&r.id) {
+            None => Held::Nothing,
+            Some(None) => Held::Unstamped,
+            Some(Some(stamp)) => Held::Stamped(stamp),
+        };
+        match decide_write_over(view, &facts, on, overwrite, now) {
+            Ok(stamp) => decided.push(stamp),
             Err(refusal) => refused.push(RecordRefusal {
                 index: r.index,
                 refusal,
             }),
         }
     }
-    if !refused.is_empty() {
-        return Err(AdapterError::Refused(refused));
+    if refused.is_empty() {
+        Ok(decided)
+    } else {
+        Err(AdapterError::Refused(refused))
     }
+}
+
+/// Whether every record could be written at all (an active subject, consent, a retention
+/// rule), before anything is asked of the store: a refused write never reaches it.
+pub fn check_write(
+    planned: &PlannedWrite,
+    tenant: &str,
+    view: &impl PolicyView,
+    now: DateTime<Utc>,
+) -> Result<(), AdapterError> {
+    let free = BTreeMap::new();
+    decide_records(
+        &planned.records,
+        tenant,
+        view,
+        &free,
+        Overwrite::Allowed,
+        now,
+    )
+    .map(|_| ())
+}
+
+/// Decides every record on what Chroma holds under its id (`held`, from [`held_stamps`]) and,
+/// when all are allowed, returns the body with each record's stamp written into its metadata. An
+/// `update` of an id Chroma does not hold is taken out of the body: it claims nothing.
+pub fn apply_write(
+    planned: PlannedWrite,
+    tenant: &str,
+    view: &impl PolicyView,
+    held: &BTreeMap<String, Option<Stamp>>,
+    kind: WriteKind,
+    now: DateTime<Utc>,
+) -> Result<StampedWrite, AdapterError> {
+    let PlannedWrite { mut body, records } = planned;
+    let decided = decide_records(&records, tenant, view, held, kind.overwrite(), now)?;
+    let keep: Vec<bool> = decided.iter().map(Option::is_some).collect();
     let metadatas = body.entry("metadatas").or_insert(Value::Null);
     if !metadatas.is_array() {
         *metadatas = Value::Array(vec![Value::Null; records.len()]);
     }
     if let Value::Array(metas) = metadatas {
-        for (meta, (_, stamp)) in metas.iter_mut().zip(&stamps) {
+        for (meta, stamp) in metas.iter_mut().zip(&decided) {
+            let Some(stamp) = stamp else { continue };
             if !meta.is_object() {
                 *meta = Value::Object(Map::new());
             }
@@ -322,9 +415,18 @@ pub fn apply_write(
             }
         }
     }
+    retain_parallel(&mut body, &keep);
+    let stamps: Vec<(String, Stamp)> = records
+        .into_iter()
+        .zip(decided)
+        .filter_map(|(r, stamp)| Some((r.id, stamp?)))
+        .collect();
+    if stamps.is_empty() {
+        return Ok(StampedWrite { body: None, stamps });
+    }
     let bytes = serde_json::to_vec(&body).map_err(|e| AdapterError::Invalid(e.to_string()))?;
     Ok(StampedWrite {
-        body: bytes,
+        body: Some(bytes),
         stamps,
     })
 }

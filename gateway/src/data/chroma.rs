@@ -23,6 +23,11 @@ pub(super) async fn handle(
     let parts = upstream.parts;
     match adapter::classify(&parts.method, path) {
         Endpoint::Refused => Err(DataError::unknown_endpoint()),
+        Endpoint::NonCanonical => Err(DataError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+            "collection ids are written as lowercase, hyphenated UUIDs",
+        )),
         Endpoint::Admin if ctx.claims.role != Role::Admin => Err(DataError::new(
             StatusCode::FORBIDDEN,
             "forbidden",
@@ -56,21 +61,26 @@ async fn write(
     let planned = adapter::plan_write(&body, &scope)?;
     let subjects: Vec<String> = planned.subjects().into_iter().map(str::to_owned).collect();
     let view = state.policy.view(tenant, planned.subjects()).await?;
-    // Only upsert and update can overwrite an existing record; add never does.
-    let owners = match kind {
-        WriteKind::Add => Default::default(),
-        WriteKind::Upsert | WriteKind::Update => {
-            state
-                .store
-                .item_owners(&route.name, collection, &planned.ids())
-                .await?
-        }
-    };
-    let now = crate::now();
-    let stamped = adapter::apply_write(planned, tenant, &view, &owners, now)?;
-    let answer = upstream
-        .send(Method::POST, path, Bytes::from(stamped.body))
+    adapter::check_write(&planned, tenant, &view, crate::now())?;
+    // The stamps Chroma holds under these ids decide who owns them, not lineage.
+    let found = upstream
+        .send(
+            Method::POST,
+            &sibling(path, "get"),
+            Bytes::from(adapter::held_query(&planned)),
+        )
         .await?;
+    if !found.is_success() {
+        return Ok(found.passed_on());
+    }
+    let held = adapter::held_stamps(&found.body)?;
+    let now = crate::now();
+    let stamped = adapter::apply_write(planned, tenant, &view, &held, kind, now)?;
+    let Some(body) = stamped.body else {
+        // An update of ids Chroma does not hold: Chroma would ignore them too.
+        return Ok(json_response(StatusCode::OK, &json!({})));
+    };
+    let answer = upstream.send(Method::POST, path, Bytes::from(body)).await?;
     if !answer.is_success() {
         return Ok(answer.passed_on());
     }

@@ -64,7 +64,7 @@ pub fn json_response(status: StatusCode, body: &Value) -> Response<Full<Bytes>> 
 
 fn refusal_status(refusal: Refusal) -> StatusCode {
     match refusal {
-        Refusal::StaleEpoch => StatusCode::CONFLICT,
+        Refusal::StaleEpoch | Refusal::AlreadyExists => StatusCode::CONFLICT,
         _ => StatusCode::FORBIDDEN,
     }
 }

@@ -246,7 +246,7 @@ async fn run(
             )
         })?;
     seen.route = Some(route.name.clone());
-    let rest = rest.to_owned();
+    let rest = canonical_path(rest)?.to_owned();
 
     let declared = parts
         .headers
@@ -292,6 +292,27 @@ async fn run(
         AdapterKind::Openai => openai::handle(&upstream, &ctx, &rest, body).await,
         // Routes whose adapter is not built refuse everything rather than pass it through.
         AdapterKind::Qdrant => Err(DataError::unknown_endpoint()),
+    }
+}
+
+/// The path after a route's prefix, when it names what it means one way only: no
+/// percent-encoded bytes (the stores decode them, so `%61dd` would be `add` to them and not to
+/// Lethe), no empty, `.` or `..` segments, no backslashes. Anything else is refused rather than
+/// guessed at.
+fn canonical_path(rest: &str) -> Result<&str, DataError> {
+    let plain = !rest.contains(['%', '\\']);
+    let segments = rest.is_empty()
+        || rest
+            .strip_prefix('/')
+            .is_some_and(|r| r.split('/').all(|s| !matches!(s, "" | "." | "..")));
+    if plain && segments {
+        Ok(rest)
+    } else {
+        Err(DataError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+            "the path must name every segment plainly: no percent-encoding, empty, . or .. segments",
+        ))
     }
 }
 

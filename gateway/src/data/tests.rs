@@ -94,7 +94,14 @@ async fn upstream(answer: Answer) -> (SocketAddr, Arc<Mutex<Vec<Received>>>) {
     (addr, seen)
 }
 
-fn ok_json(_: &Received) -> (StatusCode, String) {
+/// `{}` to everything, as Chroma answers writes; a `get` holds nothing.
+fn ok_json(received: &Received) -> (StatusCode, String) {
+    if received.uri.ends_with("/get") {
+        return (
+            StatusCode::OK,
+            json!({"ids": [], "metadatas": []}).to_string(),
+        );
+    }
     (StatusCode::OK, "{}".into())
 }
 
@@ -419,7 +426,18 @@ async fn a_write_is_stamped_with_an_exact_length_or_refused_without_reaching_the
     let body = json!({"ids": ["m1"], "embeddings": [[0.5]], "documents": ["likes tea"], "metadatas": [{"k": 1}]}).to_string();
     let (status, _, _) = p.send(Method::POST, &add, &scoped, body.clone()).await;
     assert_eq!(status, StatusCode::OK);
-    let seen = p.seen.lock().unwrap()[0].clone();
+    let (held, seen) = {
+        let seen = p.seen.lock().unwrap();
+        (seen[0].clone(), seen[1].clone())
+    };
+    assert!(
+        held.uri.ends_with("/get"),
+        "what the store holds is read first"
+    );
+    assert_eq!(
+        serde_json::from_slice::<Value>(&held.body).unwrap(),
+        json!({"ids": ["m1"], "include": ["metadatas"]})
+    );
     assert_eq!(
         (seen.method, seen.uri.as_str()),
         (Method::POST, &add["/chroma".len()..])
@@ -478,7 +496,7 @@ async fn a_write_is_stamped_with_an_exact_length_or_refused_without_reaching_the
     assert_refused(&missing, StatusCode::UNPROCESSABLE_ENTITY, "missing_scope");
     assert_eq!(
         p.upstream_saw(),
-        1,
+        2,
         "refused writes never reached the upstream"
     );
 }
@@ -539,6 +557,88 @@ async fn malformed_and_oversized_input_is_refused_cleanly() {
         "unknown_route",
     );
     assert_eq!(p.upstream_saw(), 0);
+}
+
+#[tokio::test]
+async fn paths_the_store_would_read_another_way_are_refused() {
+    let p = plane(ok_json).await;
+    let auth = bearer(&token(Role::Admin, None));
+    let headers = [("authorization", auth.as_str())];
+    for path in [
+        format!("{COLLECTION}/%67et"),
+        COLLECTION.replace("c0ffee00", "%630ffee00"),
+        format!("{COLLECTION}//get"),
+        format!("{COLLECTION}/./get"),
+        format!("{COLLECTION}/x/../get"),
+        format!("{COLLECTION}/get/"),
+        "/chroma/api/v2/tenants/%64efault_tenant".to_owned(),
+    ] {
+        let response = p.send(Method::POST, &path, &headers, "{}").await;
+        assert_refused(&response, StatusCode::BAD_REQUEST, "invalid_request");
+    }
+    assert_eq!(p.upstream_saw(), 0);
+}
+
+/// Answers a `get` with one record of u2's, stamped, under the id `theirs`.
+fn holds_u2s_record(received: &Received) -> (StatusCode, String) {
+    if received.uri.ends_with("/get") {
+        let stamp = json!({"lethe_subject": "u2", "lethe_tenant": "acme", "lethe_purpose": "personalization",
+            "lethe_category": "preference", "lethe_expires_at": 4_102_444_800i64, "lethe_epoch": 0});
+        return (
+            StatusCode::OK,
+            json!({"ids": ["theirs"], "metadatas": [stamp]}).to_string(),
+        );
+    }
+    (StatusCode::OK, "{}".into())
+}
+
+#[tokio::test]
+async fn a_write_is_decided_on_the_stamp_the_store_holds_and_claims_nothing_absent() {
+    let p = plane(holds_u2s_record).await;
+    let auth = bearer(&token(Role::Agent, Some("u1")));
+    let scoped = [
+        ("authorization", auth.as_str()),
+        ("x-lethe-purpose", "personalization"),
+        ("x-lethe-category", "preference"),
+    ];
+    let body = json!({"ids": ["theirs"], "metadatas": [{"k": 1}]}).to_string();
+    for (op, code) in [
+        ("update", "scope_violation"),
+        ("upsert", "scope_violation"),
+        ("add", "already_exists"),
+    ] {
+        let response = p
+            .send(
+                Method::POST,
+                &format!("{COLLECTION}/{op}"),
+                &scoped,
+                body.clone(),
+            )
+            .await;
+        let status = if op == "add" {
+            StatusCode::CONFLICT
+        } else {
+            StatusCode::FORBIDDEN
+        };
+        assert_refused(&response, status, code);
+    }
+    let missing = json!({"ids": ["nobodys"], "metadatas": [{"k": 1}]}).to_string();
+    let response = p
+        .send(
+            Method::POST,
+            &format!("{COLLECTION}/update"),
+            &scoped,
+            missing,
+        )
+        .await;
+    assert_eq!((response.0, response.2), (StatusCode::OK, json!({})));
+    let seen = p.seen.lock().unwrap().clone();
+    assert!(
+        seen.iter().all(|r| r.uri.ends_with("/get")),
+        "only reads of what the store holds reached it: {:?}",
+        seen.iter().map(|r| &r.uri).collect::<Vec<_>>()
+    );
+    assert_eq!(seen.len(), 4);
 }
 
 /// A raw request declaring (or streaming) more than the limit is answered 413 without Lethe
@@ -677,7 +777,7 @@ async fn a_write_overtaken_by_the_flip_is_undone() {
                 std::thread::sleep(Duration::from_millis(2));
             }
         }
-        (StatusCode::OK, "{}".into())
+        ok_json(received)
     }
     let p = plane(add_held_until_flipped).await;
     let auth = bearer(&token(Role::Agent, Some("u1")));

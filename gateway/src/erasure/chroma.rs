@@ -11,6 +11,7 @@ use serde_json::{Value, json};
 use super::{Connector, PurgeReport};
 use crate::adapters::stamp::{SUBJECT, TENANT};
 use crate::data::forward::{Route, Upstreams};
+use crate::store::ExpiredItem;
 
 /// One collection: the path of its record operations.
 struct Place {
@@ -100,12 +101,8 @@ impl ChromaConnector {
                     .await?;
                 let metadatas = answer.get("metadatas").and_then(Value::as_array);
                 for (i, id) in ids(&answer).into_iter().enumerate() {
-                    let meta = metadatas.and_then(|m| m.get(i));
-                    let owner = meta
-                        .and_then(|m| Some((m.get(TENANT)?.as_str()?, m.get(SUBJECT)?.as_str()?)));
-                    let belongs =
-                        owner.is_none_or(|(t, s)| t == tenant && keys.iter().any(|k| k == s));
-                    if belongs {
+                    let meta = metadatas.and_then(|m| m.get(i)).unwrap_or(&Value::Null);
+                    if may_be_subjects(meta, tenant, keys) {
                         hits.insert(id);
                     }
                 }
@@ -114,12 +111,12 @@ impl ChromaConnector {
         Ok(hits.len() as u64)
     }
 
-    /// Deletes `ids` from a collection; answers how many Chroma deleted.
-    async fn delete_in(&self, place: &Place, ids: &[String]) -> Result<u64, String> {
-        let answer = self
-            .call(Method::POST, &place.op("delete"), Some(json!({"ids": ids})))
-            .await?;
-        Ok(answer.get("deleted").and_then(Value::as_u64).unwrap_or(0))
+    /// Deletes `ids` from a collection (Chroma answers how many ids it was asked to delete, not
+    /// how many it held: callers count again).
+    async fn delete_in(&self, place: &Place, ids: &[String]) -> Result<(), String> {
+        self.call(Method::POST, &place.op("delete"), Some(json!({"ids": ids})))
+            .await
+            .map(|_| ())
     }
 
     async fn call(&self, method: Method, path: &str, body: Option<Value>) -> Result<Value, String> {
@@ -157,8 +154,12 @@ impl ChromaConnector {
         Ok(ids(&answer))
     }
 
-    /// Which of `ids` still exist in a collection.
-    async fn present(&self, place: &Place, ids_wanted: &[String]) -> Result<Vec<String>, String> {
+    /// What a collection holds under `ids_wanted`: each present id with its metadata.
+    async fn present(
+        &self,
+        place: &Place,
+        ids_wanted: &[String],
+    ) -> Result<Vec<(String, Value)>, String> {
         if ids_wanted.is_empty() {
             return Ok(Vec::new());
         }
@@ -166,11 +167,62 @@ impl ChromaConnector {
             .call(
                 Method::POST,
                 &place.op("get"),
-                Some(json!({"ids": ids_wanted, "include": []})),
+                Some(json!({"ids": ids_wanted, "include": ["metadatas"]})),
             )
             .await?;
-        Ok(ids(&answer))
+        let metadatas = answer.get("metadatas").and_then(Value::as_array);
+        Ok(ids(&answer)
+            .into_iter()
+            .enumerate()
+            .map(|(i, id)| {
+                let meta = metadatas.and_then(|m| m.get(i)).cloned();
+                (id, meta.unwrap_or(Value::Null))
+            })
+            .collect())
     }
+
+    /// Of the ids lineage holds for the subject, those still present that are not stamped as
+    /// someone else's: lineage is an index, the stamp in the store decides.
+    async fn known_left(
+        &self,
+        place: &Place,
+        known: &[String],
+        tenant: &str,
+        keys: &[String],
+    ) -> Result<Vec<String>, String> {
+        Ok(self
+            .present(place, known)
+            .await?
+            .into_iter()
+            .filter(|(_, meta)| may_be_subjects(meta, tenant, keys))
+            .map(|(id, _)| id)
+            .collect())
+    }
+
+    /// Everything of the subject a collection holds: stamped with one of `keys`, or known to
+    /// lineage and not stamped as another's.
+    async fn subjects_records(
+        &self,
+        place: &Place,
+        known: &[String],
+        tenant: &str,
+        keys: &[String],
+    ) -> Result<BTreeSet<String>, String> {
+        let mut found: BTreeSet<String> = self
+            .stamped(place, tenant, keys)
+            .await?
+            .into_iter()
+            .collect();
+        found.extend(self.known_left(place, known, tenant, keys).await?);
+        Ok(found)
+    }
+}
+
+/// Whether a record may be the subject's: its metadata names the subject (one of `keys`, in
+/// `tenant`) as its owner, or names no owner at all.
+fn may_be_subjects(meta: &Value, tenant: &str, keys: &[String]) -> bool {
+    let owner = || Some((meta.get(TENANT)?.as_str()?, meta.get(SUBJECT)?.as_str()?));
+    owner().is_none_or(|(t, s)| t == tenant && keys.iter().any(|k| k == s))
 }
 
 fn ids(answer: &Value) -> Vec<String> {
@@ -206,20 +258,16 @@ impl Connector for ChromaConnector {
                 .filter(|(c, _)| *c == place.id)
                 .map(|(_, id)| id.clone())
                 .collect();
-            let mut doomed = self.stamped(place, tenant, keys).await?;
-            for id in self.present(place, &known).await? {
-                if !doomed.contains(&id) {
-                    doomed.push(id);
-                }
-            }
+            let doomed = self.subjects_records(place, &known, tenant, keys).await?;
             report.before += doomed.len() as u64;
             if !doomed.is_empty() {
-                report.deleted += self.delete_in(place, &doomed).await?;
+                let doomed: Vec<String> = doomed.iter().cloned().collect();
+                self.delete_in(place, &doomed).await?;
             }
-            let mut left = self.stamped(place, tenant, keys).await?;
-            left.extend(self.present(place, &known).await?);
-            left.sort();
-            left.dedup();
+            // Counted again in the store: Chroma's answer counts the ids asked for, not the
+            // records it deleted.
+            let left = self.subjects_records(place, &known, tenant, keys).await?;
+            report.deleted += doomed.difference(&left).count() as u64;
             report.remaining += left.len() as u64;
             if let Some(hits) = report.probe_hits.as_mut() {
                 *hits += self.probe(place, tenant, keys).await?;
@@ -228,17 +276,32 @@ impl Connector for ChromaConnector {
         Ok(report)
     }
 
-    /// Deletes `ids` from the collection with this id, wherever it is; a collection that no
-    /// longer exists holds nothing any more.
-    async fn delete_items(&self, collection: &str, ids: &[String]) -> Result<u64, String> {
-        match self
-            .collections()
+    /// Deletes the expired items wherever their collection is (one that no longer exists holds
+    /// nothing any more), but not a record Chroma holds under another owner's stamp than lineage
+    /// names: that one is the other owner's.
+    async fn delete_items(&self, collection: &str, items: &[ExpiredItem]) -> Result<u64, String> {
+        let collections = self.collections().await?;
+        let Some(place) = collections.iter().find(|p| p.id == collection) else {
+            return Ok(0);
+        };
+        let ids: Vec<String> = items.iter().map(|i| i.item_id.clone()).collect();
+        let expired: Vec<String> = self
+            .present(place, &ids)
             .await?
-            .iter()
-            .find(|p| p.id == collection)
-        {
-            Some(place) => self.delete_in(place, ids).await,
-            None => Ok(0),
+            .into_iter()
+            .filter(|(id, meta)| {
+                items.iter().any(|i| {
+                    i.item_id == *id
+                        && may_be_subjects(meta, &i.tenant, std::slice::from_ref(&i.subject))
+                })
+            })
+            .map(|(id, _)| id)
+            .collect();
+        if expired.is_empty() {
+            return Ok(0);
         }
+        self.delete_in(place, &expired).await?;
+        let left = self.present(place, &expired).await?.len();
+        Ok((expired.len() - left) as u64)
     }
 }

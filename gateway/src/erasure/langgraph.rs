@@ -14,6 +14,7 @@ use super::{Connector, PurgeReport};
 use crate::adapters::langgraph::{Placement, STORE, THREADS, parse_item_id};
 use crate::adapters::stamp::{SUBJECT, TENANT};
 use crate::data::forward::{Route, Upstreams};
+use crate::store::ExpiredItem;
 
 /// Threads and items are read in pages of this many, at most this many pages per search.
 const PAGE: usize = 500;
@@ -322,9 +323,9 @@ impl Connector for LangGraphConnector {
         })
     }
 
-    async fn delete_items(&self, collection: &str, ids: &[String]) -> Result<u64, String> {
+    async fn delete_items(&self, collection: &str, items: &[ExpiredItem]) -> Result<u64, String> {
         let mut deleted = 0;
-        for id in ids {
+        for id in items.iter().map(|i| &i.item_id) {
             if collection == THREADS {
                 if self.delete_thread(id).await? {
                     deleted += 1;

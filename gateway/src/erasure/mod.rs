@@ -31,7 +31,7 @@ pub use sweeper::Sweeper;
 
 use crate::config::{self, AdapterKind, Config};
 use crate::data::forward::{Route, Upstreams};
-use crate::store::{JobOutcome, PurgeJob, Store};
+use crate::store::{ExpiredItem, JobOutcome, PurgeJob, Store};
 
 /// What one store held of a subject, and what is left.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -59,10 +59,12 @@ pub trait Connector: Send + Sync {
         lineage: &[(String, String)],
     ) -> Result<PurgeReport, String>;
 
-    /// Deletes items lineage tracks in this store (the retention sweeper's work); answers how
-    /// many the store deleted. Stores Lethe does not write items to have none.
-    async fn delete_items(&self, collection: &str, ids: &[String]) -> Result<u64, String> {
-        let _ = ids;
+    /// Deletes items whose retention lineage says has run out (the retention sweeper's work);
+    /// answers how many the store deleted. Where items carry their stamp, an item the store holds
+    /// under another owner's stamp is that owner's, not the expired one: it stays. Stores Lethe
+    /// does not write items to have none.
+    async fn delete_items(&self, collection: &str, items: &[ExpiredItem]) -> Result<u64, String> {
+        let _ = items;
         Err(format!(
             "{collection}: this store holds no items Lethe tracks"
         ))

@@ -12,6 +12,7 @@ use hyper::{HeaderMap, Method, StatusCode};
 use super::{Connector, PurgeReport};
 use crate::adapters::openai::object_path;
 use crate::data::forward::{Route, Upstreams};
+use crate::store::ExpiredItem;
 
 pub struct OpenAiConnector {
     route: Route,
@@ -91,9 +92,9 @@ impl Connector for OpenAiConnector {
         Ok(report)
     }
 
-    async fn delete_items(&self, collection: &str, ids: &[String]) -> Result<u64, String> {
+    async fn delete_items(&self, collection: &str, items: &[ExpiredItem]) -> Result<u64, String> {
         let mut deleted = 0;
-        for id in ids {
+        for id in items.iter().map(|i| &i.item_id) {
             if let Some(path) = object_path(collection, id)
                 && self.status(Method::DELETE, &path).await?.is_success()
             {

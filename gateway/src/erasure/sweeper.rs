@@ -10,7 +10,7 @@ use lethe_policy::audit::AuditEntry;
 
 use super::{Connector, route_connectors};
 use crate::config::Config;
-use crate::store::{Store, StoreError};
+use crate::store::{ExpiredItem, Store, StoreError};
 
 pub struct Sweeper {
     store: Arc<dyn Store>,
@@ -52,17 +52,21 @@ impl Sweeper {
     /// One pass over at most 1000 expired items; answers how many were deleted.
     pub async fn sweep_once(&self) -> Result<u64, StoreError> {
         let now = crate::now();
-        let mut by_place: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
-        for (store, collection, id) in self.store.expired_items(now, 1000).await? {
-            by_place.entry((store, collection)).or_default().push(id);
+        let mut by_place: BTreeMap<(String, String), Vec<ExpiredItem>> = BTreeMap::new();
+        for item in self.store.expired_items(now, 1000).await? {
+            by_place
+                .entry((item.store.clone(), item.collection.clone()))
+                .or_default()
+                .push(item);
         }
         let mut swept = 0;
-        for ((store, collection), ids) in by_place {
+        for ((store, collection), items) in by_place {
             let Some(connector) = self.connectors.get(&store) else {
                 tracing::warn!(%store, "expired items in a store this configuration cannot purge");
                 continue;
             };
-            let result = match connector.delete_items(&collection, &ids).await {
+            let ids: Vec<String> = items.iter().map(|i| i.item_id.clone()).collect();
+            let result = match connector.delete_items(&collection, &items).await {
                 Ok(_) => {
                     self.store
                         .mark_items_deleted(&store, &collection, &ids, now)

@@ -161,6 +161,17 @@ pub enum JobOutcome {
     },
 }
 
+/// A lineage row whose retention has run out (its deadline passed, or its consent was revoked):
+/// where it is, and whose lineage says it is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExpiredItem {
+    pub store: String,
+    pub collection: String,
+    pub item_id: String,
+    pub tenant: String,
+    pub subject: String,
+}
+
 /// A lineage row: one stored item, whose it is, and what it was derived from.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ItemRecord {
@@ -368,12 +379,12 @@ pub trait Store: Send + Sync + 'static {
         audit: AuditEntry,
     ) -> Result<ErasureRecord, StoreError>;
     /// Live lineage rows whose retention has run out, not under any active legal hold, oldest
-    /// first: (store, collection, item id).
+    /// first.
     async fn expired_items(
         &self,
         now: DateTime<Utc>,
         limit: i64,
-    ) -> Result<Vec<(String, String, String)>, StoreError>;
+    ) -> Result<Vec<ExpiredItem>, StoreError>;
     /// Tombstones of erasures completed at or after `since`, oldest first.
     async fn tombstones_since(&self, since: DateTime<Utc>) -> Result<Vec<Tombstone>, StoreError>;
     /// Lineage rows of `subjects` in one store, (collection, item id): the live ones, or with

@@ -17,7 +17,7 @@ macro_rules! impl_store {
             use sqlx::Row as _;
 
             use super::*;
-            use crate::store::{ErasureRecord, Feed, FeedEvent, HoldRecord, ItemRecord, JobOutcome, PolicyChange, PurgeJob, RetentionVersion, Store, StoreError, Tombstone};
+            use crate::store::{ErasureRecord, ExpiredItem, Feed, FeedEvent, HoldRecord, ItemRecord, JobOutcome, PolicyChange, PurgeJob, RetentionVersion, Store, StoreError, Tombstone};
 
             type Row = <$db as sqlx::Database>::Row;
             type Tx = sqlx::Transaction<'static, $db>;
@@ -771,9 +771,9 @@ macro_rules! impl_store {
                     Ok(record)
                 }
 
-                async fn expired_items(&self, now: DateTime<Utc>, limit: i64) -> Result<Vec<(String, String, String)>, StoreError> {
+                async fn expired_items(&self, now: DateTime<Utc>, limit: i64) -> Result<Vec<ExpiredItem>, StoreError> {
                     let rows = sqlx::query(
-                        "SELECT store, collection, item_id FROM items i
+                        "SELECT store, collection, item_id, tenant, subject FROM items i
                          WHERE deleted_at IS NULL AND expires_at <= $1
                          AND NOT EXISTS (SELECT 1 FROM legal_holds h WHERE h.tenant = i.tenant AND h.released_at IS NULL
                                          AND (h.subject IS NULL OR h.subject = i.subject))
@@ -783,7 +783,17 @@ macro_rules! impl_store {
                     .bind(limit)
                     .fetch_all(&self.pool)
                     .await?;
-                    rows.iter().map(|r| Ok((r.try_get("store")?, r.try_get("collection")?, r.try_get("item_id")?))).collect()
+                    rows.iter()
+                        .map(|r| {
+                            Ok(ExpiredItem {
+                                store: r.try_get("store")?,
+                                collection: r.try_get("collection")?,
+                                item_id: r.try_get("item_id")?,
+                                tenant: r.try_get("tenant")?,
+                                subject: r.try_get("subject")?,
+                            })
+                        })
+                        .collect()
                 }
 
                 async fn tombstones_since(&self, since: DateTime<Utc>) -> Result<Vec<Tombstone>, StoreError> {
@@ -873,8 +883,10 @@ macro_rules! impl_store {
                 async fn record_items(&self, items: &[ItemRecord]) -> Result<(), StoreError> {
                     let mut tx = self.write_tx().await?;
                     // One statement per 500 rows (13 parameters each, well under both databases' limits).
-                    // A row never changes owner: a store that kept the first writer's record (as
-                    // Chroma's add does) keeps the first writer's lineage.
+                    // A live row never changes owner: a store that kept the first writer's record
+                    // keeps the first writer's lineage. A deleted one is the index of nothing, and
+                    // an id the store holds again (written through Lethe, decided on what the
+                    // store held) is the new writer's.
                     for chunk in items.chunks(500) {
                         let mut insert = sqlx::QueryBuilder::<$db>::new(
                             "INSERT INTO items (store, collection, item_id, tenant, subject, purpose, category, layer, created_at, expires_at, epoch, source_ref, parents, deleted_at) ",
@@ -901,7 +913,8 @@ macro_rules! impl_store {
                                category = excluded.category, layer = excluded.layer, created_at = excluded.created_at,
                                expires_at = excluded.expires_at, epoch = excluded.epoch, source_ref = excluded.source_ref,
                                parents = excluded.parents, deleted_at = NULL
-                             WHERE items.tenant = excluded.tenant AND items.subject = excluded.subject",
+                             WHERE items.deleted_at IS NOT NULL
+                                OR (items.tenant = excluded.tenant AND items.subject = excluded.subject)",
                         );
                         insert.build().execute(&mut *tx).await?;
                     }

@@ -295,13 +295,24 @@ async fn inventory_counts_live_lineage_per_store(store: &Arc<dyn Store>) {
     assert_eq!(
         owners,
         BTreeMap::from([("a".to_owned(), owner("u1")), ("d".to_owned(), owner("u2"))]),
-        "a row never changes owner"
+        "a live row never changes owner"
     );
     let counts = store.inventory("acme", "u1").await.unwrap();
     assert_eq!(
         counts,
         BTreeMap::from([("chroma".to_owned(), 2), ("redis".to_owned(), 1)])
     );
+    // Once deleted, the id is free: the next writer's row replaces it.
+    store
+        .mark_items_deleted("chroma", "memories", &["d".to_owned()], now())
+        .await
+        .unwrap();
+    store
+        .record_items(&[item("chroma", "d", "u1")])
+        .await
+        .unwrap();
+    let owners = store.item_owners("chroma", "memories", &ids).await.unwrap();
+    assert_eq!(owners.get("d"), Some(&owner("u1")));
     assert!(store.inventory("acme", "u3").await.unwrap().is_empty());
 }
 
@@ -513,8 +524,14 @@ async fn expired_and_revoked_items_are_found_for_the_sweeper_unless_held(store: 
         .place_hold(&hold, audit("hold.place", Some("h")))
         .await
         .unwrap();
-    let ids = |found: Vec<(String, String, String)>| {
-        found.into_iter().map(|(_, _, id)| id).collect::<Vec<_>>()
+    let ids = |found: Vec<ExpiredItem>| {
+        found
+            .into_iter()
+            .map(|item| {
+                assert_eq!(item.tenant, "acme", "lineage says whose it is");
+                item.item_id
+            })
+            .collect::<Vec<_>>()
     };
     assert_eq!(
         ids(store.expired_items(t0, 100).await.unwrap()),

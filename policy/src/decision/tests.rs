@@ -665,3 +665,176 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn writes_over_what_the_store_holds() {
+    use Overwrite::*;
+    let now = day(3);
+    let alice = write("acme", "alice", "personalization", Layer::Raw);
+    let own = stamp("alice", "personalization", 20, 0);
+    let own_soon = stamp("alice", "personalization", 5, 0);
+    let own_expired = stamp("alice", "personalization", 3, 0);
+    let own_old_epoch = stamp("alice", "personalization", 20, 1);
+    let own_other_purpose = stamp("alice", "campaign", 20, 0);
+    let carols = stamp("carol", "personalization", 20, 2);
+    let globex = Stamp {
+        tenant: "globex".into(),
+        ..own.clone()
+    };
+    // (case, what the store holds, how the write treats it, the stamp's expiry or refusal;
+    // Ok(None): nothing is written)
+    type Case<'a> = (
+        &'static str,
+        Held<'a>,
+        Overwrite,
+        Result<Option<DateTime<Utc>>, Refusal>,
+    );
+    let cases: Vec<Case<'_>> = vec![
+        (
+            "add of a free id",
+            Held::Nothing,
+            Never,
+            Ok(Some(day(3) + TimeDelta::days(30))),
+        ),
+        (
+            "upsert of a free id creates it",
+            Held::Nothing,
+            Allowed,
+            Ok(Some(day(3) + TimeDelta::days(30))),
+        ),
+        (
+            "update of a free id claims nothing",
+            Held::Nothing,
+            Only,
+            Ok(None),
+        ),
+        (
+            "add never overwrites its own item",
+            Held::Stamped(&own),
+            Never,
+            Err(Refusal::AlreadyExists),
+        ),
+        (
+            "add over another tenant's item",
+            Held::Stamped(&globex),
+            Never,
+            Err(Refusal::AlreadyExists),
+        ),
+        (
+            "add over an unstamped item",
+            Held::Unstamped,
+            Never,
+            Err(Refusal::AlreadyExists),
+        ),
+        (
+            "update of an unstamped item claims nothing",
+            Held::Unstamped,
+            Only,
+            Err(Refusal::UnstampedItem),
+        ),
+        (
+            "upsert of an unstamped item claims nothing",
+            Held::Unstamped,
+            Allowed,
+            Err(Refusal::UnstampedItem),
+        ),
+        (
+            "update of another subject's item",
+            Held::Stamped(&carols),
+            Only,
+            Err(Refusal::ScopeViolation),
+        ),
+        (
+            "upsert of another tenant's item",
+            Held::Stamped(&globex),
+            Allowed,
+            Err(Refusal::ScopeViolation),
+        ),
+        (
+            "update may not move an item to another purpose",
+            Held::Stamped(&own_other_purpose),
+            Only,
+            Err(Refusal::ScopeViolation),
+        ),
+        (
+            "update keeps the first write's deadline",
+            Held::Stamped(&own),
+            Only,
+            Ok(Some(day(20))),
+        ),
+        (
+            "upsert keeps the first write's deadline",
+            Held::Stamped(&own_soon),
+            Allowed,
+            Ok(Some(day(5))),
+        ),
+        (
+            "an expired item is not revived by an update",
+            Held::Stamped(&own_expired),
+            Only,
+            Err(Refusal::Expired),
+        ),
+        (
+            "an expired item is not revived by an upsert",
+            Held::Stamped(&own_expired),
+            Allowed,
+            Err(Refusal::Expired),
+        ),
+        (
+            "an item of an earlier epoch stays dead",
+            Held::Stamped(&own_old_epoch),
+            Allowed,
+            Err(Refusal::StaleEpoch),
+        ),
+    ];
+    let view = fixture();
+    for (case, held, overwrite, expected) in cases {
+        let decided = decide_write_over(&view, &alice, held, overwrite, now)
+            .map(|stamp| stamp.map(|s| s.expires_at));
+        assert_eq!(decided, expected, "{case}");
+    }
+}
+
+#[test]
+fn a_write_over_an_item_is_decided_like_any_write() {
+    let held = stamp("bob", "personalization", 20, 1);
+    let bob = write("acme", "bob", "personalization", Layer::Raw);
+    for overwrite in [Overwrite::Allowed, Overwrite::Only] {
+        assert_eq!(
+            decide_write_over(&fixture(), &bob, Held::Stamped(&held), overwrite, day(3)),
+            Err(Refusal::SubjectSuppressed)
+        );
+        assert_eq!(
+            decide_write_over(&fixture(), &bob, Held::Nothing, overwrite, day(3)),
+            Err(Refusal::SubjectSuppressed),
+            "even a write that would write nothing is refused"
+        );
+    }
+}
+
+proptest! {
+    #[test]
+    fn a_write_over_an_item_never_extends_it_nor_takes_it(
+        view in any_snapshot(),
+        held in any_stamp(),
+        subject in proptest::sample::select(SUBJECTS.to_vec()),
+        purpose in proptest::sample::select(PURPOSES.to_vec()),
+        overwrite in proptest::sample::select(vec![Overwrite::Never, Overwrite::Allowed, Overwrite::Only]),
+        now_day in 1u32..28,
+        requested in proptest::option::of(1u32..28),
+    ) {
+        let facts = WriteFacts {
+            tenant: "acme", subject, purpose, category: "preference", layer: Layer::Raw,
+            action: Action::Store, authorised_epoch: None, requested_expires_at: requested.map(day),
+        };
+        let now = day(now_day);
+        if let Ok(Some(stamp)) = decide_write_over(&view, &facts, Held::Stamped(&held), overwrite, now) {
+            prop_assert!(overwrite != Overwrite::Never);
+            prop_assert_eq!((&stamp.subject, &stamp.purpose), (&held.subject, &held.purpose));
+            prop_assert!(stamp.expires_at <= held.expires_at);
+            prop_assert!(held.expires_at > now);
+            prop_assert_eq!(stamp.epoch, held.epoch);
+        }
+        prop_assert!(decide_write_over(&view, &facts, Held::Unstamped, overwrite, now).is_err());
+    }
+}

@@ -5,9 +5,12 @@ use super::*;
 use crate::adapters::fixtures::{self, now, scope, view};
 use crate::adapters::stamp::EPOCH;
 
+const C1: &str = "5bef18a2-3c1e-4d6f-9a0b-7c8d9e0f1a2b";
+
 #[test]
 fn endpoints_are_classified() {
     let base = "/api/v2/tenants/default_tenant/databases/default_database/collections";
+    let c1 = format!("{base}/{C1}");
     let cases = [
         (
             Method::GET,
@@ -34,58 +37,58 @@ fn endpoints_are_classified() {
         (Method::DELETE, format!("{base}/memories"), Endpoint::Admin),
         (
             Method::POST,
-            format!("{base}/c1/add"),
+            format!("{c1}/add"),
             Endpoint::Write {
-                collection: "c1".into(),
+                collection: C1.into(),
                 kind: WriteKind::Add,
             },
         ),
         (
             Method::POST,
-            format!("{base}/c1/upsert"),
+            format!("{c1}/upsert"),
             Endpoint::Write {
-                collection: "c1".into(),
+                collection: C1.into(),
                 kind: WriteKind::Upsert,
             },
         ),
         (
             Method::POST,
-            format!("{base}/c1/update"),
+            format!("{c1}/update"),
             Endpoint::Write {
-                collection: "c1".into(),
+                collection: C1.into(),
                 kind: WriteKind::Update,
             },
         ),
         (
             Method::POST,
-            format!("{base}/c1/query"),
+            format!("{c1}/query"),
             Endpoint::Query {
-                collection: "c1".into(),
+                collection: C1.into(),
             },
         ),
         (
             Method::POST,
-            format!("{base}/c1/get"),
+            format!("{c1}/get"),
             Endpoint::Get {
-                collection: "c1".into(),
+                collection: C1.into(),
             },
         ),
         (
             Method::GET,
-            format!("{base}/c1/count"),
+            format!("{c1}/count"),
             Endpoint::Count {
-                collection: "c1".into(),
+                collection: C1.into(),
             },
         ),
         (
             Method::POST,
-            format!("{base}/c1/delete"),
+            format!("{c1}/delete"),
             Endpoint::Delete {
-                collection: "c1".into(),
+                collection: C1.into(),
             },
         ),
-        (Method::POST, format!("{base}/c1/search"), Endpoint::Refused),
-        (Method::GET, format!("{base}/c1/add"), Endpoint::Refused),
+        (Method::POST, format!("{c1}/search"), Endpoint::Refused),
+        (Method::GET, format!("{c1}/add"), Endpoint::Refused),
         (Method::POST, "/api/v2/reset".to_owned(), Endpoint::Refused),
         (
             Method::GET,
@@ -97,6 +100,34 @@ fn endpoints_are_classified() {
     for (method, path, expected) in cases {
         assert_eq!(classify(&method, &path), expected, "{method} {path}");
     }
+}
+
+#[test]
+fn record_operations_need_the_canonical_collection_id() {
+    let base = "/api/v2/tenants/default_tenant/databases/default_database/collections";
+    let simple = C1.replace('-', "");
+    let spellings = [
+        C1.to_uppercase(),
+        simple.clone(),
+        simple.to_uppercase(),
+        format!("{{{C1}}}"),
+        format!("urn:uuid:{C1}"),
+        format!("%35{}", &C1[1..]),
+        format!("{C1}%20"),
+        "memories".to_owned(),
+    ];
+    for spelling in spellings {
+        for (method, op) in [
+            (Method::POST, "add"),
+            (Method::POST, "get"),
+            (Method::GET, "count"),
+        ] {
+            let path = format!("{base}/{spelling}/{op}");
+            assert_eq!(classify(&method, &path), Endpoint::NonCanonical, "{path}");
+        }
+    }
+    let unknown = format!("{base}/{}/search", C1.to_uppercase());
+    assert_eq!(classify(&Method::POST, &unknown), Endpoint::Refused);
 }
 
 fn add_body(metadatas: Value) -> Vec<u8> {
@@ -116,9 +147,16 @@ fn a_consented_write_is_stamped_record_by_record() {
         planned.subjects().into_iter().collect::<Vec<_>>(),
         ["alice"]
     );
-    let StampedWrite { body, stamps } =
-        apply_write(planned, "acme", &view(), &BTreeMap::new(), now()).unwrap();
-    let body: Value = serde_json::from_slice(&body).unwrap();
+    let StampedWrite { body, stamps } = apply_write(
+        planned,
+        "acme",
+        &view(),
+        &BTreeMap::new(),
+        WriteKind::Add,
+        now(),
+    )
+    .unwrap();
+    let body: Value = serde_json::from_slice(&body.unwrap()).unwrap();
     let expires = (now() + TimeDelta::days(30)).timestamp();
     assert_eq!(
         body["metadatas"][0],
@@ -150,10 +188,17 @@ fn records_may_carry_their_own_scope_when_the_request_does_not() {
         {SUBJECT: "bob", PURPOSE: "personalization", CATEGORY: "preference", EXPIRES_AT: now().timestamp() + 60},
     ]);
     let planned = plan_write(&add_body(metas), &unbound).unwrap();
-    let body = apply_write(planned, "acme", &view(), &BTreeMap::new(), now())
-        .unwrap()
-        .body;
-    let body: Value = serde_json::from_slice(&body).unwrap();
+    let body = apply_write(
+        planned,
+        "acme",
+        &view(),
+        &BTreeMap::new(),
+        WriteKind::Add,
+        now(),
+    )
+    .unwrap()
+    .body;
+    let body: Value = serde_json::from_slice(&body.unwrap()).unwrap();
     assert_eq!(body["metadatas"][1][SUBJECT], "bob");
     assert_eq!(
         body["metadatas"][1][EXPIRES_AT],
@@ -190,7 +235,15 @@ fn one_refused_record_refuses_the_write_with_reasons_and_no_content() {
     ];
     for (metas, expected) in cases {
         let planned = plan_write(&add_body(metas.clone()), &unbound).unwrap();
-        let err = apply_write(planned, "acme", &view(), &BTreeMap::new(), now()).unwrap_err();
+        let err = apply_write(
+            planned,
+            "acme",
+            &view(),
+            &BTreeMap::new(),
+            WriteKind::Upsert,
+            now(),
+        )
+        .unwrap_err();
         let AdapterError::Refused(refusals) = &err else {
             panic!("{err:?}")
         };
@@ -229,16 +282,115 @@ fn scope_problems_are_caught_before_any_decision() {
             ..
         })
     ));
-    let taken = plan_write(&add_body(Value::Null), &bound).unwrap();
-    let owners = BTreeMap::from([("b".to_owned(), ("acme".to_owned(), "bob".to_owned()))]);
-    let err = apply_write(taken, "acme", &view(), &owners, now()).unwrap_err();
-    assert_eq!(
-        err,
-        AdapterError::Refused(vec![RecordRefusal {
-            index: 1,
-            refusal: Refusal::ScopeViolation
-        }])
+}
+
+fn stamp_of(subject: &str, expires_at: DateTime<Utc>) -> Stamp {
+    Stamp {
+        tenant: "acme".into(),
+        subject: subject.into(),
+        purpose: "personalization".into(),
+        category: "preference".into(),
+        layer: Layer::Raw,
+        expires_at,
+        epoch: 0,
+    }
+}
+
+#[test]
+fn writes_are_decided_on_what_chroma_holds_under_their_ids() {
+    let later = now() + TimeDelta::days(3);
+    let bobs = BTreeMap::from([("b".to_owned(), Some(stamp_of("bob", later)))]);
+    let unstamped = BTreeMap::from([("b".to_owned(), None)]);
+    let own = BTreeMap::from([("b".to_owned(), Some(stamp_of("alice", later)))]);
+    let own_expired = BTreeMap::from([("b".to_owned(), Some(stamp_of("alice", now())))]);
+    use WriteKind::*;
+    let cases = [
+        (
+            "another subject's record",
+            &bobs,
+            Upsert,
+            Refusal::ScopeViolation,
+        ),
+        (
+            "another subject's record",
+            &bobs,
+            Update,
+            Refusal::ScopeViolation,
+        ),
+        (
+            "a record nobody can claim",
+            &unstamped,
+            Update,
+            Refusal::UnstampedItem,
+        ),
+        ("an id that is taken", &own, Add, Refusal::AlreadyExists),
+        ("an expired record", &own_expired, Upsert, Refusal::Expired),
+    ];
+    for (case, held, kind, refusal) in cases {
+        let planned = plan_write(&add_body(Value::Null), &scope(Some("alice"))).unwrap();
+        let err = apply_write(planned, "acme", &view(), held, kind, now()).unwrap_err();
+        assert_eq!(
+            err,
+            AdapterError::Refused(vec![RecordRefusal { index: 1, refusal }]),
+            "{case}"
+        );
+    }
+    // The owner's upsert keeps the record's deadline.
+    let planned = plan_write(&add_body(Value::Null), &scope(Some("alice"))).unwrap();
+    let written = apply_write(planned, "acme", &view(), &own, Upsert, now()).unwrap();
+    assert_eq!(written.stamps[1].1.expires_at, later);
+    assert_eq!(written.stamps[0].1.expires_at, now() + TimeDelta::days(30));
+}
+
+#[test]
+fn an_update_of_ids_chroma_does_not_hold_writes_nothing_for_them() {
+    let held = BTreeMap::from([(
+        "b".to_owned(),
+        Some(stamp_of("alice", now() + TimeDelta::days(3))),
+    )]);
+    let planned = plan_write(&add_body(Value::Null), &scope(Some("alice"))).unwrap();
+    let written = apply_write(planned, "acme", &view(), &held, WriteKind::Update, now()).unwrap();
+    let body: Value = serde_json::from_slice(&written.body.unwrap()).unwrap();
+    assert_eq!(body["ids"], json!(["b"]));
+    assert_eq!(body["documents"], json!(["likes jazz"]));
+    assert_eq!(body["embeddings"], json!([[0.3, 0.4]]));
+    assert_eq!(body["metadatas"][0][SUBJECT], "alice");
+    assert_eq!(written.stamps.len(), 1, "lineage only for what is written");
+
+    let planned = plan_write(&add_body(Value::Null), &scope(Some("alice"))).unwrap();
+    let none = apply_write(
+        planned,
+        "acme",
+        &view(),
+        &BTreeMap::new(),
+        WriteKind::Update,
+        now(),
     );
+    assert_eq!(none.map(|w| (w.body, w.stamps.len())), Ok((None, 0)));
+}
+
+#[test]
+fn held_stamps_are_read_by_id_whatever_the_order() {
+    let answer = json!({
+        "ids": ["b", "a", "c"],
+        "metadatas": [null, {"topic": "x"}, {SUBJECT: "alice", TENANT: "acme", PURPOSE: "personalization",
+            CATEGORY: "preference", EXPIRES_AT: 2_000_000_000i64, EPOCH: 1}],
+        "documents": null, "embeddings": null, "uris": null, "data": null, "include": ["metadatas"]
+    });
+    let held = held_stamps(answer.to_string().as_bytes()).unwrap();
+    assert_eq!(held["a"], None);
+    assert_eq!(held["b"], None);
+    assert_eq!(
+        held["c"].as_ref().map(|s| (s.subject.as_str(), s.epoch)),
+        Some(("alice", 1))
+    );
+    for bad in [
+        json!({"ids": [1]}),
+        json!({"metadatas": []}),
+        json!({"ids": ["a"], "metadatas": []}),
+    ] {
+        assert!(held_stamps(bad.to_string().as_bytes()).is_err(), "{bad}");
+    }
 }
 
 #[test]
@@ -255,6 +407,7 @@ fn malformed_writes_are_invalid() {
         r#"{"ids": ["a"], "metadatas": [{"lethe_subject": 7}]}"#,
         r#"{"ids": ["a"], "metadatas": [{"lethe_expires_at": "tomorrow"}]}"#,
         r#"{"ids": ["a"], "documents": "abc"}"#,
+        r#"{"ids": ["a", "a"]}"#,
     ];
     for body in bodies {
         assert!(
@@ -471,7 +624,7 @@ proptest! {
         let bytes = body.to_string().into_bytes();
         let _ = classify(&Method::POST, &body.to_string());
         if let Ok(planned) = plan_write(&bytes, &scope(Some("alice"))) {
-            let _ = apply_write(planned, "acme", &view(), &BTreeMap::new(), now());
+            let _ = apply_write(planned, "acme", &view(), &BTreeMap::new(), WriteKind::Upsert, now());
         }
         let _ = narrow_read(&bytes, nested, "acme", None, now());
         let _ = parse_delete(&bytes);

@@ -1,0 +1,316 @@
+"""Attacks on the Chroma route, from the next tenant's and the next subject's point of view: other
+spellings of a collection, pre-claimed ids, claims of unstamped records, squatting, revival of
+expired data, widening filters and erasures that lineage alone would get wrong. Every case asserts
+what Chroma itself holds afterwards (a client straight to the server, bypassing Lethe), and where
+lineage matters, what the state store holds."""
+
+import json
+import subprocess
+import time
+import urllib.error
+import urllib.request
+import uuid
+
+import chromadb
+import pytest
+from chromadb.config import Settings
+
+from conftest import TENANT, http, own_lethe, wait_for
+
+GLOBEX = "globex"
+HEADERS = {"X-Lethe-Purpose": "personalization", "X-Lethe-Category": "preference"}
+
+
+@pytest.fixture(scope="module")
+def gate(chroma, tmp_path_factory):
+    erasure = '[erasure]\nretry_backoff = "200ms"\nsettle = "100ms"\nsweep_interval = "200ms"\n'
+    instance = own_lethe(chroma, tmp_path_factory.mktemp("attack-chroma"), erasure)
+    rules = {"rules": [{"purpose": "personalization", "category": "preference", "max_age": "30d"}]}
+    status, _ = instance.call("PUT", "/v1/retention-rules", rules, token=instance.token("compliance", tenant=GLOBEX))
+    assert status == 200
+    yield instance
+    instance.stop()
+
+
+@pytest.fixture(scope="module")
+def raw_chroma(chroma):
+    host, port = chroma.removeprefix("http://").split(":")
+    return chromadb.HttpClient(host=host, port=int(port), settings=Settings(anonymized_telemetry=False))
+
+
+@pytest.fixture
+def shared(gate, raw_chroma):
+    """A collection both tenants' agents use (Chroma itself has no notion of Lethe's tenants):
+    its name, its id, and a view of it straight in Chroma."""
+    name = f"shared-{uuid.uuid4().hex[:10]}"
+    created = gate.client(gate.token("admin")).create_collection(name, embedding_function=None)
+    return name, str(created.id), raw_chroma.get_collection(name, embedding_function=None)
+
+
+def someone(tenant=TENANT):
+    return f"{tenant}-{uuid.uuid4().hex[:8]}"
+
+
+def agent(gate, tenant, subject=None):
+    return gate.client(gate.token("agent", subject, tenant=tenant), **HEADERS)
+
+
+def records(gate, name, tenant, subject=None):
+    return agent(gate, tenant, subject).get_collection(name, embedding_function=None)
+
+
+def add(collection, ids, documents=None, metadatas=None):
+    collection.add(ids=ids, embeddings=[[float(i), 1.0, 0.5] for i in range(len(ids))],
+                   documents=documents or [f"doc {i}" for i in ids], metadatas=metadatas)
+
+
+def held(stored, record_id):
+    """What Chroma holds under an id: (metadata, document), or None."""
+    found = stored.get(ids=[record_id], include=["metadatas", "documents"])
+    return (found["metadatas"][0], found["documents"][0]) if found["ids"] else None
+
+
+def owner(stored, record_id):
+    meta = held(stored, record_id)[0] or {}
+    return meta.get("lethe_tenant"), meta.get("lethe_subject")
+
+
+def raw(gate, token, path, body):
+    """A hand-written request to the route, for what the client library would never send."""
+    request = urllib.request.Request(f"http://{gate.data}/chroma{path}", data=json.dumps(body).encode(), method="POST")
+    for k, v in {"Authorization": f"Bearer {token}", "Content-Type": "application/json", **HEADERS}.items():
+        request.add_header(k, v)
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, json.loads(response.read() or b"null")
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read() or b"null")
+
+
+def code_of(call):
+    """Lethe's error code of a call the client library raised for."""
+    with pytest.raises(Exception) as e:
+        call()
+    for code in ("already_exists", "unstamped_item", "scope_violation", "expired", "invalid_request"):
+        if code in str(e.value):
+            return code
+    raise AssertionError(f"no Lethe code in {e.value!r}")
+
+
+def lineage_rows(gate, record_id):
+    """Live lineage rows for an id, straight from the state store: (tenant, subject)."""
+    out = subprocess.run(["psql", gate.state_url, "-qtAc",
+                          f"SELECT tenant || '/' || subject FROM items WHERE item_id = '{record_id}' AND deleted_at IS NULL"],
+                         check=True, capture_output=True, text=True).stdout.split()
+    return out
+
+
+def lineage_settles(gate, record_id, expected):
+    """Lineage is written off the request path: waits until the id's rows are `expected`."""
+    wait_for(f"lineage of {record_id} to be {expected}", lambda: lineage_rows(gate, record_id) == expected, deadline=10)
+
+
+def erase(gate, tenant, subject):
+    dpo = gate.token("compliance", tenant=tenant)
+    status, filed = gate.call("POST", "/v1/erasures", {"tenant": tenant, "subject": subject, "ticket": "DSR-1",
+                                                        "reason": "art. 17"}, token=dpo)
+    assert status == 201, filed
+    status, approved = gate.call("POST", f"/v1/erasures/{filed['id']}/approve", token=dpo)
+    assert status == 200, approved
+    done = wait_for("the erasure to complete",
+                    lambda: (e := gate.call("GET", f"/v1/erasures/{filed['id']}", token=dpo)[1])["state"] == "completed" and e,
+                    deadline=30)
+    return {t["target"]: t["result"] for t in done["targets"]}
+
+
+def spellings(collection_id):
+    u = uuid.UUID(collection_id)
+    return [
+        collection_id.upper(),
+        u.hex,
+        "{" + collection_id + "}",
+        "urn:uuid:" + collection_id,
+        "%7B" + collection_id + "%7D",
+        "%" + format(ord(collection_id[0]), "X") + collection_id[1:],
+        collection_id.replace("-", "%2D", 1),
+    ]
+
+
+def test_another_spelling_of_a_collection_reaches_nothing(gate, shared):
+    name, collection_id, stored = shared
+    victim = someone()
+    gate.grant(victim)
+    add(records(gate, name, TENANT, victim), ["a1"], documents=["acme's secret"])
+    attacker = someone(GLOBEX)
+    gate.grant(attacker, tenant=GLOBEX)
+    token = gate.token("agent", attacker, tenant=GLOBEX)
+    base = "/api/v2/tenants/default_tenant/databases/default_database/collections"
+    for spelling in spellings(collection_id):
+        for op, body in (("update", {"ids": ["a1"], "metadatas": [{"x": 1}], "documents": ["globex now"]}),
+                         ("upsert", {"ids": ["a1"], "embeddings": [[0.0, 0.0, 0.0]], "documents": ["globex now"]}),
+                         ("get", {"ids": ["a1"], "include": ["documents"]}),
+                         ("delete", {"ids": ["a1"]})):
+            status, answer = raw(gate, token, f"{base}/{spelling}/{op}", body)
+            assert (status, answer["error"]["code"]) == (400, "invalid_request"), (spelling, op, answer)
+    assert held(stored, "a1")[1] == "acme's secret"
+    assert owner(stored, "a1") == (TENANT, victim)
+    lineage_settles(gate, "a1", [f"{TENANT}/{victim}"])
+    # The owner's own writes under another spelling are refused too: lineage only ever holds the
+    # canonical id, which purges and the sweeper compare with.
+    status, _ = raw(gate, gate.token("agent", victim), f"{base}/{collection_id.upper()}/add",
+                    {"ids": ["a2"], "embeddings": [[1.0, 1.0, 1.0]], "documents": ["x"]})
+    assert status == 400
+    assert held(stored, "a2") is None
+
+
+def test_an_update_of_a_missing_id_claims_nothing(gate, shared):
+    name, _, stored = shared
+    owner_subject, squatter, neighbour = someone(), someone(GLOBEX), someone()
+    gate.grant(owner_subject)
+    gate.grant(neighbour)
+    gate.grant(squatter, tenant=GLOBEX)
+    for subject, tenant, record_id in ((squatter, GLOBEX, "pre-1"), (neighbour, TENANT, "pre-2")):
+        records(gate, name, tenant, subject).update(ids=[record_id], metadatas=[{"claim": True}])
+        assert held(stored, record_id) is None
+
+    mine = records(gate, name, TENANT, owner_subject)
+    add(mine, ["pre-1", "pre-2"], documents=["the owner's 1", "the owner's 2"])
+    for subject, tenant, record_id in ((squatter, GLOBEX, "pre-1"), (neighbour, TENANT, "pre-2")):
+        theirs = records(gate, name, tenant, subject)
+        assert theirs.get(ids=[record_id])["ids"] == []
+        assert code_of(lambda: theirs.update(ids=[record_id], metadatas=[{"claim": True}])) == "scope_violation"
+        assert code_of(lambda: theirs.upsert(ids=[record_id], embeddings=[[0.0, 0.0, 0.0]], documents=["mine"])) == "scope_violation"
+        assert owner(stored, record_id) == (TENANT, owner_subject)
+    mine.upsert(ids=["pre-1"], embeddings=[[2.0, 2.0, 2.0]], documents=["the owner's, again"])
+    assert held(stored, "pre-1")[1] == "the owner's, again"
+    # The would-be claimants' updates left no lineage that could outlive the owner's.
+    lineage_settles(gate, "pre-1", [f"{TENANT}/{owner_subject}"])
+    lineage_settles(gate, "pre-2", [f"{TENANT}/{owner_subject}"])
+
+    # The squatter's erasure takes nothing of the owner's; the owner's takes everything.
+    assert erase(gate, GLOBEX, squatter)["chroma:chroma"]["before"] == 0
+    assert held(stored, "pre-1") is not None
+    counts = erase(gate, TENANT, owner_subject)["chroma:chroma"]
+    assert (counts["before"], counts["deleted"], counts["remaining"]) == (2, 2, 0)
+    assert held(stored, "pre-1") is None and held(stored, "pre-2") is None
+
+
+def test_an_unstamped_record_is_never_claimed(gate, shared):
+    name, _, stored = shared
+    stored.add(ids=["raw-1"], embeddings=[[1.0, 2.0, 3.0]], documents=["written around Lethe"])
+    for tenant in (TENANT, GLOBEX):
+        claimant = someone(tenant)
+        gate.grant(claimant, tenant=tenant)
+        theirs = records(gate, name, tenant, claimant)
+        assert code_of(lambda: theirs.update(ids=["raw-1"], metadatas=[{"mine": True}])) == "unstamped_item"
+        assert code_of(lambda: theirs.upsert(ids=["raw-1"], embeddings=[[0.0, 0.0, 0.0]])) == "unstamped_item"
+        assert code_of(lambda: add(theirs, ["raw-1"])) == "already_exists"
+        assert theirs.get(ids=["raw-1"])["ids"] == []
+        # A write of its own after the refused ones: once its lineage is in, theirs would be too.
+        mark = f"mark-{uuid.uuid4().hex[:8]}"
+        add(theirs, [mark])
+        lineage_settles(gate, mark, [f"{tenant}/{claimant}"])
+    meta, document = held(stored, "raw-1")
+    assert not (meta or {}).get("lethe_subject") and document == "written around Lethe"
+    assert lineage_rows(gate, "raw-1") == []
+
+
+def test_squatting_an_id_is_refused_and_writes_nothing(gate, shared):
+    name, _, stored = shared
+    first, second = someone(), someone(GLOBEX)
+    gate.grant(first)
+    gate.grant(second, tenant=GLOBEX)
+    add(records(gate, name, TENANT, first), ["sq-1"], documents=["the first writer's"])
+    theirs = records(gate, name, GLOBEX, second)
+    assert code_of(lambda: add(theirs, ["sq-1"])) == "already_exists"
+    # One taken id refuses the whole request: the free one is not written either.
+    assert code_of(lambda: add(theirs, ["sq-free", "sq-1"])) == "already_exists"
+    assert held(stored, "sq-free") is None
+    # The owner's own second add of an id would be lost by Chroma: refused too.
+    assert code_of(lambda: add(records(gate, name, TENANT, first), ["sq-1"], documents=["again"])) == "already_exists"
+    assert held(stored, "sq-1")[1] == "the first writer's"
+    assert owner(stored, "sq-1") == (TENANT, first)
+    add(theirs, ["sq-after"])
+    lineage_settles(gate, "sq-after", [f"{GLOBEX}/{second}"])
+    assert lineage_rows(gate, "sq-1") == [f"{TENANT}/{first}"] and lineage_rows(gate, "sq-free") == []
+    # Two records under one id in one request: Chroma would keep one of them silently.
+    token = gate.token("agent", second, tenant=GLOBEX)
+    status, answer = raw(gate, token, f"/api/v2/tenants/default_tenant/databases/default_database/collections/{shared[1]}/add",
+                         {"ids": ["dup", "dup"], "embeddings": [[1.0], [2.0]], "documents": ["a", "b"]})
+    assert (status, answer["error"]["code"]) == (400, "invalid_request")
+    assert held(stored, "dup") is None
+
+
+def test_retention_counts_from_the_first_write_and_an_expired_record_stays_dead(gate, shared):
+    name, _, stored = shared
+    s = someone()
+    gate.grant(s)
+    mine = records(gate, name, TENANT, s)
+    deadline = int(time.time()) + 3600
+    add(mine, ["ret-1"], metadatas=[{"lethe_expires_at": deadline}])
+    mine.upsert(ids=["ret-1"], embeddings=[[5.0, 5.0, 5.0]], documents=["rewritten"])
+    mine.update(ids=["ret-1"], metadatas=[{"topic": "tea"}])
+    meta, document = held(stored, "ret-1")
+    assert (meta["lethe_expires_at"], meta["topic"], document) == (deadline, "tea", "rewritten")
+
+    # A legal hold keeps the sweeper away, so that the expired record is still in Chroma when
+    # its owner tries to bring it back.
+    status, hold = gate.call("POST", "/v1/legal-holds", {"subject": s, "reason": "litigation"})
+    assert status == 201, hold
+    soon = int(time.time()) + 2
+    add(mine, ["exp-1"], documents=["short-lived"], metadatas=[{"lethe_expires_at": soon}])
+    wait_for("the record to expire", lambda: time.time() > soon + 1, deadline=10)
+    assert code_of(lambda: mine.update(ids=["exp-1"], metadatas=[{"topic": "tea"}])) == "expired"
+    assert code_of(lambda: mine.upsert(ids=["exp-1"], embeddings=[[1.0, 1.0, 1.0]])) == "expired"
+    assert code_of(lambda: mine.upsert(ids=["exp-1"], embeddings=[[1.0, 1.0, 1.0]], documents=["new"])) == "expired"
+    assert mine.get(ids=["exp-1"])["ids"] == []
+    meta, document = held(stored, "exp-1")
+    assert (meta["lethe_expires_at"], meta.get("topic"), document) == (soon, None, "short-lived")
+    # Once the hold is released the sweeper deletes it.
+    status, _ = gate.call("POST", f"/v1/legal-holds/{hold['id']}/release")
+    assert status == 200
+    wait_for("the sweeper to delete the expired record", lambda: held(stored, "exp-1") is None, deadline=15)
+    assert held(stored, "ret-1") is not None
+
+
+def test_widening_filters_reach_nothing_of_another_tenant_or_subject(gate, shared):
+    name, _, stored = shared
+    victim, bound_neighbour = someone(), someone()
+    gate.grant(victim)
+    gate.grant(bound_neighbour)
+    add(records(gate, name, TENANT, victim), ["w1", "w2"], documents=["acme w1", "acme w2"])
+    service = agent(gate, GLOBEX).get_collection(name, embedding_function=None)  # a service token of globex
+    neighbour = records(gate, name, TENANT, bound_neighbour)
+    for reader in (service, neighbour):
+        for where in ({"$or": [{"lethe_tenant": TENANT}, {"lethe_tenant": GLOBEX}]},
+                      {"lethe_tenant": {"$ne": "nobody"}},
+                      {"lethe_subject": victim},
+                      {"lethe_expires_at": {"$gt": 0}}):
+            assert reader.get(where=where)["ids"] == []
+            assert reader.query(query_embeddings=[[0.0, 1.0, 0.5]], n_results=5, where=where)["ids"] == [[]]
+            reader.delete(where=where)
+        assert reader.get(ids=["w1", "w2"])["ids"] == []
+        assert reader.query(query_embeddings=[[0.0, 1.0, 0.5]], n_results=5, where_document={"$contains": "acme"})["ids"] == [[]]
+        assert reader.count() == 0
+        reader.delete(ids=["w1", "w2"])
+    assert sorted(stored.get(ids=["w1", "w2"])["ids"]) == ["w1", "w2"]
+    assert owner(stored, "w1") == (TENANT, victim)
+
+
+def test_another_owners_retention_never_sweeps_a_record(gate, shared):
+    """Lineage says an id is acme's and short-lived; Chroma holds it under globex's stamp (acme's
+    record was deleted around Lethe, then globex wrote the free id). The sweeper acts on acme's
+    lineage row but leaves globex's record: the stamp in the store decides whose it is."""
+    name, _, stored = shared
+    first, second = someone(), someone(GLOBEX)
+    gate.grant(first)
+    gate.grant(second, tenant=GLOBEX)
+    soon = int(time.time()) + 2
+    add(records(gate, name, TENANT, first), ["reused"], metadatas=[{"lethe_expires_at": soon}])
+    lineage_settles(gate, "reused", [f"{TENANT}/{first}"])
+    stored.delete(ids=["reused"])
+    add(records(gate, name, GLOBEX, second), ["reused"], documents=["globex's, for 30 days"])
+    assert owner(stored, "reused") == (GLOBEX, second)
+    wait_for("the sweeper to take up acme's expired lineage row", lambda: lineage_rows(gate, "reused") == [], deadline=15)
+    assert held(stored, "reused")[1] == "globex's, for 30 days"
+    assert records(gate, name, GLOBEX, second).get(ids=["reused"])["ids"] == ["reused"]
