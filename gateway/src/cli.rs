@@ -199,8 +199,12 @@ enum ConsentCommand {
 
 #[derive(Debug, Subcommand)]
 enum AuditCommand {
-    /// Verify the hash chain in the state store; exit 1 and name the first bad row if broken.
-    Verify,
+    /// Verify the hash chain in the state store (the whole chain, or one tenant's with
+    /// `--tenant`); exit 1 and name the first bad row if broken.
+    Verify {
+        #[arg(long)]
+        tenant: Option<String>,
+    },
 }
 
 /// A command's failure: what to print, and the exit code.
@@ -275,7 +279,9 @@ async fn dispatch(cli: Cli) -> Result<(), Failure> {
             )
             .await
         }
-        Command::Audit(AuditCommand::Verify) => audit_verify(&load()?).await,
+        Command::Audit(AuditCommand::Verify { tenant }) => {
+            audit_verify(&load()?, tenant.as_deref()).await
+        }
     }
 }
 
@@ -638,14 +644,15 @@ async fn replay(config: &Config, since: &str) -> Result<(), Failure> {
     }
 }
 
-async fn audit_verify(config: &Config) -> Result<(), Failure> {
+async fn audit_verify(config: &Config, tenant: Option<&str>) -> Result<(), Failure> {
     let store = connect(config).await?;
-    match store::verify_audit(store.as_ref()).await? {
+    let chain = tenant.map_or_else(
+        || "audit chain".to_owned(),
+        |t| format!("audit chain of tenant {t}"),
+    );
+    match store::verify_audit(store.as_ref(), tenant).await? {
         ChainReport::Intact { head, .. } => {
-            println!(
-                "audit chain intact: {} events, head {}",
-                head.seq, head.hash
-            );
+            println!("{chain} intact: {} events, head {}", head.seq, head.hash);
             Ok(())
         }
         ChainReport::Broken {
@@ -653,7 +660,7 @@ async fn audit_verify(config: &Config) -> Result<(), Failure> {
             message,
             ..
         } => Err(Failure(
-            format!("audit chain broken at row {first_bad_seq}: {message}"),
+            format!("{chain} broken at row {first_bad_seq}: {message}"),
             1,
         )),
     }

@@ -133,6 +133,7 @@ fn decisions(c: &mut Criterion) {
 
     let entry = AuditEntry {
         at: now,
+        tenant: Some("acme".into()),
         actor: "dpo@acme".into(),
         action: "consent.grant".into(),
         request_id: "2f1c7b2e-8f8e-4e0a-9d55-0b1b2f3c4d5e".into(),

@@ -34,6 +34,9 @@ pub fn subject_ref(key: &[u8], tenant: &str, subject: &str) -> String {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AuditEntry {
     pub at: DateTime<Utc>,
+    /// The tenant the event belongs to (`None`: the deployment's as a whole, seen by admins
+    /// only). Hashed with the event, so it cannot be moved to another tenant afterwards.
+    pub tenant: Option<String>,
     pub actor: String,
     pub action: String,
     pub request_id: String,
@@ -50,6 +53,18 @@ pub struct AuditRecord {
     pub seq: i64,
     #[serde(flatten)]
     pub entry: AuditEntry,
+    pub prev_hash: String,
+    pub hash: String,
+    /// Its place in its tenant's own chain, for events that belong to a tenant.
+    pub tenant_chain: Option<TenantLink>,
+}
+
+/// An event's link in its tenant's chain: `hash = SHA-256(prev_hash || the event's hash)`. The
+/// event's hash covers its content, so a tenant's rows verify on their own, without any other
+/// tenant's, and no row can be taken out of or slipped into a tenant's chain unnoticed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TenantLink {
+    pub seq: i64,
     pub prev_hash: String,
     pub hash: String,
 }
@@ -69,8 +84,13 @@ pub fn canonical(seq: i64, entry: &AuditEntry) -> Vec<u8> {
             None => writeln!(out, "{name}!"),
         };
     };
-    field("v", Some("1"));
+    // Version 1 (events without a tenant) is unchanged, so chains written before tenants were
+    // recorded still verify; version 2 adds the tenant.
+    field("v", Some(if entry.tenant.is_some() { "2" } else { "1" }));
     field("seq", Some(&seq.to_string()));
+    if let Some(tenant) = &entry.tenant {
+        field("tenant", Some(tenant));
+    }
     field("at", Some(&canonical_time(entry.at)));
     field("actor", Some(&entry.actor));
     field("action", Some(&entry.action));
@@ -92,15 +112,30 @@ pub fn chain_hash(prev_hash: &str, seq: i64, entry: &AuditEntry) -> String {
     hex::encode(hasher.finalize())
 }
 
-/// Seals `entry` as the row after (`prev_seq`, `prev_hash`).
-pub fn seal(prev_seq: i64, prev_hash: &str, entry: AuditEntry) -> AuditRecord {
-    let seq = prev_seq.saturating_add(1);
-    let hash = chain_hash(prev_hash, seq, &entry);
+/// The hash of a tenant chain's link to an event whose hash is `event_hash`.
+pub fn tenant_link_hash(prev_hash: &str, event_hash: &str) -> String {
+    let mut hasher = Sha256::new();
+    hasher.update(prev_hash.as_bytes());
+    hasher.update(event_hash.as_bytes());
+    hex::encode(hasher.finalize())
+}
+
+/// Seals `entry` as the row after `head`, and when it belongs to a tenant, as the link after
+/// `tenant_head` in that tenant's chain.
+pub fn seal(head: &ChainHead, tenant_head: &ChainHead, entry: AuditEntry) -> AuditRecord {
+    let seq = head.seq.saturating_add(1);
+    let hash = chain_hash(&head.hash, seq, &entry);
+    let tenant_chain = entry.tenant.is_some().then(|| TenantLink {
+        seq: tenant_head.seq.saturating_add(1),
+        prev_hash: tenant_head.hash.clone(),
+        hash: tenant_link_hash(&tenant_head.hash, &hash),
+    });
     AuditRecord {
         seq,
         entry,
-        prev_hash: prev_hash.to_owned(),
+        prev_hash: head.hash.clone(),
         hash,
+        tenant_chain,
     }
 }
 
@@ -152,22 +187,34 @@ pub struct ChainVerifier {
 
 impl ChainVerifier {
     pub fn push(&mut self, record: &AuditRecord) -> Result<(), ChainBreak> {
+        let intact = chain_hash(&record.prev_hash, record.seq, &record.entry) == record.hash;
+        self.step(record.seq, &record.prev_hash, &record.hash, intact)
+    }
+
+    /// One link: at the next position, pointing at the head, and `intact`.
+    fn step(
+        &mut self,
+        seq: i64,
+        prev_hash: &str,
+        hash: &str,
+        intact: bool,
+    ) -> Result<(), ChainBreak> {
         let expected = self.head.seq.saturating_add(1);
-        if record.seq != expected {
+        if seq != expected {
             return Err(ChainBreak::Missing {
                 expected,
-                found: record.seq,
+                found: seq,
             });
         }
-        if record.prev_hash != self.head.hash {
-            return Err(ChainBreak::Unlinked { seq: record.seq });
+        if prev_hash != self.head.hash {
+            return Err(ChainBreak::Unlinked { seq });
         }
-        if chain_hash(&record.prev_hash, record.seq, &record.entry) != record.hash {
-            return Err(ChainBreak::Altered { seq: record.seq });
+        if !intact {
+            return Err(ChainBreak::Altered { seq });
         }
         self.head = ChainHead {
-            seq: record.seq,
-            hash: record.hash.clone(),
+            seq,
+            hash: hash.to_owned(),
         };
         Ok(())
     }
@@ -184,6 +231,40 @@ impl ChainVerifier {
         } else {
             Err(ChainBreak::Unlinked { seq: self.head.seq })
         }
+    }
+}
+
+/// Checks one tenant's rows (in order, nothing else) against that tenant's chain; positions in
+/// what it reports are positions in the tenant's chain.
+#[derive(Debug, Clone)]
+pub struct TenantChainVerifier {
+    tenant: String,
+    chain: ChainVerifier,
+}
+
+impl TenantChainVerifier {
+    pub fn new(tenant: &str) -> Self {
+        TenantChainVerifier {
+            tenant: tenant.to_owned(),
+            chain: ChainVerifier::default(),
+        }
+    }
+
+    pub fn push(&mut self, record: &AuditRecord) -> Result<(), ChainBreak> {
+        let next = self.chain.head.seq.saturating_add(1);
+        let Some(link) = &record.tenant_chain else {
+            return Err(ChainBreak::Unlinked { seq: next });
+        };
+        let intact = record.entry.tenant.as_deref() == Some(self.tenant.as_str())
+            && chain_hash(&record.prev_hash, record.seq, &record.entry) == record.hash
+            && tenant_link_hash(&link.prev_hash, &record.hash) == link.hash;
+        self.chain
+            .step(link.seq, &link.prev_hash, &link.hash, intact)
+    }
+
+    /// Ends verification against the tenant's head as the store recorded it.
+    pub fn finish(self, recorded: &ChainHead) -> Result<ChainHead, ChainBreak> {
+        self.chain.finish(recorded)
     }
 }
 
@@ -207,6 +288,7 @@ mod tests {
     fn entry(i: u32) -> AuditEntry {
         AuditEntry {
             at: Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, i % 60).unwrap(),
+            tenant: None,
             actor: format!("dpo-{i}"),
             action: "consent.grant".into(),
             request_id: format!("req-{i}"),
@@ -219,17 +301,149 @@ mod tests {
     }
 
     fn chain(n: u32) -> Vec<AuditRecord> {
+        tenants_chain(n, |_| None)
+    }
+
+    /// `n` events, event `i` belonging to `tenant_of(i)`, sealed as the store seals them.
+    fn tenants_chain(n: u32, tenant_of: impl Fn(u32) -> Option<&'static str>) -> Vec<AuditRecord> {
         let mut head = ChainHead::default();
+        let mut tenant_heads: std::collections::BTreeMap<&str, ChainHead> = Default::default();
         (0..n)
             .map(|i| {
-                let record = seal(head.seq, &head.hash, entry(i));
+                let tenant = tenant_of(i);
+                let tenant_head = tenant
+                    .map(|t| tenant_heads.get(t).cloned().unwrap_or_default())
+                    .unwrap_or_default();
+                let e = AuditEntry {
+                    tenant: tenant.map(str::to_owned),
+                    ..entry(i)
+                };
+                let record = seal(&head, &tenant_head, e);
                 head = ChainHead {
                     seq: record.seq,
                     hash: record.hash.clone(),
                 };
+                if let (Some(t), Some(link)) = (tenant, &record.tenant_chain) {
+                    tenant_heads.insert(
+                        t,
+                        ChainHead {
+                            seq: link.seq,
+                            hash: link.hash.clone(),
+                        },
+                    );
+                }
                 record
             })
             .collect()
+    }
+
+    fn verify_tenant(
+        tenant: &str,
+        rows: &[AuditRecord],
+        recorded: &ChainHead,
+    ) -> Result<ChainHead, ChainBreak> {
+        let mut verifier = TenantChainVerifier::new(tenant);
+        rows.iter().try_for_each(|r| verifier.push(r))?;
+        verifier.finish(recorded)
+    }
+
+    fn tenant_head(rows: &[AuditRecord], tenant: &str) -> ChainHead {
+        rows.iter()
+            .filter(|r| r.entry.tenant.as_deref() == Some(tenant))
+            .filter_map(|r| r.tenant_chain.as_ref())
+            .next_back()
+            .map(|l| ChainHead {
+                seq: l.seq,
+                hash: l.hash.clone(),
+            })
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn events_without_a_tenant_keep_the_first_encoding() {
+        let e = AuditEntry {
+            subject_ref: None,
+            target_ref: None,
+            ..entry(3)
+        };
+        let expected = "v:1:1\nseq:1:7\nat:27:2026-01-01T00:00:03.000000Z\nactor:5:dpo-3\naction:13:consent.grant\nrequest_id:5:req-3\nsubject_ref!\ntarget:7:consent\ntarget_ref!\nresult:2:ok\nattempt:1:1\n";
+        assert_eq!(String::from_utf8(canonical(7, &e)).unwrap(), expected);
+        let with_tenant = AuditEntry {
+            tenant: Some("acme".into()),
+            ..e
+        };
+        assert!(
+            String::from_utf8(canonical(7, &with_tenant))
+                .unwrap()
+                .starts_with("v:1:2\nseq:1:7\ntenant:4:acme\n")
+        );
+    }
+
+    #[test]
+    fn a_tenants_rows_verify_on_their_own() {
+        let tenant_of = |i: u32| match i % 3 {
+            0 => Some("acme"),
+            1 => Some("globex"),
+            _ => None,
+        };
+        let rows = tenants_chain(12, tenant_of);
+        assert!(
+            verify_chain(&rows).is_ok(),
+            "the whole chain still verifies"
+        );
+        let acme: Vec<AuditRecord> = rows
+            .iter()
+            .filter(|r| r.entry.tenant.as_deref() == Some("acme"))
+            .cloned()
+            .collect();
+        let head = tenant_head(&rows, "acme");
+        assert_eq!(verify_tenant("acme", &acme, &head), Ok(head.clone()));
+        assert_eq!(head.seq, 4);
+
+        let mut dropped = acme.clone();
+        dropped.remove(1);
+        assert_eq!(
+            verify_tenant("acme", &dropped, &head),
+            Err(ChainBreak::Missing {
+                expected: 2,
+                found: 3
+            })
+        );
+        assert_eq!(
+            verify_tenant("acme", &acme[..3], &head),
+            Err(ChainBreak::Truncated { last: 3, head: 4 })
+        );
+        let mut moved = acme.clone();
+        moved[2].entry.tenant = Some("globex".into());
+        assert_eq!(
+            verify_tenant("acme", &moved, &head),
+            Err(ChainBreak::Altered { seq: 3 })
+        );
+        let mut edited = acme.clone();
+        edited[0].entry.actor = "mallory".into();
+        assert_eq!(
+            verify_tenant("acme", &edited, &head),
+            Err(ChainBreak::Altered { seq: 1 })
+        );
+        // Another tenant's row, or one of nobody's, is not part of acme's chain.
+        let globex_row = rows
+            .iter()
+            .find(|r| r.entry.tenant.as_deref() == Some("globex"))
+            .unwrap()
+            .clone();
+        let mut slipped = acme.clone();
+        slipped.insert(1, globex_row);
+        assert!(verify_tenant("acme", &slipped, &head).is_err());
+        let mut untenanted = acme.clone();
+        untenanted.insert(1, rows[2].clone());
+        assert_eq!(
+            verify_tenant("acme", &untenanted, &head),
+            Err(ChainBreak::Unlinked { seq: 2 })
+        );
+        // Taking the tenant off an event breaks the whole chain at that row.
+        let mut stripped = rows.clone();
+        stripped[3].entry.tenant = None;
+        assert_eq!(verify_chain(&stripped), Err(ChainBreak::Altered { seq: 4 }));
     }
 
     #[test]

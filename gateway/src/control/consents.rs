@@ -83,8 +83,9 @@ pub async fn grant(
         source: req.source,
     };
     let audit = caller.audit(
+        &grant.tenant,
         "consent.grant",
-        Some((&grant.tenant, &grant.subject)),
+        Some(&grant.subject),
         "consent",
         Some(&grant.id),
     );
@@ -131,8 +132,9 @@ pub async fn revoke(
     }
     let now = crate::now();
     let audit = caller.audit(
+        &found.tenant,
         "consent.revoke",
-        Some((&found.tenant, &found.subject)),
+        Some(&found.subject),
         "consent",
         Some(&id),
     );

@@ -83,8 +83,9 @@ pub async fn file(
         updated_at: now,
     };
     let audit = caller.audit(
+        &record.tenant,
         "erasure.request",
-        Some((&record.tenant, &record.subject)),
+        Some(&record.subject),
         "erasure",
         Some(&record.id),
     );
@@ -119,8 +120,9 @@ pub async fn approve(
 ) -> Result<Json<ErasureView>, ApiError> {
     let record = visible(&state, &caller, &id).await?;
     let audit = caller.audit(
+        &record.tenant,
         "erasure.approve",
-        Some((&record.tenant, &record.subject)),
+        Some(&record.subject),
         "erasure",
         Some(&id),
     );
@@ -159,8 +161,9 @@ async fn step_by_person(
 ) -> Result<Json<ErasureView>, ApiError> {
     let record = visible(&state, &caller, &id).await?;
     let audit = caller.audit(
+        &record.tenant,
         action,
-        Some((&record.tenant, &record.subject)),
+        Some(&record.subject),
         "erasure",
         Some(&id),
     );
@@ -201,7 +204,7 @@ pub async fn certificate(
         ));
     }
     let jobs = state.store.purge_jobs(&id).await?;
-    let chain_head = state.store.audit_head().await?;
+    let chain_head = state.store.audit_head(None).await?;
     let evidence = Evidence {
         record: &record,
         jobs: &jobs,

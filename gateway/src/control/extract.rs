@@ -40,20 +40,23 @@ impl Caller {
         subject_ref(&self.audit_key, tenant, subject)
     }
 
-    /// The audit event of a successful change made by this caller.
+    /// The audit event of a successful change made by this caller in `tenant`, about `subject`
+    /// when it concerns one.
     pub fn audit(
         &self,
+        tenant: &str,
         action: &str,
-        subject: Option<(&str, &str)>,
+        subject: Option<&str>,
         target: &str,
         target_ref: Option<&str>,
     ) -> AuditEntry {
         AuditEntry {
             at: crate::now(),
+            tenant: Some(tenant.to_owned()),
             actor: self.claims.sub.clone(),
             action: action.to_owned(),
             request_id: self.request_id.clone(),
-            subject_ref: subject.map(|(tenant, subject)| self.subject_ref(tenant, subject)),
+            subject_ref: subject.map(|subject| self.subject_ref(tenant, subject)),
             target: target.to_owned(),
             target_ref: target_ref.map(str::to_owned),
             result: "ok".to_owned(),

@@ -63,8 +63,9 @@ pub async fn place(
     };
     let h = &record.hold;
     let audit = caller.audit(
+        &h.tenant,
         "hold.place",
-        h.subject.as_deref().map(|s| (h.tenant.as_str(), s)),
+        h.subject.as_deref(),
         "legal_hold",
         Some(&h.id),
     );
@@ -105,8 +106,9 @@ pub async fn release(
         return Err(ApiError::not_found("legal hold"));
     }
     let audit = caller.audit(
+        &h.tenant,
         "hold.release",
-        h.subject.as_deref().map(|s| (h.tenant.as_str(), s)),
+        h.subject.as_deref(),
         "legal_hold",
         Some(&id),
     );

@@ -71,7 +71,7 @@ pub async fn replace(
 ) -> Result<Json<RulesView>, ApiError> {
     let tenant = caller.tenant(query.tenant.as_deref())?;
     policy.validate().map_err(ApiError::validation)?;
-    let audit = caller.audit("retention.replace", None, "retention_rules", None);
+    let audit = caller.audit(tenant, "retention.replace", None, "retention_rules", None);
     let version = state
         .store
         .replace_retention(tenant, &policy, crate::now(), &caller.claims.sub, audit)

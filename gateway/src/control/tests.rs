@@ -88,7 +88,7 @@ impl Harness {
     }
 
     async fn audit_seq(&self) -> i64 {
-        self.store.audit_head().await.unwrap().seq
+        self.store.audit_head(None).await.unwrap().seq
     }
 }
 
@@ -223,7 +223,7 @@ async fn consent_is_granted_listed_and_revoked_once_with_audit_events() {
         "refused changes leave no audit event"
     );
 
-    let events = h.store.audit_page(0, 10).await.unwrap();
+    let events = h.store.audit_page(0, 10, None).await.unwrap();
     let actions: Vec<_> = events
         .iter()
         .map(|e| (e.entry.action.as_str(), e.entry.actor.as_str()))
@@ -620,6 +620,110 @@ async fn the_audit_log_pages_and_verifies_and_tampering_shows() {
 }
 
 #[tokio::test]
+async fn a_compliance_token_reads_and_verifies_only_its_tenants_audit_events() {
+    let h = harness().await;
+    let globex = token(Role::Compliance, "globex");
+    let admin = token(Role::Admin, "acme");
+    for subject in ["u1", "u2"] {
+        h.as_dpo(Method::POST, "/v1/consents", Some(grant_body(subject)))
+            .await;
+    }
+    let body = Body::from(json!({"tenant": "globex", "subject": "g1", "purpose": "personalization",
+        "category": "preference", "actions": ["store"], "source": "signup-form", "policy_version": 1}).to_string());
+    let (status, _) = h
+        .send(Method::POST, "/v1/consents", Some(&globex), Some(body))
+        .await;
+    assert_eq!(status, StatusCode::CREATED);
+
+    let tenants = |page: &Value| -> Vec<String> {
+        page["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["tenant"].as_str().unwrap_or("-").to_owned())
+            .collect()
+    };
+    let (_, own) = h.send(Method::GET, "/v1/audit", Some(&globex), None).await;
+    assert_eq!(tenants(&own), ["globex"]);
+    assert_eq!(own["items"][0]["tenant_chain"]["seq"], 1);
+    let (_, acme) = h.as_dpo(Method::GET, "/v1/audit", None).await;
+    assert_eq!(tenants(&acme), ["acme", "acme"]);
+    assert_error(
+        &h.send(Method::GET, "/v1/audit?tenant=acme", Some(&globex), None)
+            .await,
+        StatusCode::FORBIDDEN,
+        "forbidden",
+    );
+    let (_, all) = h.send(Method::GET, "/v1/audit", Some(&admin), None).await;
+    assert_eq!(tenants(&all), ["acme", "acme", "globex"]);
+    let (_, one) = h
+        .send(Method::GET, "/v1/audit?tenant=globex", Some(&admin), None)
+        .await;
+    assert_eq!(tenants(&one), ["globex"]);
+
+    let (_, verified) = h
+        .send(Method::GET, "/v1/audit/verify", Some(&globex), None)
+        .await;
+    assert_eq!(
+        (verified["ok"].as_bool(), verified["head"]["seq"].as_i64()),
+        (Some(true), Some(1)),
+        "globex's own chain: {verified}"
+    );
+    assert_error(
+        &h.send(
+            Method::GET,
+            "/v1/audit/verify?tenant=acme",
+            Some(&globex),
+            None,
+        )
+        .await,
+        StatusCode::FORBIDDEN,
+        "forbidden",
+    );
+    // acme's broken row is acme's: globex's chain still verifies, the whole chain does not.
+    crate::testing::execute_raw(
+        &h.url,
+        "UPDATE audit_events SET result = 'denied' WHERE seq = 1",
+    )
+    .await
+    .unwrap();
+    let (_, verified) = h
+        .send(Method::GET, "/v1/audit/verify", Some(&globex), None)
+        .await;
+    assert_eq!(verified["ok"], true, "{verified}");
+    let (_, broken) = h.as_dpo(Method::GET, "/v1/audit/verify", None).await;
+    assert_eq!(
+        (broken["ok"].as_bool(), broken["first_bad_seq"].as_i64()),
+        (Some(false), Some(1))
+    );
+    let (_, whole) = h
+        .send(Method::GET, "/v1/audit/verify", Some(&admin), None)
+        .await;
+    assert_eq!(whole["ok"], false);
+}
+
+#[tokio::test]
+async fn metrics_labels_are_bounded_whatever_the_requests() {
+    let h = harness().await;
+    for i in 0..50 {
+        let method = Method::from_bytes(format!("INVENTED{i}").as_bytes()).unwrap();
+        h.send(method, &format!("/nowhere/{i}"), None, None).await;
+    }
+    let (_, text) = h.send(Method::GET, "/metrics", None, None).await;
+    let text = text.as_str().unwrap();
+    assert!(!text.contains("INVENTED"), "{text}");
+    assert!(!text.contains("/nowhere"), "{text}");
+    let series = text
+        .lines()
+        .filter(|l| l.starts_with("lethe_control_requests_total{"))
+        .count();
+    assert!(
+        series <= 2,
+        "50 invented methods and paths made {series} series: {text}"
+    );
+}
+
+#[tokio::test]
 async fn metrics_count_requests_by_route_template() {
     let h = harness().await;
     h.as_dpo(Method::GET, "/v1/subjects/acme/very-secret-subject", None)
@@ -777,7 +881,7 @@ async fn an_erasure_needs_two_different_approvers_then_flips_every_key() {
     assert_eq!(status_view["state"], "suppressed");
     let actions: Vec<String> = h
         .store
-        .audit_page(0, 100)
+        .audit_page(0, 100, None)
         .await
         .unwrap()
         .into_iter()

@@ -114,6 +114,7 @@ struct Plane {
 fn audit() -> AuditEntry {
     AuditEntry {
         at: crate::now(),
+        tenant: Some("acme".into()),
         actor: "test".into(),
         action: "test".into(),
         request_id: "r".into(),

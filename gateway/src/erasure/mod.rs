@@ -265,7 +265,9 @@ impl Worker {
         };
         // The lease is renewed while the purge runs: a long purge keeps its job, a crashed
         // worker's job is taken over once its lease runs out.
-        let purge = self.purge(&job);
+        let record = self.store.erasure(&job.request_id).await;
+        let tenant = record.as_ref().ok().map(|r| r.tenant.clone());
+        let purge = self.purge(&job, record.map_err(|e| e.to_string()));
         let mut purge = std::pin::pin!(purge);
         let mut renew = tokio::time::interval(self.schedule.lease / 3);
         renew.tick().await;
@@ -283,6 +285,7 @@ impl Worker {
         };
         let audit = AuditEntry {
             at: crate::now(),
+            tenant,
             actor: self.id.clone(),
             action: match outcome {
                 JobOutcome::Done(_) => "purge.done".into(),
@@ -304,7 +307,11 @@ impl Worker {
         Ok(true)
     }
 
-    async fn purge(&self, job: &PurgeJob) -> JobOutcome {
+    async fn purge(
+        &self,
+        job: &PurgeJob,
+        record: Result<crate::store::ErasureRecord, String>,
+    ) -> JobOutcome {
         let failed = |error: String| {
             let retry = job.attempts < i64::from(self.schedule.max_attempts);
             let delay = self
@@ -321,9 +328,9 @@ impl Worker {
                 retry_at: None,
             };
         };
-        let record = match self.store.erasure(&job.request_id).await {
+        let record = match record {
             Ok(record) => record,
-            Err(e) => return failed(e.to_string()),
+            Err(e) => return failed(e),
         };
         let keys: Vec<String> = record.keys().map(str::to_owned).collect();
         // A store that follows another's ids needs them all, even those its owner has purged already.
@@ -432,6 +439,7 @@ impl Worker {
                 self.store
                     .append_audit(AuditEntry {
                         at: crate::now(),
+                        tenant: Some(tombstone.tenant.clone()),
                         actor: self.id.clone(),
                         action: "erasure.replay".into(),
                         request_id: tombstone.request_id.clone(),

@@ -79,19 +79,27 @@ impl Sweeper {
                     "failed"
                 }
             };
-            self.store
-                .append_audit(AuditEntry {
-                    at: crate::now(),
-                    actor: "retention-sweeper".into(),
-                    action: "retention.sweep".into(),
-                    request_id: format!("sweep-{}", now.timestamp()),
-                    subject_ref: None,
-                    target: format!("{store}/{collection}"),
-                    target_ref: Some(ids.len().to_string()),
-                    result: result.into(),
-                    attempt: 1,
-                })
-                .await?;
+            // One event per tenant whose items the pass took up, so each tenant sees its own.
+            let mut per_tenant: BTreeMap<&str, usize> = BTreeMap::new();
+            for item in &items {
+                *per_tenant.entry(item.tenant.as_str()).or_default() += 1;
+            }
+            for (tenant, n) in per_tenant {
+                self.store
+                    .append_audit(AuditEntry {
+                        at: crate::now(),
+                        tenant: Some(tenant.to_owned()),
+                        actor: "retention-sweeper".into(),
+                        action: "retention.sweep".into(),
+                        request_id: format!("sweep-{}", now.timestamp()),
+                        subject_ref: None,
+                        target: format!("{store}/{collection}"),
+                        target_ref: Some(n.to_string()),
+                        result: result.into(),
+                        attempt: 1,
+                    })
+                    .await?;
+            }
         }
         Ok(swept)
     }

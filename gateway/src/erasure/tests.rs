@@ -40,6 +40,7 @@ impl Connector for Flaky {
 fn audit() -> AuditEntry {
     AuditEntry {
         at: crate::now(),
+        tenant: Some("acme".into()),
         actor: "t".into(),
         action: "t".into(),
         request_id: "r".into(),
@@ -134,7 +135,7 @@ async fn failures_are_retried_until_the_store_is_purged_and_verified() {
     let state = store.subject("acme", "u1").await.unwrap().unwrap();
     assert_eq!(state.status, lethe_policy::SubjectStatus::Erased);
     let actions: Vec<String> = store
-        .audit_page(0, 100)
+        .audit_page(0, 100, None)
         .await
         .unwrap()
         .into_iter()

@@ -17,6 +17,11 @@ pub const SQLITE: &[Migration] = &[
         name: "processors",
         sql: include_str!("../../../migrations/sqlite/0002_processors.sql"),
     },
+    Migration {
+        version: 3,
+        name: "audit_tenants",
+        sql: include_str!("../../../migrations/sqlite/0003_audit_tenants.sql"),
+    },
 ];
 
 pub const POSTGRES: &[Migration] = &[
@@ -29,6 +34,11 @@ pub const POSTGRES: &[Migration] = &[
         version: 2,
         name: "processors",
         sql: include_str!("../../../migrations/postgres/0002_processors.sql"),
+    },
+    Migration {
+        version: 3,
+        name: "audit_tenants",
+        sql: include_str!("../../../migrations/postgres/0003_audit_tenants.sql"),
     },
 ];
 

@@ -15,7 +15,9 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use lethe_policy::audit::{AuditEntry, AuditRecord, ChainBreak, ChainHead, ChainVerifier};
+use lethe_policy::audit::{
+    AuditEntry, AuditRecord, ChainBreak, ChainHead, ChainVerifier, TenantChainVerifier,
+};
 use lethe_policy::{ConsentGrant, Layer, LegalHold, RetentionPolicy, SubjectPolicy, SubjectState};
 use serde::Serialize;
 
@@ -439,10 +441,15 @@ pub trait Store: Send + Sync + 'static {
 
     /// Appends one event to the chain (for events that change nothing else).
     async fn append_audit(&self, entry: AuditEntry) -> Result<AuditRecord, StoreError>;
-    /// Rows with `seq > after`, in order, at most `limit`.
-    async fn audit_page(&self, after: i64, limit: i64) -> Result<Vec<AuditRecord>, StoreError>;
-    /// The head the store recorded with the last append.
-    async fn audit_head(&self) -> Result<ChainHead, StoreError>;
+    /// Rows with `seq > after`, in order, at most `limit`; only one tenant's when `tenant` is set.
+    async fn audit_page(
+        &self,
+        after: i64,
+        limit: i64,
+        tenant: Option<&str>,
+    ) -> Result<Vec<AuditRecord>, StoreError>;
+    /// The head the store recorded with the last append: of the whole chain, or of one tenant's.
+    async fn audit_head(&self, tenant: Option<&str>) -> Result<ChainHead, StoreError>;
 }
 
 /// Opens the store a URL names: `sqlite://PATH` (created if missing) or `postgres://...`.
@@ -472,18 +479,30 @@ pub enum ChainReport {
     },
 }
 
-pub async fn verify_audit(store: &dyn Store) -> Result<ChainReport, StoreError> {
+/// Verifies the whole chain (`tenant` unset) or one tenant's chain, from its recorded head.
+pub async fn verify_audit(
+    store: &dyn Store,
+    tenant: Option<&str>,
+) -> Result<ChainReport, StoreError> {
     const PAGE: i64 = 1000;
-    let recorded = store.audit_head().await?;
-    let mut verifier = ChainVerifier::default();
+    let recorded = store.audit_head(tenant).await?;
+    let mut whole = ChainVerifier::default();
+    let mut own = tenant.map(TenantChainVerifier::new);
     let mut after = 0;
     let outcome = loop {
-        let page = store.audit_page(after, PAGE).await?;
+        let page = store.audit_page(after, PAGE, tenant).await?;
         let Some(last) = page.last() else {
-            break verifier.finish(&recorded);
+            break match own {
+                Some(own) => own.finish(&recorded),
+                None => whole.finish(&recorded),
+            };
         };
         after = last.seq;
-        if let Err(e) = page.iter().try_for_each(|r| verifier.push(r)) {
+        let checked = page.iter().try_for_each(|r| match own.as_mut() {
+            Some(own) => own.push(r),
+            None => whole.push(r),
+        });
+        if let Err(e) = checked {
             break Err(e);
         }
     };

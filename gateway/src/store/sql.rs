@@ -11,7 +11,7 @@ macro_rules! impl_store {
 
             use async_trait::async_trait;
             use chrono::{DateTime, Utc};
-            use lethe_policy::audit::{seal, AuditEntry, AuditRecord, ChainHead};
+            use lethe_policy::audit::{seal, AuditEntry, AuditRecord, ChainHead, TenantLink};
             use lethe_policy::{Action, ConsentGrant, ErasureEvent, ErasureState, LegalHold, RetentionPolicy, SubjectPolicy, SubjectState, SubjectStatus};
             use sqlx::types::Json;
             use sqlx::Row as _;
@@ -66,10 +66,21 @@ macro_rules! impl_store {
             }
 
             fn audit_from_row(row: &Row) -> Result<AuditRecord, StoreError> {
+                let tenant_seq: Option<i64> = row.try_get("tenant_seq")?;
+                let tenant_chain = match tenant_seq {
+                    Some(seq) => Some(TenantLink {
+                        seq,
+                        prev_hash: row.try_get("tenant_prev_hash")?,
+                        hash: row.try_get("tenant_hash")?,
+                    }),
+                    None => None,
+                };
                 Ok(AuditRecord {
                     seq: row.try_get("seq")?,
+                    tenant_chain,
                     entry: AuditEntry {
                         at: row.try_get("at")?,
+                        tenant: row.try_get("tenant")?,
                         actor: row.try_get("actor")?,
                         action: row.try_get("action")?,
                         request_id: row.try_get("request_id")?,
@@ -88,14 +99,22 @@ macro_rules! impl_store {
             /// head locked so that concurrent appends queue instead of forking the chain.
             async fn append_in(tx: &mut Tx, entry: AuditEntry) -> Result<AuditRecord, StoreError> {
                 let head = sqlx::query(<$store>::LOCK_AUDIT_HEAD).fetch_one(&mut **tx).await?;
-                let record = seal(head.try_get("seq")?, &head.try_get::<String, _>("hash")?, entry);
+                let head = ChainHead { seq: head.try_get("seq")?, hash: head.try_get("hash")? };
+                // The whole chain's head is locked: the tenant's head cannot move meanwhile.
+                let tenant_head = match &entry.tenant {
+                    Some(tenant) => tenant_head_in(&mut **tx, tenant).await?,
+                    None => ChainHead::default(),
+                };
+                let record = seal(&head, &tenant_head, entry);
                 let e = &record.entry;
+                let link = record.tenant_chain.as_ref();
                 sqlx::query(
-                    "INSERT INTO audit_events (seq, at, actor, action, request_id, subject_ref, target, target_ref, result, attempt, prev_hash, hash)
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
+                    "INSERT INTO audit_events (seq, at, tenant, actor, action, request_id, subject_ref, target, target_ref, result, attempt, prev_hash, hash, tenant_seq, tenant_prev_hash, tenant_hash)
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)",
                 )
                 .bind(record.seq)
                 .bind(e.at)
+                .bind(&e.tenant)
                 .bind(&e.actor)
                 .bind(&e.action)
                 .bind(&e.request_id)
@@ -106,14 +125,43 @@ macro_rules! impl_store {
                 .bind(e.attempt)
                 .bind(&record.prev_hash)
                 .bind(&record.hash)
+                .bind(link.map(|l| l.seq))
+                .bind(link.map(|l| l.prev_hash.clone()))
+                .bind(link.map(|l| l.hash.clone()))
                 .execute(&mut **tx)
                 .await?;
+                if let (Some(tenant), Some(link)) = (&e.tenant, link) {
+                    sqlx::query(
+                        "INSERT INTO audit_tenant_heads (tenant, seq, hash) VALUES ($1, $2, $3)
+                         ON CONFLICT (tenant) DO UPDATE SET seq = excluded.seq, hash = excluded.hash",
+                    )
+                    .bind(tenant)
+                    .bind(link.seq)
+                    .bind(&link.hash)
+                    .execute(&mut **tx)
+                    .await?;
+                }
                 sqlx::query("UPDATE audit_head SET seq = $1, hash = $2 WHERE id = 1")
                     .bind(record.seq)
                     .bind(&record.hash)
                     .execute(&mut **tx)
                     .await?;
                 Ok(record)
+            }
+
+            /// The head of a tenant's chain (the genesis hash before its first event).
+            async fn tenant_head_in<'e, E>(executor: E, tenant: &str) -> Result<ChainHead, StoreError>
+            where
+                E: sqlx::Executor<'e, Database = $db>,
+            {
+                let row = sqlx::query("SELECT seq, hash FROM audit_tenant_heads WHERE tenant = $1")
+                    .bind(tenant)
+                    .fetch_optional(executor)
+                    .await?;
+                match row {
+                    Some(row) => Ok(ChainHead { seq: row.try_get("seq")?, hash: row.try_get("hash")? }),
+                    None => Ok(ChainHead::default()),
+                }
             }
 
             /// Commits `tx` and tells every cache: first the other replicas (inside the
@@ -1025,21 +1073,28 @@ macro_rules! impl_store {
                     Ok(record)
                 }
 
-                async fn audit_page(&self, after: i64, limit: i64) -> Result<Vec<AuditRecord>, StoreError> {
+                async fn audit_page(&self, after: i64, limit: i64, tenant: Option<&str>) -> Result<Vec<AuditRecord>, StoreError> {
                     let rows = sqlx::query(
-                        "SELECT seq, at, actor, action, request_id, subject_ref, target, target_ref, result, attempt, prev_hash, hash
-                         FROM audit_events WHERE seq > $1 ORDER BY seq LIMIT $2",
+                        "SELECT seq, at, tenant, actor, action, request_id, subject_ref, target, target_ref, result, attempt, prev_hash, hash,
+                                tenant_seq, tenant_prev_hash, tenant_hash
+                         FROM audit_events WHERE seq > $1 AND ($3 IS NULL OR tenant = $3) ORDER BY seq LIMIT $2",
                     )
                     .bind(after)
                     .bind(limit)
+                    .bind(tenant)
                     .fetch_all(&self.pool)
                     .await?;
                     rows.iter().map(audit_from_row).collect()
                 }
 
-                async fn audit_head(&self) -> Result<ChainHead, StoreError> {
-                    let row = sqlx::query("SELECT seq, hash FROM audit_head WHERE id = 1").fetch_one(&self.pool).await?;
-                    Ok(ChainHead { seq: row.try_get("seq")?, hash: row.try_get("hash")? })
+                async fn audit_head(&self, tenant: Option<&str>) -> Result<ChainHead, StoreError> {
+                    match tenant {
+                        Some(tenant) => tenant_head_in(&self.pool, tenant).await,
+                        None => {
+                            let row = sqlx::query("SELECT seq, hash FROM audit_head WHERE id = 1").fetch_one(&self.pool).await?;
+                            Ok(ChainHead { seq: row.try_get("seq")?, hash: row.try_get("hash")? })
+                        }
+                    }
                 }
             }
         }

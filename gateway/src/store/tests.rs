@@ -43,6 +43,7 @@ on_both_backends!(
 fn audit(action: &str, target_ref: Option<&str>) -> AuditEntry {
     AuditEntry {
         at: now(),
+        tenant: Some("acme".into()),
         actor: "dpo@test".into(),
         action: action.into(),
         request_id: uuid::Uuid::new_v4().to_string(),
@@ -73,7 +74,7 @@ fn grant(id: &str, subject: &str) -> ConsentGrant {
 async fn migrations_apply_once(store: &Arc<dyn Store>) {
     assert_eq!(store.migrate().await.unwrap(), Vec::<i64>::new());
     store.ping().await.unwrap();
-    assert_eq!(store.audit_head().await.unwrap(), ChainHead::default());
+    assert_eq!(store.audit_head(None).await.unwrap(), ChainHead::default());
 }
 
 async fn grants_are_created_listed_and_revoked_once(store: &Arc<dyn Store>) {
@@ -117,7 +118,7 @@ async fn grants_are_created_listed_and_revoked_once(store: &Arc<dyn Store>) {
         .await
         .unwrap();
     assert_eq!(revoked.revoked_at, Some(at));
-    let head = store.audit_head().await.unwrap();
+    let head = store.audit_head(None).await.unwrap();
     assert!(matches!(
         store
             .revoke_grant("g1", now(), audit("consent.revoke", Some("g1")))
@@ -131,7 +132,7 @@ async fn grants_are_created_listed_and_revoked_once(store: &Arc<dyn Store>) {
         Err(StoreError::NotFound)
     ));
     assert_eq!(
-        store.audit_head().await.unwrap(),
+        store.audit_head(None).await.unwrap(),
         head,
         "a refused change writes no audit event"
     );
@@ -146,7 +147,7 @@ async fn grants_are_created_listed_and_revoked_once(store: &Arc<dyn Store>) {
         .await;
     assert!(duplicate.is_err(), "ids are unique");
     assert_eq!(
-        store.audit_head().await.unwrap(),
+        store.audit_head(None).await.unwrap(),
         head,
         "and the failed insert left no audit event"
     );
@@ -198,7 +199,7 @@ async fn retention_rules_are_versioned(store: &Arc<dyn Store>) {
         .await
         .unwrap();
     assert_eq!(other.version, 1, "versions count per tenant");
-    let events = store.audit_page(0, 10).await.unwrap();
+    let events = store.audit_page(0, 10, None).await.unwrap();
     assert_eq!(
         events[1].entry.target_ref.as_deref(),
         Some("2"),
@@ -253,7 +254,7 @@ async fn holds_are_placed_and_released_once(store: &Arc<dyn Store>) {
             .await,
         Err(StoreError::AlreadyReleased)
     ));
-    assert_eq!(store.audit_head().await.unwrap().seq, 4);
+    assert_eq!(store.audit_head(None).await.unwrap().seq, 4);
 }
 
 async fn inventory_counts_live_lineage_per_store(store: &Arc<dyn Store>) {
@@ -339,11 +340,14 @@ async fn audit_appends_form_one_chain_under_concurrency(store: &Arc<dyn Store>) 
         .map(|w| {
             let store = Arc::clone(store);
             tokio::spawn(async move {
+                // Writers of two tenants and of none: three chains in one.
+                let tenant = [Some("acme"), Some("globex"), None][w % 3].map(str::to_owned);
                 for i in 0..EACH {
-                    store
-                        .append_audit(audit("test.append", Some(&format!("{w}-{i}"))))
-                        .await
-                        .unwrap();
+                    let entry = AuditEntry {
+                        tenant: tenant.clone(),
+                        ..audit("test.append", Some(&format!("{w}-{i}")))
+                    };
+                    store.append_audit(entry).await.unwrap();
                 }
             })
         })
@@ -351,12 +355,12 @@ async fn audit_appends_form_one_chain_under_concurrency(store: &Arc<dyn Store>) 
     for t in tasks {
         t.await.unwrap();
     }
-    let report = verify_audit(store.as_ref()).await.unwrap();
+    let report = verify_audit(store.as_ref(), None).await.unwrap();
     let ChainReport::Intact { head, .. } = report else {
         panic!("chain broken: {report:?}")
     };
     assert_eq!(head.seq, (WRITERS * EACH) as i64);
-    let rows = store.audit_page(0, 1000).await.unwrap();
+    let rows = store.audit_page(0, 1000, None).await.unwrap();
     let refs: BTreeSet<_> = rows
         .iter()
         .filter_map(|r| r.entry.target_ref.clone())
@@ -366,6 +370,61 @@ async fn audit_appends_form_one_chain_under_concurrency(store: &Arc<dyn Store>) 
         WRITERS * EACH,
         "every append landed exactly once"
     );
+    for (tenant, writers) in [("acme", 3), ("globex", 3)] {
+        let report = verify_audit(store.as_ref(), Some(tenant)).await.unwrap();
+        let ChainReport::Intact { head, .. } = report else {
+            panic!("{tenant}'s chain broken: {report:?}")
+        };
+        assert_eq!(head.seq, (writers * EACH) as i64, "{tenant}");
+        let own = store.audit_page(0, 1000, Some(tenant)).await.unwrap();
+        assert_eq!(own.len(), writers * EACH);
+        assert!(
+            own.iter()
+                .all(|r| r.entry.tenant.as_deref() == Some(tenant))
+        );
+    }
+}
+
+/// A tenant's chain notices its rows being moved, removed or rewritten, without reading any
+/// other tenant's rows.
+#[tokio::test]
+async fn a_tenants_chain_notices_tampering_with_its_rows() {
+    let tampers = [
+        (
+            "UPDATE audit_events SET tenant = 'initech' WHERE seq = 3",
+            2,
+        ),
+        ("DELETE FROM audit_events WHERE seq = 5", 3),
+        ("UPDATE audit_events SET actor = 'mallory' WHERE seq = 1", 1),
+    ];
+    for (tamper, first_bad) in tampers {
+        for url in [fresh_sqlite_url(), fresh_postgres_database().await.unwrap()] {
+            let store = migrated(&url).await;
+            // acme's events at seq 1, 3, 5 (its chain's 1, 2, 3); globex's at 2 and 4.
+            for i in 0..5 {
+                let tenant = if i % 2 == 0 { "acme" } else { "globex" };
+                let entry = AuditEntry {
+                    tenant: Some(tenant.into()),
+                    ..audit("test.append", Some(&i.to_string()))
+                };
+                store.append_audit(entry).await.unwrap();
+            }
+            crate::testing::execute_raw(&url, tamper).await.unwrap();
+            match verify_audit(store.as_ref(), Some("acme")).await.unwrap() {
+                ChainReport::Broken { first_bad_seq, .. } => {
+                    assert_eq!(first_bad_seq, first_bad, "{tamper} on {url}")
+                }
+                intact => panic!("{tamper} on {url} went unnoticed: {intact:?}"),
+            }
+            assert!(
+                matches!(
+                    verify_audit(store.as_ref(), Some("globex")).await.unwrap(),
+                    ChainReport::Intact { .. }
+                ),
+                "globex's chain is not acme's business: {tamper}"
+            );
+        }
+    }
 }
 
 /// Editing, deleting, reordering or cutting off one row is reported with that row's number.
@@ -390,11 +449,11 @@ async fn tampering_is_reported_with_the_row_number() {
                     .unwrap();
             }
             assert!(matches!(
-                verify_audit(store.as_ref()).await.unwrap(),
+                verify_audit(store.as_ref(), None).await.unwrap(),
                 ChainReport::Intact { .. }
             ));
             crate::testing::execute_raw(&url, tamper).await.unwrap();
-            match verify_audit(store.as_ref()).await.unwrap() {
+            match verify_audit(store.as_ref(), None).await.unwrap() {
                 ChainReport::Broken { first_bad_seq, .. } => {
                     assert_eq!(first_bad_seq, first_bad, "{tamper} on {url}")
                 }

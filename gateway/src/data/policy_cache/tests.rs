@@ -14,6 +14,7 @@ use crate::testing::{execute_raw, fresh_postgres_database, fresh_sqlite_url, mig
 fn audit() -> AuditEntry {
     AuditEntry {
         at: crate::now(),
+        tenant: Some("acme".into()),
         actor: "test".into(),
         action: "consent.grant".into(),
         request_id: "r".into(),
