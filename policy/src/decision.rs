@@ -242,6 +242,17 @@ pub enum Held<'a> {
     Stamped(&'a Stamp),
 }
 
+impl<'a> Held<'a> {
+    /// From a read of the store: nothing found, or an item with its stamp if it has a whole one.
+    pub fn of(found: Option<Option<&'a Stamp>>) -> Held<'a> {
+        match found {
+            None => Held::Nothing,
+            Some(None) => Held::Unstamped,
+            Some(Some(stamp)) => Held::Stamped(stamp),
+        }
+    }
+}
+
 /// How a write treats an id the store already holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Overwrite {

@@ -346,11 +346,7 @@ fn decide_records(
             authorised_epoch: None,
             requested_expires_at: r.requested_expires_at,
         };
-        let on = match held.get(&r.id) {
-            None => Held::Nothing,
-            Some(None) => Held::Unstamped,
-            Some(Some(stamp)) => Held::Stamped(stamp),
-        };
+        let on = Held::of(held.get(&r.id).map(Option::as_ref));
         match decide_write_over(view, &facts, on, overwrite, now) {
             Ok(stamp) => decided.push(stamp),
             Err(refusal) => refused.push(RecordRefusal {

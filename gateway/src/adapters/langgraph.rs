@@ -11,7 +11,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use chrono::{DateTime, Utc};
 use hyper::Method;
 use lethe_policy::{
-    Action, Layer, PolicyView, ReadContext, Refusal, Stamp, WriteFacts, decide_read, decide_write,
+    Action, Held, Layer, Overwrite, PolicyView, ReadContext, Refusal, Stamp, WriteFacts,
+    decide_read, decide_write, decide_write_over,
 };
 use serde_json::{Map, Value, json};
 
@@ -51,13 +52,36 @@ pub enum Endpoint {
     SearchItems,
     DeleteItem,
     ListNamespaces,
+    /// A thread id written other than the canonical way: the server reads many spellings of a
+    /// UUID as the same thread (and keeps a checkpoint history per spelling).
+    NonCanonical,
     /// Stateless runs and crons (no thread holds what they keep), copies, prunes, live streams
     /// that never end, and anything unknown.
     Refused,
 }
 
+/// A thread id as the server stores it: a lowercase, hyphenated UUID.
+pub fn canonical_thread_id(id: &str) -> bool {
+    uuid::Uuid::parse_str(id).is_ok_and(|u| u.hyphenated().to_string() == id)
+}
+
 /// Which endpoint a request is; `path` is the part after the route prefix.
 pub fn classify(method: &Method, path: &str) -> Endpoint {
+    let endpoint = classify_path(method, path);
+    let thread = match &endpoint {
+        Endpoint::ThreadRead { thread }
+        | Endpoint::ThreadWrite { thread, .. }
+        | Endpoint::DeleteThread { thread } => thread,
+        _ => return endpoint,
+    };
+    if canonical_thread_id(thread) {
+        endpoint
+    } else {
+        Endpoint::NonCanonical
+    }
+}
+
+fn classify_path(method: &Method, path: &str) -> Endpoint {
     let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
     let thread = |id: &str| id.to_owned();
     match (segments.as_slice(), method.as_str()) {
@@ -306,11 +330,7 @@ pub fn plan_thread(body: &[u8], scope: &Scope<'_>) -> Result<PlannedItem, Adapte
     // the owner lookup cannot be dodged by writing another subject's id differently.
     let id = match map.get("thread_id") {
         None | Some(Value::Null) => None,
-        Some(Value::String(id))
-            if uuid::Uuid::parse_str(id).is_ok_and(|u| u.hyphenated().to_string() == *id) =>
-        {
-            Some(id.clone())
-        }
+        Some(Value::String(id)) if canonical_thread_id(id) => Some(id.clone()),
         Some(_) => {
             return Err(AdapterError::Invalid(
                 "thread_id must be a lowercase, hyphenated UUID".into(),
@@ -348,14 +368,15 @@ pub fn plan_put(
     plan_item(map, Some(&value), scope, Some(&subject), id)
 }
 
-/// Decides a planned write and writes the stamp into `field` (`metadata` of a thread, `value`
-/// of a store item). `owner` is who lineage says owns the id already: no takeover.
+/// Decides a planned write over what the server holds under its id (`held`: a store item's
+/// stamp, read just before; nothing for a new thread) and writes the stamp into `field`
+/// (`metadata` of a thread, `value` of a store item).
 pub fn stamp_item(
     planned: PlannedItem,
     field: &str,
     tenant: &str,
     view: &impl PolicyView,
-    owner: Option<&(String, String)>,
+    held: Held<'_>,
     now: DateTime<Utc>,
 ) -> Result<(Vec<u8>, Stamp), AdapterError> {
     let PlannedItem { mut body, .. } = planned;
@@ -369,10 +390,12 @@ pub fn stamp_item(
         authorised_epoch: None,
         requested_expires_at: planned.requested_expires_at,
     };
-    let stamp = decide_write(view, &facts, now).map_err(refused)?;
-    if owner.is_some_and(|(t, s)| t != tenant || *s != planned.subject) {
-        return Err(refused(Refusal::ScopeViolation));
-    }
+    // A write that may create always has something to write.
+    let Some(stamp) =
+        decide_write_over(view, &facts, held, Overwrite::Allowed, now).map_err(refused)?
+    else {
+        return Err(AdapterError::Invalid("nothing to write".into()));
+    };
     let target = body.entry(field).or_insert(Value::Null);
     if !target.is_object() {
         *target = Value::Object(Map::new());
@@ -382,6 +405,18 @@ pub fn stamp_item(
     }
     let bytes = serde_json::to_vec(&body).map_err(|e| AdapterError::Invalid(e.to_string()))?;
     Ok((bytes, stamp))
+}
+
+/// What the server answered for one store item: `None` for no item, else the stamp its value
+/// carries if it has a whole one (see [`Held::of`]).
+pub fn held_item(answer: &Value) -> Result<Option<Option<Stamp>>, AdapterError> {
+    match answer {
+        Value::Null => Ok(None),
+        Value::Object(item) => Ok(Some(item.get("value").and_then(read_stamp))),
+        _ => Err(AdapterError::UpstreamInvalid(
+            "a store item must be an object or null".into(),
+        )),
+    }
 }
 
 /// The id of the thread the upstream created: the one asked for (if the client chose it), and
@@ -547,23 +582,52 @@ pub fn filter_threads(
     ))
 }
 
-/// `GET /store/items?namespace=a.b.c&key=k`: the namespace and key asked for.
-pub fn parse_item_query(query: Option<&str>) -> Result<(Vec<String>, String), AdapterError> {
+/// `GET /store/items?namespace=a.b.c&key=k[&refresh_ttl=...]`: the namespace and key asked for,
+/// and the query Lethe sends the server in place of the client's, so that the server reads
+/// exactly what was decided on. A parameter given twice (the server would take the last) or one
+/// Lethe does not know is refused.
+pub fn parse_item_query(
+    query: Option<&str>,
+) -> Result<(Vec<String>, String, String), AdapterError> {
     let mut namespace = None;
     let mut key = None;
+    let mut refresh_ttl = None;
     for (name, value) in form_urlencoded::parse(query.unwrap_or_default().as_bytes()) {
-        match name.as_ref() {
-            "namespace" => namespace = Some(value.split('.').map(str::to_owned).collect()),
-            "key" => key = Some(value.into_owned()),
-            _ => {}
+        let slot = match name.as_ref() {
+            "namespace" => &mut namespace,
+            "key" => &mut key,
+            "refresh_ttl" => &mut refresh_ttl,
+            other => {
+                return Err(AdapterError::Invalid(format!(
+                    "unknown query parameter {other:?}"
+                )));
+            }
+        };
+        if slot.replace(value.into_owned()).is_some() {
+            return Err(AdapterError::Invalid(format!(
+                "the query parameter {name} is given more than once"
+            )));
         }
     }
-    match (namespace, key) {
-        (Some(namespace), Some(key)) => Ok((namespace, key)),
-        _ => Err(AdapterError::Invalid(
+    let (Some(namespace), Some(key)) = (namespace, key) else {
+        return Err(AdapterError::Invalid(
             "namespace and key are required query parameters".into(),
-        )),
+        ));
+    };
+    let labels: Vec<String> = namespace.split('.').map(str::to_owned).collect();
+    let canonical = item_query(&labels, &key, refresh_ttl.as_deref());
+    Ok((labels, key, canonical))
+}
+
+/// The query string of `GET /store/items` for one item.
+pub fn item_query(namespace: &[String], key: &str, refresh_ttl: Option<&str>) -> String {
+    let mut query = form_urlencoded::Serializer::new(String::new());
+    query.append_pair("namespace", &namespace.join("."));
+    query.append_pair("key", key);
+    if let Some(refresh) = refresh_ttl {
+        query.append_pair("refresh_ttl", refresh);
     }
+    query.finish()
 }
 
 /// `DELETE /store/items`: the namespace and key to delete.

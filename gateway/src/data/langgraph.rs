@@ -7,7 +7,7 @@
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::{Method, Response, StatusCode};
-use lethe_policy::{Refusal, Stamp, decide_read, still_current};
+use lethe_policy::{Held, Refusal, Stamp, decide_read, still_current};
 use serde_json::{Value, json};
 
 use super::error::{DataError, json_response};
@@ -49,6 +49,11 @@ async fn answer(
 ) -> Answered {
     match endpoint {
         Endpoint::Refused => Err(DataError::unknown_endpoint()),
+        Endpoint::NonCanonical => Err(DataError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+            "thread ids are written as lowercase, hyphenated UUIDs",
+        )),
         Endpoint::Admin if ctx.claims.role != Role::Admin => Err(DataError::new(
             StatusCode::FORBIDDEN,
             "forbidden",
@@ -151,20 +156,17 @@ async fn create_thread(
         .policy
         .view(ctx.tenant(), [planned.subject.as_str()])
         .await?;
-    let owner = match &planned.id {
-        Some(id) => owner_of(upstream, THREADS, id).await?,
-        None => None,
-    };
+    // A thread id a client chooses must be new to Lethe: one it registered, even one deleted
+    // since, is never handed out again.
+    if let Some(id) = &planned.id
+        && registered_ever(upstream, id).await?
+    {
+        return Err(Refusal::AlreadyExists.into());
+    }
     let requested = planned.id.clone();
     let now = crate::now();
-    let (body, stamp) = adapter::stamp_item(
-        planned,
-        "metadata",
-        ctx.tenant(),
-        &view,
-        owner.as_ref(),
-        now,
-    )?;
+    let (body, stamp) =
+        adapter::stamp_item(planned, "metadata", ctx.tenant(), &view, Held::Nothing, now)?;
     let answer = upstream.send(Method::POST, path, Bytes::from(body)).await?;
     if !answer.is_success() {
         return Ok(answer.passed_on());
@@ -177,18 +179,14 @@ async fn create_thread(
     Ok(answer.passed_on())
 }
 
-/// Who lineage says owns an item already, live or deleted: a write may not take it over.
-async fn owner_of(
-    upstream: &Upstream<'_>,
-    collection: &str,
-    id: &str,
-) -> Result<Option<(String, String)>, DataError> {
-    let mut owners = upstream
+/// Whether Lethe ever registered this thread id, live or deleted.
+async fn registered_ever(upstream: &Upstream<'_>, id: &str) -> Result<bool, DataError> {
+    let owners = upstream
         .state
         .store
-        .item_owners(&upstream.route.name, collection, &[id.to_owned()])
+        .item_owners(&upstream.route.name, THREADS, &[id.to_owned()])
         .await?;
-    Ok(owners.remove(id))
+    Ok(!owners.is_empty())
 }
 
 /// When an item's lineage row is written.
@@ -333,15 +331,24 @@ async fn put_item(
         .view(ctx.tenant(), [planned.subject.as_str()])
         .await?;
     let id = planned.id.clone().unwrap_or_default();
-    let owner = owner_of(upstream, STORE, &id).await?;
+    let (namespace, key) = adapter::parse_item_id(&id).unwrap_or_default();
+    // The stamp the server holds for the item decides, not lineage.
+    let query = adapter::item_query(&namespace, &key, None);
+    let found = upstream
+        .send_query(Method::GET, path, Some(&query), Bytes::new())
+        .await?;
+    let held = match found.status {
+        StatusCode::NOT_FOUND => None,
+        _ if found.is_success() => adapter::held_item(&json_of(&found.body)?)?,
+        _ => return Ok(found.passed_on()),
+    };
     let now = crate::now();
-    let (body, stamp) =
-        adapter::stamp_item(planned, "value", ctx.tenant(), &view, owner.as_ref(), now)?;
+    let held = Held::of(held.as_ref().map(Option::as_ref));
+    let (body, stamp) = adapter::stamp_item(planned, "value", ctx.tenant(), &view, held, now)?;
     let answer = upstream.send(Method::PUT, path, Bytes::from(body)).await?;
     if !answer.is_success() {
         return Ok(answer.passed_on());
     }
-    let (namespace, key) = adapter::parse_item_id(&id).unwrap_or_default();
     let undo = json!({ "namespace": namespace, "key": key }).to_string();
     let undo = (path.to_owned(), Bytes::from(undo));
     let row = ItemRecord::stamped(&route.name, STORE, id, stamp, now, ctx.source.clone());
@@ -369,9 +376,11 @@ async fn open_namespace(
 }
 
 async fn get_item(upstream: &Upstream<'_>, ctx: &RequestContext, path: &str) -> Answered {
-    let (namespace, _) = adapter::parse_item_query(upstream.parts.uri.query())?;
+    let (namespace, _, query) = adapter::parse_item_query(upstream.parts.uri.query())?;
     let view = open_namespace(upstream, ctx, &namespace).await?;
-    let answer = upstream.send(Method::GET, path, Bytes::new()).await?;
+    let answer = upstream
+        .send_query(Method::GET, path, Some(&query), Bytes::new())
+        .await?;
     if !answer.is_success() {
         return Ok(answer.passed_on());
     }

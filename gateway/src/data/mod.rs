@@ -326,13 +326,25 @@ struct Upstream<'a> {
 }
 
 impl Upstream<'_> {
+    /// Sends with the client's query string.
     async fn send(
         &self,
         method: hyper::Method,
         path: &str,
         body: Bytes,
     ) -> Result<forward::Answer, DataError> {
-        let query = self.parts.uri.query();
+        self.send_query(method, path, self.parts.uri.query(), body)
+            .await
+    }
+
+    /// Sends with a query string of Lethe's instead of the client's.
+    async fn send_query(
+        &self,
+        method: hyper::Method,
+        path: &str,
+        query: Option<&str>,
+        body: Bytes,
+    ) -> Result<forward::Answer, DataError> {
         self.state
             .upstreams
             .send(self.route, method, path, query, &self.parts.headers, body)

@@ -11,7 +11,7 @@ use hyper::{HeaderMap, Method, StatusCode};
 use serde_json::{Value, json};
 
 use super::{Connector, PurgeReport};
-use crate::adapters::langgraph::{Placement, STORE, THREADS, parse_item_id};
+use crate::adapters::langgraph::{Placement, STORE, THREADS, item_query, parse_item_id};
 use crate::adapters::stamp::{SUBJECT, TENANT};
 use crate::data::forward::{Route, Upstreams};
 use crate::store::ExpiredItem;
@@ -209,10 +209,7 @@ impl LangGraphConnector {
     }
 
     async fn item_exists(&self, (namespace, key): &Item) -> Result<bool, String> {
-        let query = form_urlencoded::Serializer::new(String::new())
-            .append_pair("namespace", &namespace.join("."))
-            .append_pair("key", key)
-            .finish();
+        let query = item_query(namespace, key, None);
         let (status, answer) = self
             .call(Method::GET, "/store/items", Some(&query), None)
             .await?;

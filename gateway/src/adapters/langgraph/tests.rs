@@ -29,9 +29,11 @@ fn read_ctx(bound: Option<&'static str>) -> ReadContext<'static> {
     }
 }
 
+const T1: &str = "5d2c7e1a-8b3f-4a6d-9e0c-1f2a3b4c5d6e";
+
 #[test]
 fn endpoints_are_classified() {
-    let t = || "t1".to_owned();
+    let t = || T1.to_owned();
     let cases = [
         (Method::GET, "/ok", Endpoint::PassThrough),
         (Method::POST, "/assistants/search", Endpoint::PassThrough),
@@ -47,27 +49,27 @@ fn endpoints_are_classified() {
         (Method::POST, "/threads/count", Endpoint::CountThreads),
         (
             Method::GET,
-            "/threads/t1",
+            &*format!("/threads/{T1}"),
             Endpoint::ThreadRead { thread: t() },
         ),
         (
             Method::GET,
-            "/threads/t1/state",
+            &*format!("/threads/{T1}/state"),
             Endpoint::ThreadRead { thread: t() },
         ),
         (
             Method::POST,
-            "/threads/t1/history",
+            &*format!("/threads/{T1}/history"),
             Endpoint::ThreadRead { thread: t() },
         ),
         (
             Method::GET,
-            "/threads/t1/runs/r1/join",
+            &*format!("/threads/{T1}/runs/r1/join"),
             Endpoint::ThreadRead { thread: t() },
         ),
         (
             Method::PATCH,
-            "/threads/t1",
+            &*format!("/threads/{T1}"),
             Endpoint::ThreadWrite {
                 thread: t(),
                 patch: true,
@@ -75,7 +77,7 @@ fn endpoints_are_classified() {
         ),
         (
             Method::POST,
-            "/threads/t1/runs/wait",
+            &*format!("/threads/{T1}/runs/wait"),
             Endpoint::ThreadWrite {
                 thread: t(),
                 patch: false,
@@ -83,7 +85,7 @@ fn endpoints_are_classified() {
         ),
         (
             Method::POST,
-            "/threads/t1/state",
+            &*format!("/threads/{T1}/state"),
             Endpoint::ThreadWrite {
                 thread: t(),
                 patch: false,
@@ -91,7 +93,7 @@ fn endpoints_are_classified() {
         ),
         (
             Method::DELETE,
-            "/threads/t1",
+            &*format!("/threads/{T1}"),
             Endpoint::DeleteThread { thread: t() },
         ),
         (Method::PUT, "/store/items", Endpoint::PutItem),
@@ -103,15 +105,58 @@ fn endpoints_are_classified() {
         // streams are not governed.
         (Method::POST, "/runs/wait", Endpoint::Refused),
         (Method::POST, "/runs/crons", Endpoint::Refused),
-        (Method::POST, "/threads/t1/copy", Endpoint::Refused),
+        (
+            Method::POST,
+            &*format!("/threads/{T1}/copy"),
+            Endpoint::Refused,
+        ),
         (Method::POST, "/threads/prune", Endpoint::Refused),
-        (Method::GET, "/threads/t1/stream", Endpoint::Refused),
-        (Method::GET, "/threads/t1/runs/r1/stream", Endpoint::Refused),
-        (Method::PUT, "/threads/t1", Endpoint::Refused),
+        (
+            Method::GET,
+            &*format!("/threads/{T1}/stream"),
+            Endpoint::Refused,
+        ),
+        (
+            Method::GET,
+            &*format!("/threads/{T1}/runs/r1/stream"),
+            Endpoint::Refused,
+        ),
+        (Method::PUT, &*format!("/threads/{T1}"), Endpoint::Refused),
         (Method::GET, "/docs", Endpoint::Refused),
     ];
     for (method, path, want) in cases {
         assert_eq!(classify(&method, path), want, "{method} {path}");
+    }
+}
+
+#[test]
+fn thread_requests_need_the_canonical_thread_id() {
+    let simple = T1.replace('-', "");
+    for spelling in [
+        T1.to_uppercase(),
+        simple.clone(),
+        format!("{{{T1}}}"),
+        format!("urn:uuid:{T1}"),
+        format!("{{{simple}}}"),
+        format!(" {T1}"),
+        "t1".to_owned(),
+    ] {
+        for (method, rest) in [
+            (Method::GET, ""),
+            (Method::PATCH, ""),
+            (Method::DELETE, ""),
+            (Method::GET, "/state"),
+            (Method::POST, "/state"),
+            (Method::POST, "/history"),
+            (Method::POST, "/runs/wait"),
+        ] {
+            let path = format!("/threads/{spelling}{rest}");
+            assert_eq!(
+                classify(&method, &path),
+                Endpoint::NonCanonical,
+                "{method} {path}"
+            );
+        }
     }
 }
 
@@ -172,7 +217,8 @@ fn item_ids_round_trip_whatever_the_labels_hold() {
 fn a_thread_is_stamped_in_its_metadata() {
     let body = json!({"metadata": {"topic": "tea"}}).to_string();
     let planned = plan_thread(body.as_bytes(), &scope(Some("alice"))).unwrap();
-    let (body, stamp) = stamp_item(planned, "metadata", "acme", &view(), None, now()).unwrap();
+    let (body, stamp) =
+        stamp_item(planned, "metadata", "acme", &view(), Held::Nothing, now()).unwrap();
     let body: Value = serde_json::from_slice(&body).unwrap();
     assert_eq!(body["metadata"]["topic"], "tea");
     assert_eq!(body["metadata"][SUBJECT], "alice");
@@ -188,7 +234,7 @@ fn a_thread_is_stamped_in_its_metadata() {
 fn thread_creation_is_decided() {
     let create = |subject: Option<&'static str>, body: Value| {
         plan_thread(body.to_string().as_bytes(), &scope(subject))
-            .and_then(|p| stamp_item(p, "metadata", "acme", &view(), None, now()))
+            .and_then(|p| stamp_item(p, "metadata", "acme", &view(), Held::Nothing, now()))
             .map(|_| ())
             .map_err(code)
     };
@@ -208,17 +254,57 @@ fn thread_creation_is_decided() {
         create(Some("alice"), json!({"thread_id": 3})),
         Err("invalid")
     );
-    // A client-chosen id that lineage gives to another subject is not taken over.
-    let planned = plan_thread(
-        json!({"thread_id": "0b9a8a1e-6c1a-4b4e-9a55-6a1f2f0c1d2e"})
-            .to_string()
-            .as_bytes(),
-        &scope(Some("alice")),
-    )
-    .unwrap();
-    let owner = ("acme".to_owned(), "bob".to_owned());
-    let taken = stamp_item(planned, "metadata", "acme", &view(), Some(&owner), now());
-    assert_eq!(taken.map(|_| ()).map_err(code), Err("scope_violation"));
+}
+
+#[test]
+fn a_store_item_put_is_decided_on_the_item_the_server_holds() {
+    let put = || {
+        plan_put(
+            json!({"namespace": ["acme", "alice"], "key": "k", "value": {"fact": "tea"}})
+                .to_string()
+                .as_bytes(),
+            &scope(Some("alice")),
+            &Namespace::default(),
+        )
+        .unwrap()
+    };
+    let stamp_of = |subject: &str, expires_at| Stamp {
+        tenant: "acme".into(),
+        subject: subject.into(),
+        purpose: "personalization".into(),
+        category: "preference".into(),
+        layer: Layer::Raw,
+        expires_at,
+        epoch: 0,
+    };
+    let later = now() + chrono::TimeDelta::days(2);
+    let own = stamp_of("alice", later);
+    let expired = stamp_of("alice", now());
+    let bobs = stamp_of("bob", later);
+    let decided = |held| {
+        stamp_item(put(), "value", "acme", &view(), held, now())
+            .map(|(_, s)| s.expires_at)
+            .map_err(code)
+    };
+    assert_eq!(
+        decided(Held::Stamped(&own)),
+        Ok(later),
+        "the first write's deadline stays"
+    );
+    assert_eq!(decided(Held::Stamped(&expired)), Err("expired"));
+    assert_eq!(decided(Held::Stamped(&bobs)), Err("scope_violation"));
+    assert_eq!(decided(Held::Unstamped), Err("unstamped_item"));
+    assert_eq!(
+        decided(Held::Nothing),
+        Ok(now() + chrono::TimeDelta::days(30))
+    );
+    let answer = json!({"namespace": ["acme", "alice"], "key": "k", "value": {"fact": "tea"}});
+    assert_eq!(held_item(&answer), Ok(Some(None)));
+    assert_eq!(held_item(&Value::Null), Ok(None));
+    assert_eq!(
+        held_item(&json!([1])).map_err(code),
+        Err("upstream_invalid")
+    );
 }
 
 #[test]
@@ -278,7 +364,7 @@ fn store_items_live_under_their_subjects_namespace() {
     let put = |subject: Option<&'static str>, namespace: &[&str], value: Value| {
         let body = json!({"namespace": namespace, "key": "k", "value": value}).to_string();
         plan_put(body.as_bytes(), &scope(subject), &template)
-            .and_then(|p| stamp_item(p, "value", "acme", &view(), None, now()))
+            .and_then(|p| stamp_item(p, "value", "acme", &view(), Held::Nothing, now()))
             .map(|(body, stamp)| (serde_json::from_slice::<Value>(&body).unwrap(), stamp))
             .map_err(code)
     };
@@ -466,8 +552,24 @@ fn store_reads_are_narrowed_and_filtered() {
 fn item_requests_name_their_namespace_and_key() {
     assert_eq!(
         parse_item_query(Some("namespace=acme.alice.facts&key=k%201")).unwrap(),
-        (ns(&["acme", "alice", "facts"]), "k 1".to_owned())
+        (
+            ns(&["acme", "alice", "facts"]),
+            "k 1".to_owned(),
+            "namespace=acme.alice.facts&key=k+1".to_owned()
+        )
     );
+    // The server takes the last of a repeated parameter: refused rather than guessed at.
+    for query in [
+        "namespace=acme.alice&namespace=acme.bob&key=k",
+        "namespace=acme.alice&key=k&key=j",
+        "namespace=acme.alice&key=k&extra=1",
+    ] {
+        assert_eq!(
+            parse_item_query(Some(query)).map_err(code),
+            Err("invalid"),
+            "{query}"
+        );
+    }
     assert_eq!(
         parse_item_query(Some("key=k")).map_err(code),
         Err("invalid")
@@ -529,12 +631,12 @@ proptest! {
         let template = Namespace::default();
         if let Ok(planned) = plan_thread(&bytes, &scope(None)) {
             prop_assert_ne!(planned.subject.as_str(), "carol");
-            if let Ok((_, stamp)) = stamp_item(planned, "metadata", "acme", &view(), None, now()) {
+            if let Ok((_, stamp)) = stamp_item(planned, "metadata", "acme", &view(), Held::Nothing, now()) {
                 prop_assert_ne!(stamp.subject.as_str(), "carol");
             }
         }
         if let Ok(planned) = plan_put(&bytes, &scope(None), &template) {
-            let _ = stamp_item(planned, "value", "acme", &view(), None, now());
+            let _ = stamp_item(planned, "value", "acme", &view(), Held::Nothing, now());
         }
         let _ = narrow_thread_search(&bytes, "acme", Some("alice"));
         let _ = narrow_item_search(&bytes, "acme", None);
