@@ -5,8 +5,10 @@ venv=.cache/venv
   python3 -m venv "$venv"
   "$venv/bin/pip" install -q -r tests/python/requirements.txt -r loadtests/requirements.txt
 }
+# LETHE_RELEASE names another build of lethe to measure (say, the previous commit's, to compare
+# before and after on the same machine); the fast stand-in is always this checkout's.
 cargo build -q --release --bin lethe --example fast_upstream
-lethe=target/release/lethe
+lethe=${LETHE_RELEASE:-target/release/lethe}
 
 work=$(mktemp -d)
 pids=()

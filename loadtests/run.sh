@@ -4,13 +4,14 @@
 # minimal fast stand-in (so Lethe's own overhead shows). Prints p50, p99 and throughput of each,
 # the ratios, and the CPU Lethe spent per request.
 #
-#   loadtests/run.sh                 RATE=500 DURATION=20s BODY_BYTES=2048 UPSTREAMS="chroma fast"
+#   loadtests/run.sh                 RATE=500 DURATION=20s BODY_BYTES=2048 UPSTREAMS="chroma fast" MIXES="query add"
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RATE=${RATE:-500}
 DURATION=${DURATION:-20s}
 BODY_BYTES=${BODY_BYTES:-2048}
 UPSTREAMS=${UPSTREAMS:-chroma fast}
+MIXES=${MIXES:-query add}
 . loadtests/common.sh
 
 chroma_port=$(port); fast_port=$(port); data_port=$(port); control_port=$(port)
@@ -71,7 +72,7 @@ print(json.dumps({"name": name, "p50": d["p(50)"], "p99": d["p(99)"], "rps": req
                   "failed": failed, "cpu_s": (after - before) / hz}))
 PY
 }
-for mix in query add; do
+for mix in $MIXES; do
   for upstream in $UPSTREAMS; do
     case $upstream in
       chroma) run "chroma-direct-$mix" "http://127.0.0.1:$chroma_port" $mix

@@ -15,6 +15,8 @@ use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use serde_json::json;
 
+const NOTHING_HELD: &[u8] = br#"{"ids":[],"documents":null,"metadatas":[],"embeddings":null,"uris":null,"data":null,"include":["metadatas"]}"#;
+
 #[tokio::main]
 async fn main() -> std::io::Result<()> {
     let mut args = std::env::args().skip(1);
@@ -56,6 +58,9 @@ async fn main() -> std::io::Result<()> {
                     }
                     let (status, body) = if path.ends_with("/query") {
                         (StatusCode::OK, query)
+                    } else if path.ends_with("/get") && sent.windows(6).any(|w| w == b"\"ids\":") {
+                        // A get by ids (what Lethe reads before a write): new ids are not held.
+                        (StatusCode::OK, Bytes::from_static(NOTHING_HELD))
                     } else if path.ends_with("/get") {
                         (StatusCode::OK, get)
                     } else if path.ends_with("/add") || path.ends_with("/upsert") {
