@@ -12,6 +12,8 @@ import urllib.error
 import urllib.request
 import uuid
 from pathlib import Path
+from http.client import HTTPConnection
+from urllib.parse import urlsplit
 
 import chromadb
 import pytest
@@ -21,6 +23,8 @@ REPO = Path(__file__).resolve().parents[2]
 LETHE = Path(os.environ.get("LETHE_BIN", REPO / "target" / "debug" / "lethe"))
 POSTGRES = os.environ.get("LETHE_TEST_POSTGRES", "postgres://postgres@127.0.0.1:5432/postgres")
 TENANT = "acme"
+# The second tenant of the attack suites (test_attack_*.py).
+GLOBEX = "globex"
 
 
 def free_port():
@@ -56,6 +60,28 @@ def http(method, url, token=None, body=None):
             return response.status, json.loads(response.read() or b"null")
     except urllib.error.HTTPError as e:
         return e.code, json.loads(e.read() or b"null")
+
+
+def send(base, method, path, body=None, headers=None, raw_body=None):
+    """One hand-written request, for what no client library would send: any method, the path
+    exactly as written. Answers (status, JSON, or text when the answer is not JSON)."""
+    url = urlsplit(base)
+    connection = HTTPConnection(url.hostname, url.port, timeout=15)
+    data = raw_body if raw_body is not None else (None if body is None else json.dumps(body).encode())
+    connection.request(method, url.path + path, body=data,
+                       headers={"Content-Type": "application/json", **(headers or {})})
+    answer = connection.getresponse()
+    text = answer.read()
+    connection.close()
+    try:
+        return answer.status, (json.loads(text) if text else None)
+    except ValueError:
+        return answer.status, text.decode(errors="replace")
+
+
+def someone(tenant=TENANT):
+    """A fresh subject key of a tenant."""
+    return f"{tenant}-{uuid.uuid4().hex[:8]}"
 
 
 @pytest.fixture(scope="session")
@@ -261,6 +287,15 @@ def own_lethe(chroma_url, workdir, erasure_toml, langgraph_url=None, openai_url=
     config.write_text(erasure_toml + routes)
     return Lethe(new_database(), chroma_url, workdir, config=config,
                  langgraph_url=langgraph_url or "http://127.0.0.1:1", openai_url=openai_url or "http://127.0.0.1:1")
+
+
+def two_tenant_lethe(chroma_url, workdir, erasure_toml, **urls):
+    """`own_lethe` with retention rules for both tenants of the attack suites."""
+    instance = own_lethe(chroma_url, workdir, erasure_toml, **urls)
+    rules = {"rules": [{"purpose": "personalization", "category": "preference", "max_age": "30d"}]}
+    status, _ = instance.call("PUT", "/v1/retention-rules", rules, token=instance.token("compliance", tenant=GLOBEX))
+    assert status == 200
+    return instance
 
 
 @pytest.fixture(scope="session")

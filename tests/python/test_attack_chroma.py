@@ -4,30 +4,23 @@ expired data, widening filters and erasures that lineage alone would get wrong. 
 what Chroma itself holds afterwards (a client straight to the server, bypassing Lethe), and where
 lineage matters, what the state store holds."""
 
-import json
 import subprocess
 import time
-import urllib.error
-import urllib.request
 import uuid
 
 import chromadb
 import pytest
 from chromadb.config import Settings
 
-from conftest import TENANT, http, own_lethe, wait_for
+from conftest import GLOBEX, TENANT, send, someone, two_tenant_lethe, wait_for
 
-GLOBEX = "globex"
 HEADERS = {"X-Lethe-Purpose": "personalization", "X-Lethe-Category": "preference"}
 
 
 @pytest.fixture(scope="module")
 def gate(chroma, tmp_path_factory):
     erasure = '[erasure]\nretry_backoff = "200ms"\nsettle = "100ms"\nsweep_interval = "200ms"\n'
-    instance = own_lethe(chroma, tmp_path_factory.mktemp("attack-chroma"), erasure)
-    rules = {"rules": [{"purpose": "personalization", "category": "preference", "max_age": "30d"}]}
-    status, _ = instance.call("PUT", "/v1/retention-rules", rules, token=instance.token("compliance", tenant=GLOBEX))
-    assert status == 200
+    instance = two_tenant_lethe(chroma, tmp_path_factory.mktemp("attack-chroma"), erasure)
     yield instance
     instance.stop()
 
@@ -46,9 +39,6 @@ def shared(gate, raw_chroma):
     created = gate.client(gate.token("admin")).create_collection(name, embedding_function=None)
     return name, str(created.id), raw_chroma.get_collection(name, embedding_function=None)
 
-
-def someone(tenant=TENANT):
-    return f"{tenant}-{uuid.uuid4().hex[:8]}"
 
 
 def agent(gate, tenant, subject=None):
@@ -77,14 +67,7 @@ def owner(stored, record_id):
 
 def raw(gate, token, path, body):
     """A hand-written request to the route, for what the client library would never send."""
-    request = urllib.request.Request(f"http://{gate.data}/chroma{path}", data=json.dumps(body).encode(), method="POST")
-    for k, v in {"Authorization": f"Bearer {token}", "Content-Type": "application/json", **HEADERS}.items():
-        request.add_header(k, v)
-    try:
-        with urllib.request.urlopen(request, timeout=10) as response:
-            return response.status, json.loads(response.read() or b"null")
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read() or b"null")
+    return send(f"http://{gate.data}/chroma", "POST", path, body, {"Authorization": f"Bearer {token}", **HEADERS})
 
 
 def code_of(call):
