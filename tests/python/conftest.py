@@ -219,6 +219,20 @@ class Lethe:
         assert status == 201, grant
         return grant["id"]
 
+    def erase_to_completion(self, subject, tenant=TENANT):
+        """Files and approves an erasure with the tenant's compliance token and waits until it is
+        completed; answers the completed request and each store's result by target."""
+        dpo = self.dpo if tenant == TENANT else self.token("compliance", tenant=tenant)
+        status, filed = self.call("POST", "/v1/erasures", {"tenant": tenant, "subject": subject, "ticket": "DSR-1",
+                                                           "reason": "art. 17"}, token=dpo)
+        assert status == 201, filed
+        status, approved = self.call("POST", f"/v1/erasures/{filed['id']}/approve", token=dpo)
+        assert status == 200, approved
+        done = wait_for("the erasure to complete",
+                        lambda: (e := self.call("GET", f"/v1/erasures/{filed['id']}", token=dpo)[1])["state"] == "completed" and e,
+                        deadline=30)
+        return done, {t["target"]: t["result"] for t in done["targets"]}
+
     def revoke(self, grant_id):
         status, body = self.call("POST", f"/v1/consents/{grant_id}/revoke")
         assert status == 200, body

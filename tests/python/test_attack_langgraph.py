@@ -124,16 +124,8 @@ def lineage_settles(gate, collection, item_id, expected):
 
 
 def erase(gate, tenant, subject):
-    dpo = gate.token("compliance", tenant=tenant)
-    status, filed = gate.call("POST", "/v1/erasures", {"tenant": tenant, "subject": subject, "ticket": "DSR-1",
-                                                        "reason": "art. 17"}, token=dpo)
-    assert status == 201, filed
-    status, approved = gate.call("POST", f"/v1/erasures/{filed['id']}/approve", token=dpo)
-    assert status == 200, approved
-    done = wait_for("the erasure to complete",
-                    lambda: (e := gate.call("GET", f"/v1/erasures/{filed['id']}", token=dpo)[1])["state"] == "completed" and e,
-                    deadline=30)
-    return {t["target"]: t["result"] for t in done["targets"]}
+    """Each store's result of the subject's completed erasure."""
+    return gate.erase_to_completion(subject, tenant)[1]
 
 
 def spellings(thread_id):

@@ -11,7 +11,7 @@ import uuid
 import openai
 import pytest
 
-from conftest import GLOBEX, TENANT, send, two_tenant_lethe, wait_for
+from conftest import GLOBEX, TENANT, send, two_tenant_lethe
 
 PURPOSE = {"X-Lethe-Purpose": "support", "X-Lethe-Category": "conversation"}
 KEEPS = ("send_to_provider", "provider_retention")
@@ -279,20 +279,14 @@ def test_objects_made_around_lethe_are_never_claimed(gate, provider, direct):
 # -- 4. an erased subject's objects ------------------------------------------------------------
 
 def erase(gate, tenant, subject):
-    dpo = gate.token("compliance", tenant=tenant)
-    status, filed = gate.call("POST", "/v1/erasures", {"tenant": tenant, "subject": subject, "ticket": "DSR-1",
-                                                        "reason": "art. 17"}, token=dpo)
-    assert status == 201, filed
-    status, approved = gate.call("POST", f"/v1/erasures/{filed['id']}/approve", token=dpo)
-    assert status == 200, approved
-    done = wait_for("the erasure to complete",
-                    lambda: (e := gate.call("GET", f"/v1/erasures/{filed['id']}", token=dpo)[1])["state"] == "completed" and e,
-                    deadline=30)
-    status, document = gate.call("GET", f"/v1/erasures/{filed['id']}/certificate", token=dpo)
+    """The provider store's result of the subject's completed erasure, and what its certificate
+    says of that store."""
+    done, results = gate.erase_to_completion(subject, tenant)
+    status, document = gate.call("GET", f"/v1/erasures/{done['id']}/certificate",
+                                 token=gate.token("compliance", tenant=tenant))
     assert status == 200, document
     certified = next(s for s in document["certificate"]["stores"] if s["target"] == "openai:openai")
-    result = next(t["result"] for t in done["targets"] if t["target"] == "openai:openai")
-    return result, certified
+    return results["openai:openai"], certified
 
 
 def live_rows(gate, tenant, subject):

@@ -16,6 +16,19 @@ pub fn now() -> DateTime<Utc> {
     Utc.timestamp_opt(1_800_000_000, 0).unwrap()
 }
 
+/// The stamp of a record of `subject` (tenant acme, personalization / preference, epoch 0).
+pub fn stamp(subject: &str, expires_at: DateTime<Utc>) -> lethe_policy::Stamp {
+    lethe_policy::Stamp {
+        tenant: "acme".into(),
+        subject: subject.into(),
+        purpose: "personalization".into(),
+        category: "preference".into(),
+        layer: lethe_policy::Layer::Raw,
+        expires_at,
+        epoch: 0,
+    }
+}
+
 pub fn policy(status: SubjectStatus, actions: &[Action]) -> SubjectPolicy {
     SubjectPolicy {
         state: SubjectState { status, epoch: 0 },

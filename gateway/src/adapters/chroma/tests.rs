@@ -284,25 +284,13 @@ fn scope_problems_are_caught_before_any_decision() {
     ));
 }
 
-fn stamp_of(subject: &str, expires_at: DateTime<Utc>) -> Stamp {
-    Stamp {
-        tenant: "acme".into(),
-        subject: subject.into(),
-        purpose: "personalization".into(),
-        category: "preference".into(),
-        layer: Layer::Raw,
-        expires_at,
-        epoch: 0,
-    }
-}
-
 #[test]
 fn writes_are_decided_on_what_chroma_holds_under_their_ids() {
     let later = now() + TimeDelta::days(3);
-    let bobs = BTreeMap::from([("b".to_owned(), Some(stamp_of("bob", later)))]);
+    let bobs = BTreeMap::from([("b".to_owned(), Some(fixtures::stamp("bob", later)))]);
     let unstamped = BTreeMap::from([("b".to_owned(), None)]);
-    let own = BTreeMap::from([("b".to_owned(), Some(stamp_of("alice", later)))]);
-    let own_expired = BTreeMap::from([("b".to_owned(), Some(stamp_of("alice", now())))]);
+    let own = BTreeMap::from([("b".to_owned(), Some(fixtures::stamp("alice", later)))]);
+    let own_expired = BTreeMap::from([("b".to_owned(), Some(fixtures::stamp("alice", now())))]);
     use WriteKind::*;
     let cases = [
         (
@@ -346,7 +334,7 @@ fn writes_are_decided_on_what_chroma_holds_under_their_ids() {
 fn an_update_of_ids_chroma_does_not_hold_writes_nothing_for_them() {
     let held = BTreeMap::from([(
         "b".to_owned(),
-        Some(stamp_of("alice", now() + TimeDelta::days(3))),
+        Some(fixtures::stamp("alice", now() + TimeDelta::days(3))),
     )]);
     let planned = plan_write(&add_body(Value::Null), &scope(Some("alice"))).unwrap();
     let written = apply_write(planned, "acme", &view(), &held, WriteKind::Update, now()).unwrap();

@@ -268,19 +268,10 @@ fn a_store_item_put_is_decided_on_the_item_the_server_holds() {
         )
         .unwrap()
     };
-    let stamp_of = |subject: &str, expires_at| Stamp {
-        tenant: "acme".into(),
-        subject: subject.into(),
-        purpose: "personalization".into(),
-        category: "preference".into(),
-        layer: Layer::Raw,
-        expires_at,
-        epoch: 0,
-    };
     let later = now() + chrono::TimeDelta::days(2);
-    let own = stamp_of("alice", later);
-    let expired = stamp_of("alice", now());
-    let bobs = stamp_of("bob", later);
+    let own = fixtures::stamp("alice", later);
+    let expired = fixtures::stamp("alice", now());
+    let bobs = fixtures::stamp("bob", later);
     let decided = |held| {
         stamp_item(put(), "value", "acme", &view(), held, now())
             .map(|(_, s)| s.expires_at)
