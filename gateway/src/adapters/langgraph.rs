@@ -379,7 +379,29 @@ pub fn stamp_item(
     held: Held<'_>,
     now: DateTime<Utc>,
 ) -> Result<(Vec<u8>, Stamp), AdapterError> {
+    // A write that may create always has something to write.
+    let Some(stamp) = decide_item(&planned, tenant, view, held, now)? else {
+        return Err(AdapterError::Invalid("nothing to write".into()));
+    };
     let PlannedItem { mut body, .. } = planned;
+    let target = body.entry(field).or_insert(Value::Null);
+    if !target.is_object() {
+        *target = Value::Object(Map::new());
+    }
+    if let Value::Object(m) = target {
+        write_stamp(m, &stamp);
+    }
+    let bytes = serde_json::to_vec(&body).map_err(|e| AdapterError::Invalid(e.to_string()))?;
+    Ok((bytes, stamp))
+}
+
+fn decide_item(
+    planned: &PlannedItem,
+    tenant: &str,
+    view: &impl PolicyView,
+    held: Held<'_>,
+    now: DateTime<Utc>,
+) -> Result<Option<Stamp>, AdapterError> {
     let facts = WriteFacts {
         tenant,
         subject: &planned.subject,
@@ -390,21 +412,18 @@ pub fn stamp_item(
         authorised_epoch: None,
         requested_expires_at: planned.requested_expires_at,
     };
-    // A write that may create always has something to write.
-    let Some(stamp) =
-        decide_write_over(view, &facts, held, Overwrite::Allowed, now).map_err(refused)?
-    else {
-        return Err(AdapterError::Invalid("nothing to write".into()));
-    };
-    let target = body.entry(field).or_insert(Value::Null);
-    if !target.is_object() {
-        *target = Value::Object(Map::new());
-    }
-    if let Value::Object(m) = target {
-        write_stamp(m, &stamp);
-    }
-    let bytes = serde_json::to_vec(&body).map_err(|e| AdapterError::Invalid(e.to_string()))?;
-    Ok((bytes, stamp))
+    decide_write_over(view, &facts, held, Overwrite::Allowed, now).map_err(refused)
+}
+
+/// Whether the item could be written at all (an active subject, consent, a retention rule),
+/// before the server is asked what it holds: a refused write never reaches it.
+pub fn check_item(
+    planned: &PlannedItem,
+    tenant: &str,
+    view: &impl PolicyView,
+    now: DateTime<Utc>,
+) -> Result<(), AdapterError> {
+    decide_item(planned, tenant, view, Held::Nothing, now).map(|_| ())
 }
 
 /// What the server answered for one store item: `None` for no item, else the stamp its value

@@ -330,6 +330,7 @@ async fn put_item(
         .policy
         .view(ctx.tenant(), [planned.subject.as_str()])
         .await?;
+    adapter::check_item(&planned, ctx.tenant(), &view, crate::now())?;
     let id = planned.id.clone().unwrap_or_default();
     let (namespace, key) = adapter::parse_item_id(&id).unwrap_or_default();
     // The stamp the server holds for the item decides, not lineage.
