@@ -165,7 +165,6 @@ pub fn erasure_target(route: &RouteConfig) -> Option<String> {
         AdapterKind::Chroma => Some(format!("chroma:{}", route.name)),
         AdapterKind::Langgraph => Some(format!("langgraph:{}", route.name)),
         AdapterKind::Openai => Some(format!("openai:{}", route.name)),
-        AdapterKind::Qdrant => None,
     }
 }
 
@@ -284,7 +283,6 @@ pub struct AuditConfig {
 #[serde(rename_all = "lowercase")]
 pub enum AdapterKind {
     Chroma,
-    Qdrant,
     Langgraph,
     Openai,
 }
@@ -542,10 +540,7 @@ impl Config {
             problems.push("control_plane.max_body_bytes: must be greater than zero".to_owned());
         }
         let url = &self.state.url;
-        if !(url.starts_with("sqlite://")
-            || url.starts_with("postgres://")
-            || url.starts_with("postgresql://"))
-        {
+        if crate::store::StateKind::of(url).is_none() {
             problems.push(format!(
                 "state.url: {url:?} is neither sqlite://PATH nor postgres://..."
             ));
@@ -577,14 +572,9 @@ impl Config {
         }
         for (i, target) in self.erasure.redis.iter().enumerate() {
             let at = format!("[[erasure.redis]] #{} ({})", i + 1, target.name);
-            if target.urls.is_empty()
-                || target
-                    .urls
-                    .iter()
-                    .any(|u| !u.starts_with("redis://") && !u.starts_with("rediss://"))
-            {
+            if target.urls.is_empty() || target.urls.iter().any(|u| !u.starts_with("redis://")) {
                 problems.push(format!(
-                    "{at}: urls must list every primary as redis://host:port"
+                    "{at}: urls must list every primary as redis://host:port (rediss:// is not supported: Lethe's Redis client is built without TLS; reach a TLS primary through a local TLS tunnel)"
                 ));
             }
             if target.patterns.is_empty()

@@ -1,5 +1,7 @@
 //! The `lethe` gateway: state store, control plane, CLI.
 
+#![forbid(unsafe_code)]
+
 pub mod adapters;
 pub mod auth;
 pub mod cli;

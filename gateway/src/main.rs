@@ -1,5 +1,7 @@
 //! `lethe`: see `lethe --help`.
 
+#![forbid(unsafe_code)]
+
 use std::process::ExitCode;
 
 use clap::Parser;

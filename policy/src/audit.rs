@@ -292,7 +292,9 @@ mod tests {
             actor: format!("dpo-{i}"),
             action: "consent.grant".into(),
             request_id: format!("req-{i}"),
-            subject_ref: (i % 2 == 0).then(|| subject_ref(b"key", "acme", "u1")),
+            subject_ref: i
+                .is_multiple_of(2)
+                .then(|| subject_ref(b"key", "acme", "u1")),
             target: "consent".into(),
             target_ref: Some(format!("g{i}")),
             result: "ok".into(),

@@ -4,6 +4,16 @@
 //! panics. The gateway feeds it a policy snapshot and the facts of a request and gets back a
 //! decision; everything here can be tested with plain data.
 
+#![forbid(unsafe_code)]
+// The decision core must not be able to panic: these are errors in CI (clippy -D warnings);
+// tests may (clippy.toml).
+#![warn(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
 pub mod audit;
 pub mod consent;
 pub mod decision;

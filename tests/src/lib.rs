@@ -1,6 +1,8 @@
 //! Harness for end-to-end tests: runs the real `lethe` binary as a child process, on free ports,
 //! against a real state store, and waits for it with a deadline instead of sleeping.
 
+#![forbid(unsafe_code)]
+
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};

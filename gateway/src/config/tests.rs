@@ -154,6 +154,34 @@ fn meaning_problems_are_all_reported_at_once() {
 }
 
 #[test]
+fn what_cannot_work_is_refused_up_front() {
+    let text = r#"
+        [state]
+        url = "sqlite:relative.db"
+        [[routes]]
+        name = "vectors"
+        prefix = "/qdrant"
+        upstream = "http://127.0.0.1:6333"
+        adapter = "qdrant"
+        [[erasure.redis]]
+        name = "cache"
+        urls = ["rediss://cache.internal:6380"]
+        patterns = ["{tenant}:{subject}:*"]
+    "#;
+    let joined = Config::check(text).unwrap_err().problems.join("\n");
+    for needle in [
+        "state.url: \"sqlite:relative.db\"",
+        "unknown variant `qdrant`",
+        "rediss:// is not supported",
+    ] {
+        assert!(
+            joined.contains(needle),
+            "no problem mentions {needle:?}:\n{joined}"
+        );
+    }
+}
+
+#[test]
 fn syntax_errors_are_reported() {
     let problems = Config::check("[data_plane\nlisten=").unwrap_err().problems;
     assert_eq!(problems.len(), 1);

@@ -290,8 +290,6 @@ async fn run(
             .map(whole),
         AdapterKind::Langgraph => langgraph::handle(&upstream, &ctx, &rest, body).await,
         AdapterKind::Openai => openai::handle(&upstream, &ctx, &rest, body).await,
-        // Routes whose adapter is not built refuse everything rather than pass it through.
-        AdapterKind::Qdrant => Err(DataError::unknown_endpoint()),
     }
 }
 

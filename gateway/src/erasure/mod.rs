@@ -111,7 +111,6 @@ pub fn route_connectors(config: &Config) -> Result<Vec<RouteConnector>, String> 
             AdapterKind::Openai => {
                 Arc::new(OpenAiConnector::new(route.clone(), Arc::clone(&upstreams)))
             }
-            AdapterKind::Qdrant => continue,
         };
         connectors.push(RouteConnector {
             route: route.name,
@@ -283,14 +282,12 @@ impl Worker {
                 }
             }
         };
+        // The store writes the job's event (and the request's) with the job's result.
         let audit = AuditEntry {
             at: crate::now(),
             tenant,
             actor: self.id.clone(),
-            action: match outcome {
-                JobOutcome::Done(_) => "purge.done".into(),
-                JobOutcome::Failed { .. } => "purge.failed".into(),
-            },
+            action: "purge".into(),
             request_id: job.request_id.clone(),
             subject_ref: None,
             target: job.target.clone(),
@@ -298,7 +295,6 @@ impl Worker {
             result: "ok".into(),
             attempt: job.attempts,
         };
-        self.store.append_audit(audit.clone()).await?;
         let record = self
             .store
             .finish_purge_job(&job.id, outcome, crate::now(), audit)

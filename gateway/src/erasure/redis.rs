@@ -66,7 +66,7 @@ async fn scan(
     }
 }
 
-/// What the server keeps on disk, as far as it says.
+/// One `CONFIG GET` value; `None` when the server does not answer it (CONFIG disabled).
 async fn config_value(con: &mut MultiplexedConnection, name: &str) -> Option<String> {
     let pair: Vec<String> = redis::cmd("CONFIG")
         .arg("GET")

@@ -370,9 +370,10 @@ pub trait Store: Send + Sync + 'static {
         worker: &str,
         lease_until: DateTime<Utc>,
     ) -> Result<bool, StoreError>;
-    /// Records a job's outcome and moves its request along. When every job is done the request
-    /// is verified against lineage (no live row of its keys in the purged stores) and completed:
-    /// keys marked erased, a tombstone kept.
+    /// Records a job's outcome, with its audit event (`purge.done` / `purge.failed`, from the
+    /// `audit` template) in the same transaction, and moves its request along. When every job is
+    /// done the request is verified against lineage (no live row of its keys in the purged
+    /// stores) and completed: keys marked erased, a tombstone kept.
     async fn finish_purge_job(
         &self,
         job_id: &str,
@@ -452,14 +453,34 @@ pub trait Store: Send + Sync + 'static {
     async fn audit_head(&self, tenant: Option<&str>) -> Result<ChainHead, StoreError>;
 }
 
+/// The kinds of state store a URL can name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StateKind {
+    /// `sqlite://PATH`, created if missing.
+    Sqlite,
+    /// `postgres://...` or `postgresql://...`.
+    Postgres,
+}
+
+impl StateKind {
+    /// The kind a state URL names; the one check both the configuration and `connect` use.
+    pub fn of(url: &str) -> Option<StateKind> {
+        if url.starts_with("sqlite://") {
+            Some(StateKind::Sqlite)
+        } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            Some(StateKind::Postgres)
+        } else {
+            None
+        }
+    }
+}
+
 /// Opens the store a URL names: `sqlite://PATH` (created if missing) or `postgres://...`.
 pub async fn connect(url: &str) -> Result<Arc<dyn Store>, StoreError> {
-    if url.starts_with("sqlite:") {
-        Ok(Arc::new(SqliteStore::connect(url).await?))
-    } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-        Ok(Arc::new(PgStore::connect(url).await?))
-    } else {
-        Err(StoreError::UnsupportedUrl(url.to_owned()))
+    match StateKind::of(url) {
+        Some(StateKind::Sqlite) => Ok(Arc::new(SqliteStore::connect(url).await?)),
+        Some(StateKind::Postgres) => Ok(Arc::new(PgStore::connect(url).await?)),
+        None => Err(StoreError::UnsupportedUrl(url.to_owned())),
     }
 }
 

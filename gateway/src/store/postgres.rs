@@ -23,11 +23,11 @@ pub struct PgStore {
 
 impl PgStore {
     const BACKEND: &'static str = "postgres";
-    /// Appends from every replica queue on this row lock; the chain cannot fork.
     /// How a read inside a write transaction locks its row.
     const FOR_UPDATE: &'static str = " FOR UPDATE";
     /// How workers claim a job without waiting on one another.
     const SKIP_LOCKED: &'static str = " FOR UPDATE SKIP LOCKED";
+    /// Appends from every replica queue on this row lock; the chain cannot fork.
     const LOCK_AUDIT_HEAD: &'static str =
         "SELECT seq, hash FROM audit_head WHERE id = 1 FOR UPDATE";
 

@@ -734,6 +734,11 @@ macro_rules! impl_store {
                         JobOutcome::Failed { error, retry_at: Some(at) } => ("retrying", None, Some(error.clone()), *at),
                         JobOutcome::Failed { error, retry_at: None } => ("exception", None, Some(error.clone()), now),
                     };
+                    let (action, outcome_result) = match &outcome {
+                        JobOutcome::Done(_) => ("purge.done", "ok"),
+                        JobOutcome::Failed { .. } => ("purge.failed", "failed"),
+                    };
+                    append_in(&mut tx, AuditEntry { action: action.into(), result: outcome_result.into(), ..audit.clone() }).await?;
                     sqlx::query(
                         "UPDATE purge_jobs SET state = $1, result = $2, last_error = $3, next_attempt_at = $4, claimed_by = NULL, claimed_until = NULL, updated_at = $5 WHERE id = $6",
                     )

@@ -19,11 +19,12 @@ pub struct SqliteStore {
 
 impl SqliteStore {
     const BACKEND: &'static str = "sqlite";
-    /// `BEGIN IMMEDIATE` already holds the database's write lock for the whole transaction.
-    /// How a read inside a write transaction locks its row.
+    /// How a read inside a write transaction locks its row: `BEGIN IMMEDIATE` already holds the
+    /// database's write lock for the whole transaction.
     const FOR_UPDATE: &'static str = "";
-    /// How workers claim a job without waiting on one another.
+    /// How workers claim a job without waiting on one another (one writer at a time already).
     const SKIP_LOCKED: &'static str = "";
+    /// The audit head, read under the transaction's write lock.
     const LOCK_AUDIT_HEAD: &'static str = "SELECT seq, hash FROM audit_head WHERE id = 1";
 
     /// Opens (and creates, with its folder) the database a `sqlite://PATH` URL names.
