@@ -344,16 +344,18 @@ async fn serve(config: Config) -> Result<(), Failure> {
         Arc::clone(&audit_key),
     )?;
     let purge_store = Arc::clone(&store);
+    let certifier = Arc::new(crate::erasure::certificate::Certifier::new(
+        crate::keys::certificate_signer(&config, store.as_ref()).await?,
+        crate::erasure::certificate::Certifier::backups_of(&config),
+        Arc::clone(&audit_key),
+    ));
     let control_state = ControlState {
         store,
         verifier,
         audit_key,
         metrics: Arc::default(),
         max_body_bytes: usize::try_from(config.control_plane.max_body_bytes).unwrap_or(usize::MAX),
-        erasure: control::ErasureSettings::from_config(
-            &config,
-            crate::keys::certificate_signer(&config, purge_store.as_ref()).await?,
-        ),
+        erasure: control::ErasureSettings::from_config(&config, Arc::clone(&certifier)),
     };
     let bind = |addr: std::net::SocketAddr| async move {
         tokio::net::TcpListener::bind(addr)
@@ -385,7 +387,8 @@ async fn serve(config: Config) -> Result<(), Failure> {
     let control = axum::serve(control_listener, control::app(control_state))
         .with_graceful_shutdown(until_stopped(stopped.clone()));
     let worker = crate::erasure::Worker::from_config(&config, Arc::clone(&purge_store))
-        .map_err(|e| Failure(e, 2))?;
+        .map_err(|e| Failure(e, 2))?
+        .certifying(certifier);
     let purge = worker.run(until_stopped(stopped.clone()));
     let sweeper = crate::erasure::Sweeper::from_config(&config, Arc::clone(&purge_store))
         .map_err(|e| Failure(e, 2))?;

@@ -168,6 +168,16 @@ pub fn erasure_target(route: &RouteConfig) -> Option<String> {
     }
 }
 
+/// How long a provider route's provider keeps copies of what it is sent (30 days unless
+/// configured); `None` for other routes.
+pub fn provider_window(route: &RouteConfig) -> Option<lethe_policy::MaxAge> {
+    (route.adapter == AdapterKind::Openai).then(|| {
+        route
+            .retention_window
+            .or_else(|| lethe_policy::MaxAge::from_seconds(30 * 86_400).ok())
+    })?
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct DataPlaneConfig {

@@ -244,6 +244,23 @@ def test_an_erasure_purges_chroma_verifies_and_completes(lethe, direct, collecti
     bad = lethe.cli("certificate", "verify", str(path), "--key", key)
     assert bad.returncode == 1 and b"INVALID" in bad.stderr
 
+    # Issued once: downloads before and after a restart (and after more audit events) are the
+    # same bytes, and the file as downloaded verifies.
+    def download():
+        import urllib.request
+        request_ = urllib.request.Request(f"http://{lethe.control}/v1/erasures/{request}/certificate",
+                                          headers={"Authorization": f"Bearer {lethe.dpo}"})
+        with urllib.request.urlopen(request_, timeout=10) as answer:
+            return answer.read()
+    first = download()
+    lethe.grant(subject())
+    lethe.stop()
+    lethe.start()
+    second = download()
+    assert first == second == document
+    path.write_bytes(second)
+    assert lethe.cli("certificate", "verify", str(path), "--key", key).returncode == 0
+
 
 class Stoppable:
     """A Chroma server of the test's own, that it can stop and start again on the same data."""

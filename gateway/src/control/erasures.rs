@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use super::error::{ApiError, not_found_as};
 use super::extract::{ApiJson, Caller};
 use super::{ControlState, Problems};
-use crate::erasure::certificate::{Evidence, issue, render_html};
+use crate::erasure::certificate::render_html;
 use crate::store::{ErasureRecord, PurgeJob};
 
 #[derive(Debug, Deserialize)]
@@ -203,23 +203,17 @@ pub async fn certificate(
             ),
         ));
     }
-    let jobs = state.store.purge_jobs(&id).await?;
-    let chain_head = state.store.audit_head(None).await?;
-    let evidence = Evidence {
-        record: &record,
-        jobs: &jobs,
-        chain_head: &chain_head,
-        backups: &state.erasure.backups,
-        audit_key: &state.audit_key,
-        issued_at: crate::now(),
-    };
-    let document = issue(&evidence, &state.erasure.signer);
+    let document = state
+        .erasure
+        .certifier
+        .certificate(state.store.as_ref(), &record)
+        .await?;
     let wants_html = headers
         .get(axum::http::header::ACCEPT)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.contains("text/html"));
     Ok(if wants_html {
-        axum::response::Html(render_html(&document)).into_response()
+        axum::response::Html(render_html(document.as_bytes())).into_response()
     } else {
         (
             [(axum::http::header::CONTENT_TYPE, "application/json")],

@@ -38,46 +38,20 @@ pub struct ErasureSettings {
     pub approvals_required: usize,
     /// The purge targets every new request gets a job for (`chroma:<route>`, ...).
     pub targets: Vec<String>,
-    /// Backup retention per target, for the certificate's final backup expiry.
-    pub backups: std::collections::BTreeMap<String, lethe_policy::MaxAge>,
-    pub signer: Arc<crate::erasure::certificate::Signer>,
+    pub certifier: Arc<crate::erasure::certificate::Certifier>,
 }
 
 impl ErasureSettings {
     pub fn from_config(
         config: &crate::config::Config,
-        signer: crate::erasure::certificate::Signer,
+        certifier: Arc<crate::erasure::certificate::Certifier>,
     ) -> Self {
-        let mut backups: std::collections::BTreeMap<_, _> = config
-            .erasure
-            .backups
-            .iter()
-            .map(|b| (b.target.clone(), b.retention))
-            .collect();
-        // A provider's copies last its retention window: the certificate's expiry for them.
-        for route in &config.routes {
-            if let (Some(target), Some(window)) =
-                (crate::config::erasure_target(route), provider_window(route))
-            {
-                backups.entry(target).or_insert(window);
-            }
-        }
         ErasureSettings {
             approvals_required: config.erasure.approvals_required,
             targets: config.erasure_targets(),
-            backups,
-            signer: Arc::new(signer),
+            certifier,
         }
     }
-}
-
-/// How long a provider route's provider keeps copies (30 days unless configured).
-fn provider_window(route: &crate::config::RouteConfig) -> Option<lethe_policy::MaxAge> {
-    (route.adapter == crate::config::AdapterKind::Openai).then(|| {
-        route
-            .retention_window
-            .or_else(|| lethe_policy::MaxAge::from_seconds(30 * 86_400).ok())
-    })?
 }
 
 /// The control-plane app. Layers, outermost first: request id and error rendering, metrics and

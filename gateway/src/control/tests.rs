@@ -32,8 +32,11 @@ async fn harness() -> Harness {
         erasure: ErasureSettings {
             approvals_required: 2,
             targets: vec!["chroma:chroma".into()],
-            backups: Default::default(),
-            signer: Arc::new(crate::erasure::certificate::Signer::from_seed(&[1; 32]).unwrap()),
+            certifier: Arc::new(crate::erasure::certificate::Certifier::new(
+                crate::erasure::certificate::Signer::from_seed(&[1; 32]).unwrap(),
+                Default::default(),
+                Arc::from(&b"audit-key"[..]),
+            )),
         },
     };
     Harness {

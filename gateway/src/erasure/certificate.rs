@@ -7,6 +7,7 @@
 //! requires the file to be exactly canonical, so that no byte of it can change unnoticed.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use aws_lc_rs::signature::{ED25519, Ed25519KeyPair, KeyPair, UnparsedPublicKey};
 use chrono::{DateTime, Utc};
@@ -14,7 +15,8 @@ use lethe_policy::MaxAge;
 use lethe_policy::audit::{ChainHead, subject_ref};
 use serde_json::{Value, json};
 
-use crate::store::{ErasureRecord, PurgeJob};
+use crate::config::Config;
+use crate::store::{ErasureRecord, PurgeJob, Store, StoreError};
 
 pub struct Signer {
     key: Ed25519KeyPair,
@@ -34,6 +36,74 @@ impl Signer {
 
     fn sign(&self, message: &[u8]) -> String {
         hex::encode(self.key.sign(message).as_ref())
+    }
+}
+
+/// Issues each completed erasure's certificate once and keeps it: every later download is the
+/// same signed bytes, whatever has happened since (restarts, new audit events, a new key).
+pub struct Certifier {
+    signer: Signer,
+    /// How long each target's backups are kept.
+    backups: BTreeMap<String, MaxAge>,
+    audit_key: Arc<[u8]>,
+}
+
+impl Certifier {
+    pub fn new(signer: Signer, backups: BTreeMap<String, MaxAge>, audit_key: Arc<[u8]>) -> Self {
+        Certifier {
+            signer,
+            backups,
+            audit_key,
+        }
+    }
+
+    /// The backup retention of every target of a configuration: the configured ones, and for a
+    /// provider route its retention window (the provider's copies last that long).
+    pub fn backups_of(config: &Config) -> BTreeMap<String, MaxAge> {
+        let mut backups: BTreeMap<_, _> = config
+            .erasure
+            .backups
+            .iter()
+            .map(|b| (b.target.clone(), b.retention))
+            .collect();
+        for route in &config.routes {
+            if let (Some(target), Some(window)) = (
+                crate::config::erasure_target(route),
+                crate::config::provider_window(route),
+            ) {
+                backups.entry(target).or_insert(window);
+            }
+        }
+        backups
+    }
+
+    pub fn public_key_hex(&self) -> String {
+        self.signer.public_key_hex()
+    }
+
+    /// The certificate of a completed request: the one kept, or, the first time, one issued now
+    /// from the request's jobs and the audit chain's head, and kept. Two replicas issuing at once
+    /// both answer the one that was kept first.
+    pub async fn certificate(
+        &self,
+        store: &dyn Store,
+        record: &ErasureRecord,
+    ) -> Result<String, StoreError> {
+        if let Some(kept) = store.certificate(&record.id).await? {
+            return Ok(kept);
+        }
+        let jobs = store.purge_jobs(&record.id).await?;
+        let chain_head = store.audit_head(None).await?;
+        let evidence = Evidence {
+            record,
+            jobs: &jobs,
+            chain_head: &chain_head,
+            backups: &self.backups,
+            audit_key: &self.audit_key,
+            issued_at: crate::now(),
+        };
+        let document = String::from_utf8_lossy(&issue(&evidence, &self.signer)).into_owned();
+        store.keep_certificate(&record.id, &document).await
     }
 }
 

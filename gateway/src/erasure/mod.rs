@@ -171,6 +171,8 @@ pub struct Worker {
     connectors: HashMap<String, Target>,
     id: String,
     schedule: Schedule,
+    /// Issues a request's certificate as it completes (else its first download does).
+    certifier: Option<Arc<certificate::Certifier>>,
 }
 
 impl Worker {
@@ -227,7 +229,14 @@ impl Worker {
             connectors,
             id,
             schedule,
+            certifier: None,
         }
+    }
+
+    /// The worker issues each request's certificate as soon as the request completes.
+    pub fn certifying(mut self, certifier: Arc<certificate::Certifier>) -> Worker {
+        self.certifier = Some(certifier);
+        self
     }
 
     /// Claims and runs jobs until `stop` resolves; idles briefly when there is nothing to do.
@@ -300,6 +309,12 @@ impl Worker {
             .finish_purge_job(&job.id, outcome, crate::now(), audit)
             .await?;
         tracing::info!(request = %record.id, target = %job.target, state = %record.state, attempt = job.attempts, "purge job finished");
+        if record.state == lethe_policy::ErasureState::Completed
+            && let Some(certifier) = &self.certifier
+            && let Err(e) = certifier.certificate(self.store.as_ref(), &record).await
+        {
+            tracing::warn!(request = %record.id, error = %e, "certificate not issued at completion; its first download issues it");
+        }
         Ok(true)
     }
 

@@ -157,6 +157,43 @@ async fn failures_are_retried_until_the_store_is_purged_and_verified() {
 }
 
 #[tokio::test]
+async fn the_certificate_is_issued_once_at_completion_and_never_changes() {
+    use super::certificate::{Certifier, Signer, verify};
+    let store = flipped().await;
+    let certifier = || {
+        Arc::new(Certifier::new(
+            Signer::from_seed(&[9; 32]).unwrap(),
+            Default::default(),
+            Arc::from(&b"k"[..]),
+        ))
+    };
+    let w = worker(&store, 0, 3).certifying(certifier());
+    drain(&w).await;
+    let record = store.erasure("er1").await.unwrap();
+    assert_eq!(record.state, ErasureState::Completed);
+    let issued = store
+        .certificate("er1")
+        .await
+        .unwrap()
+        .expect("issued at completion");
+    let key = Signer::from_seed(&[9; 32]).unwrap().public_key_hex();
+    assert!(verify(issued.as_bytes(), &key).is_ok());
+    // Later downloads, after more audit events (a re-issue would carry a new chain head) and
+    // from another process, give the same bytes.
+    store.append_audit(audit()).await.unwrap();
+    let again = certifier()
+        .certificate(store.as_ref(), &record)
+        .await
+        .unwrap();
+    assert_eq!(again, issued);
+    assert_eq!(
+        store.keep_certificate("er1", "another").await.unwrap(),
+        issued,
+        "a kept certificate is never replaced"
+    );
+}
+
+#[tokio::test]
 async fn past_the_limit_the_request_goes_to_exception_and_stays_suppressed() {
     let store = flipped().await;
     let w = worker(&store, 10, 2);

@@ -22,6 +22,11 @@ pub const SQLITE: &[Migration] = &[
         name: "audit_tenants",
         sql: include_str!("../../../migrations/sqlite/0003_audit_tenants.sql"),
     },
+    Migration {
+        version: 4,
+        name: "certificates",
+        sql: include_str!("../../../migrations/sqlite/0004_certificates.sql"),
+    },
 ];
 
 pub const POSTGRES: &[Migration] = &[
@@ -39,6 +44,11 @@ pub const POSTGRES: &[Migration] = &[
         version: 3,
         name: "audit_tenants",
         sql: include_str!("../../../migrations/postgres/0003_audit_tenants.sql"),
+    },
+    Migration {
+        version: 4,
+        name: "certificates",
+        sql: include_str!("../../../migrations/postgres/0004_certificates.sql"),
     },
 ];
 

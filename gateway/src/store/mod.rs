@@ -440,6 +440,16 @@ pub trait Store: Send + Sync + 'static {
         subject: &str,
     ) -> Result<BTreeMap<String, i64>, StoreError>;
 
+    /// The certificate kept for an erasure request, if one was issued.
+    async fn certificate(&self, request_id: &str) -> Result<Option<String>, StoreError>;
+    /// Keeps `document` as the request's certificate unless one is kept already; answers the one
+    /// kept, which is never replaced.
+    async fn keep_certificate(
+        &self,
+        request_id: &str,
+        document: &str,
+    ) -> Result<String, StoreError>;
+
     /// Appends one event to the chain (for events that change nothing else).
     async fn append_audit(&self, entry: AuditEntry) -> Result<AuditRecord, StoreError>;
     /// Rows with `seq > after`, in order, at most `limit`; only one tenant's when `tenant` is set.

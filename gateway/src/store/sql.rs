@@ -1071,6 +1071,28 @@ macro_rules! impl_store {
                     rows.iter().map(|r| Ok((r.try_get("store")?, r.try_get("n")?))).collect()
                 }
 
+                async fn certificate(&self, request_id: &str) -> Result<Option<String>, StoreError> {
+                    Ok(sqlx::query_scalar("SELECT document FROM certificates WHERE request_id = $1")
+                        .bind(request_id)
+                        .fetch_optional(&self.pool)
+                        .await?)
+                }
+
+                async fn keep_certificate(&self, request_id: &str, document: &str) -> Result<String, StoreError> {
+                    let mut tx = self.write_tx().await?;
+                    sqlx::query("INSERT INTO certificates (request_id, document) VALUES ($1, $2) ON CONFLICT (request_id) DO NOTHING")
+                        .bind(request_id)
+                        .bind(document)
+                        .execute(&mut *tx)
+                        .await?;
+                    let kept: String = sqlx::query_scalar("SELECT document FROM certificates WHERE request_id = $1")
+                        .bind(request_id)
+                        .fetch_one(&mut *tx)
+                        .await?;
+                    tx.commit().await?;
+                    Ok(kept)
+                }
+
                 async fn append_audit(&self, entry: AuditEntry) -> Result<AuditRecord, StoreError> {
                     let mut tx = self.write_tx().await?;
                     let record = append_in(&mut tx, entry).await?;
