@@ -19,6 +19,7 @@ pub mod consent;
 pub mod decision;
 pub mod erasure;
 pub mod hold;
+pub mod progress;
 pub mod retention;
 pub mod subject;
 

@@ -4,11 +4,11 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use bytes::Bytes;
-use hyper::{HeaderMap, Method};
+use hyper::Method;
 use serde_json::{Value, json};
 
-use super::{Connector, PurgeReport};
+use super::http::StoreHttp;
+use super::{Connector, ConnectorError, PurgeReport};
 use crate::adapters::stamp::{SUBJECT, TENANT};
 use crate::data::forward::{Route, Upstreams};
 use crate::store::ExpiredItem;
@@ -30,8 +30,7 @@ impl Place {
 const PHYSICAL: &str = "pending: Chroma keeps deleted records in its write-ahead log and HNSW index files until compaction";
 
 pub struct ChromaConnector {
-    route: Route,
-    upstreams: Arc<Upstreams>,
+    http: StoreHttp,
     /// The Chroma tenants whose every database is searched.
     tenants: Vec<String>,
     /// Verification probes: texts with `{subject}` (and `{tenant}`) searched for in every
@@ -47,15 +46,14 @@ impl ChromaConnector {
         probes: Vec<String>,
     ) -> Self {
         ChromaConnector {
-            route,
-            upstreams,
+            http: StoreHttp::new(route, upstreams),
             tenants,
             probes,
         }
     }
 
     /// Every collection of every database of the configured Chroma tenants.
-    async fn collections(&self) -> Result<Vec<Place>, String> {
+    async fn collections(&self) -> Result<Vec<Place>, ConnectorError> {
         let names = |answer: &Value, key: &str| -> Vec<String> {
             answer
                 .as_array()
@@ -87,7 +85,12 @@ impl ChromaConnector {
     /// Records whose document contains a probe built from one of the subject's keys and that
     /// belong to the subject: stamped with one of its keys, or not stamped at all (no owner can be
     /// shown, so a person must look). Records of other subjects that mention it are not counted.
-    async fn probe(&self, place: &Place, tenant: &str, keys: &[String]) -> Result<u64, String> {
+    async fn probe(
+        &self,
+        place: &Place,
+        tenant: &str,
+        keys: &[String],
+    ) -> Result<u64, ConnectorError> {
         let mut hits = BTreeSet::new();
         for key in keys {
             for probe in &self.probes {
@@ -113,27 +116,19 @@ impl ChromaConnector {
 
     /// Deletes `ids` from a collection (Chroma answers how many ids it was asked to delete, not
     /// how many it held: callers count again).
-    async fn delete_in(&self, place: &Place, ids: &[String]) -> Result<(), String> {
+    async fn delete_in(&self, place: &Place, ids: &[String]) -> Result<(), ConnectorError> {
         self.call(Method::POST, &place.op("delete"), Some(json!({"ids": ids})))
             .await
             .map(|_| ())
     }
 
-    async fn call(&self, method: Method, path: &str, body: Option<Value>) -> Result<Value, String> {
-        let body = body.map(|b| Bytes::from(b.to_string())).unwrap_or_default();
-        let answer = self
-            .upstreams
-            .send(&self.route, method, path, None, &HeaderMap::new(), body)
-            .await
-            .map_err(|e| format!("{}: {}", self.route.name, e.message))?;
-        if !answer.is_success() {
-            return Err(format!(
-                "{} answered {} for {path}",
-                self.route.name, answer.status
-            ));
-        }
-        serde_json::from_slice(&answer.body)
-            .map_err(|_| format!("{} answered something other than JSON", self.route.name))
+    async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> Result<Value, ConnectorError> {
+        self.http.json(method, path, body).await
     }
 
     /// The ids in a collection whose stamp names one of `keys`.
@@ -142,7 +137,7 @@ impl ChromaConnector {
         place: &Place,
         tenant: &str,
         keys: &[String],
-    ) -> Result<Vec<String>, String> {
+    ) -> Result<Vec<String>, ConnectorError> {
         let filter = json!({"$and": [{ TENANT: { "$eq": tenant } }, { SUBJECT: { "$in": keys } }]});
         let answer = self
             .call(
@@ -159,7 +154,7 @@ impl ChromaConnector {
         &self,
         place: &Place,
         ids_wanted: &[String],
-    ) -> Result<Vec<(String, Value)>, String> {
+    ) -> Result<Vec<(String, Value)>, ConnectorError> {
         if ids_wanted.is_empty() {
             return Ok(Vec::new());
         }
@@ -189,7 +184,7 @@ impl ChromaConnector {
         known: &[String],
         tenant: &str,
         keys: &[String],
-    ) -> Result<Vec<String>, String> {
+    ) -> Result<Vec<String>, ConnectorError> {
         Ok(self
             .present(place, known)
             .await?
@@ -207,7 +202,7 @@ impl ChromaConnector {
         known: &[String],
         tenant: &str,
         keys: &[String],
-    ) -> Result<BTreeSet<String>, String> {
+    ) -> Result<BTreeSet<String>, ConnectorError> {
         let mut found: BTreeSet<String> = self
             .stamped(place, tenant, keys)
             .await?
@@ -244,7 +239,7 @@ impl Connector for ChromaConnector {
         tenant: &str,
         keys: &[String],
         lineage: &[(String, String)],
-    ) -> Result<PurgeReport, String> {
+    ) -> Result<PurgeReport, ConnectorError> {
         let mut report = PurgeReport {
             before: 0,
             deleted: 0,
@@ -279,7 +274,11 @@ impl Connector for ChromaConnector {
     /// Deletes the expired items wherever their collection is (one that no longer exists holds
     /// nothing any more), but not a record Chroma holds under another owner's stamp than lineage
     /// names: that one is the other owner's.
-    async fn delete_items(&self, collection: &str, items: &[ExpiredItem]) -> Result<u64, String> {
+    async fn delete_items(
+        &self,
+        collection: &str,
+        items: &[ExpiredItem],
+    ) -> Result<u64, ConnectorError> {
         let collections = self.collections().await?;
         let Some(place) = collections.iter().find(|p| p.id == collection) else {
             return Ok(0);

@@ -6,11 +6,11 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use bytes::Bytes;
-use hyper::{HeaderMap, Method, StatusCode};
+use hyper::{Method, StatusCode};
 use serde_json::{Value, json};
 
-use super::{Connector, PurgeReport};
+use super::http::StoreHttp;
+use super::{Connector, ConnectorError, PurgeReport};
 use crate::adapters::langgraph::{Placement, STORE, THREADS, item_query, parse_item_id};
 use crate::adapters::stamp::{SUBJECT, TENANT};
 use crate::data::forward::{Route, Upstreams};
@@ -23,8 +23,7 @@ const MAX_PAGES: usize = 2_000;
 const PHYSICAL: &str = "pending: the LangGraph server keeps deleted threads and items in its storage until it is rewritten (the in-memory server's .langgraph_api/*.pckl files at its next save, a PostgreSQL-backed server until VACUUM); namespace names stay listed after their items are gone";
 
 pub struct LangGraphConnector {
-    route: Route,
-    upstreams: Arc<Upstreams>,
+    http: StoreHttp,
     probe: Probe,
 }
 
@@ -41,8 +40,7 @@ type Item = (Vec<String>, String);
 impl LangGraphConnector {
     pub fn new(route: Route, upstreams: Arc<Upstreams>, probe: Probe) -> Self {
         LangGraphConnector {
-            route,
-            upstreams,
+            http: StoreHttp::new(route, upstreams),
             probe,
         }
     }
@@ -50,7 +48,7 @@ impl LangGraphConnector {
     /// Store items semantically close to a probe that belong to the subject: stamped with one of
     /// its keys, under its namespace, or not stamped at all (no owner can be shown, so a person
     /// must look). Other subjects' items are theirs, however close.
-    async fn probe(&self, tenant: &str, keys: &[String]) -> Result<u64, String> {
+    async fn probe(&self, tenant: &str, keys: &[String]) -> Result<u64, ConnectorError> {
         let mut hits = BTreeSet::new();
         for key in keys {
             for query in &self.probe.queries {
@@ -81,7 +79,7 @@ impl LangGraphConnector {
                     let owner = item
                         .get("value")
                         .and_then(|v| Some((v.get(TENANT)?.as_str()?, v.get(SUBJECT)?.as_str()?)));
-                    let placed = self.route.namespace.place(tenant, &namespace);
+                    let placed = self.http.route().namespace.place(tenant, &namespace);
                     let belongs = owner
                         .is_none_or(|(t, s)| t == tenant && keys.iter().any(|k| k == s))
                         || matches!(placed, Placement::Subject(s) if keys.contains(&s));
@@ -95,33 +93,14 @@ impl LangGraphConnector {
         Ok(hits.len() as u64)
     }
 
-    /// One call; answers the status and the JSON body (`null` when empty). A 404 is an answer, any
-    /// other failure an error.
     async fn call(
         &self,
         method: Method,
         path: &str,
         query: Option<&str>,
         body: Option<Value>,
-    ) -> Result<(StatusCode, Value), String> {
-        let body = body.map(|b| Bytes::from(b.to_string())).unwrap_or_default();
-        let answer = self
-            .upstreams
-            .send(&self.route, method, path, query, &HeaderMap::new(), body)
-            .await
-            .map_err(|e| format!("{}: {}", self.route.name, e.message))?;
-        if !answer.is_success() && answer.status != StatusCode::NOT_FOUND {
-            return Err(format!(
-                "{} answered {} for {path}",
-                self.route.name, answer.status
-            ));
-        }
-        if answer.body.is_empty() {
-            return Ok((answer.status, Value::Null));
-        }
-        let value = serde_json::from_slice(&answer.body)
-            .map_err(|_| format!("{} answered something other than JSON", self.route.name))?;
-        Ok((answer.status, value))
+    ) -> Result<(StatusCode, Value), ConnectorError> {
+        self.http.call(method, path, query, body).await
     }
 
     /// Every result of a search, read page by page (`list` finds a page's results in the answer);
@@ -131,9 +110,9 @@ impl LangGraphConnector {
         path: &str,
         search: Value,
         list: impl Fn(&Value) -> Option<&Vec<Value>>,
-    ) -> Result<Vec<Value>, String> {
+    ) -> Result<Vec<Value>, ConnectorError> {
         let Value::Object(mut search) = search else {
-            return Err(format!("{path}: a search is an object"));
+            return Err(format!("{path}: a search is an object").into());
         };
         let mut results = Vec::new();
         search.insert("limit".into(), json!(PAGE));
@@ -150,9 +129,10 @@ impl LangGraphConnector {
         }
         Err(format!(
             "{}: more than {} results; purge stopped for review",
-            self.route.name,
+            self.http.route().name,
             PAGE * MAX_PAGES
-        ))
+        )
+        .into())
     }
 
     /// The threads stamped with one of `keys`.
@@ -160,7 +140,7 @@ impl LangGraphConnector {
         &self,
         tenant: &str,
         keys: &[String],
-    ) -> Result<BTreeSet<String>, String> {
+    ) -> Result<BTreeSet<String>, ConnectorError> {
         let mut found = BTreeSet::new();
         for key in keys {
             let search =
@@ -177,7 +157,7 @@ impl LangGraphConnector {
         Ok(found)
     }
 
-    async fn thread_exists(&self, id: &str) -> Result<bool, String> {
+    async fn thread_exists(&self, id: &str) -> Result<bool, ConnectorError> {
         let (status, _) = self
             .call(Method::GET, &format!("/threads/{id}"), None, None)
             .await?;
@@ -185,7 +165,10 @@ impl LangGraphConnector {
     }
 
     /// The items under one of the subjects' namespaces.
-    async fn namespace_items(&self, prefixes: &[Vec<String>]) -> Result<BTreeSet<Item>, String> {
+    async fn namespace_items(
+        &self,
+        prefixes: &[Vec<String>],
+    ) -> Result<BTreeSet<Item>, ConnectorError> {
         let mut found = BTreeSet::new();
         for prefix in prefixes {
             let search = json!({ "namespace_prefix": prefix });
@@ -208,7 +191,7 @@ impl LangGraphConnector {
         Ok(found)
     }
 
-    async fn item_exists(&self, (namespace, key): &Item) -> Result<bool, String> {
+    async fn item_exists(&self, (namespace, key): &Item) -> Result<bool, ConnectorError> {
         let query = item_query(namespace, key, None);
         let (status, answer) = self
             .call(Method::GET, "/store/items", Some(&query), None)
@@ -216,14 +199,14 @@ impl LangGraphConnector {
         Ok(status.is_success() && !answer.is_null())
     }
 
-    async fn delete_thread(&self, id: &str) -> Result<bool, String> {
+    async fn delete_thread(&self, id: &str) -> Result<bool, ConnectorError> {
         let (status, _) = self
             .call(Method::DELETE, &format!("/threads/{id}"), None, None)
             .await?;
         Ok(status.is_success())
     }
 
-    async fn delete_item(&self, (namespace, key): &Item) -> Result<(), String> {
+    async fn delete_item(&self, (namespace, key): &Item) -> Result<(), ConnectorError> {
         let body = json!({ "namespace": namespace, "key": key });
         self.call(Method::DELETE, "/store/items", None, Some(body))
             .await
@@ -239,7 +222,7 @@ impl LangGraphConnector {
         prefixes: &[Vec<String>],
         registered_threads: &BTreeSet<String>,
         registered_items: &BTreeSet<Item>,
-    ) -> Result<(BTreeSet<String>, BTreeSet<Item>), String> {
+    ) -> Result<(BTreeSet<String>, BTreeSet<Item>), ConnectorError> {
         let mut threads = self.stamped_threads(tenant, keys).await?;
         for id in registered_threads {
             if !threads.contains(id) && self.thread_exists(id).await? {
@@ -263,7 +246,7 @@ impl Connector for LangGraphConnector {
         tenant: &str,
         keys: &[String],
         lineage: &[(String, String)],
-    ) -> Result<PurgeReport, String> {
+    ) -> Result<PurgeReport, ConnectorError> {
         let registered_threads: BTreeSet<String> = lineage
             .iter()
             .filter(|(c, _)| c == THREADS)
@@ -276,7 +259,7 @@ impl Connector for LangGraphConnector {
             .collect();
         let prefixes: Vec<Vec<String>> = keys
             .iter()
-            .map(|key| self.route.namespace.render(tenant, key))
+            .map(|key| self.http.route().namespace.render(tenant, key))
             .collect();
         let (threads, items) = self
             .left(
@@ -320,7 +303,11 @@ impl Connector for LangGraphConnector {
         })
     }
 
-    async fn delete_items(&self, collection: &str, items: &[ExpiredItem]) -> Result<u64, String> {
+    async fn delete_items(
+        &self,
+        collection: &str,
+        items: &[ExpiredItem],
+    ) -> Result<u64, ConnectorError> {
         let mut deleted = 0;
         for id in items.iter().map(|i| &i.item_id) {
             if collection == THREADS {
@@ -331,9 +318,9 @@ impl Connector for LangGraphConnector {
                 self.delete_item(&item).await?;
                 deleted += 1;
             } else {
-                return Err(format!(
-                    "{collection}/{id} is not a LangGraph thread or store item"
-                ));
+                return Err(
+                    format!("{collection}/{id} is not a LangGraph thread or store item").into(),
+                );
             }
         }
         Ok(deleted)

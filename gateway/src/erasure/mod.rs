@@ -5,6 +5,8 @@
 
 pub mod certificate;
 mod chroma;
+pub mod error;
+mod http;
 mod langgraph;
 mod openai;
 mod postgres;
@@ -32,6 +34,7 @@ pub use sweeper::Sweeper;
 use crate::config::{self, AdapterKind, Config};
 use crate::data::forward::{Route, Upstreams};
 use crate::store::{ExpiredItem, JobOutcome, PurgeJob, Store};
+pub use error::ConnectorError;
 
 /// What one store held of a subject, and what is left.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -57,17 +60,21 @@ pub trait Connector: Send + Sync {
         tenant: &str,
         keys: &[String],
         lineage: &[(String, String)],
-    ) -> Result<PurgeReport, String>;
+    ) -> Result<PurgeReport, ConnectorError>;
 
     /// Deletes items whose retention lineage says has run out (the retention sweeper's work);
     /// answers how many the store deleted. Where items carry their stamp, an item the store holds
     /// under another owner's stamp is that owner's, not the expired one: it stays. Stores Lethe
     /// does not write items to have none.
-    async fn delete_items(&self, collection: &str, items: &[ExpiredItem]) -> Result<u64, String> {
+    async fn delete_items(
+        &self,
+        collection: &str,
+        items: &[ExpiredItem],
+    ) -> Result<u64, ConnectorError> {
         let _ = items;
-        Err(format!(
+        Err(ConnectorError::Misconfigured(format!(
             "{collection}: this store holds no items Lethe tracks"
-        ))
+        )))
     }
 }
 
@@ -397,7 +404,12 @@ impl Worker {
                 "{} records remain after deletion",
                 report.remaining
             )),
-            Err(e) => failed(e),
+            // Retrying cannot mend a configuration: to a person at once, with the reason.
+            Err(e @ ConnectorError::Misconfigured(_)) => JobOutcome::Failed {
+                error: e.to_string(),
+                retry_at: None,
+            },
+            Err(ConnectorError::Unavailable(e)) => failed(e),
         }
     }
 }
@@ -441,6 +453,7 @@ impl Worker {
                             .connector
                             .purge(&tombstone.tenant, &keys, &lineage)
                             .await
+                            .map_err(|e| e.to_string())
                     }
                 };
                 let result = match &report {

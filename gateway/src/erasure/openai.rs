@@ -6,48 +6,31 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use bytes::Bytes;
-use hyper::{HeaderMap, Method, StatusCode};
+use hyper::{Method, StatusCode};
 
-use super::{Connector, PurgeReport};
+use super::http::StoreHttp;
+use super::{Connector, ConnectorError, PurgeReport};
 use crate::adapters::openai::object_path;
 use crate::data::forward::{Route, Upstreams};
 use crate::store::ExpiredItem;
 
 pub struct OpenAiConnector {
-    route: Route,
-    upstreams: Arc<Upstreams>,
+    http: StoreHttp,
 }
 
 impl OpenAiConnector {
     pub fn new(route: Route, upstreams: Arc<Upstreams>) -> Self {
-        OpenAiConnector { route, upstreams }
-    }
-
-    async fn status(&self, method: Method, path: &str) -> Result<StatusCode, String> {
-        let answer = self
-            .upstreams
-            .send(
-                &self.route,
-                method,
-                path,
-                None,
-                &HeaderMap::new(),
-                Bytes::new(),
-            )
-            .await
-            .map_err(|e| format!("{}: {}", self.route.name, e.message))?;
-        if answer.is_success() || answer.status == StatusCode::NOT_FOUND {
-            Ok(answer.status)
-        } else {
-            Err(format!(
-                "{} answered {} for {path}",
-                self.route.name, answer.status
-            ))
+        OpenAiConnector {
+            http: StoreHttp::new(route, upstreams),
         }
     }
 
-    async fn exists(&self, path: &str) -> Result<bool, String> {
+    /// The status of a call: a success, or 404 (gone); anything else is an error.
+    async fn status(&self, method: Method, path: &str) -> Result<StatusCode, ConnectorError> {
+        Ok(self.http.call(method, path, None, None).await?.0)
+    }
+
+    async fn exists(&self, path: &str) -> Result<bool, ConnectorError> {
         Ok(self.status(Method::GET, path).await?.is_success())
     }
 }
@@ -59,7 +42,7 @@ impl Connector for OpenAiConnector {
         _tenant: &str,
         _keys: &[String],
         lineage: &[(String, String)],
-    ) -> Result<PurgeReport, String> {
+    ) -> Result<PurgeReport, ConnectorError> {
         // Items first: a conversation's deletion takes its items with it.
         let mut paths: Vec<String> = lineage
             .iter()
@@ -72,7 +55,7 @@ impl Connector for OpenAiConnector {
             remaining: 0,
             physical: format!(
                 "pending: the provider keeps deleted objects for its retention window ({} days of abuse monitoring)",
-                self.route.retention_window.num_days()
+                self.http.route().retention_window.num_days()
             ),
             probe_hits: None,
         };
@@ -92,7 +75,11 @@ impl Connector for OpenAiConnector {
         Ok(report)
     }
 
-    async fn delete_items(&self, collection: &str, items: &[ExpiredItem]) -> Result<u64, String> {
+    async fn delete_items(
+        &self,
+        collection: &str,
+        items: &[ExpiredItem],
+    ) -> Result<u64, ConnectorError> {
         let mut deleted = 0;
         for id in items.iter().map(|i| &i.item_id) {
             if let Some(path) = object_path(collection, id)

@@ -6,7 +6,7 @@
 use async_trait::async_trait;
 use sqlx::{Connection, PgConnection};
 
-use super::{Connector, PurgeReport};
+use super::{Connector, ConnectorError, PurgeReport};
 use crate::config::PostgresTarget;
 
 pub struct PostgresConnector {
@@ -25,7 +25,7 @@ impl PostgresConnector {
         conn: &mut PgConnection,
         tenant: &str,
         keys: &[String],
-    ) -> Result<u64, String> {
+    ) -> Result<u64, ConnectorError> {
         let mut total = 0i64;
         for key in keys {
             let n: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(self.target.count.clone()))
@@ -33,7 +33,9 @@ impl PostgresConnector {
                 .bind(key)
                 .fetch_one(&mut *conn)
                 .await
-                .map_err(|e| format!("{}: count: {e}", self.target.name))?;
+                .map_err(|e| {
+                    ConnectorError::from_sqlx(&format!("{}: count", self.target.name), &e)
+                })?;
             total += n;
         }
         Ok(u64::try_from(total).unwrap_or(0))
@@ -92,15 +94,17 @@ impl Connector for PostgresConnector {
         tenant: &str,
         keys: &[String],
         _lineage: &[(String, String)],
-    ) -> Result<PurgeReport, String> {
+    ) -> Result<PurgeReport, ConnectorError> {
         let name = &self.target.name;
-        let mut conn = PgConnection::connect(&self.url)
-            .await
-            .map_err(|e| format!("{name}: {e}"))?;
+        let failed = |what: &str| {
+            let what = format!("{name}{what}");
+            move |e: sqlx::Error| ConnectorError::from_sqlx(&what, &e)
+        };
+        let mut conn = PgConnection::connect(&self.url).await.map_err(failed(""))?;
         let before = self.count(&mut conn, tenant, keys).await?;
         let mut deleted = 0;
         // All statements for all keys in one transaction: a purge is never half-applied.
-        let mut tx = conn.begin().await.map_err(|e| format!("{name}: {e}"))?;
+        let mut tx = conn.begin().await.map_err(failed(""))?;
         for key in keys {
             for statement in &self.target.delete {
                 deleted += sqlx::query(sqlx::AssertSqlSafe(statement.clone()))
@@ -108,11 +112,11 @@ impl Connector for PostgresConnector {
                     .bind(key)
                     .execute(&mut *tx)
                     .await
-                    .map_err(|e| format!("{name}: delete: {e}"))?
+                    .map_err(failed(": delete"))?
                     .rows_affected();
             }
         }
-        tx.commit().await.map_err(|e| format!("{name}: {e}"))?;
+        tx.commit().await.map_err(failed(""))?;
         let remaining = self.count(&mut conn, tenant, keys).await?;
         let physical = self.physical(&mut conn).await;
         Ok(PurgeReport {
@@ -203,7 +207,10 @@ mod tests {
             .purge("acme", &["u1".into()], &[])
             .await
             .unwrap_err();
-        assert!(err.contains("missing_table"), "{err}");
+        assert!(
+            matches!(&err, ConnectorError::Misconfigured(m) if m.contains("missing_table")),
+            "a table that does not exist is a misconfiguration: {err}"
+        );
         assert_eq!(
             execute_raw(&url, "DELETE FROM memories").await.unwrap(),
             2,

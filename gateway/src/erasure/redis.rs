@@ -4,7 +4,7 @@
 use async_trait::async_trait;
 use redis::aio::MultiplexedConnection;
 
-use super::{Connector, PurgeReport};
+use super::{Connector, ConnectorError, PurgeReport};
 use crate::config::RedisTarget;
 
 pub struct RedisConnector {
@@ -102,7 +102,7 @@ impl Connector for RedisConnector {
         tenant: &str,
         keys: &[String],
         _lineage: &[(String, String)],
-    ) -> Result<PurgeReport, String> {
+    ) -> Result<PurgeReport, ConnectorError> {
         let name = &self.target.name;
         let patterns = patterns(&self.target, tenant, keys);
         let mut report = PurgeReport {
@@ -114,7 +114,7 @@ impl Connector for RedisConnector {
         };
         let mut physical = Vec::new();
         for url in &self.target.urls {
-            let failed = |e: redis::RedisError| format!("{name}: {e}");
+            let failed = |e: redis::RedisError| ConnectorError::from_redis(name, &e);
             let client = redis::Client::open(url.as_str()).map_err(failed)?;
             let mut con = client
                 .get_multiplexed_async_connection()

@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use sqlx::sqlite::SqliteConnectOptions;
 use sqlx::{ConnectOptions, SqliteConnection};
 
-use super::{Connector, PurgeReport};
+use super::{Connector, ConnectorError, PurgeReport};
 use crate::config::SqliteTarget;
 
 pub struct SqliteFileConnector {
@@ -31,7 +31,7 @@ impl SqliteFileConnector {
         conn: &mut SqliteConnection,
         verb: &str,
         ids: &[String],
-    ) -> Result<u64, String> {
+    ) -> Result<u64, ConnectorError> {
         let mut total = 0u64;
         for chunk in ids.chunks(500) {
             let placeholders = vec!["?"; chunk.len()].join(", ");
@@ -51,14 +51,14 @@ impl SqliteFileConnector {
                     scalar
                         .fetch_one(&mut *conn)
                         .await
-                        .map_err(|e| format!("{}: {e}", self.target.name))?,
+                        .map_err(|e| ConnectorError::from_sqlx(&self.target.name, &e))?,
                 )
                 .unwrap_or(0)
             } else {
                 query
                     .execute(&mut *conn)
                     .await
-                    .map_err(|e| format!("{}: {e}", self.target.name))?
+                    .map_err(|e| ConnectorError::from_sqlx(&self.target.name, &e))?
                     .rows_affected()
             };
             total += n;
@@ -74,23 +74,26 @@ impl Connector for SqliteFileConnector {
         _tenant: &str,
         _keys: &[String],
         lineage: &[(String, String)],
-    ) -> Result<PurgeReport, String> {
+    ) -> Result<PurgeReport, ConnectorError> {
         let name = &self.target.name;
+        let failed = |e: sqlx::Error| ConnectorError::from_sqlx(name, &e);
         let options =
             SqliteConnectOptions::from_str(&format!("sqlite://{}", self.target.path.display()))
-                .map_err(|e| format!("{name}: {e}"))?
+                .map_err(failed)?
                 .create_if_missing(false);
-        let mut conn = options
-            .connect()
-            .await
-            .map_err(|e| format!("{name}: cannot open {}: {e}", self.target.path.display()))?;
+        let mut conn = options.connect().await.map_err(|e| {
+            ConnectorError::from_sqlx(
+                &format!("{name}: cannot open {}", self.target.path.display()),
+                &e,
+            )
+        })?;
         let mut ids: Vec<String> = lineage.iter().map(|(_, id)| id.clone()).collect();
         ids.sort();
         ids.dedup();
         sqlx::query("PRAGMA secure_delete = ON")
             .execute(&mut conn)
             .await
-            .map_err(|e| format!("{name}: {e}"))?;
+            .map_err(failed)?;
         let before = self.over_ids(&mut conn, "SELECT count(*)", &ids).await?;
         let deleted = self.over_ids(&mut conn, "DELETE", &ids).await?;
         let remaining = self.over_ids(&mut conn, "SELECT count(*)", &ids).await?;

@@ -22,9 +22,9 @@ impl Connector for Flaky {
         _: &str,
         _: &[String],
         lineage: &[(String, String)],
-    ) -> Result<PurgeReport, String> {
+    ) -> Result<PurgeReport, ConnectorError> {
         if self.calls.fetch_add(1, Ordering::SeqCst) < self.failures {
-            return Err("upstream unavailable".into());
+            return Err(ConnectorError::Unavailable("upstream unavailable".into()));
         }
         let n = lineage.len() as u64;
         Ok(PurgeReport {
@@ -84,11 +84,36 @@ async fn flipped() -> Arc<dyn Store> {
     store
 }
 
+/// A store that refuses Lethe's credentials, every time.
+struct Refusing {
+    calls: AtomicU32,
+}
+
+#[async_trait]
+impl Connector for Refusing {
+    async fn purge(
+        &self,
+        _: &str,
+        _: &[String],
+        _: &[(String, String)],
+    ) -> Result<PurgeReport, ConnectorError> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        Err(ConnectorError::from_status(
+            "chroma",
+            hyper::StatusCode::UNAUTHORIZED,
+        ))
+    }
+}
+
 fn worker(store: &Arc<dyn Store>, failures: u32, max_attempts: u32) -> Worker {
     let connector: Arc<dyn Connector> = Arc::new(Flaky {
         failures,
         calls: AtomicU32::new(0),
     });
+    worker_with(store, connector, max_attempts)
+}
+
+fn worker_with(store: &Arc<dyn Store>, connector: Arc<dyn Connector>, max_attempts: u32) -> Worker {
     let connectors =
         HashMap::from([("chroma:chroma".to_owned(), Target::own("chroma", connector))]);
     let schedule = Schedule {
@@ -191,6 +216,31 @@ async fn the_certificate_is_issued_once_at_completion_and_never_changes() {
         issued,
         "a kept certificate is never replaced"
     );
+}
+
+#[tokio::test]
+async fn a_misconfigured_store_sends_the_request_to_exception_at_once_with_its_reason() {
+    let store = flipped().await;
+    let refusing = Arc::new(Refusing {
+        calls: AtomicU32::new(0),
+    });
+    let w = worker_with(&store, Arc::clone(&refusing) as Arc<dyn Connector>, 5);
+    drain(&w).await;
+    assert_eq!(
+        store.erasure("er1").await.unwrap().state,
+        ErasureState::Exception
+    );
+    let job = &store.purge_jobs("er1").await.unwrap()[0];
+    assert_eq!(
+        (job.state.as_str(), job.attempts),
+        ("exception", 1),
+        "not retried"
+    );
+    assert_eq!(
+        job.last_error.as_deref(),
+        Some("misconfigured: chroma answered 401 Unauthorized")
+    );
+    assert_eq!(refusing.calls.load(Ordering::SeqCst), 1);
 }
 
 #[tokio::test]

@@ -12,6 +12,7 @@ macro_rules! impl_store {
             use async_trait::async_trait;
             use chrono::{DateTime, Utc};
             use lethe_policy::audit::{seal, AuditEntry, AuditRecord, ChainHead, TenantLink};
+            use lethe_policy::progress::{progress, verification_due, Attempt, JobState};
             use lethe_policy::{Action, ConsentGrant, ErasureEvent, ErasureState, LegalHold, RetentionPolicy, SubjectPolicy, SubjectState, SubjectStatus};
             use sqlx::types::Json;
             use sqlx::Row as _;
@@ -729,20 +730,20 @@ macro_rules! impl_store {
                         .await?;
                     let sql = sqlx::AssertSqlSafe(format!("SELECT {ERASURE_COLUMNS} FROM erasure_requests WHERE id = $1{}", <$store>::FOR_UPDATE));
                     let mut record = erasure_from_row(&sqlx::query(sql).bind(&request_id).fetch_one(&mut *tx).await?)?;
-                    let (state, result, error, next) = match &outcome {
-                        JobOutcome::Done(result) => ("done", Some(Json(result.clone())), None, now),
-                        JobOutcome::Failed { error, retry_at: Some(at) } => ("retrying", None, Some(error.clone()), *at),
-                        JobOutcome::Failed { error, retry_at: None } => ("exception", None, Some(error.clone()), now),
+                    let (attempt, result, error, next) = match &outcome {
+                        JobOutcome::Done(result) => (Attempt::Done, Some(Json(result.clone())), None, now),
+                        JobOutcome::Failed { error, retry_at: Some(at) } => (Attempt::Failed { again: true }, None, Some(error.clone()), *at),
+                        JobOutcome::Failed { error, retry_at: None } => (Attempt::Failed { again: false }, None, Some(error.clone()), now),
                     };
-                    let (action, outcome_result) = match &outcome {
-                        JobOutcome::Done(_) => ("purge.done", "ok"),
-                        JobOutcome::Failed { .. } => ("purge.failed", "failed"),
+                    let (action, outcome_result) = match attempt {
+                        Attempt::Done => ("purge.done", "ok"),
+                        Attempt::Failed { .. } => ("purge.failed", "failed"),
                     };
                     append_in(&mut tx, AuditEntry { action: action.into(), result: outcome_result.into(), ..audit.clone() }).await?;
                     sqlx::query(
                         "UPDATE purge_jobs SET state = $1, result = $2, last_error = $3, next_attempt_at = $4, claimed_by = NULL, claimed_until = NULL, updated_at = $5 WHERE id = $6",
                     )
-                    .bind(state)
+                    .bind(JobState::after(attempt).as_str())
                     .bind(result)
                     .bind(error)
                     .bind(next)
@@ -751,73 +752,70 @@ macro_rules! impl_store {
                     .execute(&mut *tx)
                     .await?;
                     let rows = sqlx::query("SELECT target, state FROM purge_jobs WHERE request_id = $1").bind(&request_id).fetch_all(&mut *tx).await?;
-                    let jobs: Vec<(String, String)> = rows.iter().map(|r| Ok((r.try_get("target")?, r.try_get("state")?))).collect::<Result<_, StoreError>>()?;
-                    let audit_of = |action: &str| AuditEntry { action: action.into(), target: "erasure".into(), target_ref: Some(request_id.clone()), ..audit.clone() };
-                    let mut changes = Vec::new();
-                    if jobs.iter().any(|(_, s)| s == "exception") {
-                        if record.state == ErasureState::Propagating {
-                            step(&mut record, ErasureEvent::PurgeFailed, now)?;
-                        }
-                        if record.state == ErasureState::Retrying {
-                            step(&mut record, ErasureEvent::RetriesExhausted, now)?;
-                            append_in(&mut tx, audit_of("erasure.exception")).await?;
-                        }
-                    } else if jobs.iter().all(|(_, s)| s == "done") {
-                        step(&mut record, ErasureEvent::PurgeDone, now)?;
-                        // Verification: no live lineage row of any key in any purged store.
-                        let mut unverified = Vec::new();
+                    let jobs: Vec<(String, JobState)> = rows
+                        .iter()
+                        .map(|r| {
+                            let state: String = r.try_get("state")?;
+                            let state = JobState::parse(&state).ok_or_else(|| StoreError::Corrupt(format!("purge job state {state:?}")))?;
+                            Ok((r.try_get("target")?, state))
+                        })
+                        .collect::<Result<_, StoreError>>()?;
+                    // Verification: no live lineage row of any key in any purged store.
+                    let mut unverified = BTreeSet::new();
+                    if verification_due(&jobs) {
                         for (target, _) in &jobs {
                             let store_name = target.split_once(':').map_or(target.as_str(), |(_, name)| name);
-                            let mut live = 0i64;
                             for key in record.keys() {
-                                let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM items WHERE tenant = $1 AND subject = $2 AND store = $3 AND deleted_at IS NULL")
+                                let live: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM items WHERE tenant = $1 AND subject = $2 AND store = $3 AND deleted_at IS NULL")
                                     .bind(&record.tenant)
                                     .bind(key)
                                     .bind(store_name)
                                     .fetch_one(&mut *tx)
                                     .await?;
-                                live += n;
-                            }
-                            if live > 0 {
-                                unverified.push(target.clone());
+                                if live > 0 {
+                                    unverified.insert(target.clone());
+                                }
                             }
                         }
-                        if unverified.is_empty() {
-                            step(&mut record, ErasureEvent::Verified, now)?;
-                            record.completed_at = Some(now);
-                            for key in record.keys() {
-                                sqlx::query("UPDATE subjects SET status = 'erased', updated_at = $1 WHERE tenant = $2 AND subject = $3")
-                                    .bind(now)
-                                    .bind(&record.tenant)
-                                    .bind(key)
-                                    .execute(&mut *tx)
-                                    .await?;
-                                changes.push(PolicyChange { tenant: record.tenant.clone(), subject: Some(key.to_owned()) });
-                            }
-                            let scope = serde_json::json!({ "keys": record.keys().collect::<Vec<_>>(), "targets": jobs.iter().map(|(t, _)| t).collect::<Vec<_>>() });
-                            sqlx::query("INSERT INTO tombstones (request_id, tenant, subject, scope, erased_at) VALUES ($1, $2, $3, $4, $5)")
-                                .bind(&record.id)
-                                .bind(&record.tenant)
-                                .bind(&record.subject)
-                                .bind(Json(scope))
+                    }
+                    let next = progress(record.state, &jobs, &unverified).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+                    for event in &next.events {
+                        step(&mut record, *event, now)?;
+                    }
+                    let mut changes = Vec::new();
+                    if next.completed() {
+                        record.completed_at = Some(now);
+                        for key in record.keys() {
+                            sqlx::query("UPDATE subjects SET status = 'erased', updated_at = $1 WHERE tenant = $2 AND subject = $3")
                                 .bind(now)
+                                .bind(&record.tenant)
+                                .bind(key)
                                 .execute(&mut *tx)
                                 .await?;
-                            append_in(&mut tx, audit_of("erasure.complete")).await?;
-                        } else {
-                            step(&mut record, ErasureEvent::VerificationFailed, now)?;
-                            for target in &unverified {
-                                sqlx::query("UPDATE purge_jobs SET state = 'retrying', next_attempt_at = $1, updated_at = $1 WHERE request_id = $2 AND target = $3")
-                                    .bind(now)
-                                    .bind(&record.id)
-                                    .bind(target)
-                                    .execute(&mut *tx)
-                                    .await?;
-                            }
-                            append_in(&mut tx, audit_of("erasure.verification_failed")).await?;
+                            changes.push(PolicyChange { tenant: record.tenant.clone(), subject: Some(key.to_owned()) });
                         }
-                    } else if jobs.iter().any(|(_, s)| s == "retrying") && record.state == ErasureState::Propagating {
-                        step(&mut record, ErasureEvent::PurgeFailed, now)?;
+                        let scope = serde_json::json!({ "keys": record.keys().collect::<Vec<_>>(), "targets": jobs.iter().map(|(t, _)| t).collect::<Vec<_>>() });
+                        sqlx::query("INSERT INTO tombstones (request_id, tenant, subject, scope, erased_at) VALUES ($1, $2, $3, $4, $5)")
+                            .bind(&record.id)
+                            .bind(&record.tenant)
+                            .bind(&record.subject)
+                            .bind(Json(scope))
+                            .bind(now)
+                            .execute(&mut *tx)
+                            .await?;
+                    }
+                    for target in &next.rerun {
+                        sqlx::query("UPDATE purge_jobs SET state = $1, next_attempt_at = $2, updated_at = $2 WHERE request_id = $3 AND target = $4")
+                            .bind(JobState::Retrying.as_str())
+                            .bind(now)
+                            .bind(&record.id)
+                            .bind(target)
+                            .execute(&mut *tx)
+                            .await?;
+                    }
+                    for action in &next.audit {
+                        let event = AuditEntry { action: (*action).into(), target: "erasure".into(), target_ref: Some(request_id.clone()), ..audit.clone() };
+                        append_in(&mut tx, event).await?;
                     }
                     save_erasure(&mut tx, &record).await?;
                     commit_changes(self, tx, changes).await?;
