@@ -7,7 +7,7 @@ use std::hint::black_box;
 use chrono::{TimeDelta, Utc};
 use criterion::{Criterion, criterion_group, criterion_main};
 use lethe_gateway::adapters::Scope;
-use lethe_gateway::adapters::chroma::{
+use lethe_gateway::stores::chroma::adapter::{
     ReadPlan, WriteKind, apply_write, filter_read, held_stamps, narrow_read, plan_write,
 };
 use lethe_policy::{

@@ -14,6 +14,7 @@ mod error_shape;
 pub mod keys;
 pub mod metrics;
 pub mod store;
+pub mod stores;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 

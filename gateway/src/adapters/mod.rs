@@ -1,11 +1,8 @@
 //! Adapters: pure functions over a store's JSON that find the facts a decision needs, and
 //! rewrite requests and responses to what the decision allows. No I/O here.
 
-pub mod chroma;
 #[cfg(test)]
-mod fixtures;
-pub mod langgraph;
-pub mod openai;
+pub(crate) mod fixtures;
 pub mod stamp;
 
 use lethe_policy::Refusal;

@@ -14,8 +14,8 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 
 use super::error::DataError;
-use crate::adapters::langgraph::Namespace;
 use crate::config::RouteConfig;
+use crate::stores::langgraph::adapter::Namespace;
 
 /// A configured route: where its prefix leads and with which credential.
 #[derive(Debug, Clone)]

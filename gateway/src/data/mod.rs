@@ -6,13 +6,10 @@
 //! the client before the whole answer is checked, so every failure can still become a proper
 //! JSON error.
 
-mod chroma;
 pub mod context;
 pub mod error;
 pub mod forward;
-mod langgraph;
 pub mod lineage;
-mod openai;
 pub mod policy_cache;
 pub mod stream;
 pub mod tokens;
@@ -94,7 +91,7 @@ pub struct Limits {
 /// Whole, checked answers; or server-sent events relayed one checked event at a time.
 pub type Body = http_body_util::Either<Full<Bytes>, stream::EventStream>;
 
-fn whole(response: Response<Full<Bytes>>) -> Response<Body> {
+pub(crate) fn whole(response: Response<Full<Bytes>>) -> Response<Body> {
     response.map(http_body_util::Either::Left)
 }
 
@@ -285,11 +282,15 @@ async fn run(
         parts: &parts,
     };
     match route.adapter {
-        AdapterKind::Chroma => chroma::handle(&upstream, &ctx, &rest, body)
+        AdapterKind::Chroma => crate::stores::chroma::route::handle(&upstream, &ctx, &rest, body)
             .await
             .map(whole),
-        AdapterKind::Langgraph => langgraph::handle(&upstream, &ctx, &rest, body).await,
-        AdapterKind::Openai => openai::handle(&upstream, &ctx, &rest, body).await,
+        AdapterKind::Langgraph => {
+            crate::stores::langgraph::route::handle(&upstream, &ctx, &rest, body).await
+        }
+        AdapterKind::Openai => {
+            crate::stores::openai::route::handle(&upstream, &ctx, &rest, body).await
+        }
     }
 }
 
@@ -317,15 +318,15 @@ fn canonical_path(rest: &str) -> Result<&str, DataError> {
 /// Where this request's upstream calls go: the route's upstream, with the client's query string
 /// and headers (less credentials and hop-by-hop headers).
 #[derive(Clone, Copy)]
-struct Upstream<'a> {
-    state: &'a DataState,
-    route: &'a Route,
-    parts: &'a hyper::http::request::Parts,
+pub(crate) struct Upstream<'a> {
+    pub(crate) state: &'a DataState,
+    pub(crate) route: &'a Route,
+    pub(crate) parts: &'a hyper::http::request::Parts,
 }
 
 impl Upstream<'_> {
     /// Sends with the client's query string.
-    async fn send(
+    pub(crate) async fn send(
         &self,
         method: hyper::Method,
         path: &str,
@@ -336,7 +337,7 @@ impl Upstream<'_> {
     }
 
     /// Sends with a query string of Lethe's instead of the client's.
-    async fn send_query(
+    pub(crate) async fn send_query(
         &self,
         method: hyper::Method,
         path: &str,

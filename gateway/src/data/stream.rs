@@ -24,8 +24,8 @@ use super::error::DataError;
 use super::forward::{Answer, strip_hop_by_hop};
 use super::policy_cache::PolicyCache;
 use super::{DataState, Upstream};
-use crate::adapters::openai::{SseCheck, error_event, streamed_object_id};
 use crate::store::{ItemRecord, Store};
+use crate::stores::openai::adapter::{SseCheck, error_event, streamed_object_id};
 
 /// A response body fed by the relay task.
 pub struct EventStream {
@@ -56,7 +56,7 @@ pub struct Watch {
 }
 
 impl Watch {
-    pub(super) fn new(state: &DataState, tenant: &str, subject: &str, epoch: i64) -> Watch {
+    pub(crate) fn new(state: &DataState, tenant: &str, subject: &str, epoch: i64) -> Watch {
         Watch {
             policy: Arc::clone(&state.policy),
             store: Arc::clone(&state.store),
@@ -103,7 +103,7 @@ impl Events {
 }
 
 /// Sends a decided request whose answer may be a stream of events.
-pub(super) async fn open_events(
+pub(crate) async fn open_events(
     upstream: &Upstream<'_>,
     path: &str,
     body: Bytes,

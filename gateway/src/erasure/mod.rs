@@ -4,11 +4,8 @@
 //! suppressed whatever happens here.
 
 pub mod certificate;
-mod chroma;
 pub mod error;
-mod http;
-mod langgraph;
-mod openai;
+pub(crate) mod http;
 mod postgres;
 mod redis;
 mod sqlite_file;
@@ -23,9 +20,9 @@ use chrono::TimeDelta;
 use lethe_policy::audit::AuditEntry;
 use serde::Serialize;
 
-pub use chroma::ChromaConnector;
-pub use langgraph::LangGraphConnector;
-pub use openai::OpenAiConnector;
+use crate::stores::chroma::connector::ChromaConnector;
+use crate::stores::langgraph::connector::{self as langgraph, LangGraphConnector};
+use crate::stores::openai::connector::OpenAiConnector;
 pub use postgres::PostgresConnector;
 pub use redis::RedisConnector;
 pub use sqlite_file::SqliteFileConnector;

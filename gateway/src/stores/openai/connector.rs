@@ -8,11 +8,11 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use hyper::{Method, StatusCode};
 
-use super::http::StoreHttp;
-use super::{Connector, ConnectorError, PurgeReport};
-use crate::adapters::openai::object_path;
 use crate::data::forward::{Route, Upstreams};
+use crate::erasure::http::StoreHttp;
+use crate::erasure::{Connector, ConnectorError, PurgeReport};
 use crate::store::ExpiredItem;
+use crate::stores::openai::adapter::object_path;
 
 pub struct OpenAiConnector {
     http: StoreHttp,

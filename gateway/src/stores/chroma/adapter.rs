@@ -15,11 +15,11 @@ use lethe_policy::{
 };
 use serde_json::{Map, Value, json};
 
-use super::stamp::{
+use crate::adapters::stamp::{
     CATEGORY, EXPIRES_AT, PURPOSE, SUBJECT, TENANT, agree, parse_object, read_stamp,
     requested_expiry, string_field, write_stamp,
 };
-use super::{AdapterError, RecordRefusal, Scope};
+use crate::adapters::{AdapterError, RecordRefusal, Scope};
 
 /// Arrays that run parallel to `ids` in requests and responses.
 const PARALLEL: [&str; 7] = [

@@ -1,4 +1,4 @@
-//! The LangGraph route: the I/O around the pure adapter in `crate::adapters::langgraph`.
+//! The LangGraph route: the I/O around the pure adapter in `crate::stores::langgraph::adapter`.
 //!
 //! A thread is registered (a lineage row written before the client hears of the thread) when it
 //! is created through Lethe; every later request about the thread is decided on that registration,
@@ -10,13 +10,13 @@ use hyper::{Method, Response, StatusCode};
 use lethe_policy::{Held, Refusal, Stamp, decide_read, still_current};
 use serde_json::{Value, json};
 
-use super::error::{DataError, json_response};
-use super::stream::{Opened, Watch, open_events};
-use super::{Body, RequestContext, Upstream, whole};
 use crate::adapters::AdapterError;
-use crate::adapters::langgraph::{self as adapter, Endpoint, STORE, THREADS};
 use crate::auth::Role;
+use crate::data::error::{DataError, json_response};
+use crate::data::stream::{Opened, Watch, open_events};
+use crate::data::{Body, RequestContext, Upstream, whole};
 use crate::store::ItemRecord;
+use crate::stores::langgraph::adapter::{self as adapter, Endpoint, STORE, THREADS};
 
 type Answered = Result<Response<Full<Bytes>>, DataError>;
 
@@ -25,7 +25,7 @@ const COUNT_PAGE: usize = 1000;
 const COUNT_PAGES: usize = 100;
 
 /// One LangGraph request, from classification to the checked answer.
-pub(super) async fn handle(
+pub(crate) async fn handle(
     upstream: &Upstream<'_>,
     ctx: &RequestContext,
     path: &str,

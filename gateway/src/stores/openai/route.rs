@@ -1,5 +1,5 @@
 //! The OpenAI-compatible provider route: the I/O around the pure adapter in
-//! `crate::adapters::openai`.
+//! `crate::stores::openai::adapter`.
 //!
 //! Objects the provider keeps (responses, conversations and their items, files, stored chat
 //! completions) are recorded before the client learns their id, so the next request naming one is
@@ -11,16 +11,16 @@ use hyper::{Method, Response, StatusCode};
 use lethe_policy::{ProviderGrant, Refusal, SubjectState, decide_provider};
 use serde_json::Value;
 
-use super::error::{DataError, json_response};
-use super::forward::Answer;
-use super::stream::{Opened, Registration, Settled, Undo, Watch, open_events, settle};
-use super::{Body, RequestContext, Upstream, whole};
 use crate::adapters::AdapterError;
-use crate::adapters::openai::{
+use crate::data::error::{DataError, json_response};
+use crate::data::forward::Answer;
+use crate::data::stream::{Opened, Registration, Settled, Undo, Watch, open_events, settle};
+use crate::data::{Body, RequestContext, Upstream, whole};
+use crate::store::{ItemRecord, ProcessorUse};
+use crate::stores::openai::adapter::{
     self as adapter, Access, CHAT, CONVERSATIONS, EMBEDDED, Endpoint, FILES, Generate, ITEMS,
     RESPONSES,
 };
-use crate::store::{ItemRecord, ProcessorUse};
 
 type Answered = Result<Response<Body>, DataError>;
 
@@ -47,7 +47,7 @@ fn missing(what: &'static str, header: &'static str) -> DataError {
     .into()
 }
 
-pub(super) async fn handle(
+pub(crate) async fn handle(
     upstream: &Upstream<'_>,
     ctx: &RequestContext,
     path: &str,

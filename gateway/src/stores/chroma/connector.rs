@@ -7,10 +7,10 @@ use async_trait::async_trait;
 use hyper::Method;
 use serde_json::{Value, json};
 
-use super::http::StoreHttp;
-use super::{Connector, ConnectorError, PurgeReport};
 use crate::adapters::stamp::{SUBJECT, TENANT};
 use crate::data::forward::{Route, Upstreams};
+use crate::erasure::http::StoreHttp;
+use crate::erasure::{Connector, ConnectorError, PurgeReport};
 use crate::store::ExpiredItem;
 
 /// One collection: the path of its record operations.

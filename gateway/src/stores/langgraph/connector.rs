@@ -9,12 +9,12 @@ use async_trait::async_trait;
 use hyper::{Method, StatusCode};
 use serde_json::{Value, json};
 
-use super::http::StoreHttp;
-use super::{Connector, ConnectorError, PurgeReport};
-use crate::adapters::langgraph::{Placement, STORE, THREADS, item_query, parse_item_id};
 use crate::adapters::stamp::{SUBJECT, TENANT};
 use crate::data::forward::{Route, Upstreams};
+use crate::erasure::http::StoreHttp;
+use crate::erasure::{Connector, ConnectorError, PurgeReport};
 use crate::store::ExpiredItem;
+use crate::stores::langgraph::adapter::{Placement, STORE, THREADS, item_query, parse_item_id};
 
 /// Threads and items are read in pages of this many, at most this many pages per search.
 const PAGE: usize = 500;

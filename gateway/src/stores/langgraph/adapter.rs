@@ -16,11 +16,11 @@ use lethe_policy::{
 };
 use serde_json::{Map, Value, json};
 
-use super::stamp::{
+use crate::adapters::stamp::{
     CATEGORY, PURPOSE, SUBJECT, TENANT, agree, parse_object, read_stamp, requested_expiry,
     string_field, write_stamp,
 };
-use super::{AdapterError, RecordRefusal, Scope};
+use crate::adapters::{AdapterError, RecordRefusal, Scope};
 
 /// Lineage collections of a LangGraph route: the thread registry, and store items.
 pub const THREADS: &str = "threads";

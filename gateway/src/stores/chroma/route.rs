@@ -1,20 +1,20 @@
-//! The Chroma route: the I/O around the pure adapter in `crate::adapters::chroma`.
+//! The Chroma route: the I/O around the pure adapter in `crate::stores::chroma::adapter`.
 
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::{Method, Response, StatusCode};
 use serde_json::{Value, json};
 
-use super::error::{DataError, json_response};
-use super::forward::Answer;
-use super::{DataState, RequestContext, Upstream};
-use crate::adapters::chroma::{self as adapter, Endpoint, ReadPlan, WriteKind};
 use crate::auth::Role;
+use crate::data::error::{DataError, json_response};
+use crate::data::forward::Answer;
+use crate::data::{DataState, RequestContext, Upstream};
 use crate::store::ItemRecord;
+use crate::stores::chroma::adapter::{self as adapter, Endpoint, ReadPlan, WriteKind};
 use lethe_policy::{Stamp, still_current};
 
 /// One Chroma request, from classification to the checked answer.
-pub(super) async fn handle(
+pub(crate) async fn handle(
     upstream: &Upstream<'_>,
     ctx: &RequestContext,
     path: &str,

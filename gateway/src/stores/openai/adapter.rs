@@ -13,8 +13,8 @@ use lethe_policy::{ProviderGrant, Refusal, Stamp, SubjectState};
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
-use super::AdapterError;
-use super::stamp::parse_object;
+use crate::adapters::AdapterError;
+use crate::adapters::stamp::parse_object;
 
 /// Lineage collections of a provider route.
 pub const RESPONSES: &str = "responses";
@@ -224,7 +224,7 @@ fn references(value: &Value, found: &mut Vec<(&'static str, String)>) -> Result<
 }
 
 fn refused(refusal: Refusal) -> AdapterError {
-    AdapterError::Refused(vec![super::RecordRefusal { index: 0, refusal }])
+    AdapterError::Refused(vec![crate::adapters::RecordRefusal { index: 0, refusal }])
 }
 
 /// SHA-256 (hex) of each input: a string, an array of strings, or token arrays (hashed as JSON).

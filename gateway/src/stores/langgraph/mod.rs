@@ -1,0 +1,3 @@
+pub mod adapter;
+pub(crate) mod connector;
+pub(crate) mod route;
