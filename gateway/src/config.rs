@@ -4,6 +4,7 @@ use std::collections::BTreeSet;
 use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -13,7 +14,7 @@ pub const DEFAULT_CONFIG_PATH: &str = "config/lethe.toml";
 const BUILT_IN: &str = include_str!("../../config/lethe.toml");
 
 /// The whole configuration. Parsed section by section (see [`Config::parse`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct Config {
     pub data_plane: DataPlaneConfig,
     pub control_plane: ControlPlaneConfig,
@@ -139,7 +140,7 @@ impl Default for ErasureConfig {
 impl Config {
     /// The stores an erasure purges: one target per route to a store Lethe can purge.
     pub fn erasure_targets(&self) -> Vec<String> {
-        let routes = self.routes.iter().filter_map(erasure_target);
+        let routes = self.routes.iter().map(RouteConfig::erasure_target);
         let postgres = self
             .erasure
             .postgres
@@ -157,25 +158,6 @@ impl Config {
             .map(|f| format!("sqlite:{}", f.name));
         routes.chain(postgres).chain(redis).chain(sqlite).collect()
     }
-}
-
-/// The erasure target of a route to a store Lethe purges (`chroma:<name>`, `langgraph:<name>`).
-pub fn erasure_target(route: &RouteConfig) -> Option<String> {
-    match route.adapter {
-        AdapterKind::Chroma => Some(format!("chroma:{}", route.name)),
-        AdapterKind::Langgraph => Some(format!("langgraph:{}", route.name)),
-        AdapterKind::Openai => Some(format!("openai:{}", route.name)),
-    }
-}
-
-/// How long a provider route's provider keeps copies of what it is sent (30 days unless
-/// configured); `None` for other routes.
-pub fn provider_window(route: &RouteConfig) -> Option<lethe_policy::MaxAge> {
-    (route.adapter == AdapterKind::Openai).then(|| {
-        route
-            .retention_window
-            .or_else(|| lethe_policy::MaxAge::from_seconds(30 * 86_400).ok())
-    })?
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -289,41 +271,83 @@ pub struct AuditConfig {
     pub hmac_key: Option<Secret>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum AdapterKind {
-    Chroma,
-    Langgraph,
-    Openai,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
+/// A data-plane route: its common keys, and the store behind it, chosen by `adapter = "..."`
+/// with that kind's own keys (see `crate::stores`).
+#[derive(Debug, Clone)]
 pub struct RouteConfig {
     /// `chroma`, `langgraph`, ...: names the route in logs and in `LETHE_UPSTREAM_<NAME>`.
     pub name: String,
     /// Path prefix on the data plane, e.g. `/chroma`.
     pub prefix: String,
     pub upstream: String,
-    pub adapter: AdapterKind,
     /// The upstream's own credential, sent on every forwarded request.
     pub credential: Option<CredentialConfig>,
-    /// LangGraph only: the namespace every store item of a subject lives under, as literal
-    /// elements and the placeholders `{tenant}` and `{subject}` (both required, so that tenants
-    /// sharing a server never share a namespace); items may add elements after it. Default
-    /// `["{tenant}", "{subject}"]`; an app that keeps memories under `("memories", tenant, user)`
-    /// sets `["memories", "{tenant}", "{subject}"]`.
-    pub namespace: Option<Vec<String>>,
-    /// Chroma only: the Chroma tenants whose every database an erasure searches (default
-    /// `["default_tenant"]`).
-    pub chroma_tenants: Option<Vec<String>>,
     /// How long the upstream may take to answer (a whole answer, or the first byte of a
     /// stream); then `upstream_unavailable`. Erasure connectors use 30 s when it is unset.
     pub timeout: Option<ConfigDuration>,
-    /// OpenAI-compatible providers only: how long the provider keeps copies of what it is sent
-    /// (abuse monitoring, for example 30 days), even after they are deleted. The certificate
-    /// gives it as the final expiry of provider-side copies. Default 30d.
-    pub retention_window: Option<lethe_policy::MaxAge>,
+    pub store: Arc<dyn crate::stores::RouteStore>,
+}
+
+/// The keys every route has, whatever its store.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CommonRoute {
+    name: String,
+    prefix: String,
+    upstream: String,
+    credential: Option<CredentialConfig>,
+    timeout: Option<ConfigDuration>,
+}
+
+impl RouteConfig {
+    /// The erasure target that purges the route's store: `<kind>:<route name>`.
+    pub fn erasure_target(&self) -> String {
+        format!("{}:{}", self.store.kind(), self.name)
+    }
+
+    /// Reads one `[[routes]]` table: the common keys, then the rest as the settings of the store
+    /// kind `adapter` names; every problem of both at once.
+    fn read(item: toml::Value) -> Result<RouteConfig, Vec<String>> {
+        let toml::Value::Table(mut table) = item else {
+            return Err(vec!["must be a table".to_owned()]);
+        };
+        let mut common = toml::Table::new();
+        for key in ["name", "prefix", "upstream", "credential", "timeout"] {
+            if let Some(value) = table.remove(key) {
+                common.insert(key.to_owned(), value);
+            }
+        }
+        let common = CommonRoute::deserialize(toml::Value::Table(common))
+            .map_err(|e| e.to_string().trim().to_owned());
+        let store = match table.remove("adapter") {
+            Some(toml::Value::String(name)) => match crate::stores::kind(&name) {
+                Some(kind) => (kind.settings)(table),
+                None => Err(vec![format!(
+                    "adapter {name:?}: no such store (known: {})",
+                    crate::stores::kind_names()
+                )]),
+            },
+            _ => Err(vec![format!(
+                "adapter: missing; name the store behind the route (one of {})",
+                crate::stores::kind_names()
+            )]),
+        };
+        match (common, store) {
+            (Ok(c), Ok(store)) => Ok(RouteConfig {
+                name: c.name,
+                prefix: c.prefix,
+                upstream: c.upstream,
+                credential: c.credential,
+                timeout: c.timeout,
+                store,
+            }),
+            (common, store) => Err(common
+                .err()
+                .into_iter()
+                .chain(store.err().into_iter().flatten())
+                .collect()),
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -483,13 +507,16 @@ impl Config {
             None => {}
             Some(toml::Value::Array(items)) => {
                 for (i, item) in items.into_iter().enumerate() {
-                    match RouteConfig::deserialize(item) {
+                    let name = item
+                        .get("name")
+                        .and_then(toml::Value::as_str)
+                        .unwrap_or("?");
+                    let at = format!("[[routes]] #{} ({name})", i + 1);
+                    match RouteConfig::read(item) {
                         Ok(route) => routes.push(route),
-                        Err(e) => problems.push(format!(
-                            "[[routes]] #{}: {}",
-                            i + 1,
-                            e.to_string().trim()
-                        )),
+                        Err(found) => {
+                            problems.extend(found.into_iter().map(|p| format!("{at}: {p}")))
+                        }
                     }
                 }
             }
@@ -659,28 +686,6 @@ impl Config {
                 problems.push(format!(
                     "{at}: upstream {:?} is not an http(s) URL",
                     route.upstream
-                ));
-            }
-            if let Some(namespace) = &route.namespace {
-                if route.adapter != AdapterKind::Langgraph {
-                    problems.push(format!("{at}: namespace applies to langgraph routes only"));
-                } else if namespace.iter().filter(|e| *e == "{subject}").count() != 1
-                    || namespace.iter().filter(|e| *e == "{tenant}").count() != 1
-                    || namespace.iter().any(|e| e.is_empty() || e.contains('.'))
-                {
-                    problems.push(format!(
-                        "{at}: namespace must name {{tenant}} and {{subject}} exactly once each (tenants sharing a server must not share namespaces), and no element may be empty or contain a dot"
-                    ));
-                }
-            }
-            if route.chroma_tenants.is_some() && route.adapter != AdapterKind::Chroma {
-                problems.push(format!(
-                    "{at}: chroma_tenants applies to chroma routes only"
-                ));
-            }
-            if route.retention_window.is_some() && route.adapter != AdapterKind::Openai {
-                problems.push(format!(
-                    "{at}: retention_window applies to openai routes only"
                 ));
             }
             if let Some(credential) = &route.credential

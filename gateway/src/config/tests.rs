@@ -113,15 +113,25 @@ fn meaning_problems_are_all_reported_at_once() {
         prefix = "chroma/"
         upstream = "http://127.0.0.1:8000"
         adapter = "chroma"
+        [[routes]]
+        name = "vectors"
+        prefix = "/vectors"
+        upstream = "http://127.0.0.1:8000"
+        adapter = "chroma"
         namespace = ["{subject}"]
         [[routes]]
         name = "graph"
         prefix = "/graph"
         upstream = "http://127.0.0.1:2024"
         adapter = "langgraph"
-        namespace = ["memories", "{tenant}"]
         retention_window = "30d"
         chroma_tenants = ["default_tenant"]
+        [[routes]]
+        name = "graph2"
+        prefix = "/graph2"
+        upstream = "http://127.0.0.1:2024"
+        adapter = "langgraph"
+        namespace = ["memories", "{tenant}"]
         [erasure]
         probes = ["{tenant}"]
         probe_min_similarity = 101
@@ -139,12 +149,12 @@ fn meaning_problems_are_all_reported_at_once() {
         "bad header",
         "already has this name",
         "already has prefix",
-        "namespace applies to langgraph routes only",
-        "namespace must name {tenant} and {subject} exactly once each",
+        "[[routes]] #3 (vectors): unknown field `namespace`, expected `chroma_tenants`",
+        "[[routes]] #5 (graph2): namespace must name {tenant} and {subject} exactly once each",
         "every probe must contain {subject}",
         "probe_min_similarity",
-        "retention_window applies to openai routes only",
-        "chroma_tenants applies to chroma routes only",
+        "[[routes]] #4 (graph): unknown field `retention_window`, expected `namespace`",
+        "[[routes]] #4 (graph): unknown field `chroma_tenants`, expected `namespace`",
     ] {
         assert!(
             joined.contains(needle),
@@ -171,7 +181,7 @@ fn what_cannot_work_is_refused_up_front() {
     let joined = Config::check(text).unwrap_err().problems.join("\n");
     for needle in [
         "state.url: \"sqlite:relative.db\"",
-        "unknown variant `qdrant`",
+        "[[routes]] #1 (vectors): adapter \"qdrant\": no such store (known: chroma, langgraph, openai)",
         "rediss:// is not supported",
     ] {
         assert!(

@@ -15,22 +15,18 @@ use hyper_util::rt::TokioExecutor;
 
 use super::error::DataError;
 use crate::config::RouteConfig;
-use crate::stores::langgraph::adapter::Namespace;
 
-/// A configured route: where its prefix leads and with which credential.
+/// A configured route: where its prefix leads, with which credential, to which store.
 #[derive(Debug, Clone)]
 pub struct Route {
     pub name: String,
     pub prefix: String,
     pub upstream: Uri,
-    pub adapter: crate::config::AdapterKind,
     pub credential: Option<(HeaderName, HeaderValue)>,
-    /// LangGraph routes: where a subject's store items live.
-    pub namespace: Namespace,
     /// How long the upstream may take to start answering.
     pub timeout: Option<std::time::Duration>,
-    /// Providers: how long they keep copies of what they are sent.
-    pub retention_window: chrono::TimeDelta,
+    /// What serves the route's requests and purges its store.
+    pub store: Arc<dyn crate::stores::RouteStore>,
 }
 
 impl Route {
@@ -58,17 +54,9 @@ impl Route {
             name: config.name.clone(),
             prefix: config.prefix.clone(),
             upstream,
-            adapter: config.adapter,
             credential,
-            namespace: config
-                .namespace
-                .as_deref()
-                .map(Namespace::from_template)
-                .unwrap_or_default(),
             timeout: config.timeout.map(|t| t.0),
-            retention_window: config
-                .retention_window
-                .map_or(chrono::TimeDelta::days(30), lethe_policy::MaxAge::as_delta),
+            store: Arc::clone(&config.store),
         })
     }
 
@@ -370,11 +358,9 @@ mod tests {
             name: "chroma".into(),
             prefix: "/chroma".into(),
             upstream: "http://127.0.0.1:8000".parse().unwrap(),
-            adapter: crate::config::AdapterKind::Chroma,
             credential: None,
-            namespace: Namespace::default(),
             timeout: None,
-            retention_window: chrono::TimeDelta::days(30),
+            store: (crate::stores::chroma::KIND.settings)(toml::Table::new()).unwrap(),
         };
         assert_eq!(
             route.strip("/chroma/api/v2/heartbeat"),

@@ -34,7 +34,6 @@ use lineage::LineageWriter;
 use policy_cache::PolicyCache;
 use tokens::TokenCache;
 
-use crate::config::AdapterKind;
 use crate::store::Store;
 
 /// Everything a data-plane request needs.
@@ -281,17 +280,7 @@ async fn run(
         route,
         parts: &parts,
     };
-    match route.adapter {
-        AdapterKind::Chroma => crate::stores::chroma::route::handle(&upstream, &ctx, &rest, body)
-            .await
-            .map(whole),
-        AdapterKind::Langgraph => {
-            crate::stores::langgraph::route::handle(&upstream, &ctx, &rest, body).await
-        }
-        AdapterKind::Openai => {
-            crate::stores::openai::route::handle(&upstream, &ctx, &rest, body).await
-        }
-    }
+    route.store.handle(&upstream, &ctx, &rest, body).await
 }
 
 /// The path after a route's prefix, when it names what it means one way only: no
@@ -318,7 +307,7 @@ fn canonical_path(rest: &str) -> Result<&str, DataError> {
 /// Where this request's upstream calls go: the route's upstream, with the client's query string
 /// and headers (less credentials and hop-by-hop headers).
 #[derive(Clone, Copy)]
-pub(crate) struct Upstream<'a> {
+pub struct Upstream<'a> {
     pub(crate) state: &'a DataState,
     pub(crate) route: &'a Route,
     pub(crate) parts: &'a hyper::http::request::Parts,

@@ -67,11 +67,8 @@ impl Certifier {
             .map(|b| (b.target.clone(), b.retention))
             .collect();
         for route in &config.routes {
-            if let (Some(target), Some(window)) = (
-                crate::config::erasure_target(route),
-                crate::config::provider_window(route),
-            ) {
-                backups.entry(target).or_insert(window);
+            if let Some(window) = route.store.copies_kept_for() {
+                backups.entry(route.erasure_target()).or_insert(window);
             }
         }
         backups

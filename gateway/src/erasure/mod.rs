@@ -20,15 +20,12 @@ use chrono::TimeDelta;
 use lethe_policy::audit::AuditEntry;
 use serde::Serialize;
 
-use crate::stores::chroma::connector::ChromaConnector;
-use crate::stores::langgraph::connector::{self as langgraph, LangGraphConnector};
-use crate::stores::openai::connector::OpenAiConnector;
 pub use postgres::PostgresConnector;
 pub use redis::RedisConnector;
 pub use sqlite_file::SqliteFileConnector;
 pub use sweeper::Sweeper;
 
-use crate::config::{self, AdapterKind, Config};
+use crate::config::Config;
 use crate::data::forward::{Route, Upstreams};
 use crate::store::{ExpiredItem, JobOutcome, PurgeJob, Store};
 pub use error::ConnectorError;
@@ -88,34 +85,14 @@ pub fn route_connectors(config: &Config) -> Result<Vec<RouteConnector>, String> 
     let upstreams = Arc::new(Upstreams::from_config(config, 64 * 1024 * 1024)?);
     let mut connectors = Vec::new();
     for config_route in &config.routes {
-        let Some(target) = config::erasure_target(config_route) else {
-            continue;
-        };
+        let target = config_route.erasure_target();
         let mut route = Route::from_config(config_route)?;
         // A store that never answers must not hold a purge (and its lease) forever.
         route.timeout.get_or_insert(Duration::from_secs(30));
-        let connector: Arc<dyn Connector> = match route.adapter {
-            AdapterKind::Chroma => Arc::new(ChromaConnector::new(
-                route.clone(),
-                Arc::clone(&upstreams),
-                config_route
-                    .chroma_tenants
-                    .clone()
-                    .unwrap_or_else(|| vec!["default_tenant".to_owned()]),
-                config.erasure.probes.clone(),
-            )),
-            AdapterKind::Langgraph => Arc::new(LangGraphConnector::new(
-                route.clone(),
-                Arc::clone(&upstreams),
-                langgraph::Probe {
-                    queries: config.erasure.probes.clone(),
-                    min_score: f64::from(config.erasure.probe_min_similarity) / 100.0,
-                },
-            )),
-            AdapterKind::Openai => {
-                Arc::new(OpenAiConnector::new(route.clone(), Arc::clone(&upstreams)))
-            }
-        };
+        let connector =
+            route
+                .store
+                .connector(route.clone(), Arc::clone(&upstreams), &config.erasure);
         connectors.push(RouteConnector {
             route: route.name,
             target,

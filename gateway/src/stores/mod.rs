@@ -1,5 +1,123 @@
-//! The stores a data-plane route can front, one folder each.
+//! The stores a data-plane route can front, one folder each: its pure adapter (`adapter.rs`),
+//! its data-plane handler (`route.rs`), its erasure connector (`connector.rs`) and, in its
+//! `mod.rs`, its typed route settings and the [`RouteStore`] that ties them together.
+//!
+//! Adding a store: a folder like the others, and one line in [`KINDS`]. Configuration
+//! (`adapter = "..."` and the kind's own keys), dispatch, erasure targets, the conformance suite
+//! and `lethe stores` all follow from that line.
 
 pub mod chroma;
 pub mod langgraph;
 pub mod openai;
+
+use std::fmt;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use hyper::Response;
+use serde::de::DeserializeOwned;
+
+use crate::config::ErasureConfig;
+use crate::data::error::DataError;
+use crate::data::forward::{Route, Upstreams};
+use crate::data::{Body, RequestContext, Upstream};
+use crate::erasure::Connector;
+
+/// Every kind of store a route can front.
+pub const KINDS: &[Kind] = &[chroma::KIND, langgraph::KIND, openai::KIND];
+
+/// The kind named `adapter = "name"`.
+pub fn kind(name: &str) -> Option<&'static Kind> {
+    KINDS.iter().find(|k| k.name == name)
+}
+
+/// The names of every kind, for messages.
+pub fn kind_names() -> String {
+    KINDS.iter().map(|k| k.name).collect::<Vec<_>>().join(", ")
+}
+
+/// A kind of store: its name, and how a route's own settings of it are read.
+pub struct Kind {
+    /// `adapter = "..."`, and the first half of its erasure targets' names (`chroma:<route>`).
+    pub name: &'static str,
+    /// Reads a route's keys of this kind (every key but the common ones), refusing unknown keys
+    /// and reporting every problem at once, into what serves and purges the route.
+    pub settings: ReadSettings,
+}
+
+/// Reads a route's own keys into its store, or every problem with them.
+pub type ReadSettings = fn(toml::Table) -> Result<Arc<dyn RouteStore>, Vec<String>>;
+
+impl Kind {
+    /// The kind whose route settings are `S`.
+    pub const fn of<S: Settings>(name: &'static str) -> Kind {
+        Kind {
+            name,
+            settings: read::<S>,
+        }
+    }
+}
+
+/// A kind's route settings, as written in the configuration (`#[serde(deny_unknown_fields)]`).
+pub trait Settings: DeserializeOwned {
+    /// Checks them (every problem at once) and makes the route's store.
+    fn store(self) -> Result<Arc<dyn RouteStore>, Vec<String>>;
+}
+
+/// Deserialises `S`, reporting every unknown key (serde stops at the first: each is taken out
+/// and the rest read again).
+fn read<S: Settings>(mut keys: toml::Table) -> Result<Arc<dyn RouteStore>, Vec<String>> {
+    let mut problems = Vec::new();
+    loop {
+        match S::deserialize(toml::Value::Table(keys.clone())) {
+            Ok(settings) if problems.is_empty() => return settings.store(),
+            Ok(_) => return Err(problems),
+            Err(e) => {
+                let message = e.to_string().trim().to_owned();
+                let unknown = message
+                    .strip_prefix("unknown field `")
+                    .and_then(|rest| rest.split_once('`'))
+                    .map(|(field, _)| field.to_owned());
+                problems.push(message);
+                match unknown {
+                    Some(field) if keys.remove(&field).is_some() => {}
+                    _ => return Err(problems),
+                }
+            }
+        }
+    }
+}
+
+/// What a configured route's store does: serve the route's requests, purge the store, and say
+/// what the certificate needs to know of it.
+#[async_trait]
+pub trait RouteStore: Send + Sync + fmt::Debug {
+    /// Its kind's name.
+    fn kind(&self) -> &'static str;
+
+    /// How long the store keeps copies of what it was sent after deleting them (a provider's
+    /// retention window): the certificate gives it as their expiry unless a backup retention is
+    /// configured for the target.
+    fn copies_kept_for(&self) -> Option<lethe_policy::MaxAge> {
+        None
+    }
+
+    /// One data-plane request (`path` is what follows the route's prefix), decided and
+    /// answered.
+    async fn handle(
+        &self,
+        upstream: &Upstream<'_>,
+        ctx: &RequestContext,
+        path: &str,
+        body: Bytes,
+    ) -> Result<Response<Body>, DataError>;
+
+    /// The connector that purges the store (and deletes expired items for the sweeper).
+    fn connector(
+        &self,
+        route: Route,
+        upstreams: Arc<Upstreams>,
+        erasure: &ErasureConfig,
+    ) -> Arc<dyn Connector>;
+}

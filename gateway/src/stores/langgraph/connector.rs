@@ -14,7 +14,9 @@ use crate::data::forward::{Route, Upstreams};
 use crate::erasure::http::StoreHttp;
 use crate::erasure::{Connector, ConnectorError, PurgeReport};
 use crate::store::ExpiredItem;
-use crate::stores::langgraph::adapter::{Placement, STORE, THREADS, item_query, parse_item_id};
+use crate::stores::langgraph::adapter::{
+    Namespace, Placement, STORE, THREADS, item_query, parse_item_id,
+};
 
 /// Threads and items are read in pages of this many, at most this many pages per search.
 const PAGE: usize = 500;
@@ -24,6 +26,8 @@ const PHYSICAL: &str = "pending: the LangGraph server keeps deleted threads and 
 
 pub struct LangGraphConnector {
     http: StoreHttp,
+    /// Where a subject's store items live.
+    namespace: Namespace,
     probe: Probe,
 }
 
@@ -38,9 +42,15 @@ pub struct Probe {
 type Item = (Vec<String>, String);
 
 impl LangGraphConnector {
-    pub fn new(route: Route, upstreams: Arc<Upstreams>, probe: Probe) -> Self {
+    pub fn new(
+        route: Route,
+        upstreams: Arc<Upstreams>,
+        namespace: Namespace,
+        probe: Probe,
+    ) -> Self {
         LangGraphConnector {
             http: StoreHttp::new(route, upstreams),
+            namespace,
             probe,
         }
     }
@@ -79,7 +89,7 @@ impl LangGraphConnector {
                     let owner = item
                         .get("value")
                         .and_then(|v| Some((v.get(TENANT)?.as_str()?, v.get(SUBJECT)?.as_str()?)));
-                    let placed = self.http.route().namespace.place(tenant, &namespace);
+                    let placed = self.namespace.place(tenant, &namespace);
                     let belongs = owner
                         .is_none_or(|(t, s)| t == tenant && keys.iter().any(|k| k == s))
                         || matches!(placed, Placement::Subject(s) if keys.contains(&s));
@@ -259,7 +269,7 @@ impl Connector for LangGraphConnector {
             .collect();
         let prefixes: Vec<Vec<String>> = keys
             .iter()
-            .map(|key| self.http.route().namespace.render(tenant, key))
+            .map(|key| self.namespace.render(tenant, key))
             .collect();
         let (threads, items) = self
             .left(

@@ -16,7 +16,7 @@ use crate::data::error::{DataError, json_response};
 use crate::data::stream::{Opened, Watch, open_events};
 use crate::data::{Body, RequestContext, Upstream, whole};
 use crate::store::ItemRecord;
-use crate::stores::langgraph::adapter::{self as adapter, Endpoint, STORE, THREADS};
+use crate::stores::langgraph::adapter::{self as adapter, Endpoint, Namespace, STORE, THREADS};
 
 type Answered = Result<Response<Full<Bytes>>, DataError>;
 
@@ -25,7 +25,9 @@ const COUNT_PAGE: usize = 1000;
 const COUNT_PAGES: usize = 100;
 
 /// One LangGraph request, from classification to the checked answer.
+/// `ns`: the route's namespace template, where each subject's store items live.
 pub(crate) async fn handle(
+    ns: &Namespace,
     upstream: &Upstream<'_>,
     ctx: &RequestContext,
     path: &str,
@@ -35,12 +37,15 @@ pub(crate) async fn handle(
         Endpoint::ThreadWrite { thread, patch } => {
             thread_write(upstream, ctx, path, body, &thread, patch).await
         }
-        endpoint => answer(upstream, ctx, path, body, endpoint).await.map(whole),
+        endpoint => answer(ns, upstream, ctx, path, body, endpoint)
+            .await
+            .map(whole),
     }
 }
 
 /// Every endpoint but writes into a thread: answered whole.
 async fn answer(
+    ns: &Namespace,
     upstream: &Upstream<'_>,
     ctx: &RequestContext,
     path: &str,
@@ -72,11 +77,11 @@ async fn answer(
         // Dispatched by `handle`.
         Endpoint::ThreadWrite { .. } => Err(DataError::unknown_endpoint()),
         Endpoint::DeleteThread { thread } => delete_thread(upstream, ctx, path, &thread).await,
-        Endpoint::PutItem => put_item(upstream, ctx, path, body).await,
-        Endpoint::GetItem => get_item(upstream, ctx, path).await,
+        Endpoint::PutItem => put_item(ns, upstream, ctx, path, body).await,
+        Endpoint::GetItem => get_item(ns, upstream, ctx, path).await,
         Endpoint::SearchItems => search_items(upstream, ctx, path, body).await,
-        Endpoint::DeleteItem => delete_item(upstream, ctx, path, body).await,
-        Endpoint::ListNamespaces => list_namespaces(upstream, ctx, path, body).await,
+        Endpoint::DeleteItem => delete_item(ns, upstream, ctx, path, body).await,
+        Endpoint::ListNamespaces => list_namespaces(ns, upstream, ctx, path, body).await,
     }
 }
 
@@ -319,13 +324,14 @@ async fn delete_thread(
 }
 
 async fn put_item(
+    ns: &Namespace,
     upstream: &Upstream<'_>,
     ctx: &RequestContext,
     path: &str,
     body: Bytes,
 ) -> Answered {
     let Upstream { state, route, .. } = *upstream;
-    let planned = adapter::plan_put(&body, &ctx.scope(), &route.namespace)?;
+    let planned = adapter::plan_put(&body, &ctx.scope(), ns)?;
     let view = state
         .policy
         .view(ctx.tenant(), [planned.subject.as_str()])
@@ -359,14 +365,12 @@ async fn put_item(
 
 /// A read of one subject's namespace: refused outright when the subject is suppressed.
 async fn open_namespace(
+    ns: &Namespace,
     upstream: &Upstream<'_>,
     ctx: &RequestContext,
     namespace: &[String],
 ) -> Result<crate::data::policy_cache::View, DataError> {
-    let subject = upstream
-        .route
-        .namespace
-        .subject_of(namespace, &ctx.scope())?;
+    let subject = ns.subject_of(namespace, &ctx.scope())?;
     let view = upstream
         .state
         .policy
@@ -376,9 +380,14 @@ async fn open_namespace(
     Ok(view)
 }
 
-async fn get_item(upstream: &Upstream<'_>, ctx: &RequestContext, path: &str) -> Answered {
+async fn get_item(
+    ns: &Namespace,
+    upstream: &Upstream<'_>,
+    ctx: &RequestContext,
+    path: &str,
+) -> Answered {
     let (namespace, _, query) = adapter::parse_item_query(upstream.parts.uri.query())?;
-    let view = open_namespace(upstream, ctx, &namespace).await?;
+    let view = open_namespace(ns, upstream, ctx, &namespace).await?;
     let answer = upstream
         .send_query(Method::GET, path, Some(&query), Bytes::new())
         .await?;
@@ -416,6 +425,7 @@ async fn search_items(
 
 /// Removing data is allowed even for a suppressed subject; the scope must still cover it.
 async fn delete_item(
+    ns: &Namespace,
     upstream: &Upstream<'_>,
     ctx: &RequestContext,
     path: &str,
@@ -423,7 +433,7 @@ async fn delete_item(
 ) -> Answered {
     let Upstream { state, route, .. } = *upstream;
     let (namespace, key) = adapter::parse_item_delete(&body)?;
-    route.namespace.subject_of(&namespace, &ctx.scope())?;
+    ns.subject_of(&namespace, &ctx.scope())?;
     let answer = upstream.send(Method::DELETE, path, body).await?;
     if answer.is_success() {
         let id = adapter::item_id(&namespace, &key);
@@ -436,6 +446,7 @@ async fn delete_item(
 }
 
 async fn list_namespaces(
+    ns: &Namespace,
     upstream: &Upstream<'_>,
     ctx: &RequestContext,
     path: &str,
@@ -445,11 +456,7 @@ async fn list_namespaces(
     if !answer.is_success() {
         return Ok(answer.passed_on());
     }
-    let placed = adapter::namespaces_of(
-        &json_of(&answer.body)?,
-        &upstream.route.namespace,
-        ctx.tenant(),
-    )?;
+    let placed = adapter::namespaces_of(&json_of(&answer.body)?, ns, ctx.tenant())?;
     let subjects: Vec<&str> = placed
         .iter()
         .filter_map(|(_, p)| match p {

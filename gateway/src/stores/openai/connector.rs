@@ -6,6 +6,7 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use chrono::TimeDelta;
 use hyper::{Method, StatusCode};
 
 use crate::data::forward::{Route, Upstreams};
@@ -16,12 +17,15 @@ use crate::stores::openai::adapter::object_path;
 
 pub struct OpenAiConnector {
     http: StoreHttp,
+    /// How long the provider keeps copies after deleting them.
+    window: TimeDelta,
 }
 
 impl OpenAiConnector {
-    pub fn new(route: Route, upstreams: Arc<Upstreams>) -> Self {
+    pub fn new(route: Route, upstreams: Arc<Upstreams>, window: TimeDelta) -> Self {
         OpenAiConnector {
             http: StoreHttp::new(route, upstreams),
+            window,
         }
     }
 
@@ -55,7 +59,7 @@ impl Connector for OpenAiConnector {
             remaining: 0,
             physical: format!(
                 "pending: the provider keeps deleted objects for its retention window ({} days of abuse monitoring)",
-                self.http.route().retention_window.num_days()
+                self.window.num_days()
             ),
             probe_hits: None,
         };

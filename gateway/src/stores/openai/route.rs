@@ -27,6 +27,8 @@ type Answered = Result<Response<Body>, DataError>;
 /// Who the request is about and why: a provider request always names all three.
 struct About<'a> {
     ctx: &'a RequestContext,
+    /// How long the provider keeps copies of what it is sent: recorded objects' deadline.
+    window: chrono::TimeDelta,
     subject: &'a str,
     purpose: &'a str,
     category: &'a str,
@@ -48,6 +50,7 @@ fn missing(what: &'static str, header: &'static str) -> DataError {
 }
 
 pub(crate) async fn handle(
+    window: chrono::TimeDelta,
     upstream: &Upstream<'_>,
     ctx: &RequestContext,
     path: &str,
@@ -61,6 +64,7 @@ pub(crate) async fn handle(
     }
     let about = About {
         ctx,
+        window,
         subject: ctx
             .subject
             .as_deref()
@@ -223,7 +227,7 @@ fn row(
         about.purpose,
         about.category,
         grant,
-        now + upstream.route.retention_window,
+        now + about.window,
     );
     let source = about.ctx.source.clone();
     ItemRecord::stamped(&upstream.route.name, collection, id, stamp, now, source)
