@@ -10,6 +10,7 @@ pub mod context;
 pub mod error;
 pub mod forward;
 pub mod lineage;
+pub mod overtaken;
 pub mod policy_cache;
 pub mod stream;
 pub mod tokens;

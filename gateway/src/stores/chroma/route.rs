@@ -8,10 +8,10 @@ use serde_json::{Value, json};
 use crate::auth::Role;
 use crate::data::error::{DataError, json_response};
 use crate::data::forward::Answer;
+use crate::data::overtaken::{Recording, keep_unless_overtaken};
 use crate::data::{DataState, RequestContext, Upstream};
 use crate::store::ItemRecord;
 use crate::stores::chroma::adapter::{self as adapter, Endpoint, ReadPlan, WriteKind};
-use lethe_policy::{Stamp, still_current};
 
 /// One Chroma request, from classification to the checked answer.
 pub(crate) async fn handle(
@@ -59,7 +59,6 @@ async fn write(
     let tenant = ctx.tenant();
     let scope = ctx.scope();
     let planned = adapter::plan_write(&body, &scope)?;
-    let subjects: Vec<String> = planned.subjects().into_iter().map(str::to_owned).collect();
     let view = state.policy.view(tenant, planned.subjects()).await?;
     adapter::check_write(&planned, tenant, &view, crate::now())?;
     // The stamps Chroma holds under these ids decide who owns them, not lineage.
@@ -84,39 +83,28 @@ async fn write(
     if !answer.is_success() {
         return Ok(answer.passed_on());
     }
-    let record = |stamps: Vec<(String, Stamp)>| {
-        stamps
-            .into_iter()
-            .map(|(id, stamp)| {
-                ItemRecord::stamped(&route.name, collection, id, stamp, now, ctx.source.clone())
-            })
-            .collect()
-    };
-    // A flip may have committed while the write was in flight: what it overtook is undone here,
-    // so nothing lands behind the purge.
-    let subjects: Vec<&str> = subjects.iter().map(String::as_str).collect();
-    let view = state.policy.view(tenant, subjects).await?;
-    let (current, overtaken): (Vec<_>, Vec<_>) = stamped
+    let rows = stamped
         .stamps
         .into_iter()
-        .partition(|(_, stamp)| still_current(&view, stamp).is_ok());
-    state.lineage.record(record(current)).await;
-    let Some(refusal) = overtaken
-        .first()
-        .and_then(|(_, s)| still_current(&view, s).err())
-    else {
-        return Ok(answer.passed_on());
-    };
-    let ids: Vec<&str> = overtaken.iter().map(|(id, _)| id.as_str()).collect();
-    let undo = Bytes::from(json!({ "ids": ids }).to_string());
-    let undone = upstream
-        .send(Method::POST, &sibling(path, "delete"), undo)
-        .await;
-    if !undone.is_ok_and(|a| a.is_success()) {
+        .map(|(id, stamp)| {
+            ItemRecord::stamped(&route.name, collection, id, stamp, now, ctx.source.clone())
+        })
+        .collect();
+    let undo = |overtaken: Vec<ItemRecord>| async move {
+        let ids: Vec<&str> = overtaken.iter().map(|r| r.item_id.as_str()).collect();
+        let body = Bytes::from(json!({ "ids": ids }).to_string());
+        let undone = upstream
+            .send(Method::POST, &sibling(path, "delete"), body)
+            .await;
         // Left to the purge, which finds them by stamp and by lineage.
-        state.lineage.record(record(overtaken)).await;
-    }
-    Err(refusal.into())
+        if undone.is_ok_and(|a| a.is_success()) {
+            Vec::new()
+        } else {
+            overtaken
+        }
+    };
+    keep_unless_overtaken(upstream, tenant, rows, Recording::Batched, undo).await?;
+    Ok(answer.passed_on())
 }
 
 /// Decides every record of a read answer; the policy of every subject in it is loaded first.

@@ -7,12 +7,13 @@
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::{Method, Response, StatusCode};
-use lethe_policy::{Held, Refusal, Stamp, decide_read, still_current};
+use lethe_policy::{Held, Refusal, Stamp, decide_read};
 use serde_json::{Value, json};
 
 use crate::adapters::AdapterError;
 use crate::auth::Role;
 use crate::data::error::{DataError, json_response};
+use crate::data::overtaken::{Recording, keep_unless_overtaken};
 use crate::data::stream::{Opened, Watch, open_events};
 use crate::data::{Body, RequestContext, Upstream, whole};
 use crate::store::ItemRecord;
@@ -177,10 +178,11 @@ async fn create_thread(
         return Ok(answer.passed_on());
     }
     let id = adapter::created_thread_id(&answer.body, requested.as_deref(), &stamp)?;
-    let undo = (format!("/threads/{id}"), Bytes::new());
+    let undo_path = format!("/threads/{id}");
     let row = ItemRecord::stamped(&route.name, THREADS, id, stamp, now, ctx.source.clone());
     // Registered before the client learns the id: its next request is decided on it.
-    keep_unless_overtaken(upstream, ctx, row, undo, Recording::AtOnce).await?;
+    let undo = |rows| undo_with(upstream, Method::DELETE, undo_path, Bytes::new(), rows);
+    keep_unless_overtaken(upstream, ctx.tenant(), vec![row], Recording::AtOnce, undo).await?;
     Ok(answer.passed_on())
 }
 
@@ -194,40 +196,20 @@ async fn registered_ever(upstream: &Upstream<'_>, id: &str) -> Result<bool, Data
     Ok(!owners.is_empty())
 }
 
-/// When an item's lineage row is written.
-enum Recording {
-    /// Before the answer: the client's next request is decided on it (threads).
-    AtOnce,
-    /// In the lineage writer's next batch (store items, read by their own stamp).
-    Batched,
-}
-
-/// Keeps what the server just took (its lineage row recorded), unless a flip committed while the
-/// write was in flight: then it is deleted again with `undo` (a path and body for `DELETE`) and
-/// the write refused, so that nothing lands behind the purge. A write that cannot be undone is
-/// recorded too, so that the purge finds it.
-async fn keep_unless_overtaken(
+/// Undoes an overtaken write with one request; answers the rows it could not undo.
+async fn undo_with(
     upstream: &Upstream<'_>,
-    ctx: &RequestContext,
-    row: ItemRecord,
-    undo: (String, Bytes),
-    recording: Recording,
-) -> Result<(), DataError> {
-    let stamp = row.stamp();
-    let view = owner_view(upstream, ctx, Some(&stamp)).await?;
-    let overtaken = still_current(&view, &stamp).err();
-    if let Some(refusal) = overtaken {
-        let (path, body) = undo;
-        let undone = upstream.send(Method::DELETE, &path, body).await;
-        if undone.is_ok_and(|a| a.is_success()) {
-            return Err(refusal.into());
-        }
+    method: Method,
+    path: String,
+    body: Bytes,
+    rows: Vec<ItemRecord>,
+) -> Vec<ItemRecord> {
+    let undone = upstream.send(method, &path, body).await;
+    if undone.is_ok_and(|a| a.is_success()) {
+        Vec::new()
+    } else {
+        rows
     }
-    match recording {
-        Recording::AtOnce => upstream.state.store.record_items(&[row]).await?,
-        Recording::Batched => upstream.state.lineage.record(vec![row]).await,
-    }
-    overtaken.map_or(Ok(()), |refusal| Err(refusal.into()))
 }
 
 async fn search_threads(
@@ -356,10 +338,10 @@ async fn put_item(
     if !answer.is_success() {
         return Ok(answer.passed_on());
     }
-    let undo = json!({ "namespace": namespace, "key": key }).to_string();
-    let undo = (path.to_owned(), Bytes::from(undo));
+    let undo_body = Bytes::from(json!({ "namespace": namespace, "key": key }).to_string());
     let row = ItemRecord::stamped(&route.name, STORE, id, stamp, now, ctx.source.clone());
-    keep_unless_overtaken(upstream, ctx, row, undo, Recording::Batched).await?;
+    let undo = |rows| undo_with(upstream, Method::DELETE, path.to_owned(), undo_body, rows);
+    keep_unless_overtaken(upstream, ctx.tenant(), vec![row], Recording::Batched, undo).await?;
     Ok(answer.passed_on())
 }
 

@@ -14,6 +14,7 @@ use serde_json::Value;
 use crate::adapters::AdapterError;
 use crate::data::error::{DataError, json_response};
 use crate::data::forward::Answer;
+use crate::data::overtaken::{Recording, keep_unless_overtaken};
 use crate::data::stream::{Opened, Registration, Settled, Undo, Watch, open_events, settle};
 use crate::data::{Body, RequestContext, Upstream, whole};
 use crate::store::{ItemRecord, ProcessorUse};
@@ -243,47 +244,24 @@ async fn keep(
     collection: &str,
     ids: Vec<String>,
 ) -> Result<(), DataError> {
-    record(upstream, about, grant, collection, ids.clone()).await?;
-    let now = subject_state(upstream, about).await?;
-    let refusal = if !now.is_active() {
-        Refusal::SubjectSuppressed
-    } else if now.epoch != grant.epoch {
-        Refusal::StaleEpoch
-    } else {
-        return Ok(());
-    };
-    let mut undone = Vec::new();
-    for id in ids {
-        let Some(path) = adapter::object_path(collection, &id) else {
-            continue;
-        };
-        let answer = upstream.send(Method::DELETE, &path, Bytes::new()).await;
-        if answer.is_ok_and(|a| a.is_success() || a.status == StatusCode::NOT_FOUND) {
-            undone.push(id);
-        }
-    }
-    upstream
-        .state
-        .store
-        .mark_items_deleted(&upstream.route.name, collection, &undone, crate::now())
-        .await?;
-    Err(refusal.into())
-}
-
-/// Records objects the provider keeps for the subject, before the client learns their ids.
-async fn record(
-    upstream: &Upstream<'_>,
-    about: &About<'_>,
-    grant: &ProviderGrant,
-    collection: &str,
-    ids: Vec<String>,
-) -> Result<(), DataError> {
     let rows: Vec<ItemRecord> = ids
         .into_iter()
         .map(|id| row(upstream, about, grant, collection, id))
         .collect();
-    upstream.state.store.record_items(&rows).await?;
-    Ok(())
+    let undo = |overtaken: Vec<ItemRecord>| async move {
+        let mut left = Vec::new();
+        for row in overtaken {
+            let Some(path) = adapter::object_path(collection, &row.item_id) else {
+                continue;
+            };
+            let answer = upstream.send(Method::DELETE, &path, Bytes::new()).await;
+            if !answer.is_ok_and(|a| a.is_success() || a.status == StatusCode::NOT_FOUND) {
+                left.push(row);
+            }
+        }
+        left
+    };
+    keep_unless_overtaken(upstream, about.tenant(), rows, Recording::First, undo).await
 }
 
 /// An object the request names must be recorded as the caller's subject's.

@@ -1,0 +1,90 @@
+//! The step every route takes once a store has taken a write: a flip may have committed while
+//! the write was in flight (decided before it, landed after it). What it overtook is undone and
+//! the write refused, so that nothing lands behind an erasure's purge; the rest is recorded.
+
+use std::future::Future;
+
+use lethe_policy::{Refusal, still_current};
+
+use super::Upstream;
+use super::error::DataError;
+use crate::store::ItemRecord;
+
+/// When a write's lineage rows are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Recording {
+    /// Before the check, at once: the store holds no stamp of its own, so the row is the only
+    /// trace of the item until the check is done (provider objects). Undone rows are marked
+    /// deleted.
+    First,
+    /// After the check, at once: the client's next request is decided on the row (threads).
+    AtOnce,
+    /// After the check, in the lineage writer's next batch (items the store keeps stamped).
+    Batched,
+}
+
+/// Keeps what the store took (`rows`, of one store and collection), or undoes what a flip
+/// overtook: `undo` is given the overtaken rows and answers those it could not undo, which stay recorded for the purge to find. Refuses
+/// with the overtaking flip's reason when anything was overtaken.
+pub async fn keep_unless_overtaken<F, Fut>(
+    upstream: &Upstream<'_>,
+    tenant: &str,
+    rows: Vec<ItemRecord>,
+    recording: Recording,
+    undo: F,
+) -> Result<(), DataError>
+where
+    F: FnOnce(Vec<ItemRecord>) -> Fut,
+    Fut: Future<Output = Vec<ItemRecord>>,
+{
+    let state = upstream.state;
+    if recording == Recording::First {
+        state.store.record_items(&rows).await?;
+    }
+    let subjects: Vec<&str> = rows.iter().map(|r| r.subject.as_str()).collect();
+    let view = state.policy.view(tenant, subjects).await?;
+    let mut refusal: Option<Refusal> = None;
+    let (current, overtaken): (Vec<_>, Vec<_>) =
+        rows.into_iter()
+            .partition(|row| match still_current(&view, &row.stamp()) {
+                Ok(()) => true,
+                Err(r) => {
+                    refusal.get_or_insert(r);
+                    false
+                }
+            });
+    let left = if overtaken.is_empty() {
+        Vec::new()
+    } else {
+        let ids: Vec<String> = overtaken.iter().map(|r| r.item_id.clone()).collect();
+        let left = undo(overtaken.clone()).await;
+        if recording == Recording::First {
+            // The rows are in already: mark those undone deleted.
+            let undone: Vec<String> = ids
+                .into_iter()
+                .filter(|id| !left.iter().any(|r| r.item_id == *id))
+                .collect();
+            if let Some(row) = overtaken.first() {
+                state
+                    .store
+                    .mark_items_deleted(&row.store, &row.collection, &undone, crate::now())
+                    .await?;
+            }
+        }
+        left
+    };
+    match recording {
+        Recording::First => {}
+        Recording::AtOnce => {
+            let kept: Vec<ItemRecord> = current.into_iter().chain(left).collect();
+            state.store.record_items(&kept).await?;
+        }
+        Recording::Batched => {
+            state
+                .lineage
+                .record(current.into_iter().chain(left).collect())
+                .await;
+        }
+    }
+    refusal.map_or(Ok(()), |r| Err(r.into()))
+}
