@@ -436,6 +436,20 @@ pub struct ReadPlan {
     pub strip_metadatas: bool,
 }
 
+/// The `where` that finds the records stamped as any of a subject's keys in a tenant (what an
+/// erasure purges).
+pub fn stamped_by(tenant: &str, keys: &[String]) -> Value {
+    json!({"$and": [{ TENANT: { "$eq": tenant } }, { SUBJECT: { "$in": keys } }]})
+}
+
+/// Whether a record's metadata may be one of the subject's: it names the subject (one of
+/// `keys`, in `tenant`) as its owner, or names no owner at all (then a person must look, or
+/// lineage's word stands).
+pub fn may_be_subjects(meta: &Value, tenant: &str, keys: &[String]) -> bool {
+    let owner = || Some((meta.get(TENANT)?.as_str()?, meta.get(SUBJECT)?.as_str()?));
+    owner().is_none_or(|(t, s)| t == tenant && keys.iter().any(|k| k == s))
+}
+
 /// The conditions Lethe adds to every read: the caller's tenant, its bound subject, and not
 /// expired. Chroma evaluates them, so most refused records never leave the store.
 fn scope_conditions(

@@ -7,11 +7,11 @@ use async_trait::async_trait;
 use hyper::Method;
 use serde_json::{Value, json};
 
-use crate::adapters::stamp::{SUBJECT, TENANT};
 use crate::data::forward::{Route, Upstreams};
 use crate::erasure::http::StoreHttp;
 use crate::erasure::{Connector, ConnectorError, PurgeReport};
 use crate::store::ExpiredItem;
+use crate::stores::chroma::adapter::{may_be_subjects, stamped_by};
 
 /// One collection: the path of its record operations.
 struct Place {
@@ -138,7 +138,7 @@ impl ChromaConnector {
         tenant: &str,
         keys: &[String],
     ) -> Result<Vec<String>, ConnectorError> {
-        let filter = json!({"$and": [{ TENANT: { "$eq": tenant } }, { SUBJECT: { "$in": keys } }]});
+        let filter = stamped_by(tenant, keys);
         let answer = self
             .call(
                 Method::POST,
@@ -211,13 +211,6 @@ impl ChromaConnector {
         found.extend(self.known_left(place, known, tenant, keys).await?);
         Ok(found)
     }
-}
-
-/// Whether a record may be the subject's: its metadata names the subject (one of `keys`, in
-/// `tenant`) as its owner, or names no owner at all.
-fn may_be_subjects(meta: &Value, tenant: &str, keys: &[String]) -> bool {
-    let owner = || Some((meta.get(TENANT)?.as_str()?, meta.get(SUBJECT)?.as_str()?));
-    owner().is_none_or(|(t, s)| t == tenant && keys.iter().any(|k| k == s))
 }
 
 fn ids(answer: &Value) -> Vec<String> {
