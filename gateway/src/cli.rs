@@ -75,6 +75,9 @@ enum Command {
     /// Work with the audit log.
     #[command(subcommand)]
     Audit(AuditCommand),
+    /// List the kinds of store this build can front on the data plane (`adapter = "..."`) and
+    /// purge (`<kind>:<name>` erasure targets), one per line: `route chroma`, `target redis`.
+    Stores,
 }
 
 #[derive(Debug, Args)]
@@ -281,6 +284,15 @@ async fn dispatch(cli: Cli) -> Result<(), Failure> {
         }
         Command::Audit(AuditCommand::Verify { tenant }) => {
             audit_verify(&load()?, tenant.as_deref()).await
+        }
+        Command::Stores => {
+            for kind in crate::stores::KINDS {
+                println!("route {}", kind.name);
+            }
+            for kind in crate::erasure::TARGET_KINDS {
+                println!("target {kind}");
+            }
+            Ok(())
         }
     }
 }

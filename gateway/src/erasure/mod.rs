@@ -44,6 +44,10 @@ pub struct PurgeReport {
     pub probe_hits: Option<u64>,
 }
 
+/// The stores Lethe purges that no route fronts, configured under `[erasure]`: their targets are
+/// `<kind>:<name>`.
+pub const TARGET_KINDS: [&str; 3] = ["postgres", "redis", "sqlite"];
+
 /// A store Lethe can purge.
 #[async_trait]
 pub trait Connector: Send + Sync {

@@ -651,7 +651,10 @@ fn a_record_is_the_subjects_unless_its_stamp_names_another_owner() {
     let keys = ["u1".to_owned(), "u1-old".to_owned()];
     let owned = |t: &str, s: &str| json!({TENANT: t, SUBJECT: s});
     assert!(may_be_subjects(&owned("acme", "u1-old"), "acme", &keys));
-    assert!(may_be_subjects(&json!({"topic": "tea"}), "acme", &keys), "no owner named");
+    assert!(
+        may_be_subjects(&json!({"topic": "tea"}), "acme", &keys),
+        "no owner named"
+    );
     assert!(may_be_subjects(&Value::Null, "acme", &keys));
     assert!(!may_be_subjects(&owned("acme", "u2"), "acme", &keys));
     assert!(!may_be_subjects(&owned("globex", "u1"), "acme", &keys));
