@@ -10,7 +10,7 @@ pub mod config;
 pub mod control;
 pub mod data;
 pub mod erasure;
-mod error_shape;
+pub mod error_shape;
 pub mod keys;
 pub mod metrics;
 pub mod store;

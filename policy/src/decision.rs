@@ -102,6 +102,17 @@ pub enum Refusal {
 }
 
 impl Refusal {
+    pub const ALL: [Refusal; 8] = [
+        Refusal::ScopeViolation,
+        Refusal::SubjectSuppressed,
+        Refusal::StaleEpoch,
+        Refusal::ConsentRequired,
+        Refusal::NoRetentionRule,
+        Refusal::Expired,
+        Refusal::UnstampedItem,
+        Refusal::AlreadyExists,
+    ];
+
     pub fn code(self) -> &'static str {
         match self {
             Refusal::ScopeViolation => "scope_violation",

@@ -1,6 +1,7 @@
 //! Erasure requests: file, approve, follow. Approval flips the subject (unreadable and unwritable
 //! on every replica) before the answer is sent; purging the stores follows.
 
+use crate::error_shape::Code;
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
@@ -196,7 +197,7 @@ pub async fn certificate(
     if record.state != ErasureState::Completed {
         return Err(ApiError::new(
             StatusCode::CONFLICT,
-            "not_completed",
+            Code::NotCompleted,
             format!(
                 "the erasure is {}; a certificate comes with completion",
                 record.state

@@ -4,6 +4,7 @@
 //! [`render_errors`] (the outermost layer) writes the JSON body with the request id. Responses
 //! axum makes itself (unknown route, wrong method) get the same shape there.
 
+use crate::error_shape::Code;
 use axum::Json;
 use axum::extract::Request;
 use axum::http::{HeaderValue, StatusCode, header};
@@ -16,13 +17,13 @@ use crate::store::StoreError;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ApiError {
     pub status: StatusCode,
-    pub code: &'static str,
+    pub code: Code,
     pub message: String,
     pub details: Vec<String>,
 }
 
 impl ApiError {
-    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+    pub fn new(status: StatusCode, code: Code, message: impl Into<String>) -> Self {
         ApiError {
             status,
             code,
@@ -31,27 +32,31 @@ impl ApiError {
         }
     }
     pub fn unauthenticated(message: impl Into<String>) -> Self {
-        Self::new(StatusCode::UNAUTHORIZED, "unauthenticated", message)
+        Self::new(StatusCode::UNAUTHORIZED, Code::Unauthenticated, message)
     }
     pub fn forbidden(message: impl Into<String>) -> Self {
-        Self::new(StatusCode::FORBIDDEN, "forbidden", message)
+        Self::new(StatusCode::FORBIDDEN, Code::Forbidden, message)
     }
     pub fn not_found(what: &str) -> Self {
         Self::new(
             StatusCode::NOT_FOUND,
-            "not_found",
+            Code::NotFound,
             format!("no such {what}"),
         )
     }
     pub fn invalid(message: impl Into<String>) -> Self {
-        Self::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_request", message)
+        Self::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            Code::InvalidRequest,
+            message,
+        )
     }
     pub fn validation(problems: Vec<String>) -> Self {
         ApiError {
             details: problems,
             ..Self::new(
                 StatusCode::UNPROCESSABLE_ENTITY,
-                "validation_failed",
+                Code::ValidationFailed,
                 "the request has problems; see details",
             )
         }
@@ -63,30 +68,34 @@ impl From<StoreError> for ApiError {
         match e {
             StoreError::NotFound => ApiError::not_found("object"),
             StoreError::AlreadyRevoked => {
-                ApiError::new(StatusCode::CONFLICT, "already_revoked", e.to_string())
+                ApiError::new(StatusCode::CONFLICT, Code::AlreadyRevoked, e.to_string())
             }
             StoreError::AlreadyReleased => {
-                ApiError::new(StatusCode::CONFLICT, "already_released", e.to_string())
+                ApiError::new(StatusCode::CONFLICT, Code::AlreadyReleased, e.to_string())
             }
             StoreError::Approval(lethe_policy::ApprovalError::AlreadyApproved) => {
-                ApiError::new(StatusCode::CONFLICT, "already_approved", e.to_string())
+                ApiError::new(StatusCode::CONFLICT, Code::AlreadyApproved, e.to_string())
             }
             StoreError::Approval(lethe_policy::ApprovalError::NotAwaitingApproval) => {
-                ApiError::new(StatusCode::CONFLICT, "not_awaiting_approval", e.to_string())
+                ApiError::new(
+                    StatusCode::CONFLICT,
+                    Code::NotAwaitingApproval,
+                    e.to_string(),
+                )
             }
             StoreError::Transition(_) => {
-                ApiError::new(StatusCode::CONFLICT, "illegal_state", e.to_string())
+                ApiError::new(StatusCode::CONFLICT, Code::IllegalState, e.to_string())
             }
             StoreError::SubjectNotActive => ApiError::new(
                 StatusCode::CONFLICT,
-                "subject_suppressed",
+                Code::SubjectSuppressed,
                 "the subject is under erasure or erased",
             ),
             StoreError::Unavailable(_) => {
                 tracing::warn!(error = %e, "state store unavailable");
                 ApiError::new(
                     StatusCode::SERVICE_UNAVAILABLE,
-                    "state_unavailable",
+                    Code::StateUnavailable,
                     "the state store is unavailable",
                 )
             }
@@ -94,7 +103,7 @@ impl From<StoreError> for ApiError {
                 tracing::error!(error = %e, "state store error");
                 ApiError::new(
                     StatusCode::INTERNAL_SERVER_ERROR,
-                    "internal",
+                    Code::Internal,
                     "internal error",
                 )
             }
@@ -154,8 +163,12 @@ pub async fn render_errors(mut request: Request, next: Next) -> Response {
     });
     if let Some(error) = error {
         let details = (!error.details.is_empty()).then(|| json!(error.details));
-        let body =
-            crate::error_shape::error_body(error.code, &error.message, &id, details.as_ref());
+        let body = crate::error_shape::error_body(
+            error.code.as_str(),
+            &error.message,
+            &id,
+            details.as_ref(),
+        );
         let headers = std::mem::take(response.headers_mut());
         response = (error.status, Json(body)).into_response();
         for (name, value) in headers
@@ -173,13 +186,13 @@ pub async fn render_errors(mut request: Request, next: Next) -> Response {
 
 fn generic_error(status: StatusCode) -> ApiError {
     let code = match status {
-        StatusCode::NOT_FOUND => "not_found",
-        StatusCode::METHOD_NOT_ALLOWED => "method_not_allowed",
-        StatusCode::PAYLOAD_TOO_LARGE => "body_too_large",
-        StatusCode::UNSUPPORTED_MEDIA_TYPE => "unsupported_media_type",
-        StatusCode::REQUEST_TIMEOUT => "timeout",
-        s if s.is_client_error() => "invalid_request",
-        _ => "internal",
+        StatusCode::NOT_FOUND => Code::NotFound,
+        StatusCode::METHOD_NOT_ALLOWED => Code::MethodNotAllowed,
+        StatusCode::PAYLOAD_TOO_LARGE => Code::BodyTooLarge,
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => Code::UnsupportedMediaType,
+        StatusCode::REQUEST_TIMEOUT => Code::Timeout,
+        s if s.is_client_error() => Code::InvalidRequest,
+        _ => Code::Internal,
     };
     ApiError::new(status, code, status.canonical_reason().unwrap_or("error"))
 }

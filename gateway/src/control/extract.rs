@@ -1,5 +1,6 @@
 //! Extractors: the authenticated caller, and JSON bodies whose rejections use the error shape.
 
+use crate::error_shape::Code;
 use std::sync::Arc;
 
 use axum::extract::rejection::JsonRejection;
@@ -119,7 +120,7 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for ApiQuery<T> {
             Ok(axum::extract::Query(value)) => Ok(ApiQuery(value)),
             Err(rejection) => Err(ApiError::new(
                 StatusCode::BAD_REQUEST,
-                "invalid_request",
+                Code::InvalidRequest,
                 rejection.body_text(),
             )),
         }
@@ -131,22 +132,22 @@ fn json_rejection(rejection: JsonRejection) -> ApiError {
         JsonRejection::JsonDataError(e) => ApiError::invalid(e.body_text()),
         JsonRejection::JsonSyntaxError(_) => ApiError::new(
             StatusCode::BAD_REQUEST,
-            "invalid_json",
+            Code::InvalidJson,
             "the body is not valid JSON",
         ),
         JsonRejection::MissingJsonContentType(_) => ApiError::new(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            "unsupported_media_type",
+            Code::UnsupportedMediaType,
             "send the body as application/json",
         ),
         other if other.status() == StatusCode::PAYLOAD_TOO_LARGE => ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
-            "body_too_large",
+            Code::BodyTooLarge,
             "the body is larger than the configured limit",
         ),
         other => ApiError::new(
             StatusCode::BAD_REQUEST,
-            "invalid_request",
+            Code::InvalidRequest,
             other.body_text(),
         ),
     }

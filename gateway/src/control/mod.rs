@@ -6,7 +6,7 @@ mod erasures;
 pub mod error;
 mod extract;
 mod holds;
-mod ops;
+pub(crate) mod ops;
 mod retention;
 mod subjects;
 

@@ -1,5 +1,6 @@
 //! Health, readiness, metrics and the OpenAPI document.
 
+use crate::error_shape::Code;
 use axum::Json;
 use axum::extract::State;
 use axum::http::{StatusCode, header};
@@ -23,7 +24,7 @@ pub async fn readyz(
     state.store.ping().await.map_err(|_| {
         ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
-            "state_unavailable",
+            Code::StateUnavailable,
             "the state store is unavailable",
         )
     })?;

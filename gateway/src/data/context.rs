@@ -1,5 +1,6 @@
 //! Who a data-plane request is from and whose data it is about.
 
+use crate::error_shape::Code;
 use std::sync::Arc;
 
 use hyper::HeaderMap;
@@ -39,7 +40,7 @@ fn header(headers: &HeaderMap, name: &str) -> Result<Option<String>, DataError> 
         .ok_or_else(|| {
             DataError::new(
                 StatusCode::BAD_REQUEST,
-                "invalid_request",
+                Code::InvalidRequest,
                 format!("{name} must be 1 to 200 printable characters"),
             )
         })?;
@@ -55,7 +56,7 @@ impl RequestContext {
         if claims.role == Role::Compliance {
             return Err(DataError::new(
                 StatusCode::FORBIDDEN,
-                "forbidden",
+                Code::Forbidden,
                 "the compliance role does not use the data plane",
             ));
         }
@@ -64,7 +65,7 @@ impl RequestContext {
             (Some(bound), Some(asked)) if *bound != asked => {
                 return Err(DataError::new(
                     StatusCode::FORBIDDEN,
-                    "scope_violation",
+                    Code::ScopeViolation,
                     "X-Lethe-Subject contradicts the subject the token is bound to",
                 ));
             }

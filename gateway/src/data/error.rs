@@ -1,6 +1,7 @@
 //! Data-plane failures and their HTTP form. Every refusal is decided before anything reaches the
 //! upstream or the client; none echoes a body.
 
+use crate::error_shape::Code;
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::header::{CONTENT_LENGTH, CONTENT_TYPE, HeaderValue};
@@ -14,13 +15,13 @@ use crate::store::StoreError;
 #[derive(Debug, Clone, PartialEq)]
 pub struct DataError {
     pub status: StatusCode,
-    pub code: &'static str,
+    pub code: Code,
     pub message: String,
     pub details: Option<Value>,
 }
 
 impl DataError {
-    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+    pub fn new(status: StatusCode, code: Code, message: impl Into<String>) -> Self {
         DataError {
             status,
             code,
@@ -32,18 +33,18 @@ impl DataError {
     pub fn unknown_endpoint() -> Self {
         Self::new(
             StatusCode::NOT_FOUND,
-            "unknown_endpoint",
+            Code::UnknownEndpoint,
             "this endpoint is not passed through Lethe",
         )
     }
 
     pub fn upstream_unavailable(message: impl Into<String>) -> Self {
-        Self::new(StatusCode::BAD_GATEWAY, "upstream_unavailable", message)
+        Self::new(StatusCode::BAD_GATEWAY, Code::UpstreamUnavailable, message)
     }
 
     pub fn into_response(self, request_id: &str) -> Response<Full<Bytes>> {
         let body = crate::error_shape::error_body(
-            self.code,
+            self.code.as_str(),
             &self.message,
             request_id,
             self.details.as_ref(),
@@ -71,7 +72,7 @@ fn refusal_status(refusal: Refusal) -> StatusCode {
 
 impl From<Refusal> for DataError {
     fn from(refusal: Refusal) -> Self {
-        DataError::new(refusal_status(refusal), refusal.code(), refusal.to_string())
+        DataError::new(refusal_status(refusal), refusal.into(), refusal.to_string())
     }
 }
 
@@ -79,11 +80,11 @@ impl From<AdapterError> for DataError {
     fn from(e: AdapterError) -> Self {
         match e {
             AdapterError::Invalid(message) => {
-                DataError::new(StatusCode::BAD_REQUEST, "invalid_request", message)
+                DataError::new(StatusCode::BAD_REQUEST, Code::InvalidRequest, message)
             }
             AdapterError::MissingScope { .. } => DataError::new(
                 StatusCode::UNPROCESSABLE_ENTITY,
-                "missing_scope",
+                Code::MissingScope,
                 e.to_string(),
             ),
             AdapterError::Refused(ref records) => {
@@ -96,14 +97,14 @@ impl From<AdapterError> for DataError {
                     .collect();
                 DataError {
                     details: Some(Value::Array(details)),
-                    ..DataError::new(refusal_status(first), first.code(), e.to_string())
+                    ..DataError::new(refusal_status(first), first.into(), e.to_string())
                 }
             }
             AdapterError::UpstreamInvalid(message) => {
                 tracing::warn!(%message, "upstream answer refused");
                 DataError::new(
                     StatusCode::BAD_GATEWAY,
-                    "upstream_invalid",
+                    Code::UpstreamInvalid,
                     "the upstream's answer could not be checked",
                 )
             }
@@ -117,7 +118,7 @@ impl From<StoreError> for DataError {
         tracing::warn!(error = %e, "state store unavailable on the data plane");
         DataError::new(
             StatusCode::SERVICE_UNAVAILABLE,
-            "state_unavailable",
+            Code::StateUnavailable,
             "the state store is unavailable",
         )
     }

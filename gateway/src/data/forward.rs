@@ -1,6 +1,7 @@
 //! Sending a decided request to its upstream with a pooled client, and reading the whole answer
 //! before anything is passed back.
 
+use crate::error_shape::Code;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
 use std::sync::Arc;
@@ -258,12 +259,12 @@ impl Upstreams {
             None => format!("{base}{path}"),
         };
         let mut parts = route.upstream.clone().into_parts();
-        parts.path_and_query =
-            Some(path_and_query.parse().map_err(|_| {
-                DataError::new(StatusCode::BAD_REQUEST, "invalid_request", "bad path")
-            })?);
-        let uri = Uri::from_parts(parts)
-            .map_err(|_| DataError::new(StatusCode::BAD_REQUEST, "invalid_request", "bad path"))?;
+        parts.path_and_query = Some(path_and_query.parse().map_err(|_| {
+            DataError::new(StatusCode::BAD_REQUEST, Code::InvalidRequest, "bad path")
+        })?);
+        let uri = Uri::from_parts(parts).map_err(|_| {
+            DataError::new(StatusCode::BAD_REQUEST, Code::InvalidRequest, "bad path")
+        })?;
 
         let mut headers = client_headers.clone();
         strip_hop_by_hop(&mut headers);
@@ -321,7 +322,7 @@ impl Upstreams {
         {
             return Err(DataError::new(
                 StatusCode::BAD_GATEWAY,
-                "upstream_invalid",
+                Code::UpstreamInvalid,
                 "the upstream answered compressed",
             ));
         }

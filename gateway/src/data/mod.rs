@@ -15,6 +15,7 @@ pub mod policy_cache;
 pub mod stream;
 pub mod tokens;
 
+use crate::error_shape::Code;
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -155,19 +156,19 @@ fn overload_or_timeout(e: &BoxError) -> DataError {
     if e.is::<tower::timeout::error::Elapsed>() {
         DataError::new(
             StatusCode::GATEWAY_TIMEOUT,
-            "timeout",
+            Code::Timeout,
             "the request took longer than the configured timeout",
         )
     } else if e.is::<tower::load_shed::error::Overloaded>() {
         DataError::new(
             StatusCode::SERVICE_UNAVAILABLE,
-            "overloaded",
+            Code::Overloaded,
             "too many requests in flight; retry",
         )
     } else {
         DataError::new(
             StatusCode::INTERNAL_SERVER_ERROR,
-            "internal",
+            Code::Internal,
             "internal error",
         )
     }
@@ -221,12 +222,20 @@ async fn run(
     seen: &mut Seen,
 ) -> Result<Response<Body>, DataError> {
     let (parts, body) = request.into_parts();
-    let token = crate::auth::bearer_token(&parts.headers)
-        .map_err(|e| DataError::new(StatusCode::UNAUTHORIZED, "unauthenticated", e.to_string()))?;
-    let claims = state
-        .tokens
-        .verify(token)
-        .map_err(|e| DataError::new(StatusCode::UNAUTHORIZED, "unauthenticated", e.to_string()))?;
+    let token = crate::auth::bearer_token(&parts.headers).map_err(|e| {
+        DataError::new(
+            StatusCode::UNAUTHORIZED,
+            Code::Unauthenticated,
+            e.to_string(),
+        )
+    })?;
+    let claims = state.tokens.verify(token).map_err(|e| {
+        DataError::new(
+            StatusCode::UNAUTHORIZED,
+            Code::Unauthenticated,
+            e.to_string(),
+        )
+    })?;
     let ctx = RequestContext::new(id.to_owned(), claims, &parts.headers)?;
     seen.subject = ctx.subject.clone().map(|s| (ctx.tenant().to_owned(), s));
 
@@ -238,7 +247,7 @@ async fn run(
         .ok_or_else(|| {
             DataError::new(
                 StatusCode::NOT_FOUND,
-                "unknown_route",
+                Code::UnknownRoute,
                 "no route has this path prefix",
             )
         })?;
@@ -253,7 +262,7 @@ async fn run(
     let too_large = || {
         DataError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
-            "body_too_large",
+            Code::BodyTooLarge,
             format!("the body is larger than {} bytes", state.max_body_bytes),
         )
     };
@@ -269,7 +278,7 @@ async fn run(
             } else {
                 DataError::new(
                     StatusCode::BAD_REQUEST,
-                    "invalid_request",
+                    Code::InvalidRequest,
                     "the body could not be read",
                 )
             }
@@ -299,7 +308,7 @@ fn canonical_path(rest: &str) -> Result<&str, DataError> {
     } else {
         Err(DataError::new(
             StatusCode::BAD_REQUEST,
-            "invalid_request",
+            Code::InvalidRequest,
             "the path must name every segment plainly: no percent-encoding, empty, . or .. segments",
         ))
     }

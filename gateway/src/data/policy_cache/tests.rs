@@ -254,7 +254,7 @@ async fn an_unreachable_state_store_is_an_error_not_a_cached_answer() {
     );
     let refused: crate::data::error::DataError = answer.unwrap_err().into();
     assert_eq!(
-        (refused.status.as_u16(), refused.code),
+        (refused.status.as_u16(), refused.code.as_str()),
         (503, "state_unavailable")
     );
 }

@@ -1,5 +1,6 @@
 //! The Chroma route: the I/O around the pure adapter in `crate::stores::chroma::adapter`.
 
+use crate::error_shape::Code;
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::{Method, Response, StatusCode};
@@ -25,12 +26,12 @@ pub(crate) async fn handle(
         Endpoint::Refused => Err(DataError::unknown_endpoint()),
         Endpoint::NonCanonical => Err(DataError::new(
             StatusCode::BAD_REQUEST,
-            "invalid_request",
+            Code::InvalidRequest,
             "collection ids are written as lowercase, hyphenated UUIDs",
         )),
         Endpoint::Admin if ctx.claims.role != Role::Admin => Err(DataError::new(
             StatusCode::FORBIDDEN,
-            "forbidden",
+            Code::Forbidden,
             "managing tenants, databases and collections needs the admin role",
         )),
         Endpoint::PassThrough | Endpoint::Admin => {

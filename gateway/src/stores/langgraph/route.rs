@@ -4,6 +4,7 @@
 //! is created through Lethe; every later request about the thread is decided on that registration,
 //! before anything reaches the server.
 
+use crate::error_shape::Code;
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::{Method, Response, StatusCode};
@@ -57,12 +58,12 @@ async fn answer(
         Endpoint::Refused => Err(DataError::unknown_endpoint()),
         Endpoint::NonCanonical => Err(DataError::new(
             StatusCode::BAD_REQUEST,
-            "invalid_request",
+            Code::InvalidRequest,
             "thread ids are written as lowercase, hyphenated UUIDs",
         )),
         Endpoint::Admin if ctx.claims.role != Role::Admin => Err(DataError::new(
             StatusCode::FORBIDDEN,
-            "forbidden",
+            Code::Forbidden,
             "managing assistants needs the admin role",
         )),
         Endpoint::PassThrough | Endpoint::Admin => pass(upstream, path, body).await,
@@ -275,7 +276,7 @@ async fn count_threads(upstream: &Upstream<'_>, ctx: &RequestContext, body: Byte
     }
     Err(DataError::new(
         StatusCode::UNPROCESSABLE_ENTITY,
-        "too_many_threads",
+        Code::TooManyThreads,
         "more threads than Lethe counts in one request; narrow the metadata filter",
     ))
 }

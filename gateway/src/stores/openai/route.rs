@@ -5,6 +5,7 @@
 //! completions) are recorded before the client learns their id, so the next request naming one is
 //! decided on the record; embeddings inputs are recorded by fingerprint.
 
+use crate::error_shape::Code;
 use bytes::Bytes;
 use hyper::header;
 use hyper::{Method, Response, StatusCode};
@@ -395,7 +396,7 @@ async fn stream(
             Settled::Unrecorded => {
                 return Err(DataError::new(
                     StatusCode::SERVICE_UNAVAILABLE,
-                    "state_unavailable",
+                    Code::StateUnavailable,
                     "the stored object could not be recorded",
                 ));
             }
