@@ -1,0 +1,100 @@
+//! `lethe serve`: the composition root. Everything the server runs is built here from the
+//! configuration and wired together: the state store, the keys, the data plane, the control
+//! plane, the purge worker and the retention sweeper, stopped together on SIGINT / SIGTERM.
+
+use std::sync::Arc;
+
+use super::{Failure, connect};
+use crate::config::Config;
+use crate::control::{self, ControlState};
+
+pub(super) async fn serve(config: Config) -> Result<(), Failure> {
+    let store = connect(&config).await?;
+    let applied = store.migrate().await?;
+    if !applied.is_empty() {
+        tracing::info!(?applied, "applied state store migrations");
+    }
+    let verifier = Arc::new(crate::keys::verifier(&config, store.as_ref()).await?);
+    let audit_key: Arc<[u8]> = Arc::from(crate::keys::audit_key(&config, store.as_ref()).await?);
+    let (data_state, lineage_task) = crate::data::DataState::build(
+        &config,
+        Arc::clone(&store),
+        Arc::clone(&verifier),
+        Arc::clone(&audit_key),
+    )?;
+    let purge_store = Arc::clone(&store);
+    let certifier = Arc::new(crate::erasure::certificate::Certifier::new(
+        crate::keys::certificate_signer(&config, store.as_ref()).await?,
+        crate::erasure::certificate::Certifier::backups_of(&config),
+        Arc::clone(&audit_key),
+    ));
+    let control_state = ControlState {
+        store,
+        verifier,
+        audit_key,
+        metrics: Arc::default(),
+        max_body_bytes: usize::try_from(config.control_plane.max_body_bytes).unwrap_or(usize::MAX),
+        erasure: control::ErasureSettings::from_config(&config, Arc::clone(&certifier)),
+    };
+    let bind = |addr: std::net::SocketAddr| async move {
+        tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|e| Failure(format!("cannot listen on {addr}: {e}"), 2))
+    };
+    let control_listener = bind(config.control_plane.listen).await?;
+    let data_listener = bind(config.data_plane.listen).await?;
+    tracing::info!(
+        control = %config.control_plane.listen,
+        data = %config.data_plane.listen,
+        backend = control_state.store.backend(),
+        routes = data_state.routes.len(),
+        "listening"
+    );
+
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let stop_signal = async move {
+        shutdown_signal().await;
+        let _ = stop.send(true);
+    };
+    let until_stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|stop| *stop).await;
+    };
+    let limits = crate::data::Limits {
+        timeout: config.data_plane.request_timeout.0,
+        max_concurrency: usize::try_from(config.data_plane.max_concurrency).unwrap_or(usize::MAX),
+    };
+    let control = axum::serve(control_listener, control::app(control_state))
+        .with_graceful_shutdown(until_stopped(stopped.clone()));
+    let worker = crate::erasure::Worker::from_config(&config, Arc::clone(&purge_store))
+        .map_err(|e| Failure(e, 2))?
+        .certifying(certifier);
+    let purge = worker.run(until_stopped(stopped.clone()));
+    let sweeper = crate::erasure::Sweeper::from_config(&config, Arc::clone(&purge_store))
+        .map_err(|e| Failure(e, 2))?;
+    let sweep = sweeper.run(until_stopped(stopped.clone()));
+    let data = crate::data::serve(data_listener, data_state, limits, until_stopped(stopped));
+    let (control, (), (), (), ()) = tokio::join!(control, data, stop_signal, purge, sweep);
+    control?;
+    // The last lineage rows are written before the process ends.
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(10), lineage_task).await;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let interrupt = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut terminate =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(signal) => signal,
+                Err(_) => return std::future::pending().await,
+            };
+        tokio::select! {
+            _ = interrupt => {}
+            _ = terminate.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = interrupt.await;
+}
