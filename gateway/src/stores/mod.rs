@@ -2,7 +2,8 @@
 //! its data-plane handler (`route.rs`), its erasure connector (`connector.rs`) and, in its
 //! `mod.rs`, its typed route settings and the [`RouteStore`] that ties them together.
 //!
-//! Adding a store: a folder like the others, and one line in [`KINDS`]. Configuration
+//! Adding a store: a folder like the others, its `mod` line here, and one line in [`KINDS`]
+//! (the checklist is in `ARCHITECTURE.md`). Configuration
 //! (`adapter = "..."` and the kind's own keys), dispatch, erasure targets, the conformance suite
 //! and `lethe stores` all follow from that line.
 
