@@ -3,6 +3,7 @@
 
 #[cfg(test)]
 pub(crate) mod fixtures;
+pub mod sse;
 pub mod stamp;
 
 use lethe_policy::Refusal;

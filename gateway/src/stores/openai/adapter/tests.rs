@@ -2,6 +2,8 @@ use proptest::prelude::*;
 
 use super::*;
 use crate::adapters::fixtures::{self, code, now};
+use crate::adapters::sse::SseCheck;
+use serde_json::json;
 
 fn grant(retention: bool, train: bool) -> ProviderGrant {
     ProviderGrant {
@@ -503,64 +505,6 @@ fn list_answers_keep_only_what_is_allowed() {
         Some("/v1/conversations/conv_1/items/msg_2")
     );
     assert_eq!(object_path(EMBEDDED, "ab12"), None);
-}
-
-#[test]
-fn an_event_without_end_is_cut_at_a_mebibyte() {
-    let mut check = SseCheck::default();
-    let mut fed = 0;
-    let result = loop {
-        match check.feed(&[b'x'; 64 * 1024]) {
-            Ok(events) => assert!(events.is_empty()),
-            Err(e) => break e,
-        }
-        fed += 1;
-        assert!(fed < 100, "never cut");
-    };
-    assert!(result.contains("1 MiB"));
-    // Boundaries that straddle two chunks are found.
-    let mut split = SseCheck::default();
-    assert_eq!(split.feed(b"data: {}\n").unwrap(), "");
-    assert_eq!(split.feed(b"\ndata: {}\r\n\r").unwrap(), "data: {}\n\n");
-    assert_eq!(split.feed(b"\n").unwrap(), "data: {}\r\n\r\n");
-}
-
-#[test]
-fn server_sent_events_are_checked_as_they_pass() {
-    let mut check = SseCheck::default();
-    assert_eq!(
-        check.feed(b"data: {\"a\":").unwrap(),
-        "",
-        "an event split across chunks waits"
-    );
-    assert_eq!(
-        check
-            .feed(b" 1}\n\n: keep-alive\n\nevent: response.created\ndata: {}\n\ndata: {")
-            .unwrap(),
-        "data: {\"a\": 1}\n\n: keep-alive\n\nevent: response.created\ndata: {}\n\n"
-    );
-    assert_eq!(
-        check.feed(b"}\n\ndata: [DONE]\r\n\r\n").unwrap(),
-        "data: {}\n\ndata: [DONE]\r\n\r\n"
-    );
-    assert_eq!(check.finish(), Ok(()));
-    let mut half = SseCheck::default();
-    half.feed(b"data: {\"a\"").unwrap();
-    assert!(half.finish().is_err());
-    for bad in [
-        &b"data: not json\n\n"[..],
-        b"garbage line\n\n",
-        b"data: \xff\xfe\n\n",
-    ] {
-        assert!(
-            SseCheck::default().feed(bad).is_err(),
-            "{}",
-            String::from_utf8_lossy(bad)
-        );
-    }
-    let event = String::from_utf8(error_event("subject_suppressed", "cut")).unwrap();
-    assert!(SseCheck::default().feed(event.as_bytes()).is_ok());
-    assert!(event.starts_with("event: error\ndata: {"));
 }
 
 #[test]
