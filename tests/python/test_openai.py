@@ -219,7 +219,14 @@ def test_an_erasure_deletes_the_subjects_provider_objects_and_certifies_the_wind
     assert store["backup_retention"] == "30d", store
     # The provider's copies outlast the 7 days of Chroma's backups: they set the final expiry.
     assert certificate["final_backup_expiry"] == store["backup_expires_at"]
-    assert certificate["exceptions"] == []
+    provider_copies = store["physical"]["remaining"]
+    assert [c["until"] is not None for c in provider_copies] == [True], "the provider's copies are dated"
+    assert provider_copies[0]["until"] >= certificate["completed_at"]
+    # Only Chroma's copies, which Chroma gives no date for, are exceptions; then no final copy
+    # expiry can be claimed.
+    assert certificate["exceptions"] and all(e.startswith("chroma:chroma: ") and "with no date" in e
+                                             for e in certificate["exceptions"]), certificate["exceptions"]
+    assert certificate["final_copy_expiry"] is None
 
 
 def certificates(folder):

@@ -15,6 +15,7 @@ use lethe_policy::MaxAge;
 use lethe_policy::audit::{ChainHead, subject_ref};
 use serde_json::{Value, json};
 
+use super::Physical;
 use crate::config::Config;
 use crate::store::{ErasureRecord, PurgeJob, Store, StoreError};
 
@@ -120,6 +121,8 @@ pub fn issue(evidence: &Evidence<'_>, signer: &Signer) -> Vec<u8> {
     let r = evidence.record;
     let completed = r.completed_at.unwrap_or(evidence.issued_at);
     let mut final_backup_expiry: Option<DateTime<Utc>> = Some(completed);
+    // The latest date any copy is gone by: backups and every copy a store names.
+    let mut final_copy_expiry: Option<DateTime<Utc>> = Some(completed);
     let mut exceptions = Vec::new();
     let stores: Vec<Value> = evidence
         .jobs
@@ -138,6 +141,25 @@ pub fn issue(evidence: &Evidence<'_>, signer: &Signer) -> Vec<u8> {
                 exceptions.push(format!("{}: purge {}", job.target, job.state));
             }
             let result = job.result.clone().unwrap_or(Value::Null);
+            let physical: Physical = result
+                .get("physical")
+                .and_then(|p| serde_json::from_value(p.clone()).ok())
+                .unwrap_or_default();
+            for copy in &physical.remaining {
+                match (copy.until, &copy.unknown) {
+                    (Some(at), _) => final_copy_expiry = final_copy_expiry.map(|f| f.max(at)),
+                    (None, reason) => {
+                        final_copy_expiry = None;
+                        exceptions.push(format!(
+                            "{}: {} still holds {}, with no date: {}",
+                            job.target,
+                            copy.place,
+                            copy.holds,
+                            reason.as_deref().unwrap_or("unknown")
+                        ));
+                    }
+                }
+            }
             json!({
                 "target": job.target,
                 "state": job.state,
@@ -171,6 +193,7 @@ pub fn issue(evidence: &Evidence<'_>, signer: &Signer) -> Vec<u8> {
         "stores": stores,
         "exceptions": exceptions,
         "final_backup_expiry": final_backup_expiry,
+        "final_copy_expiry": final_copy_expiry.zip(final_backup_expiry).map(|(c, b)| c.max(b)),
         "audit_chain_head": evidence.chain_head,
         "issued_at": evidence.issued_at,
     });
@@ -259,6 +282,7 @@ pub fn render_html(document: &[u8]) -> String {
         "online_latency_ms",
         "completion_latency_ms",
         "final_backup_expiry",
+        "final_copy_expiry",
         "issued_at",
     ] {
         rows.push_str(&format!(
@@ -268,12 +292,33 @@ pub fn render_html(document: &[u8]) -> String {
         ));
     }
     let mut stores = String::new();
+    let mut copies = String::new();
     for s in c["stores"].as_array().into_iter().flatten() {
+        let done: Vec<String> = s["physical"]["done"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(field)
+            .collect();
         stores.push_str(&format!(
             "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>\n",
-            field(&s["target"]), field(&s["before"]), field(&s["deleted"]), field(&s["remaining"]), field(&s["physical"]),
+            field(&s["target"]), field(&s["before"]), field(&s["deleted"]), field(&s["remaining"]), done.join("; "),
             field(&s["backup_retention"]), field(&s["backup_expires_at"])
         ));
+        for copy in s["physical"]["remaining"].as_array().into_iter().flatten() {
+            let until = match &copy["until"] {
+                Value::Null => format!("unknown: {}", field(&copy["unknown"])),
+                at => field(at),
+            };
+            copies.push_str(&format!(
+                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>\n",
+                field(&s["target"]),
+                field(&copy["place"]),
+                field(&copy["holds"]),
+                field(&copy["why"]),
+                until
+            ));
+        }
     }
     let exceptions: String = c["exceptions"]
         .as_array()
@@ -286,7 +331,8 @@ pub fn render_html(document: &[u8]) -> String {
          <style>body{{font-family:sans-serif;max-width:60rem;margin:2rem auto}}table{{border-collapse:collapse}}\
          th,td{{border:1px solid #ccc;padding:.3rem .6rem;text-align:left}}</style></head><body>\
          <h1>Erasure certificate</h1><table>{rows}</table><h2>Stores</h2><table><tr><th>store</th><th>before</th>\
-         <th>deleted</th><th>remaining</th><th>physical removal</th><th>backup retention</th><th>backups expire</th></tr>{stores}</table>\
+         <th>deleted</th><th>remaining</th><th>removed from disk</th><th>backup retention</th><th>backups expire</th></tr>{stores}</table>\
+         <h2>Copies that remain</h2><table><tr><th>store</th><th>where</th><th>what</th><th>why</th><th>gone by</th></tr>{copies}</table>\
          <h2>Exceptions</h2><ul>{exceptions}</ul><h2>Audit chain head</h2><p>row {seq}, {hash}</p>\
          <h2>Signature</h2><p>Ed25519, public key <code>{key}</code>. Check the JSON document with \
          <code>lethe certificate verify FILE --key PUBLIC_KEY</code>.</p></body></html>",
@@ -335,7 +381,11 @@ mod tests {
             next_attempt_at: at,
             last_error: None,
             result: Some(
-                json!({"before": 3, "deleted": 3, "remaining": 0, "physical": "pending: compaction"}),
+                json!({"before": 3, "deleted": 3, "remaining": 0, "physical": {
+                    "done": ["keys unlinked"],
+                    "remaining": [{"place": "pg_wal", "holds": "rows", "why": "recycled later",
+                        "until": "2026-12-01T10:00:00Z", "unknown": null}],
+                }}),
             ),
             updated_at: at,
         };
@@ -388,6 +438,47 @@ mod tests {
             "subject keys appear only as HMAC references"
         );
         assert!(render_html(&document).contains("2027-01-03T10:00:03Z"));
+    }
+
+    #[test]
+    fn every_remaining_copy_is_named_with_its_date_and_an_undated_one_is_an_exception() {
+        let signer = Signer::from_seed(&[7u8; 32]).unwrap();
+        let certificate = verify(&issued(&signer), &signer.public_key_hex()).unwrap();
+        assert_eq!(
+            certificate["stores"][0]["physical"]["remaining"][0]["place"],
+            "pg_wal"
+        );
+        assert_eq!(
+            certificate["final_copy_expiry"], "2027-01-03T10:00:03Z",
+            "the latest of the copies' dates and the backups'"
+        );
+        assert_eq!(certificate["exceptions"], json!([]));
+
+        let (record, mut jobs, head, backups) = evidence_parts();
+        jobs[0].result = Some(
+            json!({"before": 1, "deleted": 1, "remaining": 0, "physical": {
+                "done": [], "remaining": [{"place": "data_level0.bin", "holds": "vectors",
+                    "why": "marked deleted", "until": null, "unknown": "rebuilt only with the collection"}],
+            }}),
+        );
+        let evidence = Evidence {
+            record: &record,
+            jobs: &jobs,
+            chain_head: &head,
+            backups: &backups,
+            audit_key: b"k",
+            issued_at: record.updated_at,
+        };
+        let document = issue(&evidence, &signer);
+        let certificate = verify(&document, &signer.public_key_hex()).unwrap();
+        assert_eq!(certificate["final_copy_expiry"], Value::Null);
+        assert_eq!(
+            certificate["exceptions"],
+            json!([
+                "chroma:chroma: data_level0.bin still holds vectors, with no date: rebuilt only with the collection"
+            ])
+        );
+        assert!(render_html(&document).contains("unknown: rebuilt only with the collection"));
     }
 
     #[test]

@@ -6,6 +6,7 @@
 pub mod certificate;
 pub mod error;
 pub(crate) mod http;
+pub mod physical;
 mod postgres;
 mod redis;
 mod sqlite_file;
@@ -29,6 +30,7 @@ use crate::config::Config;
 use crate::data::forward::{Route, Upstreams};
 use crate::store::{ExpiredItem, JobOutcome, PurgeJob, Store};
 pub use error::ConnectorError;
+pub use physical::{Copy, Physical};
 
 /// What one store held of a subject, and what is left.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -36,8 +38,8 @@ pub struct PurgeReport {
     pub before: u64,
     pub deleted: u64,
     pub remaining: u64,
-    /// Whether the bytes are gone from the store's files, or when they will be.
-    pub physical: String,
+    /// What the purge removed from the store's files, and every copy that remains.
+    pub physical: physical::Physical,
     /// Records the verification probe found that still belong to the subject (stores the probe
     /// searches only).
     #[serde(skip_serializing_if = "Option::is_none")]

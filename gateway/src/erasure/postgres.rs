@@ -1,12 +1,13 @@
 //! Purging a subject from an agent app's own PostgreSQL tables (a pgvector `memories` table, a
 //! `messages` table, ...): the configured statements, then the physical step — `REINDEX INDEX
-//! CONCURRENTLY` (an HNSW index keeps deleted vectors until rebuilt) and `VACUUM` — reported apart,
-//! with a warning when an inactive replication slot pins the WAL that still holds the old rows.
+//! CONCURRENTLY` (an HNSW index keeps deleted vectors until rebuilt) and `VACUUM (ANALYZE)`
+//! (statistics hold sampled values) — reported apart, with every place that still holds the
+//! deleted rows (free space, the WAL, its archive, replication slots) and its date or reason.
 
 use async_trait::async_trait;
 use sqlx::{Connection, PgConnection};
 
-use super::{Connector, ConnectorError, PurgeReport};
+use super::{Connector, ConnectorError, Copy, Physical, PurgeReport};
 use crate::config::PostgresTarget;
 
 pub struct PostgresConnector {
@@ -41,42 +42,157 @@ impl PostgresConnector {
         Ok(u64::try_from(total).unwrap_or(0))
     }
 
-    /// Rebuilds indexes and vacuums tables; says what was done and what still holds old bytes.
-    async fn physical(&self, conn: &mut PgConnection) -> String {
-        let mut done = Vec::new();
+    /// Rebuilds indexes, vacuums and analyzes tables (statistics hold sampled values), and
+    /// names what still holds the deleted rows: free space in the tables' files and the WAL from
+    /// the deletion's LSN on, with the date the server's settings give, or why none can be given.
+    async fn physical(&self, conn: &mut PgConnection, deletion: &str) -> Physical {
+        let mut physical = Physical::default();
         for index in &self.target.reindex {
             let sql = format!("REINDEX INDEX CONCURRENTLY {}", quote(index));
             match sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
                 .execute(&mut *conn)
                 .await
             {
-                Ok(_) => done.push(format!("reindexed {index}")),
-                Err(e) => done.push(format!("REINDEX {index} failed: {e}")),
+                Ok(_) => physical
+                    .done
+                    .push(format!("index {index} rebuilt without the deleted entries")),
+                Err(e) => physical.remaining.push(Copy::unknown(
+                    &format!("index {index}"),
+                    "entries (and for HNSW, vectors) of the deleted rows",
+                    &format!("REINDEX failed: {e}"),
+                    "an index keeps deleted entries until it is rebuilt",
+                )),
             }
         }
         for table in &self.target.vacuum {
-            let sql = format!("VACUUM {}", quote(table));
+            let sql = format!("VACUUM (ANALYZE) {}", quote(table));
             match sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
                 .execute(&mut *conn)
                 .await
             {
-                Ok(_) => done.push(format!("vacuumed {table}")),
-                Err(e) => done.push(format!("VACUUM {table} failed: {e}")),
+                Ok(_) => {
+                    physical.done.push(format!("table {table} vacuumed and analyzed (its statistics no longer sample the deleted rows)"));
+                    physical.remaining.push(Copy::unknown(
+                        &format!("table {table}'s data files (free space)"),
+                        "bytes of the deleted rows",
+                        "VACUUM makes the space of dead rows reusable but does not overwrite it",
+                        "the space is overwritten only when later rows need it",
+                    ));
+                }
+                Err(e) => physical.remaining.push(Copy::unknown(
+                    &format!("table {table} and its statistics (pg_statistic)"),
+                    "the deleted rows, and values sampled from them",
+                    &format!("VACUUM (ANALYZE) failed: {e}"),
+                    "autovacuum reclaims and analyzes on its own schedule",
+                )),
             }
         }
-        done.push("the WAL keeps the deleted rows until its segments are recycled".to_owned());
-        let slots: Result<Vec<String>, _> = sqlx::query_scalar(
-            "SELECT slot_name::text FROM pg_replication_slots WHERE NOT active ORDER BY slot_name",
-        )
-        .fetch_all(&mut *conn)
-        .await;
-        if let Ok(slots) = slots
-            && !slots.is_empty()
-        {
-            done.push(format!("WARNING: inactive replication slot(s) {} pin WAL that still holds the deleted rows", slots.join(", ")));
+        if self.target.vacuum.is_empty() {
+            physical.remaining.push(Copy::unknown(
+                "the purged tables and their statistics (pg_statistic)",
+                "the deleted rows as dead tuples, and values sampled from them",
+                "no table is named in vacuum, so Lethe neither vacuums nor analyzes",
+                "autovacuum's schedule; name the tables in vacuum",
+            ));
         }
-        done.join("; ")
+        physical.remaining.extend(wal(conn, deletion).await);
+        physical
     }
+}
+
+/// A duration setting as the server shows it (`30s`, `5min`, `1h`, `1d`).
+fn pg_interval(text: &str) -> Option<std::time::Duration> {
+    let split = text.find(|c: char| !c.is_ascii_digit())?;
+    let (number, unit) = text.split_at(split);
+    let n: u64 = number.parse().ok()?;
+    let seconds = match unit {
+        "ms" => return Some(std::time::Duration::from_millis(n)),
+        "s" => n,
+        "min" => n.checked_mul(60)?,
+        "h" => n.checked_mul(3600)?,
+        "d" => n.checked_mul(86_400)?,
+        _ => return None,
+    };
+    Some(std::time::Duration::from_secs(seconds))
+}
+
+/// One server setting, as text.
+async fn setting(conn: &mut PgConnection, name: &str) -> Option<String> {
+    sqlx::query_scalar::<_, String>("SELECT current_setting($1)")
+        .bind(name)
+        .fetch_one(&mut *conn)
+        .await
+        .ok()
+}
+
+/// The WAL that holds the deleted rows: from the deletion's LSN on, in `pg_wal` until the server
+/// removes or overwrites the segments, and wherever archiving and replication slots keep them.
+async fn wal(conn: &mut PgConnection, deletion: &str) -> Vec<Copy> {
+    let place = format!("pg_wal (segments from LSN {deletion})");
+    let holds = "the deleted rows, as written and as deleted";
+    let mut copies = Vec::new();
+    if setting(conn, "archive_mode")
+        .await
+        .is_some_and(|m| m != "off")
+    {
+        copies.push(Copy::unknown(
+            "the WAL archive (archive_command)",
+            holds,
+            "every WAL segment is archived",
+            "the archive keeps segments as long as its own retention says; give this target a backup retention",
+        ));
+    }
+    let slots: Vec<String> = sqlx::query_scalar(
+        "SELECT slot_name::text FROM pg_replication_slots
+         WHERE restart_lsn IS NULL OR restart_lsn <= $1::pg_lsn ORDER BY slot_name",
+    )
+    .bind(deletion)
+    .fetch_all(&mut *conn)
+    .await
+    .unwrap_or_default();
+    if !slots.is_empty() {
+        copies.push(Copy::unknown(
+            &place,
+            holds,
+            &format!(
+                "replication slot(s) {} hold WAL from before the deletion",
+                slots.join(", ")
+            ),
+            "the segments stay until every slot has moved past the deletion",
+        ));
+        return copies;
+    }
+    let recycle = setting(conn, "wal_recycle")
+        .await
+        .unwrap_or_else(|| "on".into());
+    let keep = setting(conn, "wal_keep_size")
+        .await
+        .unwrap_or_else(|| "?".into());
+    let timeout = setting(conn, "checkpoint_timeout").await;
+    let seconds = timeout.as_deref().and_then(pg_interval);
+    copies.push(match (recycle.as_str(), keep.as_str(), seconds) {
+        // Segments before the last checkpoint's redo point go at the next one; two checkpoint
+        // intervals cover both.
+        ("off", "0", Some(interval)) => Copy::until(
+            &place,
+            holds,
+            "the segments are removed once two checkpoints have passed the deletion",
+            crate::now() + chrono::TimeDelta::from_std(interval * 2).unwrap_or(chrono::TimeDelta::MAX),
+        ),
+        ("off", _, _) => Copy::unknown(
+            &place,
+            holds,
+            &format!("wal_keep_size = {keep} keeps segments"),
+            "until that much newer WAL has been written",
+        ),
+        _ => Copy::unknown(
+            &place,
+            holds,
+            "PostgreSQL recycles old segments by renaming them (wal_recycle = on): their bytes stay until new WAL overwrites them",
+            "depends on how much WAL the server writes afterwards",
+        ),
+    });
+    copies
 }
 
 /// A schema-qualified identifier, quoted part by part.
@@ -117,8 +233,12 @@ impl Connector for PostgresConnector {
             }
         }
         tx.commit().await.map_err(failed(""))?;
+        let deletion: String = sqlx::query_scalar("SELECT pg_current_wal_lsn()::text")
+            .fetch_one(&mut conn)
+            .await
+            .map_err(failed(": current WAL position"))?;
         let remaining = self.count(&mut conn, tenant, keys).await?;
-        let physical = self.physical(&mut conn).await;
+        let physical = self.physical(&mut conn, &deletion).await;
         Ok(PurgeReport {
             probe_hits: None,
             before,
@@ -133,6 +253,20 @@ impl Connector for PostgresConnector {
 mod tests {
     use super::*;
     use crate::testing::{execute_raw, fresh_postgres_database};
+
+    #[test]
+    fn duration_settings_read_as_the_server_shows_them() {
+        assert_eq!(
+            pg_interval("5min"),
+            Some(std::time::Duration::from_secs(300))
+        );
+        assert_eq!(pg_interval("30s"), Some(std::time::Duration::from_secs(30)));
+        assert_eq!(
+            pg_interval("1d"),
+            Some(std::time::Duration::from_secs(86_400))
+        );
+        assert_eq!(pg_interval("soon"), None);
+    }
 
     #[tokio::test]
     async fn a_subjects_rows_go_and_everyone_elses_stay() {
@@ -169,11 +303,32 @@ mod tests {
             (15, 15, 0),
             "{report:?}"
         );
+        let done = report.physical.done.join("; ");
         assert!(
-            report.physical.contains("reindexed memories_by_user")
-                && report.physical.contains("vacuumed messages"),
-            "{}",
-            report.physical
+            done.contains("index memories_by_user rebuilt")
+                && done.contains("table messages vacuumed and analyzed"),
+            "{done}"
+        );
+        let places: Vec<&str> = report
+            .physical
+            .remaining
+            .iter()
+            .map(|c| c.place.as_str())
+            .collect();
+        assert!(
+            places
+                .iter()
+                .any(|p| p.starts_with("pg_wal (segments from LSN ")),
+            "{places:?}"
+        );
+        assert!(
+            report
+                .physical
+                .remaining
+                .iter()
+                .all(|c| c.until.is_some() != c.unknown.is_some()),
+            "every copy has a date or a reason: {:?}",
+            report.physical.remaining
         );
         let others = execute_raw(&url, "DELETE FROM memories WHERE user_id IN ('u0', 'u1')")
             .await

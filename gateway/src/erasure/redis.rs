@@ -4,7 +4,9 @@
 use async_trait::async_trait;
 use redis::aio::MultiplexedConnection;
 
-use super::{Connector, ConnectorError, PurgeReport};
+use std::time::Duration;
+
+use super::{Connector, ConnectorError, Copy, Physical, PurgeReport};
 use crate::config::RedisTarget;
 
 pub struct RedisConnector {
@@ -77,21 +79,151 @@ async fn config_value(con: &mut MultiplexedConnection, name: &str) -> Option<Str
     pair.get(1).cloned()
 }
 
-/// What the server keeps on disk, as far as it says.
-async fn persistence(con: &mut MultiplexedConnection) -> String {
-    let aof = config_value(con, "appendonly").await;
-    let save = config_value(con, "save").await;
-    match (aof.as_deref(), save.as_deref()) {
-        (Some("no"), Some("")) => {
-            "done: keys unlinked (memory freed in the background); the server keeps nothing on disk"
-                .to_owned()
+/// One field of `INFO <section>`.
+async fn info_field(
+    con: &mut MultiplexedConnection,
+    section: &str,
+    field: &str,
+) -> Result<String, redis::RedisError> {
+    let info: String = redis::cmd("INFO").arg(section).query_async(con).await?;
+    Ok(info
+        .lines()
+        .find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))
+        .unwrap_or_default()
+        .trim()
+        .to_owned())
+}
+
+/// How long Lethe waits for the server to finish rewriting its files.
+const REWRITE_DEADLINE: Duration = Duration::from_secs(300);
+
+/// Starts a background rewrite (`BGREWRITEAOF` or `BGSAVE`) and waits until the server reports
+/// it finished, and whether it went well.
+async fn rewrite(
+    con: &mut MultiplexedConnection,
+    command: &str,
+    in_progress: &[&str],
+    status: &str,
+) -> Result<(), String> {
+    let done = async |con: &mut MultiplexedConnection| -> Result<bool, String> {
+        for field in in_progress {
+            if info_field(con, "persistence", field)
+                .await
+                .map_err(|e| e.to_string())?
+                != "0"
+            {
+                return Ok(false);
+            }
         }
-        (None, _) | (_, None) => {
-            "keys unlinked; the server does not say what it persists (CONFIG is disabled)"
-                .to_owned()
+        Ok(true)
+    };
+    let deadline = tokio::time::Instant::now() + REWRITE_DEADLINE;
+    // One already running holds the old contents: let it end, then start ours.
+    while !done(con).await? {
+        if tokio::time::Instant::now() > deadline {
+            return Err(format!(
+                "an earlier rewrite did not end within {} s",
+                REWRITE_DEADLINE.as_secs()
+            ));
         }
-        _ => "pending: keys unlinked; RDB/AOF files keep them until the next snapshot or rewrite"
-            .to_owned(),
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    redis::cmd(command)
+        .query_async::<()>(con)
+        .await
+        .map_err(|e| format!("{command} refused: {e}"))?;
+    while !done(con).await? {
+        if tokio::time::Instant::now() > deadline {
+            return Err(format!(
+                "{command} did not finish within {} s",
+                REWRITE_DEADLINE.as_secs()
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    match info_field(con, "persistence", status)
+        .await
+        .map_err(|e| e.to_string())?
+        .as_str()
+    {
+        "ok" => Ok(()),
+        other => Err(format!("{command} ended with status {other:?}")),
+    }
+}
+
+/// Once the keys are unlinked, the server's files are rewritten without them (the AOF, a fresh
+/// RDB snapshot), so that nothing of the subject is left on its disk; what cannot be rewritten
+/// is named.
+async fn physical(con: &mut MultiplexedConnection, server: &str) -> Physical {
+    let mut physical = Physical::done([format!("{server}: keys unlinked")]);
+    let (Some(aof), Some(save)) = (
+        config_value(con, "appendonly").await,
+        config_value(con, "save").await,
+    ) else {
+        return physical.with(Copy::unknown(
+            &format!("{server}: the server's persistence files"),
+            "the subject's keys and values",
+            "CONFIG is disabled, so Lethe cannot tell what the server keeps on disk",
+            "unknown whether and when the server rewrites its files",
+        ));
+    };
+    if aof == "yes" {
+        match rewrite(con, "BGREWRITEAOF", &["aof_rewrite_in_progress", "aof_rewrite_scheduled"], "aof_last_bgrewrite_status").await {
+            Ok(()) => physical.done.push(format!("{server}: append-only file rewritten without the keys")),
+            Err(why) => physical.remaining.push(Copy::unknown(
+                &format!("{server}: the append-only file"),
+                "every write of the subject's keys",
+                &why,
+                "the server rewrites it on its own only when it has grown (auto-aof-rewrite-percentage)",
+            )),
+        }
+    }
+    if !save.is_empty() {
+        match rewrite(
+            con,
+            "BGSAVE",
+            &["rdb_bgsave_in_progress"],
+            "rdb_last_bgsave_status",
+        )
+        .await
+        {
+            Ok(()) => physical
+                .done
+                .push(format!("{server}: RDB snapshot taken without the keys")),
+            Err(why) => physical.remaining.push(Copy::unknown(
+                &format!("{server}: the RDB snapshot"),
+                "the subject's keys and values at the last snapshot",
+                &why,
+                &format!("the server snapshots again on its own schedule (save {save})"),
+            )),
+        }
+    }
+    if aof != "yes" && save.is_empty() {
+        physical
+            .done
+            .push(format!("{server}: the server keeps nothing on disk"));
+    }
+    let replicas = info_field(con, "replication", "connected_slaves")
+        .await
+        .unwrap_or_default();
+    if !matches!(replicas.as_str(), "" | "0") {
+        physical.remaining.push(Copy::unknown(
+            &format!("{server}: the persistence files of its {replicas} replica(s)"),
+            "the subject's keys and values, as the replicas persisted them",
+            "replicas unlink the keys as they replicate, but rewrite their own files on their own schedule",
+            "Lethe reaches primaries only",
+        ));
+    }
+    physical
+}
+
+/// A Redis URL without its password, for reports.
+fn server_of(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            format!("{}{}", &url[..scheme + 3], &url[at + 1..])
+        }
+        _ => url.to_owned(),
     }
 }
 
@@ -110,9 +242,8 @@ impl Connector for RedisConnector {
             before: 0,
             deleted: 0,
             remaining: 0,
-            physical: String::new(),
+            physical: Physical::default(),
         };
-        let mut physical = Vec::new();
         for url in &self.target.urls {
             let failed = |e: redis::RedisError| ConnectorError::from_redis(name, &e);
             let client = redis::Client::open(url.as_str()).map_err(failed)?;
@@ -133,10 +264,10 @@ impl Connector for RedisConnector {
                 }
                 report.remaining += scan(&mut con, pattern).await.map_err(failed)?.len() as u64;
             }
-            physical.push(persistence(&mut con).await);
+            let server = physical(&mut con, &server_of(url)).await;
+            report.physical.done.extend(server.done);
+            report.physical.remaining.extend(server.remaining);
         }
-        physical.dedup();
-        report.physical = physical.join("; ");
         Ok(report)
     }
 }
@@ -203,7 +334,15 @@ mod tests {
             (1502, 1502, 0),
             "{report:?}"
         );
-        assert!(!report.physical.is_empty());
+        assert_eq!(
+            report.physical.done,
+            [
+                "redis://127.0.0.1:6379: keys unlinked",
+                "redis://127.0.0.1:6379: the server keeps nothing on disk"
+            ],
+            "the test server persists nothing (scripts/test starts it so)"
+        );
+        assert!(report.physical.remaining.is_empty());
         assert_eq!(
             scan(&mut con, &format!("{tenant}:u2:*"))
                 .await

@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use sqlx::sqlite::SqliteConnectOptions;
 use sqlx::{ConnectOptions, SqliteConnection};
 
-use super::{Connector, ConnectorError, PurgeReport};
+use super::{Connector, ConnectorError, Copy, Physical, PurgeReport};
 use crate::config::SqliteTarget;
 
 pub struct SqliteFileConnector {
@@ -98,14 +98,21 @@ impl Connector for SqliteFileConnector {
         let deleted = self.over_ids(&mut conn, "DELETE", &ids).await?;
         let remaining = self.over_ids(&mut conn, "SELECT count(*)", &ids).await?;
         // Rewrite the file and empty a write-ahead log, so the old pages are gone from disk.
+        let zeroed = "rows deleted with secure_delete (their pages zeroed)".to_owned();
         let physical = match sqlx::raw_sql("VACUUM; PRAGMA wal_checkpoint(TRUNCATE);")
             .execute(&mut conn)
             .await
         {
-            Ok(_) => "done: deleted with secure_delete, file rewritten by VACUUM".to_owned(),
-            Err(e) => {
-                format!("pending: VACUUM failed ({e}); freed pages were zeroed by secure_delete")
-            }
+            Ok(_) => Physical::done([
+                zeroed,
+                "file rewritten by VACUUM, write-ahead log truncated".to_owned(),
+            ]),
+            Err(e) => Physical::done([zeroed]).with(Copy::unknown(
+                &format!("{}-wal", self.target.path.display()),
+                "pages of the deleted rows as they were before the delete",
+                &format!("VACUUM failed ({e}), so the write-ahead log was not truncated"),
+                "SQLite overwrites the log once it checkpoints it, which depends on later writes",
+            )),
         };
         Ok(PurgeReport {
             probe_hits: None,
@@ -167,7 +174,12 @@ mod tests {
             (3, 3, 0),
             "{report:?}"
         );
-        assert!(report.physical.starts_with("done"), "{}", report.physical);
+        assert!(
+            report.physical.remaining.is_empty(),
+            "{:?}",
+            report.physical
+        );
+        assert_eq!(report.physical.done.len(), 2);
         let bytes = std::fs::read(&path).unwrap();
         let contains = |needle: &str| bytes.windows(needle.len()).any(|w| w == needle.as_bytes());
         assert!(

@@ -32,7 +32,7 @@ impl Connector for Flaky {
             before: n,
             deleted: n,
             remaining: 0,
-            physical: "test".into(),
+            physical: Physical::done(["test".to_owned()]),
         })
     }
 }

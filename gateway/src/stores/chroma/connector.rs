@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 
 use crate::data::forward::{Route, Upstreams};
 use crate::erasure::http::StoreHttp;
-use crate::erasure::{Connector, ConnectorError, PurgeReport};
+use crate::erasure::{Connector, ConnectorError, Copy, Physical, PurgeReport};
 use crate::store::ExpiredItem;
 use crate::stores::chroma::adapter::{may_be_subjects, stamped_by};
 
@@ -25,9 +25,29 @@ impl Place {
     }
 }
 
-/// Chroma keeps deleted records (text, metadata, vectors) in its log and HNSW files until it
-/// compacts; there is no command that removes them sooner.
-const PHYSICAL: &str = "pending: Chroma keeps deleted records in its write-ahead log and HNSW index files until compaction";
+/// What a single-node Chroma server keeps of deleted records, which its HTTP API cannot remove:
+/// no date can be given for any of it.
+fn physical() -> Physical {
+    Physical::default()
+        .with(Copy::unknown(
+            "chroma.sqlite3 (free pages)",
+            "documents and metadata of the deleted records",
+            "SQLite keeps a deleted row's bytes in free pages until it reuses them, and Chroma never vacuums its database",
+            "the pages are overwritten only when later writes need them",
+        ))
+        .with(Copy::unknown(
+            "chroma.sqlite3 (embeddings_queue, Chroma's write-ahead log)",
+            "the records as they were written",
+            "Chroma purges its log after compaction, on its own schedule",
+            "Chroma exposes neither its compaction schedule nor a way to trigger it",
+        ))
+        .with(Copy::unknown(
+            "<collection segment>/data_level0.bin (HNSW index)",
+            "the deleted records' vectors",
+            "the HNSW index marks deleted vectors but keeps their bytes",
+            "the index file is rewritten only when the collection is rebuilt",
+        ))
+}
 
 pub struct ChromaConnector {
     http: StoreHttp,
@@ -237,7 +257,7 @@ impl Connector for ChromaConnector {
             before: 0,
             deleted: 0,
             remaining: 0,
-            physical: PHYSICAL.to_owned(),
+            physical: physical(),
             probe_hits: (!self.probes.is_empty()).then_some(0),
         };
         for place in &self.collections().await? {

@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use crate::adapters::stamp::{SUBJECT, TENANT};
 use crate::data::forward::{Route, Upstreams};
 use crate::erasure::http::StoreHttp;
-use crate::erasure::{Connector, ConnectorError, PurgeReport};
+use crate::erasure::{Connector, ConnectorError, Copy, Physical, PurgeReport};
 use crate::store::ExpiredItem;
 use crate::stores::langgraph::adapter::{
     Namespace, Placement, STORE, THREADS, item_query, parse_item_id,
@@ -22,7 +22,29 @@ use crate::stores::langgraph::adapter::{
 const PAGE: usize = 500;
 const MAX_PAGES: usize = 2_000;
 
-const PHYSICAL: &str = "pending: the LangGraph server keeps deleted threads and items in its storage until it is rewritten (the in-memory server's .langgraph_api/*.pckl files at its next save, a PostgreSQL-backed server until VACUUM); namespace names stay listed after their items are gone";
+/// What the LangGraph server keeps after its threads and items are deleted; its API removes none
+/// of it.
+fn physical() -> Physical {
+    Physical::default()
+        .with(Copy::unknown(
+            ".langgraph_api/.langgraph_checkpoint.*.pckl (the in-memory server's checkpoints)",
+            "the inputs and outputs of the deleted threads' runs",
+            "the in-memory server keeps checkpoint writes after their thread is deleted, through saves and restarts",
+            "the server never removes them; only deleting its data directory does",
+        ))
+        .with(Copy::unknown(
+            "the server's storage (a PostgreSQL-backed server's tables and WAL)",
+            "the deleted threads' and items' rows",
+            "deleted rows stay in the database's files until it reclaims the space",
+            "the server's database is not Lethe's to vacuum",
+        ))
+        .with(Copy::unknown(
+            "the server's namespace listing",
+            "the namespace names of the subject's items (its key)",
+            "namespace names stay listed after their items are gone",
+            "the server never forgets a namespace it has seen",
+        ))
+}
 
 pub struct LangGraphConnector {
     http: StoreHttp,
@@ -309,7 +331,7 @@ impl Connector for LangGraphConnector {
             before: (threads.len() + items.len()) as u64,
             deleted,
             remaining: (threads_left.len() + items_left.len()) as u64,
-            physical: PHYSICAL.to_owned(),
+            physical: physical(),
         })
     }
 

@@ -11,7 +11,7 @@ use hyper::{Method, StatusCode};
 
 use crate::data::forward::{Route, Upstreams};
 use crate::erasure::http::StoreHttp;
-use crate::erasure::{Connector, ConnectorError, PurgeReport};
+use crate::erasure::{Connector, ConnectorError, Copy, Physical, PurgeReport};
 use crate::store::ExpiredItem;
 use crate::stores::openai::adapter::object_path;
 
@@ -57,10 +57,16 @@ impl Connector for OpenAiConnector {
             before: 0,
             deleted: 0,
             remaining: 0,
-            physical: format!(
-                "pending: the provider keeps deleted objects for its retention window ({} days of abuse monitoring)",
-                self.window.num_days()
-            ),
+            // Every request of the subject left before the flip: none is kept past this.
+            physical: Physical::default().with(Copy::until(
+                "the provider's retention copies (abuse monitoring)",
+                "the requests sent and the answers given for the subject",
+                &format!(
+                    "the provider keeps what it was sent for its retention window of {} days, deleted or not",
+                    self.window.num_days()
+                ),
+                crate::now() + self.window,
+            )),
             probe_hits: None,
         };
         for path in &paths {
