@@ -382,4 +382,144 @@ mod tests {
             .await
             .unwrap();
     }
+
+    /// A Redis of the test's own that persists (AOF and RDB) into a fresh directory; stopped
+    /// when dropped.
+    struct Persisting {
+        process: std::process::Child,
+        dir: std::path::PathBuf,
+        url: String,
+    }
+
+    impl Drop for Persisting {
+        fn drop(&mut self) {
+            let _ = self.process.kill();
+            let _ = self.process.wait();
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+
+    async fn persisting() -> Persisting {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let dir =
+            std::env::temp_dir().join(format!("lethe-redis-{}", uuid::Uuid::new_v4().simple()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let process = std::process::Command::new("redis-server")
+            .args([
+                "--port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--appendonly",
+                "yes",
+                "--save",
+                "3600 1",
+            ])
+            .arg("--dir")
+            .arg(&dir)
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("redis-server (scripts/test installs it)");
+        let url = format!("redis://127.0.0.1:{port}");
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Ok(client) = redis::Client::open(url.as_str())
+                && client.get_multiplexed_async_connection().await.is_ok()
+            {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "redis-server did not start"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Persisting { process, dir, url }
+    }
+
+    /// Every byte the server keeps on disk, file by file.
+    fn files_holding(dir: &std::path::Path, needle: &str) -> Vec<String> {
+        let mut found = Vec::new();
+        let mut todo = vec![dir.to_path_buf()];
+        while let Some(path) = todo.pop() {
+            if path.is_dir() {
+                todo.extend(std::fs::read_dir(&path).unwrap().map(|e| e.unwrap().path()));
+            } else if std::fs::read(&path)
+                .unwrap()
+                .windows(needle.len())
+                .any(|w| w == needle.as_bytes())
+            {
+                found.push(path.display().to_string());
+            }
+        }
+        found
+    }
+
+    #[tokio::test]
+    async fn with_persistence_on_the_purge_rewrites_the_files_without_the_subject() {
+        let server = persisting().await;
+        let mut con = redis::Client::open(server.url.as_str())
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap();
+        for (subject, secret) in [("u1", "u1-secret-value"), ("u2", "u2-kept-value")] {
+            for i in 0..20 {
+                redis::cmd("SET")
+                    .arg(format!("acme:{subject}:{i}"))
+                    .arg(secret)
+                    .query_async::<()>(&mut con)
+                    .await
+                    .unwrap();
+            }
+        }
+        redis::cmd("BGSAVE")
+            .query_async::<()>(&mut con)
+            .await
+            .unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while files_holding(&server.dir, "u1-secret-value").len() < 2 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the AOF and the snapshot hold the subject before the purge"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let target = RedisTarget {
+            name: "cache".into(),
+            urls: vec![server.url.clone()],
+            patterns: vec!["{tenant}:{subject}:*".into()],
+        };
+        let report = RedisConnector::new(target)
+            .purge("acme", &["u1".into()], &[])
+            .await
+            .unwrap();
+        assert_eq!(
+            (report.before, report.deleted, report.remaining),
+            (20, 20, 0)
+        );
+        let done = report.physical.done.join("; ");
+        assert!(
+            done.contains("append-only file rewritten") && done.contains("RDB snapshot taken"),
+            "{done}"
+        );
+        assert!(
+            report.physical.remaining.is_empty(),
+            "{:?}",
+            report.physical.remaining
+        );
+        assert_eq!(
+            files_holding(&server.dir, "u1-secret-value"),
+            Vec::<String>::new(),
+            "nothing of u1 on disk"
+        );
+        assert!(
+            !files_holding(&server.dir, "u2-kept-value").is_empty(),
+            "u2 is still persisted"
+        );
+    }
 }
