@@ -488,6 +488,17 @@ async fn certificate(
                             .as_str()
                             .unwrap_or("unknown")
                     );
+                    let exceptions = certificate["exceptions"]
+                        .as_array()
+                        .cloned()
+                        .unwrap_or_default();
+                    match certificate["final_copy_expiry"].as_str() {
+                        Some(at) => println!("every remaining copy is gone by {at}"),
+                        None => println!("final copy expiry unknown: see the exceptions"),
+                    }
+                    for exception in exceptions {
+                        println!("exception: {}", exception.as_str().unwrap_or("?"));
+                    }
                     Ok(())
                 }
                 Err(e) => Err(Failure(format!("INVALID certificate: {e}"), 1)),

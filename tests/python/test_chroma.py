@@ -237,6 +237,7 @@ def test_an_erasure_purges_chroma_verifies_and_completes(lethe, direct, collecti
     ok = lethe.cli("certificate", "verify", str(path), "--key", key)
     assert ok.returncode == 0, ok.stderr
     assert b"final backup expiry" in ok.stdout
+    assert b"final copy expiry unknown" in ok.stdout and b"exception: chroma:chroma: " in ok.stdout, ok.stdout
     certificate = json.loads(document)["certificate"]
     assert certificate["stores"][0]["remaining"] == 0 and certificate["online_latency_ms"] >= 0
     assert gone not in document.decode(), "the subject appears only as an HMAC reference"
