@@ -402,7 +402,13 @@ mod tests {
     }
 
     fn issued(signer: &Signer) -> Vec<u8> {
-        let (record, jobs, head, backups) = evidence_parts();
+        let (_, jobs, _, _) = evidence_parts();
+        issued_with(signer, jobs)
+    }
+
+    /// The fixture's certificate, with these jobs.
+    fn issued_with(signer: &Signer, jobs: Vec<PurgeJob>) -> Vec<u8> {
+        let (record, _, head, backups) = evidence_parts();
         let evidence = Evidence {
             record: &record,
             jobs: &jobs,
@@ -454,22 +460,14 @@ mod tests {
         );
         assert_eq!(certificate["exceptions"], json!([]));
 
-        let (record, mut jobs, head, backups) = evidence_parts();
+        let (_, mut jobs, _, _) = evidence_parts();
         jobs[0].result = Some(
             json!({"before": 1, "deleted": 1, "remaining": 0, "physical": {
                 "done": [], "remaining": [{"place": "data_level0.bin", "holds": "vectors",
                     "why": "marked deleted", "until": null, "unknown": "rebuilt only with the collection"}],
             }}),
         );
-        let evidence = Evidence {
-            record: &record,
-            jobs: &jobs,
-            chain_head: &head,
-            backups: &backups,
-            audit_key: b"k",
-            issued_at: record.updated_at,
-        };
-        let document = issue(&evidence, &signer);
+        let document = issued_with(&signer, jobs);
         let certificate = verify(&document, &signer.public_key_hex()).unwrap();
         assert_eq!(certificate["final_copy_expiry"], Value::Null);
         assert_eq!(
