@@ -322,6 +322,14 @@ fn check_config(files: &[PathBuf]) -> Result<(), Failure> {
     }
 }
 
+/// The state store, migrated, and given the key of subject references.
+async fn open(config: &Config) -> Result<Arc<dyn Store>, Failure> {
+    let store = connect(config).await?;
+    store.migrate().await?;
+    store.use_subject_key(&crate::keys::audit_key(config, store.as_ref()).await?);
+    Ok(store)
+}
+
 async fn connect(config: &Config) -> Result<Arc<dyn Store>, Failure> {
     store::connect(&config.state.url).await.map_err(|e| {
         Failure(
@@ -343,8 +351,7 @@ fn redact_url(url: &str) -> String {
 }
 
 async fn development_token(config: &Config, claims: &Claims) -> Result<String, Failure> {
-    let store = connect(config).await?;
-    store.migrate().await?;
+    let store = open(config).await?;
     let secret = crate::keys::development_secret(config, store.as_ref()).await?;
     Ok(mint_hs256(&secret, &config.auth.issuer, claims)?)
 }
@@ -506,8 +513,7 @@ async fn certificate(
         }
         (Some(CertificateCommand::PublicKey), _) => {
             let config = load()?;
-            let store = connect(&config).await?;
-            store.migrate().await?;
+            let store = open(&config).await?;
             println!(
                 "{}",
                 crate::keys::certificate_signer(&config, store.as_ref())
@@ -542,8 +548,9 @@ async fn replay(config: &Config, since: &str) -> Result<(), Failure> {
     let since = chrono::DateTime::parse_from_rfc3339(since)
         .map_err(|e| Failure(format!("--since: not an RFC 3339 time: {e}"), 2))?
         .with_timezone(&chrono::Utc);
-    let store = connect(config).await?;
-    let worker = crate::erasure::Worker::from_config(config, Arc::clone(&store))
+    let store = open(config).await?;
+    let audit_key = Arc::from(crate::keys::audit_key(config, store.as_ref()).await?);
+    let worker = crate::erasure::Worker::from_config(config, Arc::clone(&store), audit_key)
         .map_err(|e| Failure(e, 2))?;
     let replayed = worker.replay(since).await?;
     let mut clean = true;

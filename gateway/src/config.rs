@@ -101,6 +101,11 @@ pub struct PostgresTarget {
     pub count: String,
     /// Deletes the subject's rows; all run in one transaction.
     pub delete: Vec<String>,
+    /// Lists the subject keys the tables hold in a tenant (`$1`), one per row. A replay after a
+    /// restore needs it: by then Lethe knows an erased subject only by its reference, and finds
+    /// its key again among these.
+    #[serde(default)]
+    pub subjects: Option<String>,
     /// Indexes rebuilt with `REINDEX INDEX CONCURRENTLY` afterwards (HNSW keeps deleted vectors).
     #[serde(default)]
     pub reindex: Vec<String>,

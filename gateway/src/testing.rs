@@ -31,12 +31,16 @@ pub fn fresh_sqlite_url() -> String {
     format!("sqlite://{}/state.db", dir.display())
 }
 
-/// Connects to `url` and applies the migrations.
+/// The key of subject references in tests.
+pub const AUDIT_KEY: &[u8] = b"audit-key";
+
+/// Connects to `url`, applies the migrations and gives the store the test [`AUDIT_KEY`].
 pub async fn migrated(url: &str) -> Arc<dyn Store> {
     let store = store::connect(url)
         .await
         .expect("connect to the test state store");
     store.migrate().await.expect("migrate the test state store");
+    store.use_subject_key(AUDIT_KEY);
     store
 }
 
@@ -75,4 +79,13 @@ pub fn erasure_request(
         completed_at: None,
         updated_at: at,
     }
+}
+
+/// The subjects of one purge, known by key, in tests.
+pub fn subjects(tenant: &str, keys: &[&str]) -> crate::erasure::Subjects {
+    crate::erasure::Subjects::new(
+        tenant,
+        keys.iter().map(|k| (*k).to_owned()).collect(),
+        Arc::from(AUDIT_KEY),
+    )
 }

@@ -14,9 +14,27 @@ use sha2::{Digest, Sha256};
 /// The `prev_hash` of the first event.
 pub const GENESIS_HASH: &str = "0000000000000000000000000000000000000000000000000000000000000000";
 
+/// How the state store names a subject once its erasure has completed: `ref/` and its
+/// reference. Subjects never contain `/`, so a forgotten name is never taken for a key.
+pub const FORGOTTEN: &str = "ref/";
+
+/// The name the state store keeps for `subject` once it is erased: its reference, marked.
+/// A name already forgotten stays as it is.
+pub fn forgotten(key: &[u8], tenant: &str, subject: &str) -> String {
+    if subject.starts_with(FORGOTTEN) {
+        subject.to_owned()
+    } else {
+        format!("{FORGOTTEN}{}", subject_ref(key, tenant, subject))
+    }
+}
+
 /// `HMAC-SHA256(key, tenant "/" subject)`, hex. Lets the audit log name a subject without
 /// holding its key; whoever has the HMAC key can recompute it to answer "what happened to X".
+/// Of a forgotten name (see [`forgotten`]) it is the reference the name holds.
 pub fn subject_ref(key: &[u8], tenant: &str, subject: &str) -> String {
+    if let Some(reference) = subject.strip_prefix(FORGOTTEN) {
+        return reference.to_owned();
+    }
     // HMAC accepts keys of any length, so this never takes the error branch.
     match Hmac::<Sha256>::new_from_slice(key) {
         Ok(mut mac) => {
@@ -446,6 +464,18 @@ mod tests {
         let mut stripped = rows.clone();
         stripped[3].entry.tenant = None;
         assert_eq!(verify_chain(&stripped), Err(ChainBreak::Altered { seq: 4 }));
+    }
+
+    #[test]
+    fn a_forgotten_name_holds_the_reference_and_is_forgotten_once() {
+        let name = forgotten(b"key", "acme", "u1");
+        assert_eq!(name, format!("ref/{}", subject_ref(b"key", "acme", "u1")));
+        assert_eq!(forgotten(b"key", "acme", &name), name);
+        assert_eq!(
+            subject_ref(b"key", "acme", &name),
+            subject_ref(b"key", "acme", "u1")
+        );
+        assert_ne!(forgotten(b"key", "acme", "u2"), name);
     }
 
     #[test]

@@ -327,6 +327,7 @@ name = "app"
 url = {{ value = "{app}" }}
 count = "SELECT count(*) FROM memories WHERE tenant_id = $1 AND user_id = $2"
 delete = ["DELETE FROM memories WHERE tenant_id = $1 AND user_id = $2"]
+subjects = "SELECT DISTINCT user_id FROM memories WHERE tenant_id = $1"
 vacuum = ["memories"]
 [[erasure.backups]]
 target = "chroma:chroma"

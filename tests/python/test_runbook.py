@@ -50,6 +50,7 @@ name = "app"
 url = {{ value = "{app}" }}
 count = "SELECT (SELECT count(*) FROM memories WHERE tenant_id = $1 AND user_id = $2) + (SELECT count(*) FROM messages WHERE tenant_id = $1 AND user_id = $2)"
 delete = ["DELETE FROM memories WHERE tenant_id = $1 AND user_id = $2", "DELETE FROM messages WHERE tenant_id = $1 AND user_id = $2"]
+subjects = "SELECT user_id FROM memories WHERE tenant_id = $1 UNION SELECT user_id FROM messages WHERE tenant_id = $1"
 reindex = ["memories_embedding"]
 vacuum = ["memories", "messages"]
 [[erasure.redis]]

@@ -16,6 +16,7 @@ pub(super) async fn serve(config: Config) -> Result<(), Failure> {
     }
     let verifier = Arc::new(crate::keys::verifier(&config, store.as_ref()).await?);
     let audit_key: Arc<[u8]> = Arc::from(crate::keys::audit_key(&config, store.as_ref()).await?);
+    store.use_subject_key(&audit_key);
     let (data_state, lineage_task) = crate::data::DataState::build(
         &config,
         Arc::clone(&store),
@@ -31,7 +32,7 @@ pub(super) async fn serve(config: Config) -> Result<(), Failure> {
     let control_state = ControlState {
         store,
         verifier,
-        audit_key,
+        audit_key: Arc::clone(&audit_key),
         metrics: Arc::default(),
         max_body_bytes: usize::try_from(config.control_plane.max_body_bytes).unwrap_or(usize::MAX),
         erasure: control::ErasureSettings::from_config(&config, Arc::clone(&certifier)),
@@ -65,7 +66,7 @@ pub(super) async fn serve(config: Config) -> Result<(), Failure> {
     };
     let control = axum::serve(control_listener, control::app(control_state))
         .with_graceful_shutdown(until_stopped(stopped.clone()));
-    let worker = crate::erasure::Worker::from_config(&config, Arc::clone(&purge_store))
+    let worker = crate::erasure::Worker::from_config(&config, Arc::clone(&purge_store), audit_key)
         .map_err(|e| Failure(e, 2))?
         .certifying(certifier);
     let purge = worker.run(until_stopped(stopped.clone()));

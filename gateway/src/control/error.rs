@@ -99,7 +99,10 @@ impl From<StoreError> for ApiError {
                     "the state store is unavailable",
                 )
             }
-            StoreError::Database(_) | StoreError::Corrupt(_) | StoreError::UnsupportedUrl(_) => {
+            StoreError::Database(_)
+            | StoreError::Corrupt(_)
+            | StoreError::NoSubjectKey
+            | StoreError::UnsupportedUrl(_) => {
                 tracing::error!(error = %e, "state store error");
                 ApiError::new(
                     StatusCode::INTERNAL_SERVER_ERROR,

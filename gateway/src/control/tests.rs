@@ -26,7 +26,7 @@ async fn harness() -> Harness {
     let state = ControlState {
         store: Arc::clone(&store),
         verifier: Arc::new(Verifier::hs256(SECRET, "lethe", 0).unwrap()),
-        audit_key: Arc::from(&b"audit-key"[..]),
+        audit_key: Arc::from(crate::testing::AUDIT_KEY),
         metrics: Arc::default(),
         max_body_bytes: 64 * 1024,
         erasure: ErasureSettings {
@@ -35,7 +35,7 @@ async fn harness() -> Harness {
             certifier: Arc::new(crate::erasure::certificate::Certifier::new(
                 crate::erasure::certificate::Signer::from_seed(&[1; 32]).unwrap(),
                 Default::default(),
-                Arc::from(&b"audit-key"[..]),
+                Arc::from(crate::testing::AUDIT_KEY),
             )),
         },
     };

@@ -10,6 +10,7 @@ pub mod physical;
 mod postgres;
 mod redis;
 mod sqlite_file;
+mod subjects;
 mod sweeper;
 
 use std::collections::HashMap;
@@ -24,6 +25,7 @@ use serde::Serialize;
 pub use postgres::PostgresConnector;
 pub use redis::RedisConnector;
 pub use sqlite_file::SqliteFileConnector;
+pub use subjects::Subjects;
 pub use sweeper::Sweeper;
 
 use crate::config::Config;
@@ -53,12 +55,11 @@ pub const TARGET_KINDS: [&str; 3] = ["postgres", "redis", "sqlite"];
 /// A store Lethe can purge.
 #[async_trait]
 pub trait Connector: Send + Sync {
-    /// Deletes every record of `keys` (by stamp and by the lineage ids given), and counts what
-    /// remains. Lineage rows of the deleted items are the caller's to mark.
+    /// Deletes every record of `subjects` (by stamp and by the lineage ids given), and counts
+    /// what remains. Lineage rows of the deleted items are the caller's to mark.
     async fn purge(
         &self,
-        tenant: &str,
-        keys: &[String],
+        subjects: &Subjects,
         lineage: &[(String, String)],
     ) -> Result<PurgeReport, ConnectorError>;
 
@@ -160,11 +161,17 @@ pub struct Worker {
     schedule: Schedule,
     /// Issues a request's certificate as it completes (else its first download does).
     certifier: Option<Arc<certificate::Certifier>>,
+    /// The key of subject references: a replay knows erased subjects by reference only.
+    audit_key: Arc<[u8]>,
 }
 
 impl Worker {
     /// A worker with one connector per erasure target of the config.
-    pub fn from_config(config: &Config, store: Arc<dyn Store>) -> Result<Worker, String> {
+    pub fn from_config(
+        config: &Config,
+        store: Arc<dyn Store>,
+        audit_key: Arc<[u8]>,
+    ) -> Result<Worker, String> {
         let mut connectors: HashMap<String, Target> = HashMap::new();
         for c in route_connectors(config)? {
             connectors.insert(c.target, Target::own(&c.route, c.connector));
@@ -201,6 +208,7 @@ impl Worker {
             store,
             connectors,
             Schedule::from_config(config),
+            audit_key,
         ))
     }
 
@@ -209,6 +217,7 @@ impl Worker {
         store: Arc<dyn Store>,
         connectors: HashMap<String, Target>,
         schedule: Schedule,
+        audit_key: Arc<[u8]>,
     ) -> Worker {
         let id = format!("worker-{}", uuid::Uuid::new_v4().simple());
         Worker {
@@ -217,6 +226,7 @@ impl Worker {
             id,
             schedule,
             certifier: None,
+            audit_key,
         }
     }
 
@@ -330,14 +340,18 @@ impl Worker {
             Ok(record) => record,
             Err(e) => return failed(e),
         };
-        let keys: Vec<String> = record.keys().map(str::to_owned).collect();
+        let subjects = Subjects::new(
+            &record.tenant,
+            record.keys().map(str::to_owned).collect(),
+            Arc::clone(&self.audit_key),
+        );
         // A store that follows another's ids needs them all, even those its owner has purged already.
         let lineage = self
             .store
             .lineage_items(
                 &record.tenant,
                 &target.lineage_store,
-                &keys,
+                subjects.names(),
                 !target.owns_lineage,
             )
             .await;
@@ -345,11 +359,7 @@ impl Worker {
             Ok(items) => items,
             Err(e) => return failed(e.to_string()),
         };
-        match target
-            .connector
-            .purge(&record.tenant, &keys, &lineage)
-            .await
-        {
+        match target.connector.purge(&subjects, &lineage).await {
             Ok(report) if report.probe_hits.is_some_and(|n| n > 0) => failed(format!(
                 "the verification probe found {} records of the subject the purge could not attribute; a person must review them",
                 report.probe_hits.unwrap_or(0)
@@ -412,7 +422,11 @@ impl Worker {
     ) -> Result<Vec<Replayed>, crate::store::StoreError> {
         let mut replayed = Vec::new();
         for tombstone in self.store.tombstones_since(since).await? {
-            let keys = tombstone.keys();
+            let subjects = Subjects::new(
+                &tombstone.tenant,
+                tombstone.keys(),
+                Arc::clone(&self.audit_key),
+            );
             let targets: Vec<String> = tombstone.scope["targets"]
                 .as_array()
                 .map(|t| {
@@ -427,11 +441,16 @@ impl Worker {
                     Some(target) => {
                         let lineage = self
                             .store
-                            .lineage_items(&tombstone.tenant, &target.lineage_store, &keys, true)
+                            .lineage_items(
+                                &tombstone.tenant,
+                                &target.lineage_store,
+                                subjects.names(),
+                                true,
+                            )
                             .await?;
                         target
                             .connector
-                            .purge(&tombstone.tenant, &keys, &lineage)
+                            .purge(&subjects, &lineage)
                             .await
                             .map_err(|e| e.to_string())
                     }

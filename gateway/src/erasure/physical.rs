@@ -11,6 +11,10 @@ pub struct Physical {
     pub done: Vec<String>,
     /// Every copy that remains.
     pub remaining: Vec<Copy>,
+    /// What the physical verification looked for in what the store still keeps, and what it
+    /// found (a finding is also a remaining copy).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub verified: Vec<String>,
 }
 
 /// A copy of the subject's data that outlives the purge.
@@ -56,7 +60,7 @@ impl Physical {
     pub fn done(done: impl IntoIterator<Item = String>) -> Physical {
         Physical {
             done: done.into_iter().collect(),
-            remaining: Vec::new(),
+            ..Physical::default()
         }
     }
 

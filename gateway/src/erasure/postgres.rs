@@ -7,7 +7,7 @@
 use async_trait::async_trait;
 use sqlx::{Connection, PgConnection};
 
-use super::{Connector, ConnectorError, Copy, Physical, PurgeReport};
+use super::{Connector, ConnectorError, Copy, Physical, PurgeReport, Subjects};
 use crate::config::PostgresTarget;
 
 pub struct PostgresConnector {
@@ -42,10 +42,36 @@ impl PostgresConnector {
         Ok(u64::try_from(total).unwrap_or(0))
     }
 
+    /// The subjects' keys: those Lethe knows only by reference are found again among the keys
+    /// the configured `subjects` statement lists.
+    async fn keys_of(
+        &self,
+        conn: &mut PgConnection,
+        subjects: &Subjects,
+    ) -> Result<Vec<String>, ConnectorError> {
+        if !subjects.any_forgotten() {
+            return Ok(subjects.keys());
+        }
+        let Some(statement) = &self.target.subjects else {
+            return Err(ConnectorError::Misconfigured(format!(
+                "{}: Lethe keeps only the reference of an erased subject; configure `subjects` (a statement listing the tables' subject keys) to find it again",
+                self.target.name
+            )));
+        };
+        let owners: Vec<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(statement.clone()))
+            .bind(subjects.tenant())
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(|e| {
+                ConnectorError::from_sqlx(&format!("{}: subjects", self.target.name), &e)
+            })?;
+        Ok(subjects.keys_among(owners.iter().map(String::as_str)))
+    }
+
     /// Rebuilds indexes, vacuums and analyzes tables (statistics hold sampled values), and
     /// names what still holds the deleted rows: free space in the tables' files and the WAL from
     /// the deletion's LSN on, with the date the server's settings give, or why none can be given.
-    async fn physical(&self, conn: &mut PgConnection, deletion: &str) -> Physical {
+    async fn physical(&self, conn: &mut PgConnection, deletion: &str, keys: &[String]) -> Physical {
         let mut physical = Physical::default();
         for index in &self.target.reindex {
             let sql = format!("REINDEX INDEX CONCURRENTLY {}", quote(index));
@@ -87,6 +113,9 @@ impl PostgresConnector {
                 )),
             }
         }
+        if !self.target.vacuum.is_empty() {
+            self.statistics(conn, keys, &mut physical).await;
+        }
         if self.target.vacuum.is_empty() {
             physical.remaining.push(Copy::unknown(
                 "the purged tables and their statistics (pg_statistic)",
@@ -97,6 +126,77 @@ impl PostgresConnector {
         }
         physical.remaining.extend(wal(conn, deletion).await);
         physical
+    }
+}
+
+impl PostgresConnector {
+    /// ANALYZE replaced the statistics, but the rows it replaced stay in `pg_statistic`'s file
+    /// (as dead versions, and after a plain VACUUM as free space): the catalog is rewritten with
+    /// `VACUUM FULL` where the role may (a superuser's; the lock is brief, the table small). Then
+    /// the physical verification: the statistics of the vacuumed tables, as `pg_stats` shows
+    /// them, must name no key.
+    async fn statistics(&self, conn: &mut PgConnection, keys: &[String], physical: &mut Physical) {
+        match sqlx::raw_sql("VACUUM FULL pg_catalog.pg_statistic")
+            .execute(&mut *conn)
+            .await
+        {
+            Ok(_) => physical.done.push(
+                "pg_statistic rewritten by VACUUM FULL (the replaced statistics are gone from its file)".into(),
+            ),
+            Err(e) => physical.remaining.push(Copy::unknown(
+                "pg_statistic's data file (replaced statistics rows)",
+                "values sampled from the deleted rows, in the statistics ANALYZE replaced",
+                &format!("the catalog could not be rewritten: {e}"),
+                "the bytes are overwritten only when later statistics need the space",
+            )),
+        }
+        let tables: Vec<String> = self
+            .target
+            .vacuum
+            .iter()
+            .map(|t| t.rsplit('.').next().unwrap_or(t).to_owned())
+            .collect();
+        let patterns: Vec<String> = keys
+            .iter()
+            .map(|k| {
+                format!(
+                    "%{}%",
+                    k.replace('\\', "\\\\")
+                        .replace('%', "\\%")
+                        .replace('_', "\\_")
+                )
+            })
+            .collect();
+        let found: Result<i64, sqlx::Error> = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stats WHERE tablename = ANY($1)
+             AND concat_ws(' ', most_common_vals::text, histogram_bounds::text) LIKE ANY($2)",
+        )
+        .bind(&tables)
+        .bind(&patterns)
+        .fetch_one(&mut *conn)
+        .await;
+        let shown = tables.join(", ");
+        match found {
+            Ok(0) => physical.verified.push(format!(
+                "pg_stats of {shown} searched for the subject's {} keys: none found",
+                keys.len()
+            )),
+            Ok(n) => {
+                physical.verified.push(format!(
+                    "pg_stats of {shown} searched for the subject's {} keys: found in {n} columns",
+                    keys.len()
+                ));
+                physical.remaining.push(Copy::unknown(
+                    &format!("statistics of {shown} (pg_statistic)"),
+                    &format!("a value equal to or containing one of the subject's keys, in {n} columns' sampled values (statistics do not tell tenants apart)"),
+                    "found by the physical verification after ANALYZE",
+                    "the next ANALYZE samples again; autovacuum decides when",
+                ));
+            }
+            Err(e) => physical
+                .verified
+                .push(format!("pg_stats of {shown} not searched: {e}")),
+        }
     }
 }
 
@@ -207,8 +307,7 @@ fn quote(name: &str) -> String {
 impl Connector for PostgresConnector {
     async fn purge(
         &self,
-        tenant: &str,
-        keys: &[String],
+        subjects: &Subjects,
         _lineage: &[(String, String)],
     ) -> Result<PurgeReport, ConnectorError> {
         let name = &self.target.name;
@@ -217,6 +316,8 @@ impl Connector for PostgresConnector {
             move |e: sqlx::Error| ConnectorError::from_sqlx(&what, &e)
         };
         let mut conn = PgConnection::connect(&self.url).await.map_err(failed(""))?;
+        let tenant = subjects.tenant();
+        let keys = &self.keys_of(&mut conn, subjects).await?;
         let before = self.count(&mut conn, tenant, keys).await?;
         let mut deleted = 0;
         // All statements for all keys in one transaction: a purge is never half-applied.
@@ -238,7 +339,7 @@ impl Connector for PostgresConnector {
             .await
             .map_err(failed(": current WAL position"))?;
         let remaining = self.count(&mut conn, tenant, keys).await?;
-        let physical = self.physical(&mut conn, &deletion).await;
+        let physical = self.physical(&mut conn, &deletion, keys).await;
         Ok(PurgeReport {
             probe_hits: None,
             before,
@@ -290,12 +391,23 @@ mod tests {
                 "DELETE FROM memories WHERE tenant = $1 AND user_id = $2".into(),
                 "DELETE FROM messages WHERE tenant = $1 AND user_id = $2".into(),
             ],
+            subjects: None,
             reindex: vec!["memories_by_user".into()],
             vacuum: vec!["memories".into(), "messages".into()],
         };
+        execute_raw(&url, "ANALYZE memories").await.unwrap();
+        let sampled_before: String = {
+            use sqlx::Connection as _;
+            let mut conn = sqlx::PgConnection::connect(&url).await.unwrap();
+            sqlx::query_scalar("SELECT most_common_vals::text FROM pg_stats WHERE tablename = 'memories' AND attname = 'user_id'")
+                .fetch_one(&mut conn)
+                .await
+                .unwrap()
+        };
+        assert!(sampled_before.contains("u2"), "{sampled_before}");
         let connector = PostgresConnector::new(url.clone(), target);
         let report = connector
-            .purge("acme", &["u2".into(), "u2-old".into()], &[])
+            .purge(&crate::testing::subjects("acme", &["u2", "u2-old"]), &[])
             .await
             .unwrap();
         assert_eq!(
@@ -306,8 +418,14 @@ mod tests {
         let done = report.physical.done.join("; ");
         assert!(
             done.contains("index memories_by_user rebuilt")
-                && done.contains("table messages vacuumed and analyzed"),
+                && done.contains("table messages vacuumed and analyzed")
+                && done.contains("pg_statistic rewritten by VACUUM FULL"),
             "{done}"
+        );
+        assert_eq!(
+            report.physical.verified,
+            ["pg_stats of memories, messages searched for the subject's 2 keys: none found"],
+            "the statistics held the key before: {sampled_before}"
         );
         let places: Vec<&str> = report
             .physical
@@ -339,7 +457,10 @@ mod tests {
             .unwrap();
         assert_eq!(globex, 1, "other tenants too");
         // Idempotent: a second run finds nothing and fails nothing.
-        let again = connector.purge("acme", &["u2".into()], &[]).await.unwrap();
+        let again = connector
+            .purge(&crate::testing::subjects("acme", &["u2"]), &[])
+            .await
+            .unwrap();
         assert_eq!((again.before, again.deleted, again.remaining), (0, 0, 0));
     }
 
@@ -355,11 +476,12 @@ mod tests {
                 "DELETE FROM memories WHERE tenant = $1 AND user_id = $2".into(),
                 "DELETE FROM missing_table WHERE $1 = $2".into(),
             ],
+            subjects: None,
             reindex: vec![],
             vacuum: vec![],
         };
         let err = PostgresConnector::new(url.clone(), target)
-            .purge("acme", &["u1".into()], &[])
+            .purge(&crate::testing::subjects("acme", &["u1"]), &[])
             .await
             .unwrap_err();
         assert!(

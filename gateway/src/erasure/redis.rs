@@ -1,12 +1,13 @@
 //! Purging a subject's keys from Redis: `SCAN MATCH` with the configured patterns and `UNLINK`,
 //! on every configured primary. Never `KEYS`: it blocks the server.
 
+use std::collections::BTreeSet;
+use std::time::Duration;
+
 use async_trait::async_trait;
 use redis::aio::MultiplexedConnection;
 
-use std::time::Duration;
-
-use super::{Connector, ConnectorError, Copy, Physical, PurgeReport};
+use super::{Connector, ConnectorError, Copy, Physical, PurgeReport, Subjects};
 use crate::config::RedisTarget;
 
 pub struct RedisConnector {
@@ -41,6 +42,52 @@ fn patterns(target: &RedisTarget, tenant: &str, keys: &[String]) -> Vec<String> 
             })
         })
         .collect()
+}
+
+/// The owners a key may name under a pattern: for `{tenant}:{subject}:*`, every leading part of
+/// what follows `acme:` in `acme:u1:3` (`u`, `u1`, `u1:`, ...), since a subject may hold the
+/// separator.
+fn candidates<'a>(pattern: &str, tenant: &str, key: &'a str) -> Vec<&'a str> {
+    let Some((before, _)) = pattern.split_once("{subject}") else {
+        return Vec::new();
+    };
+    let prefix = before.replace("{tenant}", tenant);
+    let Some(rest) = key.strip_prefix(prefix.as_str()) else {
+        return Vec::new();
+    };
+    rest.char_indices()
+        .skip(1)
+        .map(|(i, _)| &rest[..i])
+        .chain(std::iter::once(rest))
+        .filter(|c| !c.is_empty())
+        .collect()
+}
+
+/// The subjects' keys, those Lethe knows only by reference found again among the keys the
+/// patterns could hold (every subject's, searched with `*` in its place).
+async fn keys_of(
+    con: &mut MultiplexedConnection,
+    target: &RedisTarget,
+    subjects: &Subjects,
+) -> Result<Vec<String>, redis::RedisError> {
+    if !subjects.any_forgotten() {
+        return Ok(subjects.keys());
+    }
+    let tenant = subjects.tenant();
+    let mut owners = BTreeSet::new();
+    for pattern in &target.patterns {
+        let anyone = pattern
+            .replace("{tenant}", &glob_escape(tenant))
+            .replace("{subject}", "*");
+        for key in scan(con, &anyone).await? {
+            owners.extend(
+                candidates(pattern, tenant, &key)
+                    .into_iter()
+                    .map(str::to_owned),
+            );
+        }
+    }
+    Ok(subjects.keys_among(owners.iter().map(String::as_str)))
 }
 
 async fn scan(
@@ -231,12 +278,10 @@ fn server_of(url: &str) -> String {
 impl Connector for RedisConnector {
     async fn purge(
         &self,
-        tenant: &str,
-        keys: &[String],
+        subjects: &Subjects,
         _lineage: &[(String, String)],
     ) -> Result<PurgeReport, ConnectorError> {
         let name = &self.target.name;
-        let patterns = patterns(&self.target, tenant, keys);
         let mut report = PurgeReport {
             probe_hits: None,
             before: 0,
@@ -251,7 +296,10 @@ impl Connector for RedisConnector {
                 .get_multiplexed_async_connection()
                 .await
                 .map_err(failed)?;
-            for pattern in &patterns {
+            let keys = keys_of(&mut con, &self.target, subjects)
+                .await
+                .map_err(failed)?;
+            for pattern in &patterns(&self.target, subjects.tenant(), &keys) {
                 let found = scan(&mut con, pattern).await.map_err(failed)?;
                 report.before += found.len() as u64;
                 for batch in found.chunks(500) {
@@ -326,7 +374,7 @@ mod tests {
         };
         let connector = RedisConnector::new(target.clone());
         let report = connector
-            .purge(&tenant, &["u1".into(), "u1-old".into()], &[])
+            .purge(&crate::testing::subjects(&tenant, &["u1", "u1-old"]), &[])
             .await
             .unwrap();
         assert_eq!(
@@ -361,7 +409,7 @@ mod tests {
         );
 
         let starred = RedisConnector::new(target)
-            .purge(&tenant, &["u*".into()], &[])
+            .purge(&crate::testing::subjects(&tenant, &["u*"]), &[])
             .await
             .unwrap();
         assert_eq!(
@@ -495,7 +543,7 @@ mod tests {
             patterns: vec!["{tenant}:{subject}:*".into()],
         };
         let report = RedisConnector::new(target)
-            .purge("acme", &["u1".into()], &[])
+            .purge(&crate::testing::subjects("acme", &["u1"]), &[])
             .await
             .unwrap();
         assert_eq!(

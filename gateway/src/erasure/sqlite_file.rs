@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use sqlx::sqlite::SqliteConnectOptions;
 use sqlx::{ConnectOptions, SqliteConnection};
 
-use super::{Connector, ConnectorError, Copy, Physical, PurgeReport};
+use super::{Connector, ConnectorError, Copy, Physical, PurgeReport, Subjects};
 use crate::config::SqliteTarget;
 
 pub struct SqliteFileConnector {
@@ -71,8 +71,7 @@ impl SqliteFileConnector {
 impl Connector for SqliteFileConnector {
     async fn purge(
         &self,
-        _tenant: &str,
-        _keys: &[String],
+        subjects: &Subjects,
         lineage: &[(String, String)],
     ) -> Result<PurgeReport, ConnectorError> {
         let name = &self.target.name;
@@ -114,6 +113,11 @@ impl Connector for SqliteFileConnector {
                 "SQLite overwrites the log once it checkpoints it, which depends on later writes",
             )),
         };
+        drop(conn);
+        let mut physical = physical;
+        let mut needles = ids;
+        needles.extend(subjects.keys());
+        self.verify(&mut physical, &needles);
         Ok(PurgeReport {
             probe_hits: None,
             before,
@@ -122,6 +126,48 @@ impl Connector for SqliteFileConnector {
             physical,
         })
     }
+}
+
+impl SqliteFileConnector {
+    /// The physical verification: the database file and its write-ahead log, read byte for
+    /// byte after the purge, must hold none of the subject's item ids and keys.
+    fn verify(&self, physical: &mut Physical, needles: &[String]) {
+        let path = &self.target.path;
+        let mut wal = path.clone().into_os_string();
+        wal.push("-wal");
+        for file in [path.clone(), wal.into()] {
+            let shown = file.display().to_string();
+            let bytes = match std::fs::read(&file) {
+                Ok(bytes) => bytes,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => {
+                    physical.verified.push(format!("{shown}: not read ({e})"));
+                    continue;
+                }
+            };
+            let found = needles
+                .iter()
+                .filter(|n| !n.is_empty() && contains(&bytes, n.as_bytes()))
+                .count();
+            physical.verified.push(format!(
+                "{shown}: {} bytes searched for {} item ids and keys of the subject, {found} found",
+                bytes.len(),
+                needles.len()
+            ));
+            if found > 0 {
+                physical.remaining.push(Copy::unknown(
+                    &shown,
+                    &format!("{found} of the subject's item ids and keys"),
+                    "found in the file's bytes by the physical verification after the purge",
+                    "SQLite overwrites the bytes only when later writes reuse their pages",
+                ));
+            }
+        }
+    }
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
 }
 
 #[cfg(test)]
@@ -166,7 +212,7 @@ mod tests {
             ("c".to_owned(), "m2".to_owned()),
         ];
         let report = SqliteFileConnector::new(target)
-            .purge("acme", &["u1".into()], &lineage)
+            .purge(&crate::testing::subjects("acme", &["u1"]), &lineage)
             .await
             .unwrap();
         assert_eq!(
@@ -180,6 +226,13 @@ mod tests {
             report.physical
         );
         assert_eq!(report.physical.done.len(), 2);
+        assert_eq!(report.physical.verified.len(), 1, "{:?}", report.physical);
+        assert!(
+            report.physical.verified[0]
+                .ends_with("for 3 item ids and keys of the subject, 0 found"),
+            "{:?}",
+            report.physical
+        );
         let bytes = std::fs::read(&path).unwrap();
         let contains = |needle: &str| bytes.windows(needle.len()).any(|w| w == needle.as_bytes());
         assert!(
@@ -187,5 +240,41 @@ mod tests {
             "the text is gone from the file itself"
         );
         assert!(contains("window seats"), "another subject's memory stays");
+    }
+
+    #[test]
+    fn what_the_verification_finds_in_the_files_is_a_remaining_copy() {
+        let dir =
+            std::env::temp_dir().join(format!("lethe-verify-{}", uuid::Uuid::new_v4().simple()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("history.db");
+        std::fs::write(&path, b"....mem-7f....").unwrap();
+        std::fs::write(dir.join("history.db-wal"), b"....u1-key....").unwrap();
+        let connector = SqliteFileConnector::new(SqliteTarget {
+            name: "h".into(),
+            path: path.clone(),
+            table: "history".into(),
+            id_column: "memory_id".into(),
+            lineage_store: "chroma".into(),
+        });
+        let mut physical = Physical::default();
+        connector.verify(
+            &mut physical,
+            &["mem-7f".into(), "u1-key".into(), "other".into()],
+        );
+        assert_eq!(physical.verified.len(), 2, "the file and its log");
+        let places: Vec<&str> = physical
+            .remaining
+            .iter()
+            .map(|c| c.place.as_str())
+            .collect();
+        let wal = format!("{}-wal", path.display());
+        assert_eq!(places, [path.display().to_string().as_str(), wal.as_str()]);
+        assert!(
+            physical
+                .remaining
+                .iter()
+                .all(|c| c.holds.starts_with("1 of") && c.unknown.is_some())
+        );
     }
 }

@@ -19,8 +19,7 @@ struct Flaky {
 impl Connector for Flaky {
     async fn purge(
         &self,
-        _: &str,
-        _: &[String],
+        _: &crate::erasure::Subjects,
         lineage: &[(String, String)],
     ) -> Result<PurgeReport, ConnectorError> {
         if self.calls.fetch_add(1, Ordering::SeqCst) < self.failures {
@@ -93,8 +92,7 @@ struct Refusing {
 impl Connector for Refusing {
     async fn purge(
         &self,
-        _: &str,
-        _: &[String],
+        _: &crate::erasure::Subjects,
         _: &[(String, String)],
     ) -> Result<PurgeReport, ConnectorError> {
         self.calls.fetch_add(1, Ordering::SeqCst);
@@ -122,7 +120,12 @@ fn worker_with(store: &Arc<dyn Store>, connector: Arc<dyn Connector>, max_attemp
         settle: Duration::ZERO,
         lease: Duration::from_secs(60),
     };
-    Worker::new(Arc::clone(store), connectors, schedule)
+    Worker::new(
+        Arc::clone(store),
+        connectors,
+        schedule,
+        Arc::from(crate::testing::AUDIT_KEY),
+    )
 }
 
 /// Runs due jobs until none is left or `limit` passes (retries wait for their backoff).

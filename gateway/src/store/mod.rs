@@ -45,6 +45,8 @@ pub enum StoreError {
     Database(#[source] sqlx::Error),
     #[error("the state store holds data Lethe cannot read: {0}")]
     Corrupt(String),
+    #[error("the state store was opened without the key of subject references")]
+    NoSubjectKey,
     #[error("unsupported state store URL (expected sqlite://PATH or postgres://...): {0}")]
     UnsupportedUrl(String),
 }
@@ -259,6 +261,11 @@ pub trait Store: Send + Sync + 'static {
         fresh: &[u8],
         at: DateTime<Utc>,
     ) -> Result<Vec<u8>, StoreError>;
+
+    /// The key of subject references (the audit HMAC key). With it the store keeps an erased
+    /// subject only as its reference and still knows it by its key; without it, lookups and
+    /// completions fail. Set once, right after opening; a second key is ignored.
+    fn use_subject_key(&self, key: &[u8]);
 
     /// Policy changes of this process and, on PostgreSQL, of every replica.
     fn feed(&self) -> &Arc<Feed>;

@@ -17,6 +17,7 @@ const CHANNEL: &str = "lethe_policy";
 pub struct PgStore {
     pool: PgPool,
     feed: Arc<Feed>,
+    subject_key: std::sync::OnceLock<Vec<u8>>,
     /// Dropped with the store, which stops the listener.
     _stop_listener: oneshot::Sender<()>,
 }
@@ -51,6 +52,7 @@ impl PgStore {
         Ok(PgStore {
             pool,
             feed,
+            subject_key: std::sync::OnceLock::new(),
             _stop_listener: stop,
         })
     }
@@ -69,6 +71,15 @@ impl PgStore {
             .bind(CHANNEL)
             .bind(payload)
             .execute(&mut **tx)
+            .await?;
+        Ok(())
+    }
+
+    /// Once an erased subject's key is forgotten, the old row versions that hold it are vacuumed
+    /// away (the WAL keeps them until its segments are recycled).
+    async fn scrub(&self) -> Result<(), StoreError> {
+        sqlx::query("VACUUM subjects, consent_grants, legal_holds, items, threads, processors, erasure_requests")
+            .execute(&self.pool)
             .await?;
         Ok(())
     }

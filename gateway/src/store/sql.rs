@@ -214,13 +214,15 @@ macro_rules! impl_store {
             }
 
             async fn save_erasure(tx: &mut Tx, record: &ErasureRecord) -> Result<(), StoreError> {
-                sqlx::query("UPDATE erasure_requests SET state = $1, approvals = $2, suppressed_at = $3, completed_at = $4, updated_at = $5 WHERE id = $6")
+                sqlx::query("UPDATE erasure_requests SET state = $1, approvals = $2, suppressed_at = $3, completed_at = $4, updated_at = $5, subject = $7, aliases = $8 WHERE id = $6")
                     .bind(record.state.as_str())
                     .bind(Json(&record.approvals))
                     .bind(record.suppressed_at)
                     .bind(record.completed_at)
                     .bind(record.updated_at)
                     .bind(&record.id)
+                    .bind(&record.subject)
+                    .bind(Json(&record.aliases))
                     .execute(&mut **tx)
                     .await?;
                 Ok(())
@@ -279,6 +281,64 @@ macro_rules! impl_store {
                 Ok(changes)
             }
 
+            fn strictest(a: SubjectStatus, b: SubjectStatus) -> SubjectStatus {
+                let rank = |s: SubjectStatus| match s {
+                    SubjectStatus::Active => 0,
+                    SubjectStatus::Suppressed => 1,
+                    SubjectStatus::Erased => 2,
+                };
+                if rank(b) > rank(a) { b } else { a }
+            }
+
+            /// The name the store keeps `subject` under once its erasure completed.
+            fn forgotten_name(key: &std::sync::OnceLock<Vec<u8>>, tenant: &str, subject: &str) -> Result<String, StoreError> {
+                let key = key.get().ok_or(StoreError::NoSubjectKey)?;
+                Ok(lethe_policy::audit::forgotten(key, tenant, subject))
+            }
+
+            /// Completes forgetting an erased subject's key, inside the completing transaction:
+            /// every row that names it names its reference instead. Requests still running keep
+            /// their keys until they complete: their purges need them.
+            async fn forget(tx: &mut Tx, tenant: &str, key: &str, name: &str, at: DateTime<Utc>) -> Result<(), StoreError> {
+                sqlx::query(
+                    "INSERT INTO subjects (tenant, subject, status, epoch, created_at, updated_at)
+                     SELECT tenant, $3, 'erased', epoch, created_at, $4 FROM subjects WHERE tenant = $1 AND subject = $2
+                     ON CONFLICT (tenant, subject) DO UPDATE SET status = 'erased', updated_at = $4,
+                         epoch = CASE WHEN excluded.epoch > subjects.epoch THEN excluded.epoch ELSE subjects.epoch END",
+                )
+                .bind(tenant)
+                .bind(key)
+                .bind(name)
+                .bind(at)
+                .execute(&mut **tx)
+                .await?;
+                for table in ["consent_grants", "legal_holds", "items", "threads"] {
+                    let sql = sqlx::AssertSqlSafe(format!("UPDATE {table} SET subject = $3 WHERE tenant = $1 AND subject = $2"));
+                    sqlx::query(sql).bind(tenant).bind(key).bind(name).execute(&mut **tx).await?;
+                }
+                sqlx::query(
+                    "INSERT INTO processors (tenant, subject, processor, first_at, last_at)
+                     SELECT tenant, $3, processor, first_at, last_at FROM processors WHERE tenant = $1 AND subject = $2
+                     ON CONFLICT (tenant, subject, processor) DO UPDATE SET
+                         first_at = CASE WHEN excluded.first_at < processors.first_at THEN excluded.first_at ELSE processors.first_at END,
+                         last_at = CASE WHEN excluded.last_at > processors.last_at THEN excluded.last_at ELSE processors.last_at END",
+                )
+                .bind(tenant)
+                .bind(key)
+                .bind(name)
+                .execute(&mut **tx)
+                .await?;
+                sqlx::query("DELETE FROM processors WHERE tenant = $1 AND subject = $2").bind(tenant).bind(key).execute(&mut **tx).await?;
+                sqlx::query("DELETE FROM subjects WHERE tenant = $1 AND subject = $2").bind(tenant).bind(key).execute(&mut **tx).await?;
+                sqlx::query("UPDATE erasure_requests SET subject = $3 WHERE tenant = $1 AND subject = $2 AND state IN ('completed', 'rejected')")
+                    .bind(tenant)
+                    .bind(key)
+                    .bind(name)
+                    .execute(&mut **tx)
+                    .await?;
+                Ok(())
+            }
+
             fn status_of(text: &str) -> Result<SubjectStatus, StoreError> {
                 SubjectStatus::parse(text).ok_or_else(|| StoreError::Corrupt(format!("unknown subject status {text:?}")))
             }
@@ -311,16 +371,30 @@ macro_rules! impl_store {
                         .await?)
                 }
 
+                fn use_subject_key(&self, key: &[u8]) {
+                    // The first key stays: a store is opened with one configuration.
+                    let _ = self.subject_key.set(key.to_vec());
+                }
+
                 async fn subject(&self, tenant: &str, subject: &str) -> Result<Option<SubjectState>, StoreError> {
-                    let row = sqlx::query("SELECT status, epoch FROM subjects WHERE tenant = $1 AND subject = $2")
+                    let name = forgotten_name(&self.subject_key, tenant, subject)?;
+                    let rows = sqlx::query("SELECT status, epoch FROM subjects WHERE tenant = $1 AND subject IN ($2, $3)")
                         .bind(tenant)
                         .bind(subject)
-                        .fetch_optional(&self.pool)
+                        .bind(&name)
+                        .fetch_all(&self.pool)
                         .await?;
-                    row.map(|row| {
-                        Ok(SubjectState { status: status_of(&row.try_get::<String, _>("status")?)?, epoch: row.try_get("epoch")? })
-                    })
-                    .transpose()
+                    // Under its key, and under its reference once an erasure of it completed: the
+                    // stricter state and the later epoch decide.
+                    let mut state: Option<SubjectState> = None;
+                    for row in &rows {
+                        let found = SubjectState { status: status_of(&row.try_get::<String, _>("status")?)?, epoch: row.try_get("epoch")? };
+                        state = Some(match state {
+                            None => found,
+                            Some(seen) => SubjectState { status: strictest(seen.status, found.status), epoch: seen.epoch.max(found.epoch) },
+                        });
+                    }
+                    Ok(state)
                 }
 
                 fn feed(&self) -> &std::sync::Arc<Feed> {
@@ -344,13 +418,17 @@ macro_rules! impl_store {
                     .bind(grant.granted_at)
                     .execute(&mut *tx)
                     .await?;
-                    let status: String = sqlx::query_scalar("SELECT status FROM subjects WHERE tenant = $1 AND subject = $2")
+                    let name = forgotten_name(&self.subject_key, &grant.tenant, &grant.subject)?;
+                    let statuses: Vec<String> = sqlx::query_scalar("SELECT status FROM subjects WHERE tenant = $1 AND subject IN ($2, $3)")
                         .bind(&grant.tenant)
                         .bind(&grant.subject)
-                        .fetch_one(&mut *tx)
+                        .bind(&name)
+                        .fetch_all(&mut *tx)
                         .await?;
-                    if status_of(&status)? != SubjectStatus::Active {
-                        return Err(StoreError::SubjectNotActive);
+                    for status in &statuses {
+                        if status_of(status)? != SubjectStatus::Active {
+                            return Err(StoreError::SubjectNotActive);
+                        }
                     }
                     sqlx::query(
                         "INSERT INTO consent_grants (id, tenant, subject, purpose, category, actions, granted_at, expires_at, revoked_at, policy_version, source)
@@ -785,15 +863,17 @@ macro_rules! impl_store {
                     let mut changes = Vec::new();
                     if next.completed() {
                         record.completed_at = Some(now);
+                        // From here on the store knows the subject only by its reference.
+                        let mut names = Vec::new();
                         for key in record.keys() {
-                            sqlx::query("UPDATE subjects SET status = 'erased', updated_at = $1 WHERE tenant = $2 AND subject = $3")
-                                .bind(now)
-                                .bind(&record.tenant)
-                                .bind(key)
-                                .execute(&mut *tx)
-                                .await?;
+                            let name = forgotten_name(&self.subject_key, &record.tenant, key)?;
+                            forget(&mut tx, &record.tenant, key, &name, now).await?;
                             changes.push(PolicyChange { tenant: record.tenant.clone(), subject: Some(key.to_owned()) });
+                            names.push(name);
                         }
+                        let mut names = names.into_iter();
+                        record.subject = names.next().unwrap_or_default();
+                        record.aliases = names.collect();
                         let scope = serde_json::json!({ "keys": record.keys().collect::<Vec<_>>(), "targets": jobs.iter().map(|(t, _)| t).collect::<Vec<_>>() });
                         sqlx::query("INSERT INTO tombstones (request_id, tenant, subject, scope, erased_at) VALUES ($1, $2, $3, $4, $5)")
                             .bind(&record.id)
@@ -819,6 +899,11 @@ macro_rules! impl_store {
                     }
                     save_erasure(&mut tx, &record).await?;
                     commit_changes(self, tx, changes).await?;
+                    if next.completed()
+                        && let Err(e) = self.scrub().await
+                    {
+                        tracing::warn!(error = %e, "the state store's files may still hold the erased keys until its next scrub");
+                    }
                     Ok(record)
                 }
 

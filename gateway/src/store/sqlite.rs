@@ -15,6 +15,7 @@ pub struct SqliteStore {
     pool: SqlitePool,
     /// One process owns the file, so the feed is in-process only and always healthy.
     feed: std::sync::Arc<super::Feed>,
+    subject_key: std::sync::OnceLock<Vec<u8>>,
 }
 
 impl SqliteStore {
@@ -34,6 +35,8 @@ impl SqliteStore {
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(SqliteSynchronous::Full)
             .foreign_keys(true)
+            // A forgotten subject key must not stay in a free page of the file.
+            .pragma("secure_delete", "ON")
             .busy_timeout(Duration::from_secs(5));
         if let Some(dir) = options
             .get_filename()
@@ -51,6 +54,7 @@ impl SqliteStore {
         Ok(SqliteStore {
             pool,
             feed: std::sync::Arc::new(super::Feed::new(true)),
+            subject_key: std::sync::OnceLock::new(),
         })
     }
 
@@ -64,6 +68,16 @@ impl SqliteStore {
         _tx: &mut sqlx::Transaction<'static, sqlx::Sqlite>,
         _change: &super::PolicyChange,
     ) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    /// Once an erased subject's key is forgotten, no copy of it stays in the write-ahead log:
+    /// its frames go into the database file (where secure_delete zeroed the old rows) and the
+    /// log is truncated.
+    async fn scrub(&self) -> Result<(), StoreError> {
+        sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)")
+            .execute(&self.pool)
+            .await?;
         Ok(())
     }
 

@@ -30,6 +30,7 @@ macro_rules! on_both_backends {
 
 on_both_backends!(
     migrations_apply_once,
+    a_completed_erasure_leaves_only_the_references,
     grants_are_created_listed_and_revoked_once,
     retention_rules_are_versioned,
     holds_are_placed_and_released_once,
@@ -39,6 +40,255 @@ on_both_backends!(
     an_approved_erasure_flips_its_keys_and_tells_every_cache,
     expired_and_revoked_items_are_found_for_the_sweeper_unless_held,
 );
+
+/// The raw keys of the erased subject in the test below: distinct enough that no hash, id or
+/// timestamp contains them by chance.
+const ERASED_KEYS: [&str; 2] = ["subject-qx7", "subject-qx7-old"];
+
+/// Files an erasure of `ERASED_KEYS` over a subject with a grant, a hold, lineage and a
+/// provider, purges it and completes it; returns the completed record.
+async fn erase_to_completion(store: &Arc<dyn Store>) -> ErasureRecord {
+    use lethe_policy::ErasureState;
+    let [key, alias] = ERASED_KEYS;
+    store
+        .create_grant(&grant("g1", key), audit("consent.grant", Some("g1")))
+        .await
+        .unwrap();
+    store
+        .create_grant(&grant("g2", "u2"), audit("consent.grant", Some("g2")))
+        .await
+        .unwrap();
+    let at = now();
+    let hold = HoldRecord {
+        hold: LegalHold {
+            id: "h1".into(),
+            tenant: "acme".into(),
+            subject: Some(key.into()),
+            reason: "audit".into(),
+            placed_at: at,
+            released_at: None,
+        },
+        placed_by: "legal".into(),
+        released_by: None,
+    };
+    store
+        .place_hold(&hold, audit("hold.place", Some("h1")))
+        .await
+        .unwrap();
+    store
+        .release_hold("h1", at, "legal", audit("hold.release", Some("h1")))
+        .await
+        .unwrap();
+    let item = |id: &str, subject: &str| ItemRecord {
+        store: "chroma".into(),
+        collection: "memories".into(),
+        item_id: id.into(),
+        tenant: "acme".into(),
+        subject: subject.into(),
+        purpose: "personalization".into(),
+        category: "preference".into(),
+        layer: Layer::Raw,
+        created_at: at,
+        expires_at: at + TimeDelta::days(1),
+        epoch: 0,
+        source_ref: None,
+        parents: vec![],
+    };
+    store
+        .record_items(&[item("a", key), item("b", alias), item("c", "u2")])
+        .await
+        .unwrap();
+    let used = |subject: &str| ProcessorUse {
+        tenant: "acme".into(),
+        subject: subject.into(),
+        processor: "openai".into(),
+        first_at: at,
+        last_at: at,
+    };
+    store
+        .record_processors(&[used(key), used("u2")])
+        .await
+        .unwrap();
+    let record = ErasureRecord {
+        aliases: vec![alias.into()],
+        ..crate::testing::erasure_request("er1", key, at)
+    };
+    store
+        .create_erasure(
+            &record,
+            &["chroma:chroma".into()],
+            audit("erasure.request", Some("er1")),
+        )
+        .await
+        .unwrap();
+    store
+        .approve_erasure("er1", "dpo", 1, at, audit("erasure.approve", Some("er1")))
+        .await
+        .unwrap();
+    let job = store
+        .claim_purge_job("w", now(), now(), now() + TimeDelta::minutes(1))
+        .await
+        .unwrap()
+        .expect("a due job");
+    store
+        .mark_items_deleted("chroma", "memories", &["a".into(), "b".into()], now())
+        .await
+        .unwrap();
+    let done = store
+        .finish_purge_job(
+            &job.id,
+            JobOutcome::Done(serde_json::json!({"deleted": 2})),
+            now(),
+            audit("purge", Some(&job.id)),
+        )
+        .await
+        .unwrap();
+    assert_eq!(done.state, ErasureState::Completed);
+    done
+}
+
+/// Once an erasure completes, the store knows the subject by reference only, and by that still
+/// refuses it, lists its lineage for a replay, and keeps the other subject as it was.
+async fn a_completed_erasure_leaves_only_the_references(store: &Arc<dyn Store>) {
+    let record = erase_to_completion(store).await;
+    let [key, alias] = ERASED_KEYS;
+    let names: Vec<String> = ERASED_KEYS
+        .iter()
+        .map(|k| lethe_policy::audit::forgotten(crate::testing::AUDIT_KEY, "acme", k))
+        .collect();
+    assert_eq!(
+        record.keys().collect::<Vec<_>>(),
+        names.iter().map(String::as_str).collect::<Vec<_>>()
+    );
+    assert_eq!(
+        store.erasure("er1").await.unwrap(),
+        record,
+        "what was answered is what was stored"
+    );
+    for k in [key, alias] {
+        let state = store
+            .subject("acme", k)
+            .await
+            .unwrap()
+            .expect("known by reference");
+        assert_eq!(
+            (state.status, state.epoch),
+            (SubjectStatus::Erased, 1),
+            "{k}"
+        );
+        assert!(store.grants("acme", k).await.unwrap().is_empty());
+        assert!(store.processors("acme", k).await.unwrap().is_empty());
+    }
+    assert_eq!(
+        store
+            .subject_policy("acme", key)
+            .await
+            .unwrap()
+            .state
+            .status,
+        SubjectStatus::Erased
+    );
+    assert!(
+        matches!(
+            store
+                .create_grant(&grant("g3", key), audit("consent.grant", Some("g3")))
+                .await,
+            Err(StoreError::SubjectNotActive)
+        ),
+        "a later grant for the erased subject is refused"
+    );
+    assert_eq!(
+        store.subject("acme", key).await.unwrap().unwrap().status,
+        SubjectStatus::Erased,
+        "and creates no row under the key"
+    );
+    let tombstone = store
+        .tombstones_since(now() - TimeDelta::hours(1))
+        .await
+        .unwrap();
+    assert_eq!(tombstone[0].keys(), names);
+    let lineage = store
+        .lineage_items("acme", "chroma", &names, true)
+        .await
+        .unwrap();
+    assert_eq!(lineage.len(), 2, "a replay finds the lineage by reference");
+    // The other subject is untouched.
+    assert_eq!(store.grants("acme", "u2").await.unwrap().len(), 1);
+    assert_eq!(
+        store.inventory("acme", "u2").await.unwrap().get("chroma"),
+        Some(&1)
+    );
+    assert_eq!(store.processors("acme", "u2").await.unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn a_sqlite_state_file_holds_no_raw_key_after_completion() {
+    let url = fresh_sqlite_url();
+    let store = migrated(&url).await;
+    a_completed_erasure_leaves_only_the_references(&store).await;
+    let path = url.trim_start_matches("sqlite://");
+    // Every file of the database: the main file, its write-ahead log and shared memory.
+    let dir = std::path::Path::new(path).parent().unwrap();
+    let mut files = 0;
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let bytes = std::fs::read(entry.unwrap().path()).unwrap();
+        files += 1;
+        assert!(
+            !bytes
+                .windows(ERASED_KEYS[0].len())
+                .any(|w| w == ERASED_KEYS[0].as_bytes()),
+            "a file of the state store still holds the raw key"
+        );
+    }
+    assert!(files >= 1);
+    assert!(
+        std::fs::read(path).unwrap().windows(2).any(|w| w == b"u2"),
+        "the scan would see a key (the other subject's is there)"
+    );
+}
+
+#[tokio::test]
+async fn no_row_of_a_postgres_state_store_holds_a_raw_key_after_completion() {
+    let url = fresh_postgres_database()
+        .await
+        .expect("a PostgreSQL test database");
+    let store = migrated(&url).await;
+    a_completed_erasure_leaves_only_the_references(&store).await;
+    use sqlx::Connection as _;
+    let mut conn = sqlx::PgConnection::connect(&url).await.unwrap();
+    let tables: Vec<String> =
+        sqlx::query_scalar("SELECT tablename::text FROM pg_tables WHERE schemaname = 'public'")
+            .fetch_all(&mut conn)
+            .await
+            .unwrap();
+    let mut holding = Vec::new();
+    let mut seen_other = false;
+    for table in &tables {
+        let count = |needle: &str| {
+            format!("SELECT count(*) FROM \"{table}\" t WHERE t::text LIKE '%{needle}%'")
+        };
+        let n: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(count(ERASED_KEYS[0])))
+            .fetch_one(&mut conn)
+            .await
+            .unwrap();
+        if n > 0 {
+            holding.push(table.clone());
+        }
+        let other: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(count("u2")))
+            .fetch_one(&mut conn)
+            .await
+            .unwrap();
+        seen_other |= other > 0;
+    }
+    assert!(
+        holding.is_empty(),
+        "tables still holding the raw key: {holding:?}"
+    );
+    assert!(
+        seen_other,
+        "the scan would see a key (the other subject's is there)"
+    );
+}
 
 fn audit(action: &str, target_ref: Option<&str>) -> AuditEntry {
     AuditEntry {

@@ -76,6 +76,7 @@ async fn a_change_in_this_process_is_seen_by_the_very_next_decision() {
 /// Another replica on the store at `url`, with its cache, once its change feed is connected.
 async fn replica(url: &str) -> (Arc<dyn Store>, Arc<PolicyCache>) {
     let b = store::connect(url).await.unwrap();
+    b.use_subject_key(crate::testing::AUDIT_KEY);
     let cache = PolicyCache::new(Arc::clone(&b), 1000);
     until(
         "replica B's feed to connect",

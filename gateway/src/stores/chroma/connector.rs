@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 
 use crate::data::forward::{Route, Upstreams};
 use crate::erasure::http::StoreHttp;
-use crate::erasure::{Connector, ConnectorError, Copy, Physical, PurgeReport};
+use crate::erasure::{Connector, ConnectorError, Copy, Physical, PurgeReport, Subjects};
 use crate::store::ExpiredItem;
 use crate::stores::chroma::adapter::{may_be_subjects, stamped_by};
 
@@ -105,14 +105,10 @@ impl ChromaConnector {
     /// Records whose document contains a probe built from one of the subject's keys and that
     /// belong to the subject: stamped with one of its keys, or not stamped at all (no owner can be
     /// shown, so a person must look). Records of other subjects that mention it are not counted.
-    async fn probe(
-        &self,
-        place: &Place,
-        tenant: &str,
-        keys: &[String],
-    ) -> Result<u64, ConnectorError> {
+    async fn probe(&self, place: &Place, subjects: &Subjects) -> Result<u64, ConnectorError> {
+        let tenant = subjects.tenant();
         let mut hits = BTreeSet::new();
-        for key in keys {
+        for key in &subjects.keys() {
             for probe in &self.probes {
                 let text = probe.replace("{subject}", key).replace("{tenant}", tenant);
                 let answer = self
@@ -125,7 +121,7 @@ impl ChromaConnector {
                 let metadatas = answer.get("metadatas").and_then(Value::as_array);
                 for (i, id) in ids(&answer).into_iter().enumerate() {
                     let meta = metadatas.and_then(|m| m.get(i)).unwrap_or(&Value::Null);
-                    if may_be_subjects(meta, tenant, keys) {
+                    if may_be_subjects(meta, tenant, |s| subjects.include(s)) {
                         hits.insert(id);
                     }
                 }
@@ -151,14 +147,18 @@ impl ChromaConnector {
         self.http.json(method, path, body).await
     }
 
-    /// The ids in a collection whose stamp names one of `keys`.
+    /// The ids in a collection whose stamp names one of the subjects' keys (none can be searched
+    /// for once only their references are known: lineage finds those records).
     async fn stamped(
         &self,
         place: &Place,
-        tenant: &str,
-        keys: &[String],
+        subjects: &Subjects,
     ) -> Result<Vec<String>, ConnectorError> {
-        let filter = stamped_by(tenant, keys);
+        let keys = subjects.keys();
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let filter = stamped_by(subjects.tenant(), &keys);
         let answer = self
             .call(
                 Method::POST,
@@ -202,14 +202,13 @@ impl ChromaConnector {
         &self,
         place: &Place,
         known: &[String],
-        tenant: &str,
-        keys: &[String],
+        subjects: &Subjects,
     ) -> Result<Vec<String>, ConnectorError> {
         Ok(self
             .present(place, known)
             .await?
             .into_iter()
-            .filter(|(_, meta)| may_be_subjects(meta, tenant, keys))
+            .filter(|(_, meta)| may_be_subjects(meta, subjects.tenant(), |s| subjects.include(s)))
             .map(|(id, _)| id)
             .collect())
     }
@@ -220,15 +219,11 @@ impl ChromaConnector {
         &self,
         place: &Place,
         known: &[String],
-        tenant: &str,
-        keys: &[String],
+        subjects: &Subjects,
     ) -> Result<BTreeSet<String>, ConnectorError> {
-        let mut found: BTreeSet<String> = self
-            .stamped(place, tenant, keys)
-            .await?
-            .into_iter()
-            .collect();
-        found.extend(self.known_left(place, known, tenant, keys).await?);
+        let mut found: BTreeSet<String> =
+            self.stamped(place, subjects).await?.into_iter().collect();
+        found.extend(self.known_left(place, known, subjects).await?);
         Ok(found)
     }
 }
@@ -249,8 +244,7 @@ fn ids(answer: &Value) -> Vec<String> {
 impl Connector for ChromaConnector {
     async fn purge(
         &self,
-        tenant: &str,
-        keys: &[String],
+        subjects: &Subjects,
         lineage: &[(String, String)],
     ) -> Result<PurgeReport, ConnectorError> {
         let mut report = PurgeReport {
@@ -266,7 +260,7 @@ impl Connector for ChromaConnector {
                 .filter(|(c, _)| *c == place.id)
                 .map(|(_, id)| id.clone())
                 .collect();
-            let doomed = self.subjects_records(place, &known, tenant, keys).await?;
+            let doomed = self.subjects_records(place, &known, subjects).await?;
             report.before += doomed.len() as u64;
             if !doomed.is_empty() {
                 let doomed: Vec<String> = doomed.iter().cloned().collect();
@@ -274,11 +268,11 @@ impl Connector for ChromaConnector {
             }
             // Counted again in the store: Chroma's answer counts the ids asked for, not the
             // records it deleted.
-            let left = self.subjects_records(place, &known, tenant, keys).await?;
+            let left = self.subjects_records(place, &known, subjects).await?;
             report.deleted += doomed.difference(&left).count() as u64;
             report.remaining += left.len() as u64;
             if let Some(hits) = report.probe_hits.as_mut() {
-                *hits += self.probe(place, tenant, keys).await?;
+                *hits += self.probe(place, subjects).await?;
             }
         }
         Ok(report)
@@ -303,8 +297,7 @@ impl Connector for ChromaConnector {
             .into_iter()
             .filter(|(id, meta)| {
                 items.iter().any(|i| {
-                    i.item_id == *id
-                        && may_be_subjects(meta, &i.tenant, std::slice::from_ref(&i.subject))
+                    i.item_id == *id && may_be_subjects(meta, &i.tenant, |s| s == i.subject)
                 })
             })
             .map(|(id, _)| id)

@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use crate::adapters::stamp::{SUBJECT, TENANT};
 use crate::data::forward::{Route, Upstreams};
 use crate::erasure::http::StoreHttp;
-use crate::erasure::{Connector, ConnectorError, Copy, Physical, PurgeReport};
+use crate::erasure::{Connector, ConnectorError, Copy, Physical, PurgeReport, Subjects};
 use crate::store::ExpiredItem;
 use crate::stores::langgraph::adapter::{
     Namespace, Placement, STORE, THREADS, item_query, parse_item_id,
@@ -39,9 +39,9 @@ fn physical() -> Physical {
             "the server's database is not Lethe's to vacuum",
         ))
         .with(Copy::unknown(
-            "the server's namespace listing",
+            ".langgraph_api/store.pckl and store.vectors.pckl (the server's namespace listing)",
             "the namespace names of the subject's items (its key)",
-            "namespace names stay listed after their items are gone",
+            "namespace names stay listed, and saved, after their items are gone",
             "the server never forgets a namespace it has seen",
         ))
 }
@@ -80,9 +80,10 @@ impl LangGraphConnector {
     /// Store items semantically close to a probe that belong to the subject: stamped with one of
     /// its keys, under its namespace, or not stamped at all (no owner can be shown, so a person
     /// must look). Other subjects' items are theirs, however close.
-    async fn probe(&self, tenant: &str, keys: &[String]) -> Result<u64, ConnectorError> {
+    async fn probe(&self, subjects: &Subjects) -> Result<u64, ConnectorError> {
+        let tenant = subjects.tenant();
         let mut hits = BTreeSet::new();
-        for key in keys {
+        for key in &subjects.keys() {
             for query in &self.probe.queries {
                 let text = query.replace("{subject}", key).replace("{tenant}", tenant);
                 let search = json!({ "namespace_prefix": [], "query": text, "limit": 50 });
@@ -112,9 +113,8 @@ impl LangGraphConnector {
                         .get("value")
                         .and_then(|v| Some((v.get(TENANT)?.as_str()?, v.get(SUBJECT)?.as_str()?)));
                     let placed = self.namespace.place(tenant, &namespace);
-                    let belongs = owner
-                        .is_none_or(|(t, s)| t == tenant && keys.iter().any(|k| k == s))
-                        || matches!(placed, Placement::Subject(s) if keys.contains(&s));
+                    let belongs = owner.is_none_or(|(t, s)| t == tenant && subjects.include(s))
+                        || matches!(placed, Placement::Subject(s) if subjects.include(&s));
                     if close && belongs {
                         let key = item.get("key").and_then(Value::as_str).unwrap_or_default();
                         hits.insert((namespace, key.to_owned()));
@@ -167,16 +167,15 @@ impl LangGraphConnector {
         .into())
     }
 
-    /// The threads stamped with one of `keys`.
+    /// The threads stamped with one of the subjects' keys (those known only by reference are
+    /// found through the thread registry).
     async fn stamped_threads(
         &self,
-        tenant: &str,
-        keys: &[String],
+        subjects: &Subjects,
     ) -> Result<BTreeSet<String>, ConnectorError> {
         let mut found = BTreeSet::new();
-        for key in keys {
-            let search =
-                json!({ "metadata": { TENANT: tenant, SUBJECT: key }, "select": ["thread_id"] });
+        for key in &subjects.keys() {
+            let search = json!({ "metadata": { TENANT: subjects.tenant(), SUBJECT: key }, "select": ["thread_id"] });
             let threads = self
                 .search_all("/threads/search", search, Value::as_array)
                 .await?;
@@ -249,13 +248,12 @@ impl LangGraphConnector {
     /// registered items that still exist, and items under its namespaces.
     async fn left(
         &self,
-        tenant: &str,
-        keys: &[String],
+        subjects: &Subjects,
         prefixes: &[Vec<String>],
         registered_threads: &BTreeSet<String>,
         registered_items: &BTreeSet<Item>,
     ) -> Result<(BTreeSet<String>, BTreeSet<Item>), ConnectorError> {
-        let mut threads = self.stamped_threads(tenant, keys).await?;
+        let mut threads = self.stamped_threads(subjects).await?;
         for id in registered_threads {
             if !threads.contains(id) && self.thread_exists(id).await? {
                 threads.insert(id.clone());
@@ -275,8 +273,7 @@ impl LangGraphConnector {
 impl Connector for LangGraphConnector {
     async fn purge(
         &self,
-        tenant: &str,
-        keys: &[String],
+        subjects: &Subjects,
         lineage: &[(String, String)],
     ) -> Result<PurgeReport, ConnectorError> {
         let registered_threads: BTreeSet<String> = lineage
@@ -289,18 +286,13 @@ impl Connector for LangGraphConnector {
             .filter(|(c, _)| c == STORE)
             .filter_map(|(_, id)| parse_item_id(id))
             .collect();
-        let prefixes: Vec<Vec<String>> = keys
+        let prefixes: Vec<Vec<String>> = subjects
+            .keys()
             .iter()
-            .map(|key| self.namespace.render(tenant, key))
+            .map(|key| self.namespace.render(subjects.tenant(), key))
             .collect();
         let (threads, items) = self
-            .left(
-                tenant,
-                keys,
-                &prefixes,
-                &registered_threads,
-                &registered_items,
-            )
+            .left(subjects, &prefixes, &registered_threads, &registered_items)
             .await?;
         let mut deleted = 0;
         for id in &threads {
@@ -313,18 +305,12 @@ impl Connector for LangGraphConnector {
             deleted += 1;
         }
         let (threads_left, items_left) = self
-            .left(
-                tenant,
-                keys,
-                &prefixes,
-                &registered_threads,
-                &registered_items,
-            )
+            .left(subjects, &prefixes, &registered_threads, &registered_items)
             .await?;
         let probe_hits = if self.probe.queries.is_empty() {
             None
         } else {
-            Some(self.probe(tenant, keys).await?)
+            Some(self.probe(subjects).await?)
         };
         Ok(PurgeReport {
             probe_hits,

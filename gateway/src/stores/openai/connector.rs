@@ -11,7 +11,7 @@ use hyper::{Method, StatusCode};
 
 use crate::data::forward::{Route, Upstreams};
 use crate::erasure::http::StoreHttp;
-use crate::erasure::{Connector, ConnectorError, Copy, Physical, PurgeReport};
+use crate::erasure::{Connector, ConnectorError, Copy, Physical, PurgeReport, Subjects};
 use crate::store::ExpiredItem;
 use crate::stores::openai::adapter::object_path;
 
@@ -43,8 +43,7 @@ impl OpenAiConnector {
 impl Connector for OpenAiConnector {
     async fn purge(
         &self,
-        _tenant: &str,
-        _keys: &[String],
+        _subjects: &Subjects,
         lineage: &[(String, String)],
     ) -> Result<PurgeReport, ConnectorError> {
         // Items first: a conversation's deletion takes its items with it.

@@ -1,0 +1,108 @@
+//! Whom one purge is for: the subject and its aliases, by key while Lethe knows them, or only by
+//! reference once their erasure completed (a replay after a restore). A store that names owners
+//! by key is then searched for candidates, and a candidate is one of them when its reference is.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use lethe_policy::audit::{FORGOTTEN, forgotten};
+
+#[derive(Debug, Clone)]
+pub struct Subjects {
+    tenant: String,
+    /// Keys, or forgotten names (`ref/<reference>`).
+    names: Vec<String>,
+    audit_key: Arc<[u8]>,
+}
+
+impl Subjects {
+    pub fn new(tenant: &str, names: Vec<String>, audit_key: Arc<[u8]>) -> Subjects {
+        Subjects {
+            tenant: tenant.to_owned(),
+            names,
+            audit_key,
+        }
+    }
+
+    pub fn tenant(&self) -> &str {
+        &self.tenant
+    }
+
+    /// The names lineage knows the subjects by (their keys, or their forgotten names).
+    pub fn names(&self) -> &[String] {
+        &self.names
+    }
+
+    /// The keys a store can be searched by; none for a subject known only by reference.
+    pub fn keys(&self) -> Vec<String> {
+        self.names
+            .iter()
+            .filter(|n| !n.starts_with(FORGOTTEN))
+            .cloned()
+            .collect()
+    }
+
+    /// Whether some subject is known only by reference: then its key must be found again in the
+    /// store, among the owners it names.
+    pub fn any_forgotten(&self) -> bool {
+        self.names.iter().any(|n| n.starts_with(FORGOTTEN))
+    }
+
+    /// Whether `owner`, a subject key a store holds in this tenant, is one of these subjects.
+    pub fn include(&self, owner: &str) -> bool {
+        self.names
+            .iter()
+            .any(|n| n == owner || *n == forgotten(&self.audit_key, &self.tenant, owner))
+    }
+
+    /// The keys to search a store by: the known ones, and those of `candidates` (owners the
+    /// store names) that are one of these subjects.
+    pub fn keys_among<'a>(&self, candidates: impl IntoIterator<Item = &'a str>) -> Vec<String> {
+        let mut keys: BTreeSet<String> = self.keys().into_iter().collect();
+        keys.extend(
+            candidates
+                .into_iter()
+                .filter(|c| !c.starts_with(FORGOTTEN) && self.include(c))
+                .map(str::to_owned),
+        );
+        keys.into_iter().collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn subjects(names: &[&str]) -> Subjects {
+        Subjects::new(
+            "acme",
+            names.iter().map(|n| (*n).to_owned()).collect(),
+            Arc::from(&b"k"[..]),
+        )
+    }
+
+    #[test]
+    fn a_forgotten_subject_is_recognised_by_its_reference_only() {
+        let name = forgotten(b"k", "acme", "u1");
+        let s = subjects(&[&name, "u2"]);
+        assert_eq!(s.keys(), vec!["u2".to_owned()]);
+        assert!(s.any_forgotten());
+        assert!(s.include("u1") && s.include("u2"));
+        assert!(!s.include("u3"));
+        // The same key in another tenant is another subject.
+        let other = Subjects::new("globex", vec![name.clone()], Arc::from(&b"k"[..]));
+        assert!(!other.include("u1"));
+        assert_eq!(
+            s.keys_among(["u3", "u1", &name]),
+            vec!["u1".to_owned(), "u2".to_owned()]
+        );
+    }
+
+    #[test]
+    fn known_keys_are_searched_as_they_are() {
+        let s = subjects(&["u1"]);
+        assert!(!s.any_forgotten());
+        assert_eq!(s.keys(), vec!["u1".to_owned()]);
+        assert_eq!(s.keys_among(["u2"]), vec!["u1".to_owned()]);
+    }
+}
