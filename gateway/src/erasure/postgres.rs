@@ -464,6 +464,47 @@ mod tests {
         assert_eq!((again.before, again.deleted, again.remaining), (0, 0, 0));
     }
 
+    /// A replay knows an erased subject by reference only: without a `subjects` statement its
+    /// key cannot be found again, and the target says so instead of counting nothing.
+    #[tokio::test]
+    async fn a_subject_known_only_by_reference_needs_the_subjects_statement() {
+        let url = fresh_postgres_database().await.unwrap();
+        execute_raw(&url, "CREATE TABLE memories (tenant text, user_id text); INSERT INTO memories VALUES ('acme', 'u1'), ('acme', 'u1'), ('acme', 'u2');").await.unwrap();
+        let target = |subjects: Option<&str>| PostgresTarget {
+            name: "app".into(),
+            url: crate::config::Secret::Value(url.clone()),
+            count: "SELECT count(*) FROM memories WHERE tenant = $1 AND user_id = $2".into(),
+            delete: vec!["DELETE FROM memories WHERE tenant = $1 AND user_id = $2".into()],
+            subjects: subjects.map(str::to_owned),
+            reindex: vec![],
+            vacuum: vec![],
+        };
+        let forgotten = lethe_policy::audit::forgotten(crate::testing::AUDIT_KEY, "acme", "u1");
+        let erased = crate::testing::subjects("acme", &[&forgotten]);
+        let refused = PostgresConnector::new(url.clone(), target(None))
+            .purge(&erased, &[])
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(refused, ConnectorError::Misconfigured(ref m) if m.contains("configure `subjects`")),
+            "{refused}"
+        );
+        let report = PostgresConnector::new(
+            url.clone(),
+            target(Some(
+                "SELECT DISTINCT user_id FROM memories WHERE tenant = $1",
+            )),
+        )
+        .purge(&erased, &[])
+        .await
+        .unwrap();
+        assert_eq!((report.before, report.deleted, report.remaining), (2, 2, 0));
+        let rows = execute_raw(&url, "DELETE FROM memories WHERE user_id = 'u2'")
+            .await
+            .unwrap();
+        assert_eq!(rows, 1, "the other subject's row stayed");
+    }
+
     #[tokio::test]
     async fn a_failing_statement_leaves_nothing_half_deleted() {
         let url = fresh_postgres_database().await.unwrap();

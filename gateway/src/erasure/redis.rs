@@ -347,6 +347,70 @@ mod tests {
         );
     }
 
+    #[test]
+    fn a_key_names_its_owner_somewhere_after_the_patterns_prefix() {
+        assert_eq!(
+            candidates("{tenant}:{subject}:*", "acme", "acme:u1:3"),
+            ["u", "u1", "u1:", "u1:3"]
+        );
+        assert_eq!(
+            candidates("cache:{tenant}:{subject}", "acme", "cache:acme:u1"),
+            ["u", "u1"]
+        );
+        assert!(candidates("{tenant}:{subject}:*", "acme", "globex:u1:3").is_empty());
+        assert!(candidates("{tenant}:sessions", "acme", "acme:sessions").is_empty());
+    }
+
+    /// After a restore, a replay knows the subject only by reference: its keys are found again
+    /// among those the patterns could hold, and no one else's go.
+    #[tokio::test]
+    async fn a_subject_known_only_by_reference_is_found_again_and_purged() {
+        let mut con = connection().await;
+        let tenant = format!("t{}", uuid::Uuid::new_v4().simple());
+        let mut pipe = redis::pipe();
+        for key in ["u1:a", "u1:b", "u2:a", "u10:a"] {
+            pipe.add_command(
+                redis::cmd("SET")
+                    .arg(format!("{tenant}:{key}"))
+                    .arg("v")
+                    .to_owned(),
+            );
+        }
+        pipe.add_command(
+            redis::cmd("SET")
+                .arg(format!("cache:{tenant}:u1"))
+                .arg("v")
+                .to_owned(),
+        );
+        pipe.query_async::<()>(&mut con).await.unwrap();
+        let target = RedisTarget {
+            name: "cache".into(),
+            urls: vec![URL.into()],
+            patterns: vec![
+                "{tenant}:{subject}:*".into(),
+                "cache:{tenant}:{subject}".into(),
+            ],
+        };
+        let forgotten = lethe_policy::audit::forgotten(crate::testing::AUDIT_KEY, &tenant, "u1");
+        let report = RedisConnector::new(target)
+            .purge(&crate::testing::subjects(&tenant, &[&forgotten]), &[])
+            .await
+            .unwrap();
+        assert_eq!(
+            (report.before, report.deleted, report.remaining),
+            (3, 3, 0),
+            "{report:?}"
+        );
+        let mut left = scan(&mut con, &format!("{tenant}:*")).await.unwrap();
+        left.sort();
+        assert_eq!(left, [format!("{tenant}:u10:a"), format!("{tenant}:u2:a")]);
+        let _: u64 = redis::cmd("UNLINK")
+            .arg(&left)
+            .query_async(&mut con)
+            .await
+            .unwrap();
+    }
+
     #[tokio::test]
     async fn a_subjects_keys_go_on_every_pattern_and_no_other_key_does() {
         let mut con = connection().await;
