@@ -79,21 +79,7 @@ async fn erase_to_completion(store: &Arc<dyn Store>) -> ErasureRecord {
         .release_hold("h1", at, "legal", audit("hold.release", Some("h1")))
         .await
         .unwrap();
-    let item = |id: &str, subject: &str| ItemRecord {
-        store: "chroma".into(),
-        collection: "memories".into(),
-        item_id: id.into(),
-        tenant: "acme".into(),
-        subject: subject.into(),
-        purpose: "personalization".into(),
-        category: "preference".into(),
-        layer: Layer::Raw,
-        created_at: at,
-        expires_at: at + TimeDelta::days(1),
-        epoch: 0,
-        source_ref: None,
-        parents: vec![],
-    };
+    let item = |id: &str, subject: &str| lineage_row("chroma", "memories", id, subject);
     store
         .record_items(&[item("a", key), item("b", alias), item("c", "u2")])
         .await
@@ -305,6 +291,25 @@ fn audit(action: &str, target_ref: Option<&str>) -> AuditEntry {
     }
 }
 
+/// A lineage row of tenant `acme`, kept for personalization, expiring in a day.
+fn lineage_row(store: &str, collection: &str, id: &str, subject: &str) -> ItemRecord {
+    ItemRecord {
+        store: store.into(),
+        collection: collection.into(),
+        item_id: id.into(),
+        tenant: "acme".into(),
+        subject: subject.into(),
+        purpose: "personalization".into(),
+        category: "preference".into(),
+        layer: Layer::Raw,
+        created_at: now(),
+        expires_at: now() + TimeDelta::days(1),
+        epoch: 0,
+        source_ref: None,
+        parents: vec![],
+    }
+}
+
 fn grant(id: &str, subject: &str) -> ConsentGrant {
     ConsentGrant {
         id: id.into(),
@@ -509,19 +514,9 @@ async fn holds_are_placed_and_released_once(store: &Arc<dyn Store>) {
 
 async fn inventory_counts_live_lineage_per_store(store: &Arc<dyn Store>) {
     let item = |store: &str, id: &str, subject: &str| ItemRecord {
-        store: store.into(),
-        collection: "memories".into(),
-        item_id: id.into(),
-        tenant: "acme".into(),
-        subject: subject.into(),
-        purpose: "personalization".into(),
-        category: "preference".into(),
-        layer: Layer::Raw,
-        created_at: now(),
-        expires_at: now() + TimeDelta::days(1),
-        epoch: 0,
         source_ref: Some("chat-1".into()),
         parents: vec!["p1".into()],
+        ..lineage_row(store, "memories", id, subject)
     };
     store
         .record_items(&[
@@ -791,19 +786,10 @@ async fn expired_and_revoked_items_are_found_for_the_sweeper_unless_held(store: 
     let t0 = now();
     let item = |id: &str, subject: &str, purpose: &str, expires: chrono::DateTime<chrono::Utc>| {
         ItemRecord {
-            store: "chroma".into(),
-            collection: "c".into(),
-            item_id: id.into(),
-            tenant: "acme".into(),
-            subject: subject.into(),
             purpose: purpose.into(),
-            category: "preference".into(),
-            layer: Layer::Raw,
             created_at: t0,
             expires_at: expires,
-            epoch: 0,
-            source_ref: None,
-            parents: vec![],
+            ..lineage_row("chroma", "c", id, subject)
         }
     };
     let past = t0 - TimeDelta::seconds(5);
