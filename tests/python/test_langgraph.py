@@ -143,6 +143,20 @@ def test_an_erasure_hides_then_deletes_threads_and_store_items(lethe, langgraph)
     assert all(direct_thread(langgraph, t) == 200 for t in threads[kept])
     assert len(direct_items(langgraph, [TENANT, kept])) == 4
 
+    # A backup from before the erasure is restored: a thread and an item are back on the server.
+    # Lethe knows the subject by reference only now; the replay finds the item again through the
+    # namespaces the server lists, and the thread through the registry.
+    restored = threads[gone][0]
+    assert http("POST", f"{langgraph}/threads", body={"thread_id": restored, "metadata": {"lethe_tenant": TENANT, "lethe_subject": gone}})[0] == 200
+    assert http("PUT", f"{langgraph}/store/items", body={"namespace": [TENANT, gone, "facts"], "key": "k0",
+                                                           "value": {"text": f"fact 0 of {gone}"}})[0] in (200, 204)
+    assert direct_thread(langgraph, restored) == 200 and len(direct_items(langgraph, [TENANT, gone])) == 1
+    replay = lethe.cli("replay", "--since", done["requested_at"])
+    assert replay.returncode == 0, replay.stdout + replay.stderr
+    assert direct_thread(langgraph, restored) == 404
+    assert direct_items(langgraph, [TENANT, gone]) == []
+    assert len(direct_items(langgraph, [TENANT, kept])) == 4, "the other subject keeps everything"
+
 
 def test_the_sweeper_deletes_expired_threads_and_store_items(chroma, langgraph, tmp_path):
     import time

@@ -65,7 +65,9 @@ impl PostgresConnector {
             .map_err(|e| {
                 ConnectorError::from_sqlx(&format!("{}: subjects", self.target.name), &e)
             })?;
-        Ok(subjects.keys_among(owners.iter().map(String::as_str)))
+        Ok(subjects
+            .found_among(owners.iter().map(String::as_str))
+            .keys())
     }
 
     /// Rebuilds indexes, vacuums and analyzes tables (statistics hold sampled values), and

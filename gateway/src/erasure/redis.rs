@@ -87,7 +87,9 @@ async fn keys_of(
             );
         }
     }
-    Ok(subjects.keys_among(owners.iter().map(String::as_str)))
+    Ok(subjects
+        .found_among(owners.iter().map(String::as_str))
+        .keys())
 }
 
 async fn scan(

@@ -55,17 +55,20 @@ impl Subjects {
             .any(|n| n == owner || *n == forgotten(&self.audit_key, &self.tenant, owner))
     }
 
-    /// The keys to search a store by: the known ones, and those of `candidates` (owners the
-    /// store names) that are one of these subjects.
-    pub fn keys_among<'a>(&self, candidates: impl IntoIterator<Item = &'a str>) -> Vec<String> {
-        let mut keys: BTreeSet<String> = self.keys().into_iter().collect();
-        keys.extend(
+    /// These subjects, with the keys of those known only by reference added where `candidates`
+    /// (owners the store names) hold them: then the store can be searched by key again.
+    pub fn found_among<'a>(&self, candidates: impl IntoIterator<Item = &'a str>) -> Subjects {
+        let mut names: BTreeSet<String> = self.names.iter().cloned().collect();
+        names.extend(
             candidates
                 .into_iter()
                 .filter(|c| !c.starts_with(FORGOTTEN) && self.include(c))
                 .map(str::to_owned),
         );
-        keys.into_iter().collect()
+        Subjects {
+            names: names.into_iter().collect(),
+            ..self.clone()
+        }
     }
 }
 
@@ -92,10 +95,9 @@ mod tests {
         // The same key in another tenant is another subject.
         let other = Subjects::new("globex", vec![name.clone()], Arc::from(&b"k"[..]));
         assert!(!other.include("u1"));
-        assert_eq!(
-            s.keys_among(["u3", "u1", &name]),
-            vec!["u1".to_owned(), "u2".to_owned()]
-        );
+        let found = s.found_among(["u3", "u1", &name]);
+        assert_eq!(found.keys(), vec!["u1".to_owned(), "u2".to_owned()]);
+        assert!(found.include("u1") && !found.include("u3"));
     }
 
     #[test]
@@ -103,6 +105,6 @@ mod tests {
         let s = subjects(&["u1"]);
         assert!(!s.any_forgotten());
         assert_eq!(s.keys(), vec!["u1".to_owned()]);
-        assert_eq!(s.keys_among(["u2"]), vec!["u1".to_owned()]);
+        assert_eq!(s.found_among(["u2"]).keys(), vec!["u1".to_owned()]);
     }
 }

@@ -316,6 +316,38 @@ macro_rules! impl_store {
                     let sql = sqlx::AssertSqlSafe(format!("UPDATE {table} SET subject = $3 WHERE tenant = $1 AND subject = $2"));
                     sqlx::query(sql).bind(tenant).bind(key).bind(name).execute(&mut **tx).await?;
                 }
+                // The store's own names of the subject's items may hold its key too (a LangGraph
+                // namespace, an id the client chose): those are renamed alike. A replay finds such
+                // items again by their stamps and namespaces, not by these ids.
+                let rows = sqlx::query("SELECT store, collection, item_id, source_ref, parents FROM items WHERE tenant = $1 AND subject = $2")
+                    .bind(tenant)
+                    .bind(name)
+                    .fetch_all(&mut **tx)
+                    .await?;
+                for row in &rows {
+                    let item_id: String = row.try_get("item_id")?;
+                    let source_ref: Option<String> = row.try_get("source_ref")?;
+                    let parents: Json<Vec<String>> = row.try_get("parents")?;
+                    let holds = |text: &str| text.contains(key);
+                    if !holds(&item_id) && !source_ref.as_deref().is_some_and(holds) && !parents.0.iter().any(|p| holds(p)) {
+                        continue;
+                    }
+                    sqlx::query("UPDATE items SET item_id = $4, source_ref = $5, parents = $6 WHERE store = $1 AND collection = $2 AND item_id = $3")
+                        .bind(row.try_get::<String, _>("store")?)
+                        .bind(row.try_get::<String, _>("collection")?)
+                        .bind(&item_id)
+                        .bind(item_id.replace(key, name))
+                        .bind(source_ref.map(|r| r.replace(key, name)))
+                        .bind(Json(parents.0.iter().map(|p| p.replace(key, name)).collect::<Vec<_>>()))
+                        .execute(&mut **tx)
+                        .await?;
+                }
+                sqlx::query("UPDATE threads SET thread_id = REPLACE(thread_id, $2, $3) WHERE tenant = $1 AND subject = $3")
+                    .bind(tenant)
+                    .bind(key)
+                    .bind(name)
+                    .execute(&mut **tx)
+                    .await?;
                 sqlx::query(
                     "INSERT INTO processors (tenant, subject, processor, first_at, last_at)
                      SELECT tenant, $3, processor, first_at, last_at FROM processors WHERE tenant = $1 AND subject = $2

@@ -81,7 +81,17 @@ async fn erase_to_completion(store: &Arc<dyn Store>) -> ErasureRecord {
         .unwrap();
     let item = |id: &str, subject: &str| lineage_row("chroma", "memories", id, subject);
     store
-        .record_items(&[item("a", key), item("b", alias), item("c", "u2")])
+        .record_items(&[
+            item("a", key),
+            item("b", alias),
+            item("c", "u2"),
+            // The store's own name holds the key (a LangGraph namespace, a client's id).
+            ItemRecord {
+                source_ref: Some(format!("chat-{key}")),
+                parents: vec![format!("{key}-m0")],
+                ..item(&format!("[\"acme\",\"{key}\",\"facts\"]"), key)
+            },
+        ])
         .await
         .unwrap();
     let used = |subject: &str| ProcessorUse {
@@ -117,7 +127,16 @@ async fn erase_to_completion(store: &Arc<dyn Store>) -> ErasureRecord {
         .unwrap()
         .expect("a due job");
     store
-        .mark_items_deleted("chroma", "memories", &["a".into(), "b".into()], now())
+        .mark_items_deleted(
+            "chroma",
+            "memories",
+            &[
+                "a".into(),
+                "b".into(),
+                format!("[\"acme\",\"{key}\",\"facts\"]"),
+            ],
+            now(),
+        )
         .await
         .unwrap();
     let done = store
@@ -197,7 +216,11 @@ async fn a_completed_erasure_leaves_only_the_references(store: &Arc<dyn Store>) 
         .lineage_items("acme", "chroma", &names, true)
         .await
         .unwrap();
-    assert_eq!(lineage.len(), 2, "a replay finds the lineage by reference");
+    assert_eq!(lineage.len(), 3, "a replay finds the lineage by reference");
+    assert!(
+        lineage.iter().all(|(_, id)| !id.contains(key)),
+        "an id holding the key holds the reference instead: {lineage:?}"
+    );
     // The other subject is untouched.
     assert_eq!(store.grants("acme", "u2").await.unwrap().len(), 1);
     assert_eq!(

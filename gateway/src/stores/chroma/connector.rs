@@ -7,6 +7,7 @@ use async_trait::async_trait;
 use hyper::Method;
 use serde_json::{Value, json};
 
+use crate::adapters::stamp::{SUBJECT, TENANT};
 use crate::data::forward::{Route, Upstreams};
 use crate::erasure::http::StoreHttp;
 use crate::erasure::{Connector, ConnectorError, Copy, Physical, PurgeReport, Subjects};
@@ -169,6 +170,48 @@ impl ChromaConnector {
         Ok(ids(&answer))
     }
 
+    /// The subjects, with the keys of those known only by reference found again among the
+    /// owners the collection's stamps name in the tenant (read page by page).
+    async fn found_again(
+        &self,
+        place: &Place,
+        subjects: &Subjects,
+    ) -> Result<Subjects, ConnectorError> {
+        const PAGE: usize = 1000;
+        if !subjects.any_forgotten() {
+            return Ok(subjects.clone());
+        }
+        let mut owners = BTreeSet::new();
+        for page in 0.. {
+            let answer = self
+                .call(
+                    Method::POST,
+                    &place.op("get"),
+                    Some(json!({
+                        "where": { TENANT: { "$eq": subjects.tenant() } },
+                        "include": ["metadatas"],
+                        "limit": PAGE,
+                        "offset": page * PAGE,
+                    })),
+                )
+                .await?;
+            let metadatas = answer
+                .get("metadatas")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default();
+            owners.extend(
+                metadatas
+                    .iter()
+                    .filter_map(|m| m.get(SUBJECT)?.as_str().map(str::to_owned)),
+            );
+            if metadatas.len() < PAGE {
+                break;
+            }
+        }
+        Ok(subjects.found_among(owners.iter().map(String::as_str)))
+    }
+
     /// What a collection holds under `ids_wanted`: each present id with its metadata.
     async fn present(
         &self,
@@ -260,6 +303,7 @@ impl Connector for ChromaConnector {
                 .filter(|(c, _)| *c == place.id)
                 .map(|(_, id)| id.clone())
                 .collect();
+            let subjects = &self.found_again(place, subjects).await?;
             let doomed = self.subjects_records(place, &known, subjects).await?;
             report.before += doomed.len() as u64;
             if !doomed.is_empty() {

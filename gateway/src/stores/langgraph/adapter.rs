@@ -184,6 +184,22 @@ impl Namespace {
             .collect()
     }
 
+    /// The labels before the subject's in a tenant (a prefix every subject's namespace has), and
+    /// the depth of the subject's label.
+    pub fn above_subject(&self, tenant: &str) -> (Vec<String>, usize) {
+        let lead: Vec<String> = self
+            .0
+            .iter()
+            .take_while(|e| !matches!(e, Element::Subject))
+            .map(|e| match e {
+                Element::Literal(l) => l.clone(),
+                Element::Tenant | Element::Subject => tenant.to_owned(),
+            })
+            .collect();
+        let depth = lead.len() + 1;
+        (lead, depth)
+    }
+
     pub fn place(&self, tenant: &str, namespace: &[String]) -> Placement {
         let mut subject = None;
         for (element, label) in self.0.iter().zip(namespace) {

@@ -167,6 +167,33 @@ impl LangGraphConnector {
         .into())
     }
 
+    /// The subjects, with the keys of those known only by reference found again among the
+    /// subject labels of the namespaces the server lists (restored items keep their namespace).
+    async fn found_again(&self, subjects: &Subjects) -> Result<Subjects, ConnectorError> {
+        if !subjects.any_forgotten() {
+            return Ok(subjects.clone());
+        }
+        let (prefix, depth) = self.namespace.above_subject(subjects.tenant());
+        let listing = json!({ "prefix": prefix, "max_depth": depth });
+        let namespaces = self
+            .search_all("/store/namespaces", listing, |a| {
+                a.get("namespaces")?.as_array()
+            })
+            .await?;
+        let owners: Vec<String> = namespaces
+            .iter()
+            .filter_map(|n| {
+                let labels: Vec<String> = n
+                    .as_array()?
+                    .iter()
+                    .filter_map(|l| l.as_str().map(str::to_owned))
+                    .collect();
+                labels.get(depth - 1).cloned()
+            })
+            .collect();
+        Ok(subjects.found_among(owners.iter().map(String::as_str)))
+    }
+
     /// The threads stamped with one of the subjects' keys (those known only by reference are
     /// found through the thread registry).
     async fn stamped_threads(
@@ -276,6 +303,7 @@ impl Connector for LangGraphConnector {
         subjects: &Subjects,
         lineage: &[(String, String)],
     ) -> Result<PurgeReport, ConnectorError> {
+        let subjects = &self.found_again(subjects).await?;
         let registered_threads: BTreeSet<String> = lineage
             .iter()
             .filter(|(c, _)| c == THREADS)
