@@ -195,6 +195,12 @@ adapter = "langgraph"
                        (uuid.uuid4().hex, memory_id, text))
             db.commit()
             db.close()
+        # Enough records after them that Chroma builds and saves its HNSW index (it does from
+        # 1,000 on), with the erased subject's vector in it.
+        filler = lethe.agent(subjects[1]).get_collection("memories")
+        for batch in range(12):
+            ids = [f"filler-{batch}-{i}" for i in range(100)]
+            filler.add(ids=ids, documents=["filler"] * 100, embeddings=[vector_of(10 + batch * 100 + i) for i in range(100)])
         # Statistics sampled while the subject's rows were there.
         stores.psql("ANALYZE memories")
         stores.redis("bgrewriteaof")
@@ -207,7 +213,8 @@ adapter = "langgraph"
         direct = chromadb.HttpClient(host="127.0.0.1", port=int(stores.chroma_url.rsplit(":", 1)[1]),
                                      settings=Settings(anonymized_telemetry=False)).get_collection("memories")
         assert direct.get(where={"lethe_subject": gone})["ids"] == []
-        assert sorted(direct.get()["ids"]) == sorted(memory_ids[s] for s in subjects[1:])
+        assert direct.count() == 2 + 1200
+        assert sorted(direct.get(ids=list(memory_ids.values()))["ids"]) == sorted(memory_ids[s] for s in subjects[1:])
         assert stores.psql(f"SELECT count(*) FROM memories WHERE user_id = '{gone}'").strip() == "0"
         assert stores.psql("SELECT count(*) FROM memories").strip() == "2"
         assert stores.redis("exists", f"{TENANT}:{gone}:profile").strip() == "0"
@@ -251,6 +258,10 @@ adapter = "langgraph"
             if named(target, token_of(file)) is None:
                 unnamed.append(f"{target}: {file} holds {what}")
     assert not unnamed, f"files holding the erased subject that the certificate does not name: {unnamed}"
+    # What the purge removes from disk is gone from it: Redis's AOF and snapshot, history.db, and
+    # in PostgreSQL everything but the WAL (the table, its index, the statistics' catalog).
+    assert measured["redis:cache"] == {} and measured["sqlite:mem0_history"] == {}, measured
+    assert all(f.startswith("pg_wal/") for f in measured["postgres:app"]), measured["postgres:app"]
     # Lethe's own state store keeps the subject only by reference, even where the store's own
     # name of an item held its key (the LangGraph namespace, the client's Chroma id).
     measured["lethe state"] = holding(state_dir, needles)

@@ -26,27 +26,36 @@ impl Place {
     }
 }
 
-/// What a single-node Chroma server keeps of deleted records, which its HTTP API cannot remove:
-/// no date can be given for any of it.
+/// What a single-node Chroma server (1.5) keeps of deleted records, as measured: nothing its
+/// HTTP API offers rewrites it. Rebuilding a collection from its live records (delete, create,
+/// add) leaves the old collection's segment directory on disk, vectors and all, across restarts;
+/// `chroma vacuum`, run by an operator with the server stopped, clears `chroma.sqlite3` but not
+/// the HNSW files. No date can be given for any of it.
 fn physical() -> Physical {
     Physical::default()
         .with(Copy::unknown(
             "chroma.sqlite3 (free pages)",
             "documents and metadata of the deleted records",
-            "SQLite keeps a deleted row's bytes in free pages until it reuses them, and Chroma never vacuums its database",
-            "the pages are overwritten only when later writes need them",
+            "SQLite keeps a deleted row's bytes in free pages until it reuses them, and the server never vacuums its database",
+            "until an operator runs `chroma vacuum --path <dir>` with the server stopped (measured: it clears them), or later writes reuse the pages",
         ))
         .with(Copy::unknown(
             "chroma.sqlite3 (embeddings_queue, Chroma's write-ahead log)",
-            "the records as they were written",
+            "the records as they were written, vectors included",
             "Chroma purges its log after compaction, on its own schedule",
-            "Chroma exposes neither its compaction schedule nor a way to trigger it",
+            "Chroma exposes neither its compaction schedule nor a way to trigger it; `chroma vacuum` with the server stopped prunes it",
         ))
         .with(Copy::unknown(
             "<collection segment>/data_level0.bin (HNSW index)",
             "the deleted records' vectors",
-            "the HNSW index marks deleted vectors but keeps their bytes",
-            "the index file is rewritten only when the collection is rebuilt",
+            "the HNSW index marks deleted vectors but keeps their bytes; neither `chroma vacuum` nor rebuilding the collection removes them (a deleted collection's segment directory stays on disk)",
+            "the index file is rewritten only if its slots are reused by later additions",
+        ))
+        .with(Copy::unknown(
+            "<collection segment>/index_metadata.pickle (HNSW id map)",
+            "the deleted records' ids (which name the subject where the client made them so)",
+            "the index keeps the id of each label it marked deleted",
+            "the map is rewritten with the index, on Chroma's schedule",
         ))
 }
 
