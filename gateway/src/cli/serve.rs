@@ -17,6 +17,13 @@ pub(super) async fn serve(config: Config) -> Result<(), Failure> {
     let verifier = Arc::new(crate::keys::verifier(&config, store.as_ref()).await?);
     let audit_key: Arc<[u8]> = Arc::from(crate::keys::audit_key(&config, store.as_ref()).await?);
     store.use_subject_key(&audit_key);
+    let forgotten = store.forget_erased(crate::now()).await?;
+    if forgotten > 0 {
+        tracing::info!(
+            forgotten,
+            "erased subjects' keys of earlier completions replaced by their references"
+        );
+    }
     let (data_state, lineage_task) = crate::data::DataState::build(
         &config,
         Arc::clone(&store),

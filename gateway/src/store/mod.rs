@@ -388,6 +388,9 @@ pub trait Store: Send + Sync + 'static {
         now: DateTime<Utc>,
         audit: AuditEntry,
     ) -> Result<ErasureRecord, StoreError>;
+    /// Forgets the keys of erasures that completed while Lethe still kept them (a state store
+    /// from an earlier version), as completion now does; answers how many requests it forgot.
+    async fn forget_erased(&self, at: DateTime<Utc>) -> Result<u64, StoreError>;
     /// Live lineage rows whose retention has run out, not under any active legal hold, oldest
     /// first.
     async fn expired_items(

@@ -296,9 +296,9 @@ macro_rules! impl_store {
                 Ok(lethe_policy::audit::forgotten(key, tenant, subject))
             }
 
-            /// Completes forgetting an erased subject's key, inside the completing transaction:
-            /// every row that names it names its reference instead. Requests still running keep
-            /// their keys until they complete: their purges need them.
+            /// Forgets an erased subject's key, inside the completing transaction: every row that
+            /// names it names its reference instead. Requests still running keep their keys until
+            /// they complete: their purges need them.
             async fn forget(tx: &mut Tx, tenant: &str, key: &str, name: &str, at: DateTime<Utc>) -> Result<(), StoreError> {
                 sqlx::query(
                     "INSERT INTO subjects (tenant, subject, status, epoch, created_at, updated_at)
@@ -362,13 +362,24 @@ macro_rules! impl_store {
                 .await?;
                 sqlx::query("DELETE FROM processors WHERE tenant = $1 AND subject = $2").bind(tenant).bind(key).execute(&mut **tx).await?;
                 sqlx::query("DELETE FROM subjects WHERE tenant = $1 AND subject = $2").bind(tenant).bind(key).execute(&mut **tx).await?;
-                sqlx::query("UPDATE erasure_requests SET subject = $3 WHERE tenant = $1 AND subject = $2 AND state IN ('completed', 'rejected')")
-                    .bind(tenant)
-                    .bind(key)
-                    .bind(name)
-                    .execute(&mut **tx)
-                    .await?;
                 Ok(())
+            }
+
+            /// Forgets every key of a completing request (see `forget`); the record then names the
+            /// subject and its aliases by reference. Answers the changes to broadcast.
+            async fn forget_request(tx: &mut Tx, subject_key: &std::sync::OnceLock<Vec<u8>>, record: &mut ErasureRecord, at: DateTime<Utc>) -> Result<Vec<PolicyChange>, StoreError> {
+                let mut changes = Vec::new();
+                let mut names = Vec::new();
+                for key in record.keys() {
+                    let name = forgotten_name(subject_key, &record.tenant, key)?;
+                    forget(tx, &record.tenant, key, &name, at).await?;
+                    changes.push(PolicyChange { tenant: record.tenant.clone(), subject: Some(key.to_owned()) });
+                    names.push(name);
+                }
+                let mut names = names.into_iter();
+                record.subject = names.next().unwrap_or_default();
+                record.aliases = names.collect();
+                Ok(changes)
             }
 
             fn status_of(text: &str) -> Result<SubjectStatus, StoreError> {
@@ -896,16 +907,7 @@ macro_rules! impl_store {
                     if next.completed() {
                         record.completed_at = Some(now);
                         // From here on the store knows the subject only by its reference.
-                        let mut names = Vec::new();
-                        for key in record.keys() {
-                            let name = forgotten_name(&self.subject_key, &record.tenant, key)?;
-                            forget(&mut tx, &record.tenant, key, &name, now).await?;
-                            changes.push(PolicyChange { tenant: record.tenant.clone(), subject: Some(key.to_owned()) });
-                            names.push(name);
-                        }
-                        let mut names = names.into_iter();
-                        record.subject = names.next().unwrap_or_default();
-                        record.aliases = names.collect();
+                        changes = forget_request(&mut tx, &self.subject_key, &mut record, now).await?;
                         let scope = serde_json::json!({ "keys": record.keys().collect::<Vec<_>>(), "targets": jobs.iter().map(|(t, _)| t).collect::<Vec<_>>() });
                         sqlx::query("INSERT INTO tombstones (request_id, tenant, subject, scope, erased_at) VALUES ($1, $2, $3, $4, $5)")
                             .bind(&record.id)
@@ -937,6 +939,40 @@ macro_rules! impl_store {
                         tracing::warn!(error = %e, "the state store's files may still hold the erased keys until its next scrub");
                     }
                     Ok(record)
+                }
+
+                async fn forget_erased(&self, at: DateTime<Utc>) -> Result<u64, StoreError> {
+                    let ids: Vec<String> = sqlx::query_scalar("SELECT id FROM erasure_requests WHERE state = 'completed' AND subject NOT LIKE 'ref/%' ORDER BY id")
+                        .fetch_all(&self.pool)
+                        .await?;
+                    for id in &ids {
+                        let mut tx = self.write_tx().await?;
+                        let sql = sqlx::AssertSqlSafe(format!("SELECT {ERASURE_COLUMNS} FROM erasure_requests WHERE id = $1{}", <$store>::FOR_UPDATE));
+                        let mut record = erasure_from_row(&sqlx::query(sql).bind(id).fetch_one(&mut *tx).await?)?;
+                        if record.subject.starts_with(lethe_policy::audit::FORGOTTEN) {
+                            continue;
+                        }
+                        let changes = forget_request(&mut tx, &self.subject_key, &mut record, at).await?;
+                        save_erasure(&mut tx, &record).await?;
+                        let scope: Option<Json<serde_json::Value>> = sqlx::query_scalar("SELECT scope FROM tombstones WHERE request_id = $1")
+                            .bind(id)
+                            .fetch_optional(&mut *tx)
+                            .await?;
+                        if let Some(Json(mut scope)) = scope {
+                            scope["keys"] = serde_json::json!(record.keys().collect::<Vec<_>>());
+                            sqlx::query("UPDATE tombstones SET subject = $2, scope = $3 WHERE request_id = $1")
+                                .bind(id)
+                                .bind(&record.subject)
+                                .bind(Json(scope))
+                                .execute(&mut *tx)
+                                .await?;
+                        }
+                        commit_changes(self, tx, changes).await?;
+                    }
+                    if !ids.is_empty() {
+                        self.scrub().await?;
+                    }
+                    Ok(ids.len() as u64)
                 }
 
                 async fn expired_items(&self, now: DateTime<Utc>, limit: i64) -> Result<Vec<ExpiredItem>, StoreError> {

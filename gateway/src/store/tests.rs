@@ -256,6 +256,56 @@ async fn a_sqlite_state_file_holds_no_raw_key_after_completion() {
     );
 }
 
+/// A state store from before: an erasure completed while Lethe kept the key. The upgraded
+/// Lethe forgets it once, and then knows the subject by reference only.
+#[tokio::test]
+async fn an_upgrade_forgets_the_keys_of_earlier_completions() {
+    let url = fresh_sqlite_url();
+    let store = migrated(&url).await;
+    let key = "subject-before-upgrade";
+    store
+        .create_grant(&grant("g1", key), audit("consent.grant", Some("g1")))
+        .await
+        .unwrap();
+    let record = crate::testing::erasure_request("er0", key, now());
+    store
+        .create_erasure(&record, &[], audit("erasure.request", Some("er0")))
+        .await
+        .unwrap();
+    crate::testing::execute_raw(
+        &url,
+        &format!(
+            "UPDATE erasure_requests SET state = 'completed' WHERE id = 'er0';
+             UPDATE subjects SET status = 'erased', epoch = 1 WHERE subject = '{key}';
+             INSERT INTO tombstones VALUES ('er0', 'acme', '{key}', '{{\"keys\": [\"{key}\"], \"targets\": [\"chroma:chroma\"]}}', '2026-01-01T00:00:00+00:00');"
+        ),
+    )
+    .await
+    .unwrap();
+    assert_eq!(store.forget_erased(now()).await.unwrap(), 1);
+    assert_eq!(store.forget_erased(now()).await.unwrap(), 0, "once");
+    let name = lethe_policy::audit::forgotten(crate::testing::AUDIT_KEY, "acme", key);
+    assert_eq!(store.erasure("er0").await.unwrap().subject, name);
+    let tombstones = store
+        .tombstones_since(now() - TimeDelta::days(3650))
+        .await
+        .unwrap();
+    assert_eq!(tombstones[0].keys(), [name.clone()]);
+    assert_eq!(
+        tombstones[0].scope["targets"],
+        serde_json::json!(["chroma:chroma"])
+    );
+    assert_eq!(tombstones[0].subject, name);
+    let state = store.subject("acme", key).await.unwrap().unwrap();
+    assert_eq!((state.status, state.epoch), (SubjectStatus::Erased, 1));
+    let path = url.trim_start_matches("sqlite://");
+    let dir = std::path::Path::new(path).parent().unwrap();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let bytes = std::fs::read(entry.unwrap().path()).unwrap();
+        assert!(!bytes.windows(key.len()).any(|w| w == key.as_bytes()));
+    }
+}
+
 #[tokio::test]
 async fn no_row_of_a_postgres_state_store_holds_a_raw_key_after_completion() {
     let url = fresh_postgres_database()
