@@ -290,7 +290,7 @@ async fn an_upgrade_forgets_the_keys_of_earlier_completions() {
         .tombstones_since(now() - TimeDelta::days(3650))
         .await
         .unwrap();
-    assert_eq!(tombstones[0].keys(), [name.clone()]);
+    assert_eq!(tombstones[0].keys(), std::slice::from_ref(&name));
     assert_eq!(
         tombstones[0].scope["targets"],
         serde_json::json!(["chroma:chroma"])
