@@ -506,6 +506,16 @@ async fn certificate(
                     for exception in exceptions {
                         println!("exception: {}", exception.as_str().unwrap_or("?"));
                     }
+                    for store in certificate["stores"].as_array().into_iter().flatten() {
+                        let target = store["target"].as_str().unwrap_or("?");
+                        for line in store["physical"]["verified"]
+                            .as_array()
+                            .into_iter()
+                            .flatten()
+                        {
+                            println!("verified: {target}: {}", line.as_str().unwrap_or("?"));
+                        }
+                    }
                     Ok(())
                 }
                 Err(e) => Err(Failure(format!("INVALID certificate: {e}"), 1)),

@@ -209,6 +209,15 @@ adapter = "langgraph"
         fetched = lethe.cli("certificate", done["id"], "--tenant", TENANT)
         assert fetched.returncode == 0, fetched.stderr
         certificate = json.loads(fetched.stdout)["certificate"]
+        # As a third party checks it: the file and the public key; the verification is shown.
+        path = tmp_path / "certificate.json"
+        path.write_bytes(fetched.stdout.strip())
+        key = lethe.cli("certificate", "public-key").stdout.decode().strip()
+        checked = lethe.cli("certificate", "verify", str(path), "--key", key)
+        assert checked.returncode == 0, checked.stderr
+        shown = checked.stdout.decode()
+        assert "verified: sqlite:mem0_history: " in shown and ", 0 found" in shown, shown
+        assert "verified: postgres:app: pg_stats of memories searched for the subject's 1 keys: none found" in shown, shown
         # Counted through each store's own API: gone, and the others untouched.
         direct = chromadb.HttpClient(host="127.0.0.1", port=int(stores.chroma_url.rsplit(":", 1)[1]),
                                      settings=Settings(anonymized_telemetry=False)).get_collection("memories")

@@ -294,16 +294,19 @@ pub fn render_html(document: &[u8]) -> String {
     let mut stores = String::new();
     let mut copies = String::new();
     for s in c["stores"].as_array().into_iter().flatten() {
-        let done: Vec<String> = s["physical"]["done"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(field)
-            .collect();
+        let listed = |key: &str| -> String {
+            s["physical"][key]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(field)
+                .collect::<Vec<_>>()
+                .join("; ")
+        };
         stores.push_str(&format!(
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>\n",
-            field(&s["target"]), field(&s["before"]), field(&s["deleted"]), field(&s["remaining"]), done.join("; "),
-            field(&s["backup_retention"]), field(&s["backup_expires_at"])
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>\n",
+            field(&s["target"]), field(&s["before"]), field(&s["deleted"]), field(&s["remaining"]), listed("done"),
+            listed("verified"), field(&s["backup_retention"]), field(&s["backup_expires_at"])
         ));
         for copy in s["physical"]["remaining"].as_array().into_iter().flatten() {
             let until = match &copy["until"] {
@@ -331,7 +334,7 @@ pub fn render_html(document: &[u8]) -> String {
          <style>body{{font-family:sans-serif;max-width:60rem;margin:2rem auto}}table{{border-collapse:collapse}}\
          th,td{{border:1px solid #ccc;padding:.3rem .6rem;text-align:left}}</style></head><body>\
          <h1>Erasure certificate</h1><table>{rows}</table><h2>Stores</h2><table><tr><th>store</th><th>before</th>\
-         <th>deleted</th><th>remaining</th><th>removed from disk</th><th>backup retention</th><th>backups expire</th></tr>{stores}</table>\
+         <th>deleted</th><th>remaining</th><th>removed from disk</th><th>verified on disk</th><th>backup retention</th><th>backups expire</th></tr>{stores}</table>\
          <h2>Copies that remain</h2><table><tr><th>store</th><th>where</th><th>what</th><th>why</th><th>gone by</th></tr>{copies}</table>\
          <h2>Exceptions</h2><ul>{exceptions}</ul><h2>Audit chain head</h2><p>row {seq}, {hash}</p>\
          <h2>Signature</h2><p>Ed25519, public key <code>{key}</code>. Check the JSON document with \
@@ -465,6 +468,7 @@ mod tests {
             json!({"before": 1, "deleted": 1, "remaining": 0, "physical": {
                 "done": [], "remaining": [{"place": "data_level0.bin", "holds": "vectors",
                     "why": "marked deleted", "until": null, "unknown": "rebuilt only with the collection"}],
+                "verified": ["history.db: 4096 bytes searched, 0 found"],
             }}),
         );
         let document = issued_with(&signer, jobs);
@@ -476,7 +480,9 @@ mod tests {
                 "chroma:chroma: data_level0.bin still holds vectors, with no date: rebuilt only with the collection"
             ])
         );
-        assert!(render_html(&document).contains("unknown: rebuilt only with the collection"));
+        let page = render_html(&document);
+        assert!(page.contains("unknown: rebuilt only with the collection"));
+        assert!(page.contains("<td>history.db: 4096 bytes searched, 0 found</td>"));
     }
 
     #[test]
