@@ -143,6 +143,48 @@ def pgvector(tmp_path_factory):
     server.cleanup()
 
 
+QDRANT_BIN = REPO.parent / "shared" / "tools" / "qdrant" / "qdrant"
+
+
+class QdrantServer:
+    """A real Qdrant (`../shared/tools/qdrant`) with a storage directory of its own."""
+
+    def __init__(self, home):
+        self.home = Path(home)
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.env = {**os.environ,
+                    "QDRANT__SERVICE__HOST": "127.0.0.1",
+                    "QDRANT__SERVICE__HTTP_PORT": str(self.port),
+                    "QDRANT__SERVICE__GRPC_PORT": str(free_port()),
+                    "QDRANT__STORAGE__STORAGE_PATH": str(self.home / "storage"),
+                    "QDRANT__STORAGE__SNAPSHOTS_PATH": str(self.home / "snapshots"),
+                    "QDRANT__TELEMETRY_DISABLED": "true"}
+        self.start()
+
+    def start(self):
+        self.log = open(self.home / "server.log", "a")
+        self.process = subprocess.Popen([str(QDRANT_BIN)], cwd=self.home, env=self.env,
+                                        stdout=self.log, stderr=subprocess.STDOUT)
+        wait_for("qdrant", lambda: http("GET", f"{self.url}/")[0] == 200)
+
+    def stop(self):
+        self.process.terminate()
+        self.process.wait(timeout=30)
+        self.log.close()
+
+    def client(self):
+        from qdrant_client import QdrantClient
+        return QdrantClient(url=self.url)
+
+
+@pytest.fixture(scope="session")
+def qdrant(tmp_path_factory):
+    server = QdrantServer(tmp_path_factory.mktemp("qdrant"))
+    yield server
+    server.stop()
+
+
 @pytest.fixture(scope="session")
 def provider():
     """The local OpenAI-compatible stand-in (`openai_standin.py`)."""
@@ -169,7 +211,7 @@ def state_url():
 
 class Lethe:
     def __init__(self, state_url, chroma_url, workdir, config=None, langgraph_url="http://127.0.0.1:1",
-                 openai_url="http://127.0.0.1:1"):
+                 openai_url="http://127.0.0.1:1", qdrant_url="http://127.0.0.1:1"):
         self.state_url = state_url
         self.chroma_url = chroma_url
         self.workdir = workdir
@@ -183,6 +225,7 @@ class Lethe:
             "LETHE_UPSTREAM_CHROMA": chroma_url,
             "LETHE_UPSTREAM_LANGGRAPH": langgraph_url,
             "LETHE_UPSTREAM_OPENAI": openai_url,
+            "LETHE_UPSTREAM_QDRANT": qdrant_url,
             "LETHE_LOG": "warn",
         })
         if config:
@@ -257,6 +300,18 @@ class Lethe:
         return self.graph(self.token("agent", subject),
                           **{"X-Lethe-Purpose": purpose, "X-Lethe-Category": category})
 
+    def qdrant(self, token, **headers):
+        """The official qdrant-client, pointed at Lethe's /qdrant route. Client 1.16 sends the
+        headers given as `metadata` with every request, its version check included (`headers=`
+        is its httpx client's, which the version check does not use)."""
+        from qdrant_client import QdrantClient
+        return QdrantClient(url=f"http://{self.data}", prefix="qdrant",
+                            metadata={"Authorization": f"Bearer {token}", **headers})
+
+    def qdrant_agent(self, subject=None, purpose="personalization", category="preference"):
+        return self.qdrant(self.token("agent", subject),
+                           **{"X-Lethe-Purpose": purpose, "X-Lethe-Category": category})
+
     def start(self):
         self.process = subprocess.Popen([str(LETHE), "serve"], cwd=self.workdir, env=self.env)
         wait_for("lethe", lambda: http("GET", f"http://{self.control}/readyz")[0] == 200)
@@ -286,9 +341,9 @@ class Lethe:
         self.process.wait(timeout=15)
 
 
-def own_lethe(chroma_url, workdir, erasure_toml, langgraph_url=None, openai_url=None):
+def own_lethe(chroma_url, workdir, erasure_toml, langgraph_url=None, openai_url=None, qdrant_url=None):
     """A Lethe of the test's own, on a fresh state database: the chroma route (its upstream
-    given by `chroma_url`), the langgraph and openai routes when their URLs are given, and the
+    given by `chroma_url`), the langgraph, openai and qdrant routes when their URLs are given, and the
     erasure settings in `erasure_toml`."""
     config = Path(workdir) / "lethe.toml"
     routes = '\n[[routes]]\nname = "chroma"\nprefix = "/chroma"\nupstream = "http://127.0.0.1:1"\nadapter = "chroma"\n'
@@ -298,9 +353,12 @@ def own_lethe(chroma_url, workdir, erasure_toml, langgraph_url=None, openai_url=
         routes += ('\n[[routes]]\nname = "openai"\nprefix = "/openai"\nupstream = "http://127.0.0.1:1"\nadapter = "openai"\n'
                    'timeout = "2s"\nretention_window = "30d"\n'
                    'credential = { header = "authorization", value = { value = "Bearer sk-standin" } }\n')
+    if qdrant_url:
+        routes += '\n[[routes]]\nname = "qdrant"\nprefix = "/qdrant"\nupstream = "http://127.0.0.1:1"\nadapter = "qdrant"\n'
     config.write_text(erasure_toml + routes)
     return Lethe(new_database(), chroma_url, workdir, config=config,
-                 langgraph_url=langgraph_url or "http://127.0.0.1:1", openai_url=openai_url or "http://127.0.0.1:1")
+                 langgraph_url=langgraph_url or "http://127.0.0.1:1", openai_url=openai_url or "http://127.0.0.1:1",
+                 qdrant_url=qdrant_url or "http://127.0.0.1:1")
 
 
 def two_tenant_lethe(chroma_url, workdir, erasure_toml, **urls):
@@ -313,8 +371,8 @@ def two_tenant_lethe(chroma_url, workdir, erasure_toml, **urls):
 
 
 @pytest.fixture(scope="session")
-def lethe(chroma, langgraph, state_url, tmp_path_factory):
-    instance = Lethe(state_url, chroma, tmp_path_factory.mktemp("lethe"), langgraph_url=langgraph)
+def lethe(chroma, langgraph, qdrant, state_url, tmp_path_factory):
+    instance = Lethe(state_url, chroma, tmp_path_factory.mktemp("lethe"), langgraph_url=langgraph, qdrant_url=qdrant.url)
     yield instance
     instance.stop()
 

@@ -124,6 +124,33 @@ class OpenAiCase(Case):
         restart_with_env(lethe, "LETHE_UPSTREAM_OPENAI", DOWN)
 
 
+class QdrantCase(Case):
+    target = "qdrant:qdrant"
+
+    @property
+    def urls(self):
+        return {"qdrant_url": self.stores["qdrant"].url}
+
+    def seed(self, lethe, subject):
+        from qdrant_client import models
+        if not hasattr(self, "collection"):
+            self.collection = f"conf-{uuid.uuid4().hex[:8]}"
+            lethe.qdrant(lethe.token("admin")).create_collection(
+                self.collection, vectors_config=models.VectorParams(size=2, distance=models.Distance.COSINE))
+        lethe.grant(subject)
+        lethe.qdrant_agent(subject).upsert(self.collection, [
+            models.PointStruct(id=str(uuid.uuid4()), vector=[float(i), 1.0], payload={"data": f"fact {i}"})
+            for i in range(SEEDED)])
+
+    def count(self, subject):
+        from qdrant_client import models
+        only = models.Filter(must=[models.FieldCondition(key="lethe_subject", match=models.MatchValue(value=subject))])
+        return self.stores["qdrant"].client().count(self.collection, count_filter=only, exact=True).count
+
+    def take_down(self, lethe):
+        restart_with_env(lethe, "LETHE_UPSTREAM_QDRANT", DOWN)
+
+
 class PostgresCase(Case):
     target = "postgres:app"
 
@@ -227,13 +254,13 @@ lineage_store = "chroma"
         restart_with_config(lethe, str(self.path), str(self.tmp / "gone" / "history.db"))
 
 
-CASES = {"chroma": ChromaCase, "langgraph": LangGraphCase, "openai": OpenAiCase,
+CASES = {"chroma": ChromaCase, "langgraph": LangGraphCase, "openai": OpenAiCase, "qdrant": QdrantCase,
          "postgres": PostgresCase, "redis": RedisCase, "sqlite": SqliteCase}
 
 
 @pytest.fixture(scope="module")
-def stores(chroma, langgraph, provider, direct):
-    return {"chroma": chroma, "langgraph": langgraph, "provider": provider, "direct": direct}
+def stores(chroma, langgraph, provider, direct, qdrant):
+    return {"chroma": chroma, "langgraph": langgraph, "provider": provider, "direct": direct, "qdrant": qdrant}
 
 
 def test_every_store_kind_this_build_knows_has_a_conformance_case():

@@ -101,3 +101,11 @@ pub fn read_stamp(meta: &Value) -> Option<Stamp> {
         epoch: m.get(EPOCH)?.as_i64()?,
     })
 }
+
+/// Whether an item's stamp may be one of the subjects': it names one of them (in `tenant`, a
+/// subject `is_one` accepts) as its owner, or names no owner at all (then a person must look, or
+/// lineage's word stands).
+pub fn may_be_subjects(meta: &Value, tenant: &str, is_one: impl Fn(&str) -> bool) -> bool {
+    let owner = || Some((meta.get(TENANT)?.as_str()?, meta.get(SUBJECT)?.as_str()?));
+    owner().is_none_or(|(t, s)| t == tenant && is_one(s))
+}

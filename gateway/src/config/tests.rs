@@ -16,7 +16,8 @@ fn the_built_in_default_is_the_documented_one() {
         routes,
         [
             ("chroma", "/chroma", "http://127.0.0.1:8000"),
-            ("langgraph", "/langgraph", "http://127.0.0.1:2024")
+            ("langgraph", "/langgraph", "http://127.0.0.1:2024"),
+            ("qdrant", "/qdrant", "http://127.0.0.1:6333")
         ]
     );
 }
@@ -172,7 +173,7 @@ fn what_cannot_work_is_refused_up_front() {
         name = "vectors"
         prefix = "/qdrant"
         upstream = "http://127.0.0.1:6333"
-        adapter = "qdrant"
+        adapter = "weaviate"
         [[erasure.redis]]
         name = "cache"
         urls = ["rediss://cache.internal:6380"]
@@ -181,7 +182,7 @@ fn what_cannot_work_is_refused_up_front() {
     let joined = Config::check(text).unwrap_err().problems.join("\n");
     for needle in [
         "state.url: \"sqlite:relative.db\"",
-        "[[routes]] #1 (vectors): adapter \"qdrant\": no such store (known: chroma, langgraph, openai)",
+        "[[routes]] #1 (vectors): adapter \"weaviate\": no such store (known: chroma, langgraph, openai, qdrant)",
         "rediss:// is not supported",
     ] {
         assert!(

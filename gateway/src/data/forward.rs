@@ -254,6 +254,11 @@ impl Upstreams {
         body: Bytes,
     ) -> Result<Response<Incoming>, DataError> {
         let base = route.upstream.path().trim_end_matches('/');
+        // The route's root (`/qdrant`, a client's version check) is the upstream's root.
+        let path = match (base, path) {
+            ("", "") => "/",
+            _ => path,
+        };
         let path_and_query = match query {
             Some(q) => format!("{base}{path}?{q}"),
             None => format!("{base}{path}"),

@@ -300,6 +300,7 @@ async fn run(
 fn canonical_path(rest: &str) -> Result<&str, DataError> {
     let plain = !rest.contains(['%', '\\']);
     let segments = rest.is_empty()
+        || rest == "/"
         || rest
             .strip_prefix('/')
             .is_some_and(|r| r.split('/').all(|s| !matches!(s, "" | "." | "..")));

@@ -10,6 +10,7 @@
 pub mod chroma;
 pub mod langgraph;
 pub mod openai;
+pub mod qdrant;
 
 use std::fmt;
 use std::sync::Arc;
@@ -26,7 +27,7 @@ use crate::data::{Body, RequestContext, Upstream};
 use crate::erasure::Connector;
 
 /// Every kind of store a route can front.
-pub const KINDS: &[Kind] = &[chroma::KIND, langgraph::KIND, openai::KIND];
+pub const KINDS: &[Kind] = &[chroma::KIND, langgraph::KIND, openai::KIND, qdrant::KIND];
 
 /// The kind named `adapter = "name"`.
 pub fn kind(name: &str) -> Option<&'static Kind> {

@@ -442,14 +442,6 @@ pub fn stamped_by(tenant: &str, keys: &[String]) -> Value {
     json!({"$and": [{ TENANT: { "$eq": tenant } }, { SUBJECT: { "$in": keys } }]})
 }
 
-/// Whether a record's metadata may be one of the subjects': it names one of them (in `tenant`,
-/// a subject `is_one` accepts) as its owner, or names no owner at all (then a person must look,
-/// or lineage's word stands).
-pub fn may_be_subjects(meta: &Value, tenant: &str, is_one: impl Fn(&str) -> bool) -> bool {
-    let owner = || Some((meta.get(TENANT)?.as_str()?, meta.get(SUBJECT)?.as_str()?));
-    owner().is_none_or(|(t, s)| t == tenant && is_one(s))
-}
-
 /// The conditions Lethe adds to every read: the caller's tenant, its bound subject, and not
 /// expired. Chroma evaluates them, so most refused records never leave the store.
 fn scope_conditions(

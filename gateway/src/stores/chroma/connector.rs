@@ -7,12 +7,13 @@ use async_trait::async_trait;
 use hyper::Method;
 use serde_json::{Value, json};
 
+use crate::adapters::stamp::may_be_subjects;
 use crate::adapters::stamp::{SUBJECT, TENANT};
 use crate::data::forward::{Route, Upstreams};
 use crate::erasure::http::StoreHttp;
 use crate::erasure::{Connector, ConnectorError, Copy, Physical, PurgeReport, Subjects};
 use crate::store::ExpiredItem;
-use crate::stores::chroma::adapter::{may_be_subjects, stamped_by};
+use crate::stores::chroma::adapter::stamped_by;
 
 /// One collection: the path of its record operations.
 struct Place {

@@ -1,0 +1,787 @@
+//! Qdrant's REST API (1.16): pure functions over its JSON.
+//!
+//! Points are decided one by one and stamped in their payload. Every read is narrowed with a
+//! filter Qdrant evaluates: the client's filter, nested whole, AND the caller's tenant, bound
+//! subject and unexpired points, at the top and in every `prefetch`. Every returned point is then
+//! decided again. Retrievals by id, counts and deletes are answered from a narrowed scroll, so
+//! they never reveal or touch a point the caller may not see. Point ids must be canonical
+//! (unsigned integers, or lowercase hyphenated UUIDs): Qdrant takes five spellings of one UUID
+//! for one point.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use chrono::{DateTime, Utc};
+use hyper::Method;
+use lethe_policy::{
+    Action, Held, Layer, Overwrite, PolicyView, ReadContext, Stamp, WriteFacts, decide_read,
+    decide_write_over,
+};
+use serde_json::{Map, Value, json};
+
+use crate::adapters::stamp::{
+    CATEGORY, EXPIRES_AT, PURPOSE, SUBJECT, TENANT, agree, parse_object, read_stamp,
+    requested_expiry, string_field, write_stamp,
+};
+use crate::adapters::{AdapterError, RecordRefusal, Scope};
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Endpoint {
+    /// The version check, health, and collection reads.
+    PassThrough,
+    /// Creating, changing and deleting collections, their indexes and aliases.
+    Admin,
+    /// A collection name or point id not in its canonical form.
+    NonCanonical,
+    Upsert {
+        collection: String,
+    },
+    Query {
+        collection: String,
+    },
+    Scroll {
+        collection: String,
+    },
+    Count {
+        collection: String,
+    },
+    Retrieve {
+        collection: String,
+    },
+    GetPoint {
+        collection: String,
+        id: PointId,
+    },
+    Delete {
+        collection: String,
+    },
+    /// Everything else: snapshots, shards, cluster, payload and vector edits, batches, facets,
+    /// the older search routes. Refused until each is governed.
+    Refused,
+}
+
+/// A collection name as Lethe lets it through: letters, digits, `_`, `-` and `.`, at most 255
+/// bytes, not `.` or `..`.
+fn canonical_collection(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 255
+        && name != "."
+        && name != ".."
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+}
+
+pub fn classify(method: &Method, path: &str) -> Endpoint {
+    let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    let get = method == Method::GET;
+    match segments.as_slice() {
+        [""] | ["readyz"] | ["healthz"] | ["livez"] if get => Endpoint::PassThrough,
+        ["collections"] | ["aliases"] if get => Endpoint::PassThrough,
+        ["collections", "aliases"] if method == Method::POST => Endpoint::Admin,
+        ["collections", c, rest @ ..] if !canonical_collection(c) => {
+            let _ = rest;
+            Endpoint::NonCanonical
+        }
+        ["collections", _] | ["collections", _, "exists"] | ["collections", _, "aliases"]
+            if get =>
+        {
+            Endpoint::PassThrough
+        }
+        ["collections", _] if matches!(*method, Method::PUT | Method::PATCH | Method::DELETE) => {
+            Endpoint::Admin
+        }
+        ["collections", _, "index"] if method == Method::PUT => Endpoint::Admin,
+        ["collections", _, "index", _] if method == Method::DELETE => Endpoint::Admin,
+        ["collections", c, "points"] => {
+            let collection = (*c).to_owned();
+            match *method {
+                Method::PUT => Endpoint::Upsert { collection },
+                Method::POST => Endpoint::Retrieve { collection },
+                _ => Endpoint::Refused,
+            }
+        }
+        ["collections", c, "points", id] if get => match PointId::parse_segment(id) {
+            Some(id) => Endpoint::GetPoint {
+                collection: (*c).to_owned(),
+                id,
+            },
+            None => Endpoint::NonCanonical,
+        },
+        ["collections", c, "points", op] if method == Method::POST => {
+            let collection = (*c).to_owned();
+            match *op {
+                "query" => Endpoint::Query { collection },
+                "scroll" => Endpoint::Scroll { collection },
+                "count" => Endpoint::Count { collection },
+                "delete" => Endpoint::Delete { collection },
+                _ => Endpoint::Refused,
+            }
+        }
+        _ => Endpoint::Refused,
+    }
+}
+
+/// A point id in its canonical form: an unsigned integer, or a lowercase hyphenated UUID.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub enum PointId {
+    Number(u64),
+    Uuid(String),
+}
+
+impl PointId {
+    /// The id as the client wrote it in JSON, if canonical.
+    pub fn parse(value: &Value) -> Option<PointId> {
+        match value {
+            Value::Number(n) => n.as_u64().map(PointId::Number),
+            Value::String(s) => canonical_uuid(s).then(|| PointId::Uuid(s.clone())),
+            _ => None,
+        }
+    }
+
+    /// The id in a path: digits, or a canonical UUID.
+    fn parse_segment(segment: &str) -> Option<PointId> {
+        if !segment.is_empty() && segment.bytes().all(|b| b.is_ascii_digit()) {
+            return segment.parse().ok().map(PointId::Number);
+        }
+        canonical_uuid(segment).then(|| PointId::Uuid(segment.to_owned()))
+    }
+
+    pub fn to_json(&self) -> Value {
+        match self {
+            PointId::Number(n) => json!(n),
+            PointId::Uuid(u) => json!(u),
+        }
+    }
+
+    /// The id as lineage keeps it (a number in decimal; Qdrant has no numeric-string ids, so the
+    /// two never meet).
+    pub fn key(&self) -> String {
+        match self {
+            PointId::Number(n) => n.to_string(),
+            PointId::Uuid(u) => u.clone(),
+        }
+    }
+
+    /// A lineage key read back as an id.
+    pub fn from_key(key: &str) -> Option<PointId> {
+        PointId::parse_segment(key)
+    }
+}
+
+fn canonical_uuid(s: &str) -> bool {
+    let b = s.as_bytes();
+    b.len() == 36
+        && b.iter().enumerate().all(|(i, c)| match i {
+            8 | 13 | 18 | 23 => *c == b'-',
+            _ => c.is_ascii_digit() || (b'a'..=b'f').contains(c),
+        })
+}
+
+fn invalid(message: impl Into<String>) -> AdapterError {
+    AdapterError::Invalid(message.into())
+}
+
+/// Refuses a body key Lethe does not govern (Qdrant ignores unknown ones silently).
+fn only_keys(map: &Map<String, Value>, allowed: &[&str], what: &str) -> Result<(), AdapterError> {
+    match map.keys().find(|k| !allowed.contains(&k.as_str())) {
+        Some(key) => Err(invalid(format!(
+            "{what}: {key} is not supported through Lethe"
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// One point of an upsert, with the facts its decision needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PointFacts {
+    pub index: usize,
+    pub id: PointId,
+    pub subject: String,
+    pub purpose: String,
+    pub category: String,
+    pub requested_expires_at: Option<DateTime<Utc>>,
+}
+
+/// A parsed upsert, waiting for the policy of its subjects.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PlannedUpsert {
+    points: Vec<Map<String, Value>>,
+    pub facts: Vec<PointFacts>,
+}
+
+impl PlannedUpsert {
+    pub fn subjects(&self) -> BTreeSet<&str> {
+        self.facts.iter().map(|f| f.subject.as_str()).collect()
+    }
+
+    pub fn ids(&self) -> Vec<PointId> {
+        self.facts.iter().map(|f| f.id.clone()).collect()
+    }
+}
+
+/// Parses `{"points": [{id, vector, payload}]}` and finds each point's subject, purpose and
+/// category: from the request, else from the point's `lethe_*` payload, else (for clients that
+/// cannot send Lethe's headers) from the configured `subject_field` and defaults.
+pub fn plan_upsert(body: &[u8], scope: &Scope<'_>) -> Result<PlannedUpsert, AdapterError> {
+    let map = parse_object(body)?;
+    only_keys(&map, &["points"], "upsert")?;
+    let Some(Value::Array(points)) = map.get("points") else {
+        return Err(invalid(
+            "upsert: points must be a non-empty array of {id, vector, payload} (the columnar batch form is not supported through Lethe)",
+        ));
+    };
+    if points.is_empty() {
+        return Err(invalid("upsert: points must not be empty"));
+    }
+    let mut planned = PlannedUpsert {
+        points: Vec::with_capacity(points.len()),
+        facts: Vec::with_capacity(points.len()),
+    };
+    let mut seen = BTreeSet::new();
+    for (index, point) in points.iter().enumerate() {
+        let Value::Object(point) = point else {
+            return Err(invalid(format!("points[{index}] must be an object")));
+        };
+        only_keys(
+            point,
+            &["id", "vector", "payload"],
+            &format!("points[{index}]"),
+        )?;
+        let id = point.get("id").and_then(PointId::parse).ok_or_else(|| {
+            invalid(format!(
+                "points[{index}].id must be an unsigned integer or a lowercase, hyphenated UUID"
+            ))
+        })?;
+        if !seen.insert(id.clone()) {
+            return Err(invalid("point ids must be unique in a request"));
+        }
+        let payload = match point.get("payload") {
+            None | Some(Value::Null) => None,
+            Some(Value::Object(p)) => Some(p),
+            Some(_) => {
+                return Err(invalid(format!(
+                    "points[{index}].payload must be an object"
+                )));
+            }
+        };
+        let record_subject = string_field(payload, SUBJECT, index)?;
+        if scope.bound && record_subject.is_some_and(|s| Some(s) != scope.subject) {
+            return Err(AdapterError::Refused(vec![RecordRefusal {
+                index,
+                refusal: lethe_policy::Refusal::ScopeViolation,
+            }]));
+        }
+        let missing = |what, header| AdapterError::MissingScope {
+            index,
+            what,
+            header,
+        };
+        let subject = agree(index, scope.subject, record_subject)?
+            .ok_or_else(|| missing("subject", "Subject"))?;
+        let purpose = agree(index, scope.purpose, string_field(payload, PURPOSE, index)?)?
+            .ok_or_else(|| missing("purpose", "Purpose"))?;
+        let category = agree(
+            index,
+            scope.category,
+            string_field(payload, CATEGORY, index)?,
+        )?
+        .ok_or_else(|| missing("category", "Category"))?;
+        planned.facts.push(PointFacts {
+            index,
+            id,
+            subject,
+            purpose,
+            category,
+            requested_expires_at: requested_expiry(payload, index)?,
+        });
+        planned.points.push(point.clone());
+    }
+    Ok(planned)
+}
+
+/// The scroll that reads what Qdrant holds under `ids` (their payloads), just before a write.
+pub fn held_query(ids: &[PointId]) -> Vec<u8> {
+    json!({
+        "filter": { "must": [ { "has_id": ids.iter().map(PointId::to_json).collect::<Vec<_>>() } ] },
+        "limit": ids.len(),
+        "with_payload": true,
+        "with_vector": false,
+    })
+    .to_string()
+    .into_bytes()
+}
+
+/// The points of a scroll or query answer (`result.points`) or of a retrieval (`result`).
+fn answer_points(answer: &Value) -> Result<&Vec<Value>, AdapterError> {
+    let result = answer
+        .get("result")
+        .ok_or_else(|| AdapterError::UpstreamInvalid("result missing".into()))?;
+    result
+        .get("points")
+        .unwrap_or(result)
+        .as_array()
+        .ok_or_else(|| AdapterError::UpstreamInvalid("points missing".into()))
+}
+
+/// What that scroll answered: the stamp each held id carries (`None`: held, not stamped).
+pub fn held_stamps(answer: &[u8]) -> Result<BTreeMap<PointId, Option<Stamp>>, AdapterError> {
+    let value: Value = serde_json::from_slice(answer)
+        .map_err(|_| AdapterError::UpstreamInvalid("not JSON".into()))?;
+    answer_points(&value)?
+        .iter()
+        .map(|p| {
+            let id = p.get("id").and_then(PointId::parse).ok_or_else(|| {
+                AdapterError::UpstreamInvalid("a point without a canonical id".into())
+            })?;
+            Ok((id, p.get("payload").and_then(read_stamp)))
+        })
+        .collect()
+}
+
+/// An upsert every point of which was allowed: the body to forward and each point's stamp.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StampedUpsert {
+    pub body: Vec<u8>,
+    pub stamps: Vec<(PointId, Stamp)>,
+}
+
+fn decide_points(
+    facts: &[PointFacts],
+    tenant: &str,
+    view: &impl PolicyView,
+    held: &BTreeMap<PointId, Option<Stamp>>,
+    now: DateTime<Utc>,
+) -> Result<Vec<Option<Stamp>>, AdapterError> {
+    let mut refused = Vec::new();
+    let mut stamps = Vec::with_capacity(facts.len());
+    for f in facts {
+        let write = WriteFacts {
+            tenant,
+            subject: &f.subject,
+            purpose: &f.purpose,
+            category: &f.category,
+            layer: Layer::Raw,
+            action: Action::Store,
+            authorised_epoch: None,
+            requested_expires_at: f.requested_expires_at,
+        };
+        let on = Held::of(held.get(&f.id).map(Option::as_ref));
+        match decide_write_over(view, &write, on, Overwrite::Allowed, now) {
+            Ok(stamp) => stamps.push(stamp),
+            Err(refusal) => refused.push(RecordRefusal {
+                index: f.index,
+                refusal,
+            }),
+        }
+    }
+    if refused.is_empty() {
+        Ok(stamps)
+    } else {
+        Err(AdapterError::Refused(refused))
+    }
+}
+
+/// Whether every point could be written at all, before anything is asked of Qdrant.
+pub fn check_upsert(
+    planned: &PlannedUpsert,
+    tenant: &str,
+    view: &impl PolicyView,
+    now: DateTime<Utc>,
+) -> Result<(), AdapterError> {
+    decide_points(&planned.facts, tenant, view, &BTreeMap::new(), now).map(|_| ())
+}
+
+/// Decides every point on what Qdrant holds under its id and, when all are allowed, stamps
+/// each point's payload (the client's own `lethe_*` keys are replaced by the stamp).
+pub fn apply_upsert(
+    planned: PlannedUpsert,
+    tenant: &str,
+    view: &impl PolicyView,
+    held: &BTreeMap<PointId, Option<Stamp>>,
+    now: DateTime<Utc>,
+) -> Result<StampedUpsert, AdapterError> {
+    let decided = decide_points(&planned.facts, tenant, view, held, now)?;
+    let mut points = Vec::with_capacity(decided.len());
+    let mut stamps = Vec::with_capacity(decided.len());
+    for ((mut point, fact), stamp) in planned.points.into_iter().zip(planned.facts).zip(decided) {
+        // An upsert always writes (`Overwrite::Allowed`); a point the decision skips is left out.
+        let Some(stamp) = stamp else { continue };
+        point.insert("id".into(), fact.id.to_json());
+        let payload = point
+            .entry("payload")
+            .or_insert_with(|| Value::Object(Map::new()));
+        if !payload.is_object() {
+            *payload = Value::Object(Map::new());
+        }
+        if let Value::Object(p) = payload {
+            write_stamp(p, &stamp);
+        }
+        points.push(point);
+        stamps.push((fact.id, stamp));
+    }
+    let body = json!({ "points": points }).to_string().into_bytes();
+    Ok(StampedUpsert { body, stamps })
+}
+
+/// The conditions every read carries: the caller's tenant, its bound subject, not expired.
+fn scope_conditions(tenant: &str, bound: Option<&str>, now: Option<DateTime<Utc>>) -> Vec<Value> {
+    let mut conditions = vec![json!({ "key": TENANT, "match": { "value": tenant } })];
+    if let Some(subject) = bound {
+        conditions.push(json!({ "key": SUBJECT, "match": { "value": subject } }));
+    }
+    if let Some(now) = now {
+        conditions.push(json!({ "key": EXPIRES_AT, "range": { "gt": now.timestamp() } }));
+    }
+    conditions
+}
+
+/// The client's filter (kept whole, as one nested condition: adding to its `should` would widen
+/// it) AND the scope's conditions.
+fn narrowed(filter: Option<&Value>, conditions: &[Value]) -> Result<Value, AdapterError> {
+    let mut must = Vec::with_capacity(conditions.len() + 1);
+    match filter {
+        None | Some(Value::Null) => {}
+        Some(f @ Value::Object(_)) => must.push(f.clone()),
+        Some(_) => return Err(invalid("filter must be an object")),
+    }
+    must.extend(conditions.iter().cloned());
+    Ok(json!({ "must": must }))
+}
+
+/// What the client asked to see of each point's payload; Lethe always reads the payload (the
+/// stamp decides) and cuts the answer back to this.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PayloadWanted {
+    None,
+    All,
+    Keys(Vec<String>),
+}
+
+impl PayloadWanted {
+    fn of(value: Option<&Value>, default: PayloadWanted) -> Result<PayloadWanted, AdapterError> {
+        match value {
+            None | Some(Value::Null) => Ok(default),
+            Some(Value::Bool(false)) => Ok(PayloadWanted::None),
+            Some(Value::Bool(true)) => Ok(PayloadWanted::All),
+            Some(Value::Array(keys)) => keys
+                .iter()
+                .map(|k| k.as_str().map(str::to_owned))
+                .collect::<Option<Vec<_>>>()
+                .map(PayloadWanted::Keys)
+                .ok_or_else(|| invalid("with_payload: a list of keys must hold strings")),
+            Some(_) => Err(invalid(
+                "with_payload must be true, false or a list of keys through Lethe",
+            )),
+        }
+    }
+
+    fn cut(&self, point: &mut Map<String, Value>) {
+        match self {
+            PayloadWanted::All => {}
+            PayloadWanted::None => {
+                point.remove("payload");
+            }
+            PayloadWanted::Keys(keys) => {
+                if let Some(Value::Object(p)) = point.get_mut("payload") {
+                    p.retain(|k, _| keys.contains(k));
+                }
+            }
+        }
+    }
+}
+
+/// How a read's answer is cut back: which points' payloads the client wanted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReadPlan {
+    pub payload: PayloadWanted,
+}
+
+/// A query (vector, sparse vector, `nearest`, or a fusion of prefetches) must not name a point
+/// or another collection: its vector would be read past the caller's scope.
+fn check_query(query: Option<&Value>, at: &str) -> Result<(), AdapterError> {
+    let vector = |v: &Value| match v {
+        Value::Array(xs) => xs.iter().all(|x| x.is_number() || x.is_array()),
+        Value::Object(m) => m.contains_key("indices") && m.contains_key("values"),
+        _ => false,
+    };
+    match query {
+        None | Some(Value::Null) => Ok(()),
+        Some(q) if vector(q) => Ok(()),
+        Some(Value::Object(m)) if m.len() == 1 => match m.iter().next() {
+            Some((k, v)) if k == "nearest" && vector(v) => Ok(()),
+            Some((k, Value::String(f))) if k == "fusion" && (f == "rrf" || f == "dbsf") => Ok(()),
+            _ => Err(invalid(format!(
+                "{at}: only a vector, a sparse vector, nearest or a fusion can be queried through Lethe (not a point id, recommend, discover, order_by or a formula)"
+            ))),
+        },
+        Some(_) => Err(invalid(format!(
+            "{at}: only a vector, a sparse vector, nearest or a fusion can be queried through Lethe (not a point id)"
+        ))),
+    }
+}
+
+/// Narrows one query or prefetch, and every prefetch inside it.
+fn narrow_query(
+    map: &mut Map<String, Value>,
+    conditions: &[Value],
+    at: &str,
+) -> Result<(), AdapterError> {
+    only_keys(
+        map,
+        &[
+            "query",
+            "prefetch",
+            "filter",
+            "using",
+            "limit",
+            "offset",
+            "params",
+            "score_threshold",
+            "with_payload",
+            "with_vector",
+        ],
+        at,
+    )?;
+    check_query(map.get("query"), at)?;
+    let filter = narrowed(map.get("filter"), conditions)?;
+    map.insert("filter".into(), filter);
+    match map.get_mut("prefetch") {
+        None | Some(Value::Null) => {}
+        Some(Value::Object(p)) => narrow_query(p, conditions, &format!("{at}.prefetch"))?,
+        Some(Value::Array(ps)) => {
+            for (i, p) in ps.iter_mut().enumerate() {
+                let Value::Object(p) = p else {
+                    return Err(invalid(format!("{at}.prefetch[{i}] must be an object")));
+                };
+                narrow_query(p, conditions, &format!("{at}.prefetch[{i}]"))?;
+            }
+        }
+        Some(_) => {
+            return Err(invalid(format!(
+                "{at}.prefetch must be an object or a list"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Narrows a `points/query` body; answers it with what to cut from the answer.
+pub fn narrow_query_body(
+    body: &[u8],
+    tenant: &str,
+    bound: Option<&str>,
+    now: DateTime<Utc>,
+) -> Result<(Vec<u8>, ReadPlan), AdapterError> {
+    let mut map = parse_object(body)?;
+    let payload = PayloadWanted::of(map.get("with_payload"), PayloadWanted::None)?;
+    narrow_query(
+        &mut map,
+        &scope_conditions(tenant, bound, Some(now)),
+        "query",
+    )?;
+    map.insert("with_payload".into(), json!(true));
+    Ok((
+        serde_json::to_vec(&map).unwrap_or_default(),
+        ReadPlan { payload },
+    ))
+}
+
+/// Narrows a `points/scroll` body.
+pub fn narrow_scroll_body(
+    body: &[u8],
+    tenant: &str,
+    bound: Option<&str>,
+    now: DateTime<Utc>,
+) -> Result<(Vec<u8>, ReadPlan), AdapterError> {
+    let mut map = parse_object(body)?;
+    only_keys(
+        &map,
+        &[
+            "filter",
+            "limit",
+            "offset",
+            "with_payload",
+            "with_vector",
+            "order_by",
+        ],
+        "scroll",
+    )?;
+    let payload = PayloadWanted::of(map.get("with_payload"), PayloadWanted::All)?;
+    let filter = narrowed(
+        map.get("filter"),
+        &scope_conditions(tenant, bound, Some(now)),
+    )?;
+    map.insert("filter".into(), filter);
+    map.insert("with_payload".into(), json!(true));
+    Ok((
+        serde_json::to_vec(&map).unwrap_or_default(),
+        ReadPlan { payload },
+    ))
+}
+
+/// Which points a retrieval, count or delete names: these ids, or those a filter selects.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Selection<'a> {
+    pub ids: Option<&'a [PointId]>,
+    pub filter: Option<&'a Value>,
+}
+
+/// A scroll of the points in scope among the `selection`, reading the stamps and the vectors if
+/// asked; one page of `limit` from `offset`.
+pub fn scoped_scroll(
+    Selection { ids, filter }: Selection<'_>,
+    tenant: &str,
+    bound: Option<&str>,
+    now: Option<DateTime<Utc>>,
+    limit: usize,
+    offset: Option<&Value>,
+    with_vector: &Value,
+) -> Result<Vec<u8>, AdapterError> {
+    let mut conditions = scope_conditions(tenant, bound, now);
+    if let Some(ids) = ids {
+        conditions.push(json!({ "has_id": ids.iter().map(PointId::to_json).collect::<Vec<_>>() }));
+    }
+    let mut body = json!({
+        "filter": narrowed(filter, &conditions)?,
+        "limit": limit,
+        "with_payload": true,
+        "with_vector": with_vector,
+    });
+    if let Some(offset) = offset.filter(|o| !o.is_null()) {
+        body["offset"] = offset.clone();
+    }
+    Ok(body.to_string().into_bytes())
+}
+
+/// A retrieval by ids (`POST .../points`): its ids, what payload it wants and whether vectors.
+pub fn parse_retrieve(body: &[u8]) -> Result<(Vec<PointId>, PayloadWanted, Value), AdapterError> {
+    let map = parse_object(body)?;
+    only_keys(&map, &["ids", "with_payload", "with_vector"], "retrieve")?;
+    let ids = canonical_ids(map.get("ids"), "ids")?;
+    // The REST API's default is no payload.
+    let payload = PayloadWanted::of(map.get("with_payload"), PayloadWanted::None)?;
+    let with_vector = map.get("with_vector").cloned().unwrap_or(json!(false));
+    Ok((ids, payload, with_vector))
+}
+
+fn canonical_ids(value: Option<&Value>, what: &str) -> Result<Vec<PointId>, AdapterError> {
+    let Some(Value::Array(ids)) = value else {
+        return Err(invalid(format!("{what} must be a list of point ids")));
+    };
+    let ids: Option<BTreeSet<PointId>> = ids.iter().map(PointId::parse).collect();
+    ids.map(|ids| ids.into_iter().collect()).ok_or_else(|| {
+        invalid(format!(
+            "{what}: point ids are unsigned integers or lowercase, hyphenated UUIDs"
+        ))
+    })
+}
+
+/// What a delete names: ids, or a filter (never both: Qdrant would ignore the filter).
+pub fn parse_delete(body: &[u8]) -> Result<(Option<Vec<PointId>>, Option<Value>), AdapterError> {
+    let map = parse_object(body)?;
+    only_keys(&map, &["points", "filter"], "delete")?;
+    match (map.get("points"), map.get("filter")) {
+        (Some(points), None) => Ok((Some(canonical_ids(Some(points), "points")?), None)),
+        (None, Some(filter @ Value::Object(_))) => Ok((None, Some(filter.clone()))),
+        _ => Err(invalid("delete: name either points or a filter")),
+    }
+}
+
+/// The filter of a count (`exact` is Lethe's to decide: it counts what it may show).
+pub fn parse_count(body: &[u8]) -> Result<Option<Value>, AdapterError> {
+    let map = parse_object(body)?;
+    only_keys(&map, &["filter", "exact"], "count")?;
+    match map.get("filter") {
+        None | Some(Value::Null) => Ok(None),
+        Some(f @ Value::Object(_)) => Ok(Some(f.clone())),
+        Some(_) => Err(invalid("count: filter must be an object")),
+    }
+}
+
+/// The `(tenant, subject)` of every stamped point in an answer.
+pub fn subjects_in(answer: &Value) -> BTreeSet<(String, String)> {
+    let mut found = BTreeSet::new();
+    let mut visit = |points: &Vec<Value>| {
+        for p in points {
+            if let Some(stamp) = p.get("payload").and_then(read_stamp) {
+                found.insert((stamp.tenant, stamp.subject));
+            }
+        }
+    };
+    match answer.get("result") {
+        Some(Value::Array(points)) => visit(points),
+        Some(result) => {
+            if let Some(Value::Array(points)) = result.get("points") {
+                visit(points);
+            }
+        }
+        None => {}
+    }
+    found
+}
+
+/// Drops every point `decide_read` refuses and cuts the payloads back to what was asked.
+/// Works on `result.points` (query, scroll) and on `result` (a retrieval).
+pub fn filter_points(
+    mut answer: Value,
+    plan: &ReadPlan,
+    view: &impl PolicyView,
+    ctx: &ReadContext<'_>,
+    now: DateTime<Utc>,
+) -> Result<Value, AdapterError> {
+    let result = answer
+        .get_mut("result")
+        .ok_or_else(|| AdapterError::UpstreamInvalid("result missing".into()))?;
+    let points = match result {
+        Value::Array(points) => points,
+        Value::Object(r) => match r.get_mut("points") {
+            Some(Value::Array(points)) => points,
+            _ => return Err(AdapterError::UpstreamInvalid("points missing".into())),
+        },
+        _ => return Err(AdapterError::UpstreamInvalid("result is not a list".into())),
+    };
+    points.retain(|p| {
+        let stamp = p.get("payload").and_then(read_stamp);
+        decide_read(view, ctx, stamp.as_ref(), now).is_ok()
+    });
+    for p in points.iter_mut() {
+        if let Value::Object(p) = p {
+            plan.payload.cut(p);
+        }
+    }
+    Ok(answer)
+}
+
+/// The ids of the points in an answer.
+pub fn ids_in(answer: &[u8]) -> Result<Vec<PointId>, AdapterError> {
+    let value: Value = serde_json::from_slice(answer)
+        .map_err(|_| AdapterError::UpstreamInvalid("not JSON".into()))?;
+    answer_points(&value)?
+        .iter()
+        .map(|p| {
+            p.get("id").and_then(PointId::parse).ok_or_else(|| {
+                AdapterError::UpstreamInvalid("a point without a canonical id".into())
+            })
+        })
+        .collect()
+}
+
+/// A scroll answer's next page, if any.
+pub fn next_page(answer: &Value) -> Option<Value> {
+    answer
+        .get("result")?
+        .get("next_page_offset")
+        .filter(|o| !o.is_null())
+        .cloned()
+}
+
+/// The filter that finds the points stamped as any of a subject's keys in a tenant.
+pub fn stamped_by(tenant: &str, keys: &[String]) -> Value {
+    json!({ "must": [
+        { "key": TENANT, "match": { "value": tenant } },
+        { "key": SUBJECT, "match": { "any": keys } },
+    ] })
+}
+
+#[cfg(test)]
+mod tests;

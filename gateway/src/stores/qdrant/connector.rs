@@ -1,0 +1,236 @@
+//! Purging a subject from Qdrant: by the stamp in every collection, and by the ids lineage holds
+//! that Qdrant does not hold under another owner's stamp; deletions are counted again in Qdrant.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use hyper::Method;
+use serde_json::{Value, json};
+
+use crate::adapters::stamp::{SUBJECT, TENANT, may_be_subjects};
+use crate::data::forward::{Route, Upstreams};
+use crate::erasure::http::StoreHttp;
+use crate::erasure::{Connector, ConnectorError, Copy, Physical, PurgeReport, Subjects};
+use crate::store::ExpiredItem;
+use crate::stores::qdrant::adapter::{PointId, stamped_by};
+
+const PAGE: usize = 1000;
+
+/// What Qdrant keeps of deleted points, as measured on 1.16.3: their payloads stay in the
+/// segments until the optimizer vacuums them (only a segment of at least
+/// `vacuum_min_vector_number` points whose deleted share passes `deleted_threshold`), and in the
+/// collection's write-ahead log until its segment is retired.
+fn physical() -> Physical {
+    Physical::default()
+        .with(Copy::unknown(
+            "collections/<collection>/<shard>/segments (payload and vector storage)",
+            "the deleted points' payloads and vectors",
+            "Qdrant marks deleted points and keeps their bytes until its optimizer vacuums the segment",
+            "the optimizer vacuums only segments past its thresholds (deleted_threshold, vacuum_min_vector_number), on its own schedule",
+        ))
+        .with(Copy::unknown(
+            "collections/<collection>/<shard>/wal",
+            "the upserts of the deleted points",
+            "the write-ahead log keeps every operation until its segment is retired",
+            "retirement depends on later writes filling the log (wal_capacity_mb, wal_retain_closed)",
+        ))
+}
+
+pub struct QdrantConnector {
+    http: StoreHttp,
+}
+
+impl QdrantConnector {
+    pub fn new(route: Route, upstreams: Arc<Upstreams>) -> Self {
+        QdrantConnector {
+            http: StoreHttp::new(route, upstreams),
+        }
+    }
+
+    async fn collections(&self) -> Result<Vec<String>, ConnectorError> {
+        let answer = self.http.json(Method::GET, "/collections", None).await?;
+        Ok(answer["result"]["collections"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|c| c.get("name")?.as_str().map(str::to_owned))
+            .collect())
+    }
+
+    /// Every point matching `filter`, with its payload, page by page.
+    async fn scroll(&self, collection: &str, filter: Value) -> Result<Vec<Value>, ConnectorError> {
+        let path = format!("/collections/{collection}/points/scroll");
+        let mut points = Vec::new();
+        let mut offset = Value::Null;
+        loop {
+            let mut body = json!({ "filter": filter, "limit": PAGE, "with_payload": true, "with_vector": false });
+            if !offset.is_null() {
+                body["offset"] = offset;
+            }
+            let answer = self.http.json(Method::POST, &path, Some(body)).await?;
+            points.extend(
+                answer["result"]["points"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default(),
+            );
+            offset = answer["result"]["next_page_offset"].clone();
+            if offset.is_null() {
+                return Ok(points);
+            }
+        }
+    }
+
+    /// The ids held under `ids`, each with its payload.
+    async fn present(
+        &self,
+        collection: &str,
+        ids: &[PointId],
+    ) -> Result<Vec<Value>, ConnectorError> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let has =
+            json!({ "must": [{ "has_id": ids.iter().map(PointId::to_json).collect::<Vec<_>>() }] });
+        self.scroll(collection, has).await
+    }
+
+    /// The subjects, with the keys of those known only by reference found again among the
+    /// owners the collection's stamps name in the tenant.
+    async fn found_again(
+        &self,
+        collection: &str,
+        subjects: &Subjects,
+    ) -> Result<Subjects, ConnectorError> {
+        if !subjects.any_forgotten() {
+            return Ok(subjects.clone());
+        }
+        let tenant =
+            json!({ "must": [{ "key": TENANT, "match": { "value": subjects.tenant() } }] });
+        let owners: BTreeSet<String> = self
+            .scroll(collection, tenant)
+            .await?
+            .iter()
+            .filter_map(|p| p["payload"][SUBJECT].as_str().map(str::to_owned))
+            .collect();
+        Ok(subjects.found_among(owners.iter().map(String::as_str)))
+    }
+
+    /// Everything of the subjects a collection holds: stamped with one of their keys, or known to
+    /// lineage and not stamped as another's.
+    async fn subjects_points(
+        &self,
+        collection: &str,
+        known: &[PointId],
+        subjects: &Subjects,
+    ) -> Result<BTreeSet<PointId>, ConnectorError> {
+        let mut found = BTreeSet::new();
+        let keys = subjects.keys();
+        if !keys.is_empty() {
+            for p in self
+                .scroll(collection, stamped_by(subjects.tenant(), &keys))
+                .await?
+            {
+                found.extend(PointId::parse(&p["id"]));
+            }
+        }
+        for p in self.present(collection, known).await? {
+            if may_be_subjects(&p["payload"], subjects.tenant(), |s| subjects.include(s)) {
+                found.extend(PointId::parse(&p["id"]));
+            }
+        }
+        Ok(found)
+    }
+
+    async fn delete(
+        &self,
+        collection: &str,
+        ids: &BTreeSet<PointId>,
+    ) -> Result<(), ConnectorError> {
+        let body = json!({ "points": ids.iter().map(PointId::to_json).collect::<Vec<_>>() });
+        self.http
+            .call(
+                Method::POST,
+                &format!("/collections/{collection}/points/delete"),
+                Some("wait=true"),
+                Some(body),
+            )
+            .await
+            .map(|_| ())
+    }
+}
+
+#[async_trait]
+impl Connector for QdrantConnector {
+    async fn purge(
+        &self,
+        subjects: &Subjects,
+        lineage: &[(String, String)],
+    ) -> Result<PurgeReport, ConnectorError> {
+        let mut report = PurgeReport {
+            before: 0,
+            deleted: 0,
+            remaining: 0,
+            physical: physical(),
+            probe_hits: None,
+        };
+        for collection in self.collections().await? {
+            let known: Vec<PointId> = lineage
+                .iter()
+                .filter(|(c, _)| *c == collection)
+                .filter_map(|(_, id)| PointId::from_key(id))
+                .collect();
+            let subjects = &self.found_again(&collection, subjects).await?;
+            let doomed = self.subjects_points(&collection, &known, subjects).await?;
+            report.before += doomed.len() as u64;
+            if !doomed.is_empty() {
+                self.delete(&collection, &doomed).await?;
+            }
+            let left = self.subjects_points(&collection, &known, subjects).await?;
+            report.deleted += doomed.difference(&left).count() as u64;
+            report.remaining += left.len() as u64;
+        }
+        Ok(report)
+    }
+
+    /// Deletes the expired items, but not a point Qdrant holds under another owner's stamp than
+    /// lineage names: that one is the other owner's.
+    async fn delete_items(
+        &self,
+        collection: &str,
+        items: &[ExpiredItem],
+    ) -> Result<u64, ConnectorError> {
+        if !self.collections().await?.iter().any(|c| c == collection) {
+            return Ok(0);
+        }
+        let ids: Vec<PointId> = items
+            .iter()
+            .filter_map(|i| PointId::from_key(&i.item_id))
+            .collect();
+        let expired: BTreeSet<PointId> = self
+            .present(collection, &ids)
+            .await?
+            .iter()
+            .filter_map(|p| {
+                let id = PointId::parse(&p["id"])?;
+                items
+                    .iter()
+                    .any(|i| {
+                        i.item_id == id.key()
+                            && may_be_subjects(&p["payload"], &i.tenant, |s| s == i.subject)
+                    })
+                    .then_some(id)
+            })
+            .collect();
+        if expired.is_empty() {
+            return Ok(0);
+        }
+        self.delete(collection, &expired).await?;
+        let left = self
+            .present(collection, &expired.iter().cloned().collect::<Vec<_>>())
+            .await?
+            .len();
+        Ok((expired.len() - left) as u64)
+    }
+}

@@ -1,0 +1,371 @@
+//! The Qdrant route: the I/O around the pure adapter in `crate::stores::qdrant::adapter`.
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::{Method, Response, StatusCode};
+use serde_json::{Value, json};
+
+use crate::auth::Role;
+use crate::data::error::{DataError, json_response};
+use crate::data::forward::Answer;
+use crate::data::overtaken::{Recording, keep_unless_overtaken};
+use crate::data::{RequestContext, Upstream};
+use crate::error_shape::Code;
+use crate::store::ItemRecord;
+use crate::stores::qdrant::adapter::{self, Endpoint, PayloadWanted, PointId, ReadPlan, Selection};
+
+/// The most points one narrowed scroll page holds, when Lethe pages through a scope.
+const PAGE: usize = 1000;
+
+/// One Qdrant request, from classification to the checked answer.
+pub(crate) async fn handle(
+    upstream: &Upstream<'_>,
+    ctx: &RequestContext,
+    path: &str,
+    body: Bytes,
+) -> Result<Response<Full<Bytes>>, DataError> {
+    let parts = upstream.parts;
+    match adapter::classify(&parts.method, path) {
+        Endpoint::Refused => Err(DataError::unknown_endpoint()),
+        Endpoint::NonCanonical => Err(DataError::new(
+            StatusCode::BAD_REQUEST,
+            Code::InvalidRequest,
+            "collection names are letters, digits, '_', '-' and '.'; point ids are unsigned integers or lowercase, hyphenated UUIDs",
+        )),
+        Endpoint::Admin if ctx.claims.role != Role::Admin => Err(DataError::new(
+            StatusCode::FORBIDDEN,
+            Code::Forbidden,
+            "managing collections, their indexes and aliases needs the admin role",
+        )),
+        Endpoint::PassThrough | Endpoint::Admin => {
+            let answer = upstream.send(parts.method.clone(), path, body).await?;
+            Ok(answer.passed_on())
+        }
+        Endpoint::Upsert { collection } => upsert(upstream, ctx, path, &collection, body).await,
+        Endpoint::Query { .. } => {
+            let (body, plan) = adapter::narrow_query_body(
+                &body,
+                ctx.tenant(),
+                ctx.subject.as_deref(),
+                crate::now(),
+            )?;
+            read(upstream, ctx, path, body, &plan).await
+        }
+        Endpoint::Scroll { .. } => {
+            let (body, plan) = adapter::narrow_scroll_body(
+                &body,
+                ctx.tenant(),
+                ctx.subject.as_deref(),
+                crate::now(),
+            )?;
+            read(upstream, ctx, path, body, &plan).await
+        }
+        Endpoint::Count { collection } => count(upstream, ctx, &collection, body).await,
+        Endpoint::Retrieve { collection } => {
+            let (ids, payload, with_vector) = adapter::parse_retrieve(&body)?;
+            match allowed(upstream, ctx, &collection, &ids, &payload, &with_vector).await? {
+                Ok(points) => Ok(ok(json!(points))),
+                Err(refused) => Ok(refused.passed_on()),
+            }
+        }
+        Endpoint::GetPoint { collection, id } => {
+            let points = allowed(
+                upstream,
+                ctx,
+                &collection,
+                std::slice::from_ref(&id),
+                &PayloadWanted::All,
+                &json!(true),
+            )
+            .await?;
+            let points = match points {
+                Ok(points) => points,
+                Err(refused) => return Ok(refused.passed_on()),
+            };
+            match points.into_iter().next() {
+                Some(point) => Ok(ok(point)),
+                // Whether the point exists is not the caller's to learn.
+                None => Ok(json_response(
+                    StatusCode::NOT_FOUND,
+                    &json!({ "status": { "error": format!("Not found: Point with id {} does not exists!", id.key()) }, "time": 0.0 }),
+                )),
+            }
+        }
+        Endpoint::Delete { collection } => delete(upstream, ctx, &collection, body).await,
+    }
+}
+
+/// Qdrant's answer shape for a result Lethe computed.
+fn ok(result: Value) -> Response<Full<Bytes>> {
+    json_response(
+        StatusCode::OK,
+        &json!({ "result": result, "status": "ok", "time": 0.0 }),
+    )
+}
+
+fn points_path(collection: &str, op: &str) -> String {
+    format!("/collections/{collection}/points/{op}")
+}
+
+async fn upsert(
+    upstream: &Upstream<'_>,
+    ctx: &RequestContext,
+    path: &str,
+    collection: &str,
+    body: Bytes,
+) -> Result<Response<Full<Bytes>>, DataError> {
+    let Upstream { state, route, .. } = *upstream;
+    let tenant = ctx.tenant();
+    let planned = adapter::plan_upsert(&body, &ctx.scope())?;
+    let view = state.policy.view(tenant, planned.subjects()).await?;
+    adapter::check_upsert(&planned, tenant, &view, crate::now())?;
+    // The stamps Qdrant holds under these ids decide who owns them, not lineage.
+    let found = upstream
+        .send_query(
+            Method::POST,
+            &points_path(collection, "scroll"),
+            None,
+            Bytes::from(adapter::held_query(&planned.ids())),
+        )
+        .await?;
+    if !found.is_success() {
+        return Ok(found.passed_on());
+    }
+    let held = adapter::held_stamps(&found.body)?;
+    let now = crate::now();
+    let stamped = adapter::apply_upsert(planned, tenant, &view, &held, now)?;
+    let answer = upstream
+        .send(Method::PUT, path, Bytes::from(stamped.body))
+        .await?;
+    if !answer.is_success() {
+        return Ok(answer.passed_on());
+    }
+    let rows = stamped
+        .stamps
+        .into_iter()
+        .map(|(id, stamp)| {
+            ItemRecord::stamped(
+                &route.name,
+                collection,
+                id.key(),
+                stamp,
+                now,
+                ctx.source.clone(),
+            )
+        })
+        .collect();
+    let undo = |overtaken: Vec<ItemRecord>| async move {
+        let ids: Vec<Value> = overtaken
+            .iter()
+            .filter_map(|r| PointId::from_key(&r.item_id).map(|id| id.to_json()))
+            .collect();
+        let undone = upstream
+            .send_query(
+                Method::POST,
+                &points_path(collection, "delete"),
+                Some("wait=true"),
+                Bytes::from(json!({ "points": ids }).to_string()),
+            )
+            .await;
+        // Left to the purge, which finds them by stamp and by lineage.
+        if undone.is_ok_and(|a| a.is_success()) {
+            Vec::new()
+        } else {
+            overtaken
+        }
+    };
+    keep_unless_overtaken(upstream, tenant, rows, Recording::Batched, undo).await?;
+    Ok(answer.passed_on())
+}
+
+/// Decides every point of an answer; the policy of every subject in it is loaded first.
+async fn decided(
+    upstream: &Upstream<'_>,
+    ctx: &RequestContext,
+    answer: &Answer,
+    plan: &ReadPlan,
+) -> Result<Value, DataError> {
+    let value: Value = serde_json::from_slice(&answer.body)
+        .map_err(|_| crate::adapters::AdapterError::UpstreamInvalid("not JSON".into()))?;
+    let tenant = ctx.tenant();
+    let found = adapter::subjects_in(&value);
+    // Collected first: iterator adaptors held across the await would make the future not Send.
+    let subjects: Vec<&str> = found
+        .iter()
+        .filter(|(t, _)| t == tenant)
+        .map(|(_, s)| s.as_str())
+        .collect();
+    let view = upstream.state.policy.view(tenant, subjects).await?;
+    Ok(adapter::filter_points(
+        value,
+        plan,
+        &view,
+        &ctx.read_context(),
+        crate::now(),
+    )?)
+}
+
+async fn read(
+    upstream: &Upstream<'_>,
+    ctx: &RequestContext,
+    path: &str,
+    body: Vec<u8>,
+    plan: &ReadPlan,
+) -> Result<Response<Full<Bytes>>, DataError> {
+    let answer = upstream.send(Method::POST, path, Bytes::from(body)).await?;
+    if !answer.is_success() {
+        return Ok(answer.passed_on());
+    }
+    let filtered = decided(upstream, ctx, &answer, plan).await?;
+    Ok(json_response(answer.status, &filtered))
+}
+
+/// Every point in the caller's scope, among `ids` or matching `filter`, that it may read: the
+/// narrowed scroll, page by page, each page decided. Qdrant's answer when it refuses the scroll.
+async fn in_scope(
+    upstream: &Upstream<'_>,
+    ctx: &RequestContext,
+    collection: &str,
+    ids: Option<&[PointId]>,
+    filter: Option<&Value>,
+    payload: &PayloadWanted,
+    with_vector: &Value,
+) -> Result<Result<Vec<Value>, Answer>, DataError> {
+    let plan = ReadPlan {
+        payload: payload.clone(),
+    };
+    let mut points = Vec::new();
+    let mut offset: Option<Value> = None;
+    loop {
+        let body = adapter::scoped_scroll(
+            Selection { ids, filter },
+            ctx.tenant(),
+            ctx.subject.as_deref(),
+            Some(crate::now()),
+            PAGE,
+            offset.as_ref(),
+            with_vector,
+        )?;
+        let answer = upstream
+            .send_query(
+                Method::POST,
+                &points_path(collection, "scroll"),
+                None,
+                Bytes::from(body),
+            )
+            .await?;
+        if !answer.is_success() {
+            // A missing collection, say: the client hears Qdrant's own answer.
+            return Ok(Err(answer));
+        }
+        let value: Value = serde_json::from_slice(&answer.body)
+            .map_err(|_| crate::adapters::AdapterError::UpstreamInvalid("not JSON".into()))?;
+        offset = adapter::next_page(&value);
+        let page = decided(upstream, ctx, &answer, &plan).await?;
+        if let Some(Value::Array(found)) = page.get("result").and_then(|r| r.get("points")) {
+            points.extend(found.iter().cloned());
+        }
+        if offset.is_none() {
+            return Ok(Ok(points));
+        }
+    }
+}
+
+/// A retrieval by ids, as a narrowed scroll: no point outside the caller's scope is read.
+async fn allowed(
+    upstream: &Upstream<'_>,
+    ctx: &RequestContext,
+    collection: &str,
+    ids: &[PointId],
+    payload: &PayloadWanted,
+    with_vector: &Value,
+) -> Result<Result<Vec<Value>, Answer>, DataError> {
+    if ids.is_empty() {
+        return Ok(Ok(Vec::new()));
+    }
+    in_scope(
+        upstream,
+        ctx,
+        collection,
+        Some(ids),
+        None,
+        payload,
+        with_vector,
+    )
+    .await
+}
+
+/// A count of what the caller may read, never of what it may not.
+async fn count(
+    upstream: &Upstream<'_>,
+    ctx: &RequestContext,
+    collection: &str,
+    body: Bytes,
+) -> Result<Response<Full<Bytes>>, DataError> {
+    let filter = adapter::parse_count(&body)?;
+    let points = in_scope(
+        upstream,
+        ctx,
+        collection,
+        None,
+        filter.as_ref(),
+        &PayloadWanted::None,
+        &json!(false),
+    )
+    .await?;
+    match points {
+        Ok(points) => Ok(ok(json!({ "count": points.len() }))),
+        Err(refused) => Ok(refused.passed_on()),
+    }
+}
+
+/// A delete removes only what the caller's scope covers: the named points (or those the filter
+/// selects) that it may see are deleted by id, and their lineage marked deleted.
+async fn delete(
+    upstream: &Upstream<'_>,
+    ctx: &RequestContext,
+    collection: &str,
+    body: Bytes,
+) -> Result<Response<Full<Bytes>>, DataError> {
+    let (ids, filter) = adapter::parse_delete(&body)?;
+    if ids.as_ref().is_some_and(Vec::is_empty) {
+        return Ok(ok(json!({ "operation_id": null, "status": "completed" })));
+    }
+    let found = in_scope(
+        upstream,
+        ctx,
+        collection,
+        ids.as_deref(),
+        filter.as_ref(),
+        &PayloadWanted::None,
+        &json!(false),
+    )
+    .await?;
+    let found = match found {
+        Ok(found) => found,
+        Err(refused) => return Ok(refused.passed_on()),
+    };
+    let ids: Vec<Value> = found.iter().filter_map(|p| p.get("id").cloned()).collect();
+    if ids.is_empty() {
+        return Ok(ok(json!({ "operation_id": null, "status": "completed" })));
+    }
+    let keys: Vec<String> = ids
+        .iter()
+        .filter_map(|id| PointId::parse(id).map(|id| id.key()))
+        .collect();
+    let answer = upstream
+        .send(
+            Method::POST,
+            &points_path(collection, "delete"),
+            Bytes::from(json!({ "points": ids }).to_string()),
+        )
+        .await?;
+    if answer.is_success() {
+        upstream
+            .state
+            .store
+            .mark_items_deleted(&upstream.route.name, collection, &keys, crate::now())
+            .await?;
+    }
+    Ok(answer.passed_on())
+}

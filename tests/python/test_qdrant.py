@@ -1,0 +1,168 @@
+"""The Qdrant route, driven with the official `qdrant-client` (REST) against a real Qdrant: points
+are decided and stamped as they are written, every read is narrowed and decided again, and what
+the caller may not see is neither read, counted, overwritten nor deleted (counted straight in
+Qdrant). An erasure hides the subject at once and then deletes its points."""
+
+import uuid
+
+import pytest
+from qdrant_client import models
+from qdrant_client.http.exceptions import UnexpectedResponse
+
+from conftest import GLOBEX, TENANT, own_lethe, someone, wait_for
+
+DIM = 3
+
+
+@pytest.fixture(scope="module")
+def lethe(chroma, qdrant, tmp_path_factory):
+    instance = own_lethe(chroma, tmp_path_factory.mktemp("lethe-qdrant"), '[erasure]\nretry_backoff = "200ms"\n',
+                         qdrant_url=qdrant.url)
+    rules = {"rules": [{"purpose": "personalization", "category": "preference", "max_age": "30d"}]}
+    status, _ = instance.call("PUT", "/v1/retention-rules", rules, token=instance.token("compliance", tenant=GLOBEX))
+    assert status == 200
+    yield instance
+    instance.stop()
+
+
+@pytest.fixture
+def collection(lethe):
+    name = f"memories-{uuid.uuid4().hex[:8]}"
+    lethe.qdrant(lethe.token("admin")).create_collection(
+        name, vectors_config=models.VectorParams(size=DIM, distance=models.Distance.COSINE))
+    return name
+
+
+def refused(call):
+    """The status and Lethe's error code of a call the client raised for."""
+    with pytest.raises(UnexpectedResponse) as e:
+        call()
+    import json
+    body = json.loads(e.value.content or b"{}")
+    return e.value.status_code, body.get("error", {}).get("code")
+
+
+def points(n, text):
+    return [models.PointStruct(id=str(uuid.uuid4()), vector=[1.0, float(i), 0.5], payload={"data": f"{text} {i}"})
+            for i in range(n)]
+
+
+def stored(qdrant, collection, subject):
+    """The points Qdrant itself holds for a subject."""
+    only = models.Filter(must=[models.FieldCondition(key="lethe_subject", match=models.MatchValue(value=subject))])
+    return qdrant.client().scroll(collection, scroll_filter=only, limit=100, with_payload=True)[0]
+
+
+def test_the_clients_version_check_passes_through_lethe(lethe):
+    import warnings
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")  # the client only warns when it cannot read the version
+        client = lethe.qdrant_agent(someone())
+    assert [str(w.message) for w in caught] == []
+    assert client.collection_exists("no-such-collection") is False
+
+
+def test_points_are_stamped_and_each_subject_reads_only_its_own(lethe, qdrant, collection):
+    alice, bob = someone(), someone()
+    for s in (alice, bob):
+        lethe.grant(s)
+    lethe.qdrant_agent(alice).upsert(collection, points(3, "alice note"))
+    bobs = points(2, "bob note")
+    lethe.qdrant_agent(bob).upsert(collection, bobs)
+    held = stored(qdrant, collection, alice)
+    assert len(held) == 3
+    stamp = held[0].payload
+    assert (stamp["lethe_tenant"], stamp["lethe_purpose"], stamp["lethe_category"]) == (TENANT, "personalization", "preference")
+    assert stamp["lethe_expires_at"] > 0
+
+    as_alice = lethe.qdrant_agent(alice)
+    found = as_alice.query_points(collection, query=[1.0, 0.0, 0.5], limit=10, with_payload=True).points
+    assert len(found) == 3 and all(p.payload["data"].startswith("alice note") for p in found)
+    bare = as_alice.query_points(collection, query=[1.0, 0.0, 0.5], limit=10, with_payload=False).points
+    assert len(bare) == 3 and all(p.payload is None for p in bare), "no payload when none is asked for"
+    prefetched = as_alice.query_points(collection, prefetch=[models.Prefetch(query=[1.0, 1.0, 0.5], limit=10)],
+                                       query=models.FusionQuery(fusion=models.Fusion.RRF), limit=10).points
+    assert len(prefetched) == 3
+    assert len(as_alice.scroll(collection, limit=100)[0]) == 3
+    assert as_alice.count(collection, exact=True).count == 3
+    got = as_alice.retrieve(collection, ids=[bobs[0].id, held[0].id])
+    assert [p.id for p in got] == [held[0].id], "bob's point is not retrieved"
+    assert got[0].payload["data"].startswith("alice note")
+    assert refused(lambda: as_alice.http.points_api.get_point(collection, bobs[0].id))[0] == 404
+    # Another tenant sees nothing, and counts nothing.
+    carol = someone(GLOBEX)
+    lethe.grant(carol, tenant=GLOBEX)
+    as_carol = lethe.qdrant(lethe.token("agent", carol, tenant=GLOBEX),
+                            **{"X-Lethe-Purpose": "personalization", "X-Lethe-Category": "preference"})
+    assert as_carol.query_points(collection, query=[1.0, 0.0, 0.5], limit=10).points == []
+    assert as_carol.count(collection).count == 0
+
+
+def test_writes_that_would_take_over_or_escape_the_scope_are_refused_and_qdrant_is_untouched(lethe, qdrant, collection):
+    alice, bob = someone(), someone()
+    for s in (alice, bob):
+        lethe.grant(s)
+    bobs = points(1, "bob's secret")
+    lethe.qdrant_agent(bob).upsert(collection, bobs)
+    as_alice = lethe.qdrant_agent(alice)
+    takeover = models.PointStruct(id=bobs[0].id, vector=[0.0, 0.0, 1.0], payload={"data": "mine now"})
+    assert refused(lambda: as_alice.upsert(collection, [takeover])) == (403, "scope_violation")
+    # A spelling of the same point that Qdrant would take.
+    upper = models.PointStruct(id=bobs[0].id.upper(), vector=[0.0, 0.0, 1.0], payload={"data": "mine now"})
+    assert refused(lambda: as_alice.upsert(collection, [upper]))[0] == 400
+    named = models.PointStruct(id=str(uuid.uuid4()), vector=[0.0, 0.0, 1.0], payload={"lethe_subject": bob})
+    assert refused(lambda: as_alice.upsert(collection, [named])) == (403, "scope_violation")
+    # An unstamped point written straight into Qdrant is no one's to claim.
+    loose = str(uuid.uuid4())
+    qdrant.client().upsert(collection, [models.PointStruct(id=loose, vector=[1.0, 1.0, 1.0], payload={"data": "loose"})])
+    claim = models.PointStruct(id=loose, vector=[1.0, 1.0, 1.0], payload={"data": "claimed"})
+    assert refused(lambda: as_alice.upsert(collection, [claim])) == (403, "unstamped_item")
+    direct = qdrant.client()
+    assert direct.retrieve(collection, ids=[bobs[0].id], with_payload=True)[0].payload["data"] == "bob's secret 0"
+    assert direct.retrieve(collection, ids=[loose], with_payload=True)[0].payload["data"] == "loose"
+    assert stored(qdrant, collection, alice) == []
+    # Managing collections needs admin; what Lethe does not govern yet is refused.
+    assert refused(lambda: as_alice.create_collection(
+        f"x-{uuid.uuid4().hex[:6]}", vectors_config=models.VectorParams(size=DIM, distance=models.Distance.COSINE)))[0] == 403
+    assert refused(lambda: as_alice.set_payload(collection, payload={"lethe_subject": alice}, points=[bobs[0].id])) == \
+        (404, "unknown_endpoint")
+    assert refused(lambda: as_alice.query_points(collection, query=bobs[0].id, limit=3))[0] == 400, \
+        "a point id as the query would read bob's vector"
+
+
+def test_a_delete_removes_only_what_the_caller_may_see(lethe, qdrant, collection):
+    alice, bob = someone(), someone()
+    for s in (alice, bob):
+        lethe.grant(s)
+    lethe.qdrant_agent(alice).upsert(collection, points(2, "alice"))
+    bobs = points(2, "bob")
+    lethe.qdrant_agent(bob).upsert(collection, bobs)
+    as_alice = lethe.qdrant_agent(alice)
+    as_alice.delete(collection, points_selector=models.FilterSelector(filter=models.Filter(must=[])))
+    as_alice.delete(collection, points_selector=models.PointIdsList(points=[bobs[0].id]))
+    assert stored(qdrant, collection, alice) == []
+    assert len(stored(qdrant, collection, bob)) == 2, "bob keeps everything"
+    assert lethe.call("GET", f"/v1/subjects/{TENANT}/{alice}")[1]["inventory"].get("qdrant", 0) == 0
+
+
+def test_an_erasure_hides_the_subject_at_once_then_deletes_its_points(lethe, qdrant, collection):
+    gone, kept = someone(), someone()
+    for s in (gone, kept):
+        lethe.grant(s)
+        lethe.qdrant_agent(s).upsert(collection, points(3, s))
+    status, filed = lethe.call("POST", "/v1/erasures", {"subject": gone, "ticket": "DSR-Q", "reason": "art. 17"})
+    assert status == 201
+    status, _ = lethe.call("POST", f"/v1/erasures/{filed['id']}/approve")
+    assert status == 200
+    unbound = lethe.qdrant(lethe.token("agent"), **{"X-Lethe-Purpose": "personalization"})
+    seen = unbound.scroll(collection, limit=100, with_payload=True)[0]
+    assert {p.payload["lethe_subject"] for p in seen} == {kept}, "the very next read: the subject is gone"
+    assert unbound.count(collection).count == 3
+    assert refused(lambda: lethe.qdrant_agent(gone).upsert(collection, points(1, "late"))) == (403, "subject_suppressed")
+    done = wait_for("the erasure to complete",
+                    lambda: (r := lethe.call("GET", f"/v1/erasures/{filed['id']}")[1])["state"] == "completed" and r,
+                    deadline=60)
+    result = next(t["result"] for t in done["targets"] if t["target"] == "qdrant:qdrant")
+    assert (result["before"], result["deleted"], result["remaining"]) == (3, 3, 0), result
+    assert stored(qdrant, collection, gone) == [] and len(stored(qdrant, collection, kept)) == 3
+    assert any("wal" in c["place"] for c in result["physical"]["remaining"]), "what Qdrant keeps is named"
