@@ -166,3 +166,33 @@ def test_an_erasure_hides_the_subject_at_once_then_deletes_its_points(lethe, qdr
     assert (result["before"], result["deleted"], result["remaining"]) == (3, 3, 0), result
     assert stored(qdrant, collection, gone) == [] and len(stored(qdrant, collection, kept)) == 3
     assert any("wal" in c["place"] for c in result["physical"]["remaining"]), "what Qdrant keeps is named"
+
+
+def test_the_purge_runs_the_optimizer_so_the_segments_no_longer_hold_the_subject(lethe, qdrant):
+    """Enough points that Qdrant's segments pass the least vacuum size (100): once purged, the
+    optimizer rebuilds them, and no segment file holds the erased subject's text; the WAL still
+    does, and the certificate says so. The collection's own thresholds are put back."""
+    name = f"big-{uuid.uuid4().hex[:8]}"
+    lethe.qdrant(lethe.token("admin")).create_collection(
+        name, vectors_config=models.VectorParams(size=DIM, distance=models.Distance.COSINE))
+    gone, kept = someone(), someone()
+    for s, n in ((gone, 80), (kept, 320)):
+        lethe.grant(s)
+        agent = lethe.qdrant_agent(s)
+        for start in range(0, n, 100):
+            agent.upsert(name, [models.PointStruct(id=str(uuid.uuid4()), vector=[1.0, float(i), 0.5],
+                                                   payload={"data": f"{s} unique note {i}"}) for i in range(start, min(n, start + 100))])
+    before = qdrant.client().get_collection(name).config.optimizer_config
+    done, results = lethe.erase_to_completion(gone)
+    result = results["qdrant:qdrant"]
+    assert (result["before"], result["remaining"]) == (80, 0), result
+    ran = [line for line in result["physical"]["done"] if line.startswith(f"collection {name}: optimizer run")]
+    assert ran, result["physical"]["done"]
+    after = qdrant.client().get_collection(name).config.optimizer_config
+    assert (after.deleted_threshold, after.vacuum_min_vector_number) == (before.deleted_threshold, before.vacuum_min_vector_number)
+    storage = qdrant.home / "storage" / "collections" / name
+    needle = f"{gone} unique note".encode()
+    holding = sorted(str(p.relative_to(storage)) for p in storage.rglob("*") if p.is_file() and needle in p.read_bytes())
+    assert holding and all("/wal/" in f"/{h}" for h in holding), holding
+    assert len(stored(qdrant, name, kept)) == 100 and qdrant.client().count(name, exact=True).count == 320
+

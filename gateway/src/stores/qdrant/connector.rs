@@ -17,17 +17,21 @@ use crate::stores::qdrant::adapter::{PointId, stamped_by};
 
 const PAGE: usize = 1000;
 
+/// How long a purge waits for Qdrant's optimizer after lowering its thresholds.
+const OPTIMIZE_WAIT: std::time::Duration = std::time::Duration::from_secs(20);
+
 /// What Qdrant keeps of deleted points, as measured on 1.16.3: their payloads stay in the
 /// segments until the optimizer vacuums them (only a segment of at least
-/// `vacuum_min_vector_number` points whose deleted share passes `deleted_threshold`), and in the
-/// collection's write-ahead log until its segment is retired.
+/// `vacuum_min_vector_number` points, never fewer than 100, whose deleted share passes
+/// `deleted_threshold`), and in the collection's write-ahead log until its segment is retired.
+/// The purge runs the optimizer with the least thresholds; smaller segments stay as they are.
 fn physical() -> Physical {
     Physical::default()
         .with(Copy::unknown(
-            "collections/<collection>/<shard>/segments (payload and vector storage)",
+            "collections/<collection>/<shard>/segments (payload and vector storage) of fewer than 100 points",
             "the deleted points' payloads and vectors",
-            "Qdrant marks deleted points and keeps their bytes until its optimizer vacuums the segment",
-            "the optimizer vacuums only segments past its thresholds (deleted_threshold, vacuum_min_vector_number), on its own schedule",
+            "Qdrant marks deleted points and keeps their bytes until its optimizer vacuums the segment; the purge's optimizer run (see done) cannot vacuum a segment under 100 points",
+            "such a segment is rewritten only when later writes grow it past the threshold or merge it",
         ))
         .with(Copy::unknown(
             "collections/<collection>/<shard>/wal",
@@ -143,6 +147,78 @@ impl QdrantConnector {
         Ok(found)
     }
 
+    /// The physical step after a collection's points were deleted: the optimizer's vacuum
+    /// thresholds are lowered to their least, the optimizations waited for (up to
+    /// [`OPTIMIZE_WAIT`]), and the collection's own values put back; what happened is reported
+    /// with the segment counts before and after.
+    async fn vacuum(&self, collection: &str, physical: &mut Physical) {
+        match self.try_vacuum(collection).await {
+            Ok(line) => physical.done.push(line),
+            Err(e) => physical
+                .done
+                .push(format!("collection {collection}: optimizer not run ({e})")),
+        }
+    }
+
+    async fn try_vacuum(&self, collection: &str) -> Result<String, ConnectorError> {
+        let path = format!("/collections/{collection}");
+        let info = self.http.json(Method::GET, &path, None).await?;
+        let optimizer = &info["result"]["config"]["optimizer_config"];
+        let previous = json!({ "optimizers_config": {
+            "deleted_threshold": optimizer["deleted_threshold"],
+            "vacuum_min_vector_number": optimizer["vacuum_min_vector_number"],
+        } });
+        let before = info["result"]["segments_count"].as_u64().unwrap_or(0);
+        let least = json!({ "optimizers_config": { "deleted_threshold": 0.0001, "vacuum_min_vector_number": 100 } });
+        self.http.json(Method::PATCH, &path, Some(least)).await?;
+        let settled = self.optimized(collection).await;
+        // The collection's own thresholds come back whatever happened.
+        self.http.json(Method::PATCH, &path, Some(previous)).await?;
+        let settled = settled?;
+        let after = self.http.json(Method::GET, &path, None).await?["result"]["segments_count"]
+            .as_u64()
+            .unwrap_or(0);
+        Ok(if settled {
+            format!(
+                "collection {collection}: optimizer run with the least vacuum thresholds, then the collection's own put back ({before} segments before, {after} after; segments under 100 points are never vacuumed)"
+            )
+        } else {
+            format!(
+                "collection {collection}: optimizer still running after {} s; the collection's own thresholds put back ({before} segments before, {after} after)",
+                OPTIMIZE_WAIT.as_secs()
+            )
+        })
+    }
+
+    /// Whether the collection's optimizations finished within [`OPTIMIZE_WAIT`].
+    async fn optimized(&self, collection: &str) -> Result<bool, ConnectorError> {
+        let deadline = tokio::time::Instant::now() + OPTIMIZE_WAIT;
+        loop {
+            let ongoing = self
+                .http
+                .json(
+                    Method::GET,
+                    &format!("/collections/{collection}/optimizations"),
+                    None,
+                )
+                .await?;
+            let status = self
+                .http
+                .json(Method::GET, &format!("/collections/{collection}"), None)
+                .await?;
+            let idle = ongoing["result"]["ongoing"]
+                .as_array()
+                .is_none_or(Vec::is_empty);
+            if idle && status["result"]["status"] == "green" {
+                return Ok(true);
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Ok(false);
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+    }
+
     async fn delete(
         &self,
         collection: &str,
@@ -186,6 +262,7 @@ impl Connector for QdrantConnector {
             report.before += doomed.len() as u64;
             if !doomed.is_empty() {
                 self.delete(&collection, &doomed).await?;
+                self.vacuum(&collection, &mut report.physical).await;
             }
             let left = self.subjects_points(&collection, &known, subjects).await?;
             report.deleted += doomed.difference(&left).count() as u64;
