@@ -290,6 +290,10 @@ pub struct RouteConfig {
     /// How long the upstream may take to answer (a whole answer, or the first byte of a
     /// stream); then `upstream_unavailable`. Erasure connectors use 30 s when it is unset.
     pub timeout: Option<ConfigDuration>,
+    /// The purpose and category of requests that name none (`X-Lethe-Purpose`,
+    /// `X-Lethe-Category`): for clients that cannot send Lethe's headers.
+    pub purpose: Option<String>,
+    pub category: Option<String>,
     pub store: Arc<dyn crate::stores::RouteStore>,
 }
 
@@ -302,6 +306,16 @@ struct CommonRoute {
     upstream: String,
     credential: Option<CredentialConfig>,
     timeout: Option<ConfigDuration>,
+    purpose: Option<String>,
+    category: Option<String>,
+}
+
+/// A purpose or category as the control plane takes one: 1 to 200 bytes, no control characters,
+/// no `/`.
+fn valid_name(value: &str) -> bool {
+    !value.trim().is_empty()
+        && value.len() <= 200
+        && !value.chars().any(|c| c.is_control() || c == '/')
 }
 
 impl RouteConfig {
@@ -317,13 +331,33 @@ impl RouteConfig {
             return Err(vec!["must be a table".to_owned()]);
         };
         let mut common = toml::Table::new();
-        for key in ["name", "prefix", "upstream", "credential", "timeout"] {
+        for key in [
+            "name",
+            "prefix",
+            "upstream",
+            "credential",
+            "timeout",
+            "purpose",
+            "category",
+        ] {
             if let Some(value) = table.remove(key) {
                 common.insert(key.to_owned(), value);
             }
         }
         let common = CommonRoute::deserialize(toml::Value::Table(common))
-            .map_err(|e| e.to_string().trim().to_owned());
+            .map_err(|e| e.to_string().trim().to_owned())
+            .and_then(|c| {
+                let bad = [("purpose", &c.purpose), ("category", &c.category)]
+                    .into_iter()
+                    .find(|(_, v)| v.as_deref().is_some_and(|v| !valid_name(v)))
+                    .map(|(key, _)| key);
+                match bad {
+                    Some(key) => Err(format!(
+                        "{key}: must be 1 to 200 bytes without control characters or '/'"
+                    )),
+                    None => Ok(c),
+                }
+            });
         let store = match table.remove("adapter") {
             Some(toml::Value::String(name)) => match crate::stores::kind(&name) {
                 Some(kind) => (kind.settings)(table),
@@ -344,6 +378,8 @@ impl RouteConfig {
                 upstream: c.upstream,
                 credential: c.credential,
                 timeout: c.timeout,
+                purpose: c.purpose,
+                category: c.category,
                 store,
             }),
             (common, store) => Err(common

@@ -196,3 +196,34 @@ def test_the_purge_runs_the_optimizer_so_the_segments_no_longer_hold_the_subject
     assert holding and all("/wal/" in f"/{h}" for h in holding), holding
     assert len(stored(qdrant, name, kept)) == 100 and qdrant.client().count(name, exact=True).count == 320
 
+
+
+def test_a_client_that_keeps_the_subject_in_the_payload_needs_no_lethe_header(chroma, qdrant, tmp_path):
+    """Mem0 keeps its user in the payload (`user_id`) and cannot send Lethe's headers: the route
+    names that key and a default purpose and category. A token bound to the user still decides."""
+    from qdrant_client import QdrantClient
+    mem0_route = (f'[[routes]]\nname = "mem0"\nprefix = "/mem0"\nupstream = "{qdrant.url}"\nadapter = "qdrant"\n'
+                  'subject_field = "user_id"\npurpose = "personalization"\ncategory = "preference"\n')
+    instance = own_lethe(chroma, tmp_path, mem0_route)
+    try:
+        client = lambda token: QdrantClient(url=f"http://{instance.data}", prefix="mem0",
+                                            metadata={"Authorization": f"Bearer {token}"})
+        name = f"mem0-{uuid.uuid4().hex[:8]}"
+        client(instance.token("admin")).create_collection(
+            name, vectors_config=models.VectorParams(size=DIM, distance=models.Distance.COSINE))
+        alice, bob = someone(), someone()
+        for s in (alice, bob):
+            instance.grant(s)
+        as_alice = client(instance.token("agent", alice))
+        memory = lambda user: models.PointStruct(id=str(uuid.uuid4()), vector=[1.0, 0.5, 0.25],
+                                                 payload={"user_id": user, "data": f"{user} likes tea"})
+        as_alice.upsert(name, [memory(alice)])
+        assert refused(lambda: as_alice.upsert(name, [memory(bob)])) == (403, "scope_violation")
+        client(instance.token("agent")).upsert(name, [memory(bob)])
+        held = {p.payload["user_id"]: p.payload for p in qdrant.client().scroll(name, limit=10, with_payload=True)[0]}
+        assert set(held) == {alice, bob}, "bob's point was written once, by the unbound service"
+        assert all((p["lethe_subject"], p["lethe_purpose"]) == (u, "personalization") for u, p in held.items())
+        found = as_alice.query_points(name, query=[1.0, 0.5, 0.25], limit=10).points
+        assert [p.payload["user_id"] for p in found] == [alice]
+    finally:
+        instance.stop()

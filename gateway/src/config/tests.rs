@@ -174,6 +174,13 @@ fn what_cannot_work_is_refused_up_front() {
         prefix = "/qdrant"
         upstream = "http://127.0.0.1:6333"
         adapter = "weaviate"
+        [[routes]]
+        name = "mem0"
+        prefix = "/mem0"
+        upstream = "http://127.0.0.1:6333"
+        adapter = "qdrant"
+        purpose = "a/b"
+        subject_field = "lethe_subject"
         [[erasure.redis]]
         name = "cache"
         urls = ["rediss://cache.internal:6380"]
@@ -184,6 +191,8 @@ fn what_cannot_work_is_refused_up_front() {
         "state.url: \"sqlite:relative.db\"",
         "[[routes]] #1 (vectors): adapter \"weaviate\": no such store (known: chroma, langgraph, openai, qdrant)",
         "rediss:// is not supported",
+        "[[routes]] #2 (mem0): purpose: must be 1 to 200 bytes without control characters or '/'",
+        "[[routes]] #2 (mem0): subject_field \"lethe_subject\": name a payload key of the app's own",
     ] {
         assert!(
             joined.contains(needle),

@@ -26,6 +26,9 @@ pub struct Route {
     pub credential: Option<(HeaderName, HeaderValue)>,
     /// How long the upstream may take to start answering.
     pub timeout: Option<std::time::Duration>,
+    /// The purpose and category of requests that name none.
+    pub purpose: Option<String>,
+    pub category: Option<String>,
     /// What serves the route's requests and purges its store.
     pub store: Arc<dyn crate::stores::RouteStore>,
 }
@@ -57,6 +60,8 @@ impl Route {
             upstream,
             credential,
             timeout: config.timeout.map(|t| t.0),
+            purpose: config.purpose.clone(),
+            category: config.category.clone(),
             store: Arc::clone(&config.store),
         })
     }
@@ -366,6 +371,8 @@ mod tests {
             upstream: "http://127.0.0.1:8000".parse().unwrap(),
             credential: None,
             timeout: None,
+            purpose: None,
+            category: None,
             store: (crate::stores::chroma::KIND.settings)(toml::Table::new()).unwrap(),
         };
         assert_eq!(

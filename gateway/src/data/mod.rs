@@ -236,7 +236,7 @@ async fn run(
             e.to_string(),
         )
     })?;
-    let ctx = RequestContext::new(id.to_owned(), claims, &parts.headers)?;
+    let mut ctx = RequestContext::new(id.to_owned(), claims, &parts.headers)?;
     seen.subject = ctx.subject.clone().map(|s| (ctx.tenant().to_owned(), s));
 
     let path = parts.uri.path();
@@ -253,6 +253,13 @@ async fn run(
         })?;
     seen.route = Some(route.name.clone());
     let rest = canonical_path(rest)?.to_owned();
+    // A route's defaults stand in for the headers a client cannot send.
+    if ctx.purpose.is_none() {
+        ctx.purpose.clone_from(&route.purpose);
+    }
+    if ctx.category.is_none() {
+        ctx.category.clone_from(&route.category);
+    }
 
     let declared = parts
         .headers

@@ -222,7 +222,11 @@ impl PlannedUpsert {
 /// Parses `{"points": [{id, vector, payload}]}` and finds each point's subject, purpose and
 /// category: from the request, else from the point's `lethe_*` payload, else (for clients that
 /// cannot send Lethe's headers) from the configured `subject_field` and defaults.
-pub fn plan_upsert(body: &[u8], scope: &Scope<'_>) -> Result<PlannedUpsert, AdapterError> {
+pub fn plan_upsert(
+    body: &[u8],
+    scope: &Scope<'_>,
+    subject_field: Option<&str>,
+) -> Result<PlannedUpsert, AdapterError> {
     let map = parse_object(body)?;
     only_keys(&map, &["points"], "upsert")?;
     let Some(Value::Array(points)) = map.get("points") else {
@@ -264,7 +268,12 @@ pub fn plan_upsert(body: &[u8], scope: &Scope<'_>) -> Result<PlannedUpsert, Adap
                 )));
             }
         };
-        let record_subject = string_field(payload, SUBJECT, index)?;
+        let named = match subject_field {
+            Some(field) => string_field(payload, field, index)?,
+            None => None,
+        };
+        let record_subject = agree(index, string_field(payload, SUBJECT, index)?, named)?;
+        let record_subject = record_subject.as_deref();
         if scope.bound && record_subject.is_some_and(|s| Some(s) != scope.subject) {
             return Err(AdapterError::Refused(vec![RecordRefusal {
                 index,

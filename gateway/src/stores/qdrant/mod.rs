@@ -21,19 +21,35 @@ use crate::erasure::Connector;
 
 pub const KIND: Kind = Kind::of::<QdrantSettings>("qdrant");
 
-/// A Qdrant route's own settings (none yet).
+/// A Qdrant route's own settings.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct QdrantSettings {}
+pub struct QdrantSettings {
+    /// The payload key that names a point's subject, for clients that keep it there and cannot
+    /// send Lethe's headers (Mem0's `user_id`). A token bound to a subject still decides; a
+    /// payload naming another is `scope_violation`.
+    pub subject_field: Option<String>,
+}
 
 impl Settings for QdrantSettings {
     fn store(self) -> Result<Arc<dyn RouteStore>, Vec<String>> {
-        Ok(Arc::new(Qdrant))
+        if let Some(field) = &self.subject_field
+            && (field.is_empty() || field.starts_with("lethe_"))
+        {
+            return Err(vec![format!(
+                "subject_field {field:?}: name a payload key of the app's own (not empty, not lethe_*)"
+            )]);
+        }
+        Ok(Arc::new(Qdrant {
+            subject_field: self.subject_field,
+        }))
     }
 }
 
 #[derive(Debug)]
-pub struct Qdrant;
+pub struct Qdrant {
+    subject_field: Option<String>,
+}
 
 #[async_trait]
 impl RouteStore for Qdrant {
@@ -48,7 +64,9 @@ impl RouteStore for Qdrant {
         path: &str,
         body: Bytes,
     ) -> Result<Response<Body>, DataError> {
-        route::handle(upstream, ctx, path, body).await.map(whole)
+        route::handle(upstream, ctx, path, body, self.subject_field.as_deref())
+            .await
+            .map(whole)
     }
 
     fn connector(

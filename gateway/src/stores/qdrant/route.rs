@@ -23,6 +23,7 @@ pub(crate) async fn handle(
     ctx: &RequestContext,
     path: &str,
     body: Bytes,
+    subject_field: Option<&str>,
 ) -> Result<Response<Full<Bytes>>, DataError> {
     let parts = upstream.parts;
     match adapter::classify(&parts.method, path) {
@@ -41,7 +42,9 @@ pub(crate) async fn handle(
             let answer = upstream.send(parts.method.clone(), path, body).await?;
             Ok(answer.passed_on())
         }
-        Endpoint::Upsert { collection } => upsert(upstream, ctx, path, &collection, body).await,
+        Endpoint::Upsert { collection } => {
+            upsert(upstream, ctx, path, &collection, body, subject_field).await
+        }
         Endpoint::Query { .. } => {
             let (body, plan) = adapter::narrow_query_body(
                 &body,
@@ -113,10 +116,11 @@ async fn upsert(
     path: &str,
     collection: &str,
     body: Bytes,
+    subject_field: Option<&str>,
 ) -> Result<Response<Full<Bytes>>, DataError> {
     let Upstream { state, route, .. } = *upstream;
     let tenant = ctx.tenant();
-    let planned = adapter::plan_upsert(&body, &ctx.scope())?;
+    let planned = adapter::plan_upsert(&body, &ctx.scope(), subject_field)?;
     let view = state.policy.view(tenant, planned.subjects()).await?;
     adapter::check_upsert(&planned, tenant, &view, crate::now())?;
     // The stamps Qdrant holds under these ids decide who owns them, not lineage.

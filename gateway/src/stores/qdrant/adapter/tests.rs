@@ -203,7 +203,7 @@ fn an_upsert_is_decided_point_by_point_and_stamped() {
         { "id": 1, "vector": [0.1, 0.2], "payload": { "data": "likes tea" } },
         { "id": U1, "vector": [0.3, 0.4] },
     ]));
-    let planned = plan_upsert(&body, &scope(Some("alice"))).unwrap();
+    let planned = plan_upsert(&body, &scope(Some("alice")), None).unwrap();
     check_upsert(&planned, "acme", &view(), now()).unwrap();
     let stamped = apply_upsert(planned, "acme", &view(), &BTreeMap::new(), now()).unwrap();
     let sent: Value = serde_json::from_slice(&stamped.body).unwrap();
@@ -238,7 +238,7 @@ type RefusedCase = (
 fn an_upsert_refuses_what_the_policy_or_the_store_forbids() {
     let one = |payload: Value| upsert(json!([{ "id": 1, "vector": [0.1], "payload": payload }]));
     let refusal = |body: Vec<u8>, s: Option<&'static str>, held: HeldPoints| {
-        let planned = plan_upsert(&body, &scope(s))?;
+        let planned = plan_upsert(&body, &scope(s), None)?;
         check_upsert(&planned, "acme", &view(), now())?;
         apply_upsert(planned, "acme", &view(), &held, now()).map(|_| ())
     };
@@ -323,7 +323,7 @@ fn an_upsert_refuses_what_the_policy_or_the_store_forbids() {
     }
     let columnar = json!({ "batch": { "ids": [1], "vectors": [[0.1]] } }).to_string();
     assert_eq!(
-        plan_upsert(columnar.as_bytes(), &scope(Some("alice")))
+        plan_upsert(columnar.as_bytes(), &scope(Some("alice")), None)
             .map_err(code)
             .err(),
         Some("invalid")
@@ -331,10 +331,44 @@ fn an_upsert_refuses_what_the_policy_or_the_store_forbids() {
     let unknown =
         json!({ "points": [{ "id": 1, "vector": [0.1] }], "update_filter": {} }).to_string();
     assert_eq!(
-        plan_upsert(unknown.as_bytes(), &scope(Some("alice")))
+        plan_upsert(unknown.as_bytes(), &scope(Some("alice")), None)
             .map_err(code)
             .err(),
         Some("invalid")
+    );
+}
+
+#[test]
+fn a_subject_field_names_the_subject_a_bound_token_still_decides() {
+    let body = upsert(
+        json!([{ "id": 1, "vector": [0.1], "payload": { "user_id": "alice", "data": "x" } }]),
+    );
+    let unbound = Scope {
+        subject: None,
+        bound: false,
+        ..scope(None)
+    };
+    let planned = plan_upsert(&body, &unbound, Some("user_id")).unwrap();
+    assert_eq!(planned.facts[0].subject, "alice");
+    assert_eq!(
+        plan_upsert(&body, &unbound, None).map_err(code).err(),
+        Some("missing_scope"),
+        "no field, no subject"
+    );
+    assert_eq!(
+        plan_upsert(&body, &scope(Some("bob")), Some("user_id"))
+            .map_err(code)
+            .err(),
+        Some("scope_violation")
+    );
+    let both = upsert(
+        json!([{ "id": 1, "vector": [0.1], "payload": { "user_id": "alice", SUBJECT: "bob" } }]),
+    );
+    assert_eq!(
+        plan_upsert(&both, &unbound, Some("user_id"))
+            .map_err(code)
+            .err(),
+        Some("scope_violation")
     );
 }
 
@@ -345,7 +379,7 @@ fn a_point_of_ones_own_is_rewritten_with_its_earlier_deadline() {
         Some(fixtures::stamp("alice", now() + TimeDelta::days(2))),
     )]);
     let body = upsert(json!([{ "id": 1, "vector": [0.1] }]));
-    let planned = plan_upsert(&body, &scope(Some("alice"))).unwrap();
+    let planned = plan_upsert(&body, &scope(Some("alice")), None).unwrap();
     let stamped = apply_upsert(planned, "acme", &view(), &held, now()).unwrap();
     assert_eq!(
         stamped.stamps[0].1.expires_at,
@@ -509,7 +543,7 @@ proptest! {
     fn arbitrary_bodies_never_panic(body in fixtures::arb_json(vec!["points", "id", "payload", "vector", "query", "prefetch",
         "filter", "must", "should", "nearest", "with_payload", "ids", "lethe_subject", "fusion"])) {
         let bytes = body.to_string().into_bytes();
-        let _ = plan_upsert(&bytes, &scope(Some("alice")));
+        let _ = plan_upsert(&bytes, &scope(Some("alice")), Some("user_id"));
         let _ = narrow_query_body(&bytes, "acme", None, now());
         let _ = narrow_scroll_body(&bytes, "acme", None, now());
         let _ = parse_retrieve(&bytes);
