@@ -69,6 +69,8 @@ def test_points_are_stamped_and_each_subject_reads_only_its_own(lethe, qdrant, c
     lethe.qdrant_agent(alice).upsert(collection, points(3, "alice note"))
     bobs = points(2, "bob note")
     lethe.qdrant_agent(bob).upsert(collection, bobs)
+    indexed = qdrant.client().get_collection(collection).payload_schema
+    assert {"lethe_tenant", "lethe_subject", "lethe_expires_at"} <= set(indexed), "Lethe indexed the stamp"
     held = stored(qdrant, collection, alice)
     assert len(held) == 3
     stamp = held[0].payload

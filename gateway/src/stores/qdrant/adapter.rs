@@ -30,6 +30,10 @@ pub enum Endpoint {
     PassThrough,
     /// Creating, changing and deleting collections, their indexes and aliases.
     Admin,
+    /// Creating a collection (admin): Lethe then indexes the stamp, which every read filters on.
+    CreateCollection {
+        collection: String,
+    },
     /// A collection name or point id not in its canonical form.
     NonCanonical,
     Upsert {
@@ -87,9 +91,10 @@ pub fn classify(method: &Method, path: &str) -> Endpoint {
         {
             Endpoint::PassThrough
         }
-        ["collections", _] if matches!(*method, Method::PUT | Method::PATCH | Method::DELETE) => {
-            Endpoint::Admin
-        }
+        ["collections", c] if method == Method::PUT => Endpoint::CreateCollection {
+            collection: (*c).to_owned(),
+        },
+        ["collections", _] if matches!(*method, Method::PATCH | Method::DELETE) => Endpoint::Admin,
         ["collections", _, "index"] if method == Method::PUT => Endpoint::Admin,
         ["collections", _, "index", _] if method == Method::DELETE => Endpoint::Admin,
         ["collections", c, "points"] => {
@@ -119,6 +124,17 @@ pub fn classify(method: &Method, path: &str) -> Endpoint {
         }
         _ => Endpoint::Refused,
     }
+}
+
+/// The payload indexes of the stamp keys every read filters on (measured on 1.16.3: without
+/// them a filtered query costs Qdrant about 3 times an unfiltered one), as
+/// `PUT /collections/{c}/index` bodies.
+pub fn stamp_indexes() -> [Value; 3] {
+    [
+        json!({ "field_name": TENANT, "field_schema": "keyword" }),
+        json!({ "field_name": SUBJECT, "field_schema": "keyword" }),
+        json!({ "field_name": EXPIRES_AT, "field_schema": "integer" }),
+    ]
 }
 
 /// A point id in its canonical form: an unsigned integer, or a lowercase hyphenated UUID.

@@ -33,11 +33,20 @@ pub(crate) async fn handle(
             Code::InvalidRequest,
             "collection names are letters, digits, '_', '-' and '.'; point ids are unsigned integers or lowercase, hyphenated UUIDs",
         )),
-        Endpoint::Admin if ctx.claims.role != Role::Admin => Err(DataError::new(
-            StatusCode::FORBIDDEN,
-            Code::Forbidden,
-            "managing collections, their indexes and aliases needs the admin role",
-        )),
+        Endpoint::Admin | Endpoint::CreateCollection { .. } if ctx.claims.role != Role::Admin => {
+            Err(DataError::new(
+                StatusCode::FORBIDDEN,
+                Code::Forbidden,
+                "managing collections, their indexes and aliases needs the admin role",
+            ))
+        }
+        Endpoint::CreateCollection { collection } => {
+            let answer = upstream.send(parts.method.clone(), path, body).await?;
+            if answer.is_success() {
+                index_stamp(upstream, &collection).await;
+            }
+            Ok(answer.passed_on())
+        }
         Endpoint::PassThrough | Endpoint::Admin => {
             let answer = upstream.send(parts.method.clone(), path, body).await?;
             Ok(answer.passed_on())
@@ -95,6 +104,24 @@ pub(crate) async fn handle(
             }
         }
         Endpoint::Delete { collection } => delete(upstream, ctx, &collection, body).await,
+    }
+}
+
+/// Indexes the stamp of a collection just created, so that narrowed reads stay cheap. Reads are
+/// correct without the indexes, only slower: a failure is logged, not the client's.
+async fn index_stamp(upstream: &Upstream<'_>, collection: &str) {
+    for index in adapter::stamp_indexes() {
+        let sent = upstream
+            .send_query(
+                Method::PUT,
+                &format!("/collections/{collection}/index"),
+                Some("wait=true"),
+                Bytes::from(index.to_string()),
+            )
+            .await;
+        if !sent.as_ref().is_ok_and(Answer::is_success) {
+            tracing::warn!(route = %upstream.route.name, "a stamp index could not be created; narrowed reads of the collection will be slower");
+        }
     }
 }
 

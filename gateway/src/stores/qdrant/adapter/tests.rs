@@ -27,7 +27,13 @@ fn endpoints_are_classified() {
             "/collections/mem0/exists".to_owned(),
             Endpoint::PassThrough,
         ),
-        (Method::PUT, "/collections/mem0".to_owned(), Endpoint::Admin),
+        (
+            Method::PUT,
+            "/collections/mem0".to_owned(),
+            Endpoint::CreateCollection {
+                collection: c("mem0"),
+            },
+        ),
         (
             Method::PATCH,
             "/collections/mem0".to_owned(),
