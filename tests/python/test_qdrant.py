@@ -85,6 +85,11 @@ def test_points_are_stamped_and_each_subject_reads_only_its_own(lethe, qdrant, c
     prefetched = as_alice.query_points(collection, prefetch=[models.Prefetch(query=[1.0, 1.0, 0.5], limit=10)],
                                        query=models.FusionQuery(fusion=models.Fusion.RRF), limit=10).points
     assert len(prefetched) == 3
+    batch = as_alice.query_batch_points(collection, requests=[
+        models.QueryRequest(query=[1.0, 0.0, 0.5], limit=10, with_payload=True),
+        models.QueryRequest(query=[0.0, 1.0, 0.5], limit=10)])
+    assert [len(r.points) for r in batch] == [3, 3], "each query of a batch sees alice's points only"
+    assert all(p.payload["data"].startswith("alice note") for p in batch[0].points)
     assert len(as_alice.scroll(collection, limit=100)[0]) == 3
     assert as_alice.count(collection, exact=True).count == 3
     got = as_alice.retrieve(collection, ids=[bobs[0].id, held[0].id])

@@ -42,6 +42,9 @@ pub enum Endpoint {
     Query {
         collection: String,
     },
+    QueryBatch {
+        collection: String,
+    },
     Scroll {
         collection: String,
     },
@@ -112,6 +115,11 @@ pub fn classify(method: &Method, path: &str) -> Endpoint {
             },
             None => Endpoint::NonCanonical,
         },
+        ["collections", c, "points", "query", "batch"] if method == Method::POST => {
+            Endpoint::QueryBatch {
+                collection: (*c).to_owned(),
+            }
+        }
         ["collections", c, "points", op] if method == Method::POST => {
             let collection = (*c).to_owned();
             match *op {
@@ -611,6 +619,63 @@ pub fn narrow_query_body(
     ))
 }
 
+/// Narrows a `points/query/batch` body (`{"searches": [query, ...]}`), each query as one.
+pub fn narrow_query_batch_body(
+    body: &[u8],
+    tenant: &str,
+    bound: Option<&str>,
+    now: DateTime<Utc>,
+) -> Result<(Vec<u8>, Vec<ReadPlan>), AdapterError> {
+    let mut map = parse_object(body)?;
+    only_keys(&map, &["searches"], "query batch")?;
+    let Some(Value::Array(searches)) = map.get_mut("searches") else {
+        return Err(invalid("query batch: searches must be a list of queries"));
+    };
+    let conditions = scope_conditions(tenant, bound, Some(now));
+    let mut plans = Vec::with_capacity(searches.len());
+    for (i, search) in searches.iter_mut().enumerate() {
+        let Value::Object(search) = search else {
+            return Err(invalid(format!("searches[{i}] must be an object")));
+        };
+        let payload = PayloadWanted::of(search.get("with_payload"), PayloadWanted::None)?;
+        narrow_query(search, &conditions, &format!("searches[{i}]"))?;
+        search.insert("with_payload".into(), json!(true));
+        plans.push(ReadPlan { payload });
+    }
+    Ok((serde_json::to_vec(&map).unwrap_or_default(), plans))
+}
+
+/// Filters a query batch's answer (`result: [{points}, ...]`), each answer by its own plan.
+pub fn filter_batch(
+    answer: Value,
+    plans: &[ReadPlan],
+    view: &impl PolicyView,
+    ctx: &ReadContext<'_>,
+    now: DateTime<Utc>,
+) -> Result<Value, AdapterError> {
+    let Value::Object(mut map) = answer else {
+        return Err(AdapterError::UpstreamInvalid("not a JSON object".into()));
+    };
+    let Some(Value::Array(results)) = map.remove("result") else {
+        return Err(AdapterError::UpstreamInvalid("result is not a list".into()));
+    };
+    if results.len() != plans.len() {
+        return Err(AdapterError::UpstreamInvalid(
+            "a batch answer with another number of results than queries".into(),
+        ));
+    }
+    let filtered = results
+        .into_iter()
+        .zip(plans)
+        .map(|(result, plan)| {
+            filter_points(json!({ "result": result }), plan, view, ctx, now)
+                .map(|mut one| one["result"].take())
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    map.insert("result".into(), Value::Array(filtered));
+    Ok(Value::Object(map))
+}
+
 /// Narrows a `points/scroll` body.
 pub fn narrow_scroll_body(
     body: &[u8],
@@ -734,6 +799,14 @@ pub fn subjects_in(answer: &Value) -> BTreeSet<(String, String)> {
         }
     };
     match answer.get("result") {
+        // A query batch: one answer of points per query.
+        Some(Value::Array(results)) if results.iter().any(|r| r.get("points").is_some()) => {
+            for result in results {
+                if let Some(Value::Array(points)) = result.get("points") {
+                    visit(points);
+                }
+            }
+        }
         Some(Value::Array(points)) => visit(points),
         Some(result) => {
             if let Some(Value::Array(points)) = result.get("points") {

@@ -9,6 +9,7 @@ use crate::auth::Role;
 use crate::data::error::{DataError, json_response};
 use crate::data::forward::Answer;
 use crate::data::overtaken::{Recording, keep_unless_overtaken};
+use crate::data::policy_cache::View;
 use crate::data::{RequestContext, Upstream};
 use crate::error_shape::Code;
 use crate::store::ItemRecord;
@@ -62,6 +63,22 @@ pub(crate) async fn handle(
                 crate::now(),
             )?;
             read(upstream, ctx, path, body, &plan).await
+        }
+        Endpoint::QueryBatch { .. } => {
+            let (body, plans) = adapter::narrow_query_batch_body(
+                &body,
+                ctx.tenant(),
+                ctx.subject.as_deref(),
+                crate::now(),
+            )?;
+            let answer = upstream.send(Method::POST, path, Bytes::from(body)).await?;
+            if !answer.is_success() {
+                return Ok(answer.passed_on());
+            }
+            let (value, view) = answer_and_view(upstream, ctx, &answer).await?;
+            let filtered =
+                adapter::filter_batch(value, &plans, &view, &ctx.read_context(), crate::now())?;
+            Ok(json_response(answer.status, &filtered))
         }
         Endpoint::Scroll { .. } => {
             let (body, plan) = adapter::narrow_scroll_body(
@@ -209,13 +226,12 @@ async fn upsert(
     Ok(answer.passed_on())
 }
 
-/// Decides every point of an answer; the policy of every subject in it is loaded first.
-async fn decided(
+/// An answer as JSON, with the policy of every subject of the caller's tenant in it.
+async fn answer_and_view(
     upstream: &Upstream<'_>,
     ctx: &RequestContext,
     answer: &Answer,
-    plan: &ReadPlan,
-) -> Result<Value, DataError> {
+) -> Result<(Value, View), DataError> {
     let value: Value = serde_json::from_slice(&answer.body)
         .map_err(|_| crate::adapters::AdapterError::UpstreamInvalid("not JSON".into()))?;
     let tenant = ctx.tenant();
@@ -227,6 +243,17 @@ async fn decided(
         .map(|(_, s)| s.as_str())
         .collect();
     let view = upstream.state.policy.view(tenant, subjects).await?;
+    Ok((value, view))
+}
+
+/// Decides every point of an answer.
+async fn decided(
+    upstream: &Upstream<'_>,
+    ctx: &RequestContext,
+    answer: &Answer,
+    plan: &ReadPlan,
+) -> Result<Value, DataError> {
+    let (value, view) = answer_and_view(upstream, ctx, answer).await?;
     Ok(adapter::filter_points(
         value,
         plan,

@@ -157,7 +157,9 @@ fn endpoints_are_classified() {
         (
             Method::POST,
             "/collections/mem0/points/query/batch".to_owned(),
-            Endpoint::Refused,
+            Endpoint::QueryBatch {
+                collection: c("mem0"),
+            },
         ),
         (
             Method::POST,
@@ -496,6 +498,77 @@ fn answers_keep_only_readable_points_cut_to_the_payload_asked_for() {
 }
 
 #[test]
+fn a_query_batch_is_narrowed_and_answered_query_by_query() {
+    let body = json!({ "searches": [
+        { "query": [0.1, 0.2], "limit": 2, "with_payload": true },
+        { "query": [0.3, 0.4], "filter": { "must": [{ "key": "city", "match": { "value": "Oslo" } }] } },
+    ] })
+    .to_string();
+    let (narrowed, plans) = narrow_query_batch_body(body.as_bytes(), "acme", None, now()).unwrap();
+    let sent: Value = serde_json::from_slice(&narrowed).unwrap();
+    for search in sent["searches"].as_array().unwrap() {
+        assert!(
+            search["filter"]["must"]
+                .as_array()
+                .unwrap()
+                .contains(&json!({ "key": TENANT, "match": { "value": "acme" } }))
+        );
+        assert_eq!(search["with_payload"], true);
+    }
+    assert_eq!(
+        plans.iter().map(|p| p.payload.clone()).collect::<Vec<_>>(),
+        [PayloadWanted::All, PayloadWanted::None]
+    );
+    let mut alice = Map::new();
+    write_stamp(
+        &mut alice,
+        &fixtures::stamp("alice", now() + TimeDelta::days(1)),
+    );
+    let mut carol = Map::new();
+    write_stamp(
+        &mut carol,
+        &fixtures::stamp("carol", now() + TimeDelta::days(1)),
+    );
+    let answer = json!({ "result": [
+        { "points": [{ "id": 1, "payload": alice.clone() }, { "id": 2, "payload": carol }] },
+        { "points": [{ "id": 1, "payload": alice }] },
+    ] });
+    assert_eq!(
+        subjects_in(&answer).len(),
+        2,
+        "the policy of every subject in every answer is loaded"
+    );
+    let ctx = ReadContext {
+        tenant: "acme",
+        bound_subject: None,
+        purpose: None,
+    };
+    let kept = filter_batch(answer.clone(), &plans, &view(), &ctx, now()).unwrap();
+    assert_eq!(
+        kept["result"][0]["points"].as_array().unwrap().len(),
+        1,
+        "the suppressed subject's point goes"
+    );
+    assert_eq!(
+        kept["result"][1]["points"],
+        json!([{ "id": 1 }]),
+        "no payload where none was asked"
+    );
+    assert_eq!(
+        filter_batch(answer, &plans[..1], &view(), &ctx, now())
+            .map_err(code)
+            .err(),
+        Some("upstream_invalid")
+    );
+    assert_eq!(
+        narrow_query_batch_body(br#"{"searches": [{"query": 1}]}"#, "acme", None, now())
+            .map_err(code)
+            .err(),
+        Some("invalid")
+    );
+}
+
+#[test]
 fn a_delete_names_points_or_a_filter_never_both() {
     assert_eq!(
         parse_delete(br#"{"points": [1, 2]}"#).unwrap().0,
@@ -555,6 +628,7 @@ proptest! {
         let _ = parse_retrieve(&bytes);
         let _ = parse_delete(&bytes);
         let _ = parse_count(&bytes);
+        let _ = narrow_query_batch_body(&bytes, "acme", None, now());
         let ctx = ReadContext { tenant: "acme", bound_subject: None, purpose: None };
         let _ = filter_points(body, &ReadPlan { payload: PayloadWanted::All }, &view(), &ctx, now());
     }
