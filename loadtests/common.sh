@@ -18,3 +18,16 @@ port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); 
 wait_http() { for _ in $(seq 1 300); do curl -sf -o /dev/null "$1" && return 0; sleep 0.1; done; echo "not ready: $1" >&2; exit 1; }
 # CPU time (clock ticks) the Lethe process started as $lethe_pid has used so far.
 ticks() { awk '{print $14 + $15}' "/proc/$lethe_pid/stat"; }
+# One line of results (JSON) from the k6 summary $work/<name>.json of the run named $1, with the
+# CPU Lethe spent since the tick count $2.
+record() {
+  python3 - "$1" "$work/$1.json" "$2" "$(ticks)" "$(getconf CLK_TCK)" <<'PY'
+import json, sys
+name, path, before, after, hz = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+m = json.load(open(path))["metrics"]
+d, w, reqs = m["http_req_duration"], m["http_req_waiting"], m["http_reqs"]
+print(json.dumps({"name": name, "p50": d["p(50)"], "p99": d["p(99)"], "ttfb50": w["p(50)"], "ttfb99": w["p(99)"],
+                  "rps": reqs["rate"], "count": reqs["count"], "failed": m.get("http_req_failed", {}).get("value", 0),
+                  "cpu_s": (after - before) / hz}))
+PY
+}

@@ -44,15 +44,7 @@ run() { # name base mix [token]
   local before; before=$(ticks)
   "$venv/bin/k6" run -q --summary-export "$work/$name.json" -e BASE="$base" -e MIX="$mix" -e RATE="$RATE" \
     -e DURATION="$DURATION" -e TOKEN="$token" loadtests/openai.js >/dev/null
-  python3 - "$name" "$work/$name.json" "$before" "$(ticks)" "$(getconf CLK_TCK)" >> "$results" <<'PY'
-import json, sys
-name, path, before, after, hz = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
-m = json.load(open(path))["metrics"]
-d, w, reqs = m["http_req_duration"], m["http_req_waiting"], m["http_reqs"]
-print(json.dumps({"name": name, "p50": d["p(50)"], "p99": d["p(99)"], "ttfb50": w["p(50)"], "ttfb99": w["p(99)"],
-                  "rps": reqs["rate"], "count": reqs["count"], "failed": m.get("http_req_failed", {}).get("value", 0),
-                  "cpu_s": (after - before) / hz}))
-PY
+  record "$name" "$before" >> "$results"
 }
 for mix in chat stream; do
   run "direct-$mix" "http://127.0.0.1:$provider_port" $mix

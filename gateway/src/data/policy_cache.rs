@@ -131,6 +131,22 @@ impl PolicyCache {
             retention: self.retention(tenant).await?,
         })
     }
+
+    /// The policy of the subjects of `tenant` among `owners` (the `(tenant, subject)` stamps of a
+    /// store's answer): what deciding that answer again needs. Other tenants' are not loaded.
+    pub async fn view_of_owners(
+        &self,
+        tenant: &str,
+        owners: &std::collections::BTreeSet<(String, String)>,
+    ) -> Result<View, StoreError> {
+        // Collected first: iterator adaptors held across the await would make the future not Send.
+        let subjects: Vec<&str> = owners
+            .iter()
+            .filter(|(t, _)| t == tenant)
+            .map(|(_, s)| s.as_str())
+            .collect();
+        self.view(tenant, subjects).await
+    }
 }
 
 /// The slice of policy one request needs.

@@ -9,17 +9,12 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use chrono::{DateTime, Utc};
 use hyper::Method;
-use lethe_policy::{
-    Action, Held, Layer, Overwrite, PolicyView, ReadContext, Refusal, Stamp, WriteFacts,
-    decide_read, decide_write_over,
-};
+use lethe_policy::{Overwrite, PolicyView, ReadContext, Stamp, decide_read};
 use serde_json::{Map, Value, json};
 
-use crate::adapters::stamp::{
-    CATEGORY, EXPIRES_AT, PURPOSE, SUBJECT, TENANT, agree, parse_object, read_stamp,
-    requested_expiry, string_field, write_stamp,
-};
-use crate::adapters::{AdapterError, RecordRefusal, Scope};
+use crate::adapters::stamp::{EXPIRES_AT, SUBJECT, TENANT, parse_object, read_stamp, write_stamp};
+use crate::adapters::write::{decide_records, record_facts};
+use crate::adapters::{AdapterError, Scope};
 
 /// Arrays that run parallel to `ids` in requests and responses.
 const PARALLEL: [&str; 7] = [
@@ -170,15 +165,7 @@ pub fn classify(method: &Method, path: &str) -> Endpoint {
 }
 
 /// One record of a write, with the facts its decision needs.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RecordFacts {
-    pub index: usize,
-    pub id: String,
-    pub subject: String,
-    pub purpose: String,
-    pub category: String,
-    pub requested_expires_at: Option<DateTime<Utc>>,
-}
+pub type RecordFacts = crate::adapters::write::RecordFacts<String>;
 
 /// A parsed write, waiting for the policy of its subjects.
 #[derive(Debug, Clone, PartialEq)]
@@ -255,33 +242,7 @@ pub fn plan_write(body: &[u8], scope: &Scope<'_>) -> Result<PlannedWrite, Adapte
                 )));
             }
         };
-        let record_subject = string_field(meta, SUBJECT, index)?;
-        if scope.bound && record_subject.is_some_and(|s| Some(s) != scope.subject) {
-            return Err(AdapterError::Refused(vec![RecordRefusal {
-                index,
-                refusal: Refusal::ScopeViolation,
-            }]));
-        }
-        let missing = |what, header| AdapterError::MissingScope {
-            index,
-            what,
-            header,
-        };
-        let subject = agree(index, scope.subject, record_subject)?
-            .ok_or_else(|| missing("subject", "Subject"))?;
-        let purpose = agree(index, scope.purpose, string_field(meta, PURPOSE, index)?)?
-            .ok_or_else(|| missing("purpose", "Purpose"))?;
-        let category = agree(index, scope.category, string_field(meta, CATEGORY, index)?)?
-            .ok_or_else(|| missing("category", "Category"))?;
-        let requested_expires_at = requested_expiry(meta, index)?;
-        records.push(RecordFacts {
-            index,
-            id,
-            subject,
-            purpose,
-            category,
-            requested_expires_at,
-        });
+        records.push(record_facts(index, id, scope, meta, None)?);
     }
     Ok(PlannedWrite { body: map, records })
 }
@@ -322,44 +283,6 @@ pub fn held_stamps(answer: &[u8]) -> Result<BTreeMap<String, Option<Stamp>>, Ada
 pub struct StampedWrite {
     pub body: Option<Vec<u8>>,
     pub stamps: Vec<(String, Stamp)>,
-}
-
-/// Decides every record over what the store holds under its id; one refusal refuses them all.
-fn decide_records(
-    records: &[RecordFacts],
-    tenant: &str,
-    view: &impl PolicyView,
-    held: &BTreeMap<String, Option<Stamp>>,
-    overwrite: Overwrite,
-    now: DateTime<Utc>,
-) -> Result<Vec<Option<Stamp>>, AdapterError> {
-    let mut refused = Vec::new();
-    let mut decided = Vec::with_capacity(records.len());
-    for r in records {
-        let facts = WriteFacts {
-            tenant,
-            subject: &r.subject,
-            purpose: &r.purpose,
-            category: &r.category,
-            layer: Layer::Raw,
-            action: Action::Store,
-            authorised_epoch: None,
-            requested_expires_at: r.requested_expires_at,
-        };
-        let on = Held::of(held.get(&r.id).map(Option::as_ref));
-        match decide_write_over(view, &facts, on, overwrite, now) {
-            Ok(stamp) => decided.push(stamp),
-            Err(refusal) => refused.push(RecordRefusal {
-                index: r.index,
-                refusal,
-            }),
-        }
-    }
-    if refused.is_empty() {
-        Ok(decided)
-    } else {
-        Err(AdapterError::Refused(refused))
-    }
 }
 
 /// Whether every record could be written at all (an active subject, consent, a retention

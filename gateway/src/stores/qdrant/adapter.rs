@@ -12,17 +12,14 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use chrono::{DateTime, Utc};
 use hyper::Method;
-use lethe_policy::{
-    Action, Held, Layer, Overwrite, PolicyView, ReadContext, Stamp, WriteFacts, decide_read,
-    decide_write_over,
-};
+use lethe_policy::{Overwrite, PolicyView, ReadContext, Stamp, decide_read};
 use serde_json::{Map, Value, json};
 
 use crate::adapters::stamp::{
-    CATEGORY, EXPIRES_AT, PURPOSE, SUBJECT, TENANT, agree, parse_object, read_stamp,
-    requested_expiry, string_field, write_stamp,
+    EXPIRES_AT, SUBJECT, TENANT, parse_object, read_stamp, string_field, write_stamp,
 };
-use crate::adapters::{AdapterError, RecordRefusal, Scope};
+use crate::adapters::write::{decide_records, record_facts};
+use crate::adapters::{AdapterError, Scope};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Endpoint {
@@ -216,15 +213,7 @@ fn only_keys(map: &Map<String, Value>, allowed: &[&str], what: &str) -> Result<(
 }
 
 /// One point of an upsert, with the facts its decision needs.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PointFacts {
-    pub index: usize,
-    pub id: PointId,
-    pub subject: String,
-    pub purpose: String,
-    pub category: String,
-    pub requested_expires_at: Option<DateTime<Utc>>,
-}
+pub type PointFacts = crate::adapters::write::RecordFacts<PointId>;
 
 /// A parsed upsert, waiting for the policy of its subjects.
 #[derive(Debug, Clone, PartialEq)]
@@ -296,37 +285,9 @@ pub fn plan_upsert(
             Some(field) => string_field(payload, field, index)?,
             None => None,
         };
-        let record_subject = agree(index, string_field(payload, SUBJECT, index)?, named)?;
-        let record_subject = record_subject.as_deref();
-        if scope.bound && record_subject.is_some_and(|s| Some(s) != scope.subject) {
-            return Err(AdapterError::Refused(vec![RecordRefusal {
-                index,
-                refusal: lethe_policy::Refusal::ScopeViolation,
-            }]));
-        }
-        let missing = |what, header| AdapterError::MissingScope {
-            index,
-            what,
-            header,
-        };
-        let subject = agree(index, scope.subject, record_subject)?
-            .ok_or_else(|| missing("subject", "Subject"))?;
-        let purpose = agree(index, scope.purpose, string_field(payload, PURPOSE, index)?)?
-            .ok_or_else(|| missing("purpose", "Purpose"))?;
-        let category = agree(
-            index,
-            scope.category,
-            string_field(payload, CATEGORY, index)?,
-        )?
-        .ok_or_else(|| missing("category", "Category"))?;
-        planned.facts.push(PointFacts {
-            index,
-            id,
-            subject,
-            purpose,
-            category,
-            requested_expires_at: requested_expiry(payload, index)?,
-        });
+        planned
+            .facts
+            .push(record_facts(index, id, scope, payload, named)?);
         planned.points.push(point.clone());
     }
     Ok(planned)
@@ -378,42 +339,6 @@ pub struct StampedUpsert {
     pub stamps: Vec<(PointId, Stamp)>,
 }
 
-fn decide_points(
-    facts: &[PointFacts],
-    tenant: &str,
-    view: &impl PolicyView,
-    held: &BTreeMap<PointId, Option<Stamp>>,
-    now: DateTime<Utc>,
-) -> Result<Vec<Option<Stamp>>, AdapterError> {
-    let mut refused = Vec::new();
-    let mut stamps = Vec::with_capacity(facts.len());
-    for f in facts {
-        let write = WriteFacts {
-            tenant,
-            subject: &f.subject,
-            purpose: &f.purpose,
-            category: &f.category,
-            layer: Layer::Raw,
-            action: Action::Store,
-            authorised_epoch: None,
-            requested_expires_at: f.requested_expires_at,
-        };
-        let on = Held::of(held.get(&f.id).map(Option::as_ref));
-        match decide_write_over(view, &write, on, Overwrite::Allowed, now) {
-            Ok(stamp) => stamps.push(stamp),
-            Err(refusal) => refused.push(RecordRefusal {
-                index: f.index,
-                refusal,
-            }),
-        }
-    }
-    if refused.is_empty() {
-        Ok(stamps)
-    } else {
-        Err(AdapterError::Refused(refused))
-    }
-}
-
 /// Whether every point could be written at all, before anything is asked of Qdrant.
 pub fn check_upsert(
     planned: &PlannedUpsert,
@@ -421,7 +346,15 @@ pub fn check_upsert(
     view: &impl PolicyView,
     now: DateTime<Utc>,
 ) -> Result<(), AdapterError> {
-    decide_points(&planned.facts, tenant, view, &BTreeMap::new(), now).map(|_| ())
+    decide_records(
+        &planned.facts,
+        tenant,
+        view,
+        &BTreeMap::new(),
+        Overwrite::Allowed,
+        now,
+    )
+    .map(|_| ())
 }
 
 /// Decides every point on what Qdrant holds under its id and, when all are allowed, stamps
@@ -433,7 +366,7 @@ pub fn apply_upsert(
     held: &BTreeMap<PointId, Option<Stamp>>,
     now: DateTime<Utc>,
 ) -> Result<StampedUpsert, AdapterError> {
-    let decided = decide_points(&planned.facts, tenant, view, held, now)?;
+    let decided = decide_records(&planned.facts, tenant, view, held, Overwrite::Allowed, now)?;
     let mut points = Vec::with_capacity(decided.len());
     let mut stamps = Vec::with_capacity(decided.len());
     for ((mut point, fact), stamp) in planned.points.into_iter().zip(planned.facts).zip(decided) {

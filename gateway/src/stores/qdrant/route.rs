@@ -235,14 +235,11 @@ async fn answer_and_view(
     let value: Value = serde_json::from_slice(&answer.body)
         .map_err(|_| crate::adapters::AdapterError::UpstreamInvalid("not JSON".into()))?;
     let tenant = ctx.tenant();
-    let found = adapter::subjects_in(&value);
-    // Collected first: iterator adaptors held across the await would make the future not Send.
-    let subjects: Vec<&str> = found
-        .iter()
-        .filter(|(t, _)| t == tenant)
-        .map(|(_, s)| s.as_str())
-        .collect();
-    let view = upstream.state.policy.view(tenant, subjects).await?;
+    let view = upstream
+        .state
+        .policy
+        .view_of_owners(tenant, &adapter::subjects_in(&value))
+        .await?;
     Ok((value, view))
 }
 
