@@ -132,9 +132,80 @@ def test_writes_that_would_take_over_or_escape_the_scope_are_refused_and_qdrant_
     assert refused(lambda: as_alice.create_collection(
         f"x-{uuid.uuid4().hex[:6]}", vectors_config=models.VectorParams(size=DIM, distance=models.Distance.COSINE)))[0] == 403
     assert refused(lambda: as_alice.set_payload(collection, payload={"lethe_subject": alice}, points=[bobs[0].id])) == \
-        (404, "unknown_endpoint")
+        (400, "invalid_request")
     assert refused(lambda: as_alice.query_points(collection, query=bobs[0].id, limit=3))[0] == 400, \
         "a point id as the query would read bob's vector"
+
+
+STAMP = {"lethe_tenant", "lethe_subject", "lethe_purpose", "lethe_category", "lethe_expires_at", "lethe_epoch"}
+
+
+def test_payload_and_vector_edits_reach_only_the_callers_points_and_keep_the_stamp(lethe, qdrant, collection):
+    alice, bob = someone(), someone()
+    for s in (alice, bob):
+        lethe.grant(s)
+    a1, a2 = points(2, "alice")
+    as_alice = lethe.qdrant_agent(alice)
+    as_alice.upsert(collection, [a1, a2])
+    (b1,) = points(1, "bob")
+    lethe.qdrant_agent(bob).upsert(collection, [b1])
+    direct = qdrant.client()
+    held = lambda pid: direct.retrieve(collection, ids=[pid], with_payload=True, with_vectors=True)[0]
+    bobs_before = held(b1.id)
+
+    as_alice.set_payload(collection, payload={"mood": "happy"}, points=[a1.id])
+    assert held(a1.id).payload["mood"] == "happy" and STAMP <= set(held(a1.id).payload)
+    as_alice.overwrite_payload(collection, payload={"data": "rewritten"}, points=[a1.id])
+    assert set(held(a1.id).payload) == STAMP | {"data"}, "an overwrite keeps the stamp"
+    as_alice.delete_payload(collection, keys=["data"], points=[a2.id])
+    as_alice.clear_payload(collection, points_selector=models.PointIdsList(points=[a2.id]))
+    assert set(held(a2.id).payload) == STAMP, "a clear keeps the stamp"
+    as_alice.update_vectors(collection, points=[models.PointVectors(id=a1.id, vector=[0.0, 0.0, 1.0])])
+    assert held(a1.id).vector != a1.vector
+    # A filter selects only what the caller may see: bob's point stays as it was.
+    as_alice.set_payload(collection, payload={"seen": True}, points=models.Filter(must=[]))
+    as_alice.clear_payload(collection, points_selector=models.FilterSelector(filter=models.Filter(must=[])))
+    assert held(b1.id) == bobs_before
+    assert {k for p in (a1, a2) for k in held(p.id).payload} == STAMP
+    # Bob's point cannot be named: not found, as if it did not exist; Qdrant is untouched.
+    for edit in (lambda: as_alice.set_payload(collection, payload={"data": "mine"}, points=[b1.id]),
+                 lambda: as_alice.overwrite_payload(collection, payload={}, points=[a1.id, b1.id]),
+                 lambda: as_alice.update_vectors(collection, points=[models.PointVectors(id=b1.id, vector=[1.0, 1.0, 1.0])])):
+        assert refused(edit)[0] == 404
+    for stamp_edit in (lambda: as_alice.delete_payload(collection, keys=["lethe_expires_at"], points=[a1.id]),
+                       lambda: as_alice.set_payload(collection, payload={"x": 1}, key="lethe_tenant", points=[a1.id])):
+        assert refused(stamp_edit) == (400, "invalid_request")
+    assert held(b1.id) == bobs_before and STAMP <= set(held(a1.id).payload)
+    assert len(stored(qdrant, collection, alice)) == 2
+
+
+def test_a_batch_is_decided_whole_before_qdrant_sees_it(lethe, qdrant, collection):
+    alice, bob = someone(), someone()
+    for s in (alice, bob):
+        lethe.grant(s)
+    a1, a2, a3 = points(3, "alice")
+    as_alice = lethe.qdrant_agent(alice)
+    as_alice.upsert(collection, [a1, a2])
+    (b1,) = points(1, "bob")
+    lethe.qdrant_agent(bob).upsert(collection, [b1])
+    results = as_alice.batch_update_points(collection, update_operations=[
+        models.UpsertOperation(upsert=models.PointsList(points=[a3])),
+        models.SetPayloadOperation(set_payload=models.SetPayload(payload={"tag": "new"}, points=[a3.id])),
+        models.DeleteOperation(delete=models.PointIdsList(points=[a2.id, b1.id])),
+    ])
+    assert [r.status for r in results] == [models.UpdateStatus.COMPLETED] * 3
+    mine = {str(p.id): p.payload for p in stored(qdrant, collection, alice)}
+    assert set(mine) == {a1.id, a3.id} and mine[a3.id]["tag"] == "new"
+    assert len(stored(qdrant, collection, bob)) == 1, "bob's point was not deleted"
+    assert lethe.call("GET", f"/v1/subjects/{TENANT}/{alice}")[1]["inventory"]["qdrant"] == 2
+    # A takeover in the second operation refuses the whole batch: the first did not run either.
+    takeover = models.PointStruct(id=b1.id, vector=[0.0, 0.0, 1.0], payload={"data": "mine"})
+    assert refused(lambda: as_alice.batch_update_points(collection, update_operations=[
+        models.DeleteOperation(delete=models.PointIdsList(points=[a1.id])),
+        models.UpsertOperation(upsert=models.PointsList(points=[takeover])),
+    ])) == (403, "scope_violation")
+    assert {str(p.id) for p in stored(qdrant, collection, alice)} == {a1.id, a3.id}
+    assert stored(qdrant, collection, bob)[0].payload["data"] == "bob 0"
 
 
 def test_a_delete_removes_only_what_the_caller_may_see(lethe, qdrant, collection):

@@ -13,6 +13,8 @@ pub const PURPOSE: &str = "lethe_purpose";
 pub const CATEGORY: &str = "lethe_category";
 pub const EXPIRES_AT: &str = "lethe_expires_at";
 pub const EPOCH: &str = "lethe_epoch";
+/// Every key of the stamp.
+pub const STAMP_KEYS: [&str; 6] = [SUBJECT, TENANT, PURPOSE, CATEGORY, EXPIRES_AT, EPOCH];
 
 /// A request body that must be a JSON object; an empty body is an empty object.
 pub fn parse_object(body: &[u8]) -> Result<Map<String, Value>, AdapterError> {

@@ -176,6 +176,25 @@ pub struct ExpiredItem {
     pub subject: String,
 }
 
+/// Lineage rows in passes that each name an id once, the n-th write of an id in the n-th pass:
+/// applied pass after pass, they land as if applied one by one, in order.
+pub(crate) fn in_passes(items: &[ItemRecord]) -> Vec<Vec<ItemRecord>> {
+    let mut seen: std::collections::HashMap<(&str, &str, &str), usize> =
+        std::collections::HashMap::new();
+    let mut passes: Vec<Vec<ItemRecord>> = Vec::new();
+    for item in items {
+        let n = seen
+            .entry((&item.store, &item.collection, &item.item_id))
+            .or_insert(0);
+        if passes.len() <= *n {
+            passes.push(Vec::new());
+        }
+        passes[*n].push(item.clone());
+        *n += 1;
+    }
+    passes
+}
+
 /// A lineage row: one stored item, whose it is, and what it was derived from.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ItemRecord {

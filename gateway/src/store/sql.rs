@@ -1091,7 +1091,9 @@ macro_rules! impl_store {
                     // keeps the first writer's lineage. A deleted one is the index of nothing, and
                     // an id the store holds again (written through Lethe, decided on what the
                     // store held) is the new writer's.
-                    for chunk in items.chunks(500) {
+                    // One statement may not touch a row twice (PostgreSQL refuses it): the rows
+                    // are applied in passes, the n-th write of an id in the n-th, as if in order.
+                    for chunk in crate::store::in_passes(items).iter().flat_map(|pass| pass.chunks(500)) {
                         let mut insert = sqlx::QueryBuilder::<$db>::new(
                             "INSERT INTO items (store, collection, item_id, tenant, subject, purpose, category, layer, created_at, expires_at, epoch, source_ref, parents, deleted_at) ",
                         );

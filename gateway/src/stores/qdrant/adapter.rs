@@ -20,6 +20,7 @@ use crate::adapters::stamp::{
 };
 use crate::adapters::write::{decide_records, record_facts};
 use crate::adapters::{AdapterError, Scope};
+use edit::EditKind;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Endpoint {
@@ -58,8 +59,17 @@ pub enum Endpoint {
     Delete {
         collection: String,
     },
-    /// Everything else: snapshots, shards, cluster, payload and vector edits, batches, facets,
-    /// the older search routes. Refused until each is governed.
+    /// A payload or vector edit of points named by id or selected by filter.
+    Edit {
+        collection: String,
+        kind: EditKind,
+    },
+    /// `points/batch`: upserts, deletes and edits in order.
+    Batch {
+        collection: String,
+    },
+    /// Everything else: snapshots, shards, cluster, facets, the older search routes. Refused
+    /// until each is governed.
     Refused,
 }
 
@@ -117,6 +127,28 @@ pub fn classify(method: &Method, path: &str) -> Endpoint {
                 collection: (*c).to_owned(),
             }
         }
+        ["collections", c, "points", what, "delete" | "clear"]
+            if method == Method::POST && matches!(*what, "payload" | "vectors") =>
+        {
+            let kind = match (*what, segments.last()) {
+                ("payload", Some(&"delete")) => EditKind::DeletePayload,
+                ("payload", _) => EditKind::ClearPayload,
+                ("vectors", Some(&"delete")) => EditKind::DeleteVectors,
+                _ => return Endpoint::Refused,
+            };
+            Endpoint::Edit {
+                collection: (*c).to_owned(),
+                kind,
+            }
+        }
+        ["collections", c, "points", "payload"] if method == Method::PUT => Endpoint::Edit {
+            collection: (*c).to_owned(),
+            kind: EditKind::OverwritePayload,
+        },
+        ["collections", c, "points", "vectors"] if method == Method::PUT => Endpoint::Edit {
+            collection: (*c).to_owned(),
+            kind: EditKind::UpdateVectors,
+        },
         ["collections", c, "points", op] if method == Method::POST => {
             let collection = (*c).to_owned();
             match *op {
@@ -124,6 +156,11 @@ pub fn classify(method: &Method, path: &str) -> Endpoint {
                 "scroll" => Endpoint::Scroll { collection },
                 "count" => Endpoint::Count { collection },
                 "delete" => Endpoint::Delete { collection },
+                "payload" => Endpoint::Edit {
+                    collection,
+                    kind: EditKind::SetPayload,
+                },
+                "batch" => Endpoint::Batch { collection },
                 _ => Endpoint::Refused,
             }
         }
@@ -220,6 +257,8 @@ pub type PointFacts = crate::adapters::write::RecordFacts<PointId>;
 pub struct PlannedUpsert {
     points: Vec<Map<String, Value>>,
     pub facts: Vec<PointFacts>,
+    /// Qdrant's conditional update: held points are replaced only where this matches.
+    update_filter: Option<Value>,
 }
 
 impl PlannedUpsert {
@@ -240,8 +279,21 @@ pub fn plan_upsert(
     scope: &Scope<'_>,
     subject_field: Option<&str>,
 ) -> Result<PlannedUpsert, AdapterError> {
-    let map = parse_object(body)?;
-    only_keys(&map, &["points"], "upsert")?;
+    plan_upsert_map(&parse_object(body)?, scope, subject_field)
+}
+
+/// [`plan_upsert`] of a body already parsed (an upsert inside a batch).
+fn plan_upsert_map(
+    map: &Map<String, Value>,
+    scope: &Scope<'_>,
+    subject_field: Option<&str>,
+) -> Result<PlannedUpsert, AdapterError> {
+    only_keys(map, &["points", "update_filter"], "upsert")?;
+    let update_filter = match map.get("update_filter") {
+        None | Some(Value::Null) => None,
+        Some(f @ Value::Object(_)) => Some(f.clone()),
+        Some(_) => return Err(invalid("upsert: update_filter must be an object")),
+    };
     let Some(Value::Array(points)) = map.get("points") else {
         return Err(invalid(
             "upsert: points must be a non-empty array of {id, vector, payload} (the columnar batch form is not supported through Lethe)",
@@ -253,6 +305,7 @@ pub fn plan_upsert(
     let mut planned = PlannedUpsert {
         points: Vec::with_capacity(points.len()),
         facts: Vec::with_capacity(points.len()),
+        update_filter,
     };
     let mut seen = BTreeSet::new();
     for (index, point) in points.iter().enumerate() {
@@ -366,6 +419,22 @@ pub fn apply_upsert(
     held: &BTreeMap<PointId, Option<Stamp>>,
     now: DateTime<Utc>,
 ) -> Result<StampedUpsert, AdapterError> {
+    let (upsert, stamps) = stamp_points(planned, tenant, view, held, now)?;
+    Ok(StampedUpsert {
+        body: upsert.to_string().into_bytes(),
+        stamps,
+    })
+}
+
+/// The upsert body (`{"points": [...]}`) with every point stamped, and each point's stamp. A
+/// conditional update's filter is narrowed to the tenant's unexpired points.
+fn stamp_points(
+    planned: PlannedUpsert,
+    tenant: &str,
+    view: &impl PolicyView,
+    held: &BTreeMap<PointId, Option<Stamp>>,
+    now: DateTime<Utc>,
+) -> Result<(Value, Vec<(PointId, Stamp)>), AdapterError> {
     let decided = decide_records(&planned.facts, tenant, view, held, Overwrite::Allowed, now)?;
     let mut points = Vec::with_capacity(decided.len());
     let mut stamps = Vec::with_capacity(decided.len());
@@ -385,8 +454,12 @@ pub fn apply_upsert(
         points.push(point);
         stamps.push((fact.id, stamp));
     }
-    let body = json!({ "points": points }).to_string().into_bytes();
-    Ok(StampedUpsert { body, stamps })
+    let mut upsert = json!({ "points": points });
+    if let Some(filter) = planned.update_filter {
+        upsert["update_filter"] =
+            narrowed(Some(&filter), &scope_conditions(tenant, None, Some(now)))?;
+    }
+    Ok((upsert, stamps))
 }
 
 /// The conditions every read carries: the caller's tenant, its bound subject, not expired.
@@ -813,6 +886,8 @@ pub fn stamped_by(tenant: &str, keys: &[String]) -> Value {
         { "key": SUBJECT, "match": { "any": keys } },
     ] })
 }
+
+pub mod edit;
 
 #[cfg(test)]
 mod tests;

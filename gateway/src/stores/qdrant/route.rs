@@ -5,6 +5,7 @@ use http_body_util::Full;
 use hyper::{Method, Response, StatusCode};
 use serde_json::{Value, json};
 
+use crate::adapters::stamp::read_stamp;
 use crate::auth::Role;
 use crate::data::error::{DataError, json_response};
 use crate::data::forward::Answer;
@@ -13,6 +14,7 @@ use crate::data::policy_cache::View;
 use crate::data::{RequestContext, Upstream};
 use crate::error_shape::Code;
 use crate::store::ItemRecord;
+use crate::stores::qdrant::adapter::edit::{self, Before, NotFound, Op};
 use crate::stores::qdrant::adapter::{self, Endpoint, PayloadWanted, PointId, ReadPlan, Selection};
 
 /// The most points one narrowed scroll page holds, when Lethe pages through a scope.
@@ -121,6 +123,14 @@ pub(crate) async fn handle(
             }
         }
         Endpoint::Delete { collection } => delete(upstream, ctx, &collection, body).await,
+        Endpoint::Edit { collection, kind } => {
+            let op = edit::parse_edit(kind, &body, subject_field)?;
+            batch(upstream, ctx, &collection, vec![op], true, subject_field).await
+        }
+        Endpoint::Batch { collection } => {
+            let ops = edit::parse_batch(&body, &ctx.scope(), subject_field)?;
+            batch(upstream, ctx, &collection, ops, false, subject_field).await
+        }
     }
 }
 
@@ -162,7 +172,7 @@ async fn upsert(
     body: Bytes,
     subject_field: Option<&str>,
 ) -> Result<Response<Full<Bytes>>, DataError> {
-    let Upstream { state, route, .. } = *upstream;
+    let state = upstream.state;
     let tenant = ctx.tenant();
     let planned = adapter::plan_upsert(&body, &ctx.scope(), subject_field)?;
     let view = state.policy.view(tenant, planned.subjects()).await?;
@@ -188,12 +198,24 @@ async fn upsert(
     if !answer.is_success() {
         return Ok(answer.passed_on());
     }
-    let rows = stamped
-        .stamps
+    record_written(upstream, ctx, collection, stamped.stamps, now).await?;
+    Ok(answer.passed_on())
+}
+
+/// Lineage of the points a write stamped. A point written after a flip of its subject (the
+/// policy changed while the write was in flight) is deleted again.
+async fn record_written(
+    upstream: &Upstream<'_>,
+    ctx: &RequestContext,
+    collection: &str,
+    stamps: Vec<(PointId, lethe_policy::Stamp)>,
+    now: chrono::DateTime<chrono::Utc>,
+) -> Result<(), DataError> {
+    let rows = stamps
         .into_iter()
         .map(|(id, stamp)| {
             ItemRecord::stamped(
-                &route.name,
+                &upstream.route.name,
                 collection,
                 id.key(),
                 stamp,
@@ -222,8 +244,7 @@ async fn upsert(
             overtaken
         }
     };
-    keep_unless_overtaken(upstream, tenant, rows, Recording::Batched, undo).await?;
-    Ok(answer.passed_on())
+    keep_unless_overtaken(upstream, ctx.tenant(), rows, Recording::Batched, undo).await
 }
 
 /// An answer as JSON, with the policy of every subject of the caller's tenant in it.
@@ -423,4 +444,163 @@ async fn delete(
             .await?;
     }
     Ok(answer.passed_on())
+}
+
+/// An edit or a batch: what Qdrant holds is read first (every stamp under an upserted id; the
+/// caller's visible points among the named ids or the first operation's filter), every point is
+/// decided, and one `points/batch` is sent. Nothing is sent when anything is refused.
+async fn batch(
+    upstream: &Upstream<'_>,
+    ctx: &RequestContext,
+    collection: &str,
+    ops: Vec<Op>,
+    single: bool,
+    subject_field: Option<&str>,
+) -> Result<Response<Full<Bytes>>, DataError> {
+    let tenant = ctx.tenant();
+    let mut before = Before::default();
+    let upserted: Vec<PointId> = ops
+        .iter()
+        .filter(|op| matches!(op, Op::Upsert(_)))
+        .flat_map(Op::named_ids)
+        .collect();
+    if !upserted.is_empty() {
+        let found = upstream
+            .send_query(
+                Method::POST,
+                &points_path(collection, "scroll"),
+                None,
+                Bytes::from(adapter::held_query(&upserted)),
+            )
+            .await?;
+        if !found.is_success() {
+            return Ok(found.passed_on());
+        }
+        before.held = adapter::held_stamps(&found.body)?;
+    }
+    let stamp_only = PayloadWanted::Keys(
+        crate::adapters::stamp::STAMP_KEYS
+            .map(str::to_owned)
+            .to_vec(),
+    );
+    let stamped = |points: Vec<Value>| {
+        points.into_iter().filter_map(|p| {
+            let id = p.get("id").and_then(PointId::parse)?;
+            Some((id, p.get("payload").and_then(read_stamp)?))
+        })
+    };
+    let mut named: Vec<PointId> = ops
+        .iter()
+        .filter(|op| !matches!(op, Op::Upsert(_)))
+        .flat_map(Op::named_ids)
+        .collect();
+    named.sort();
+    named.dedup();
+    if !named.is_empty() {
+        match in_scope(
+            upstream,
+            ctx,
+            collection,
+            Some(&named),
+            None,
+            &stamp_only,
+            &json!(false),
+        )
+        .await?
+        {
+            Ok(points) => before.visible = stamped(points).collect(),
+            Err(refused) => return Ok(refused.passed_on()),
+        }
+    }
+    if let Some(filter) = ops.first().and_then(Op::filter) {
+        match in_scope(
+            upstream,
+            ctx,
+            collection,
+            None,
+            Some(filter),
+            &stamp_only,
+            &json!(false),
+        )
+        .await?
+        {
+            Ok(points) => before.selected = stamped(points).collect(),
+            Err(refused) => return Ok(refused.passed_on()),
+        }
+    }
+    let mut subjects: Vec<&str> = before
+        .visible
+        .values()
+        .chain(before.selected.iter().map(|(_, s)| s))
+        .map(|s| s.subject.as_str())
+        .collect();
+    for op in &ops {
+        if let Op::Upsert(planned) = op {
+            subjects.extend(planned.subjects());
+        }
+    }
+    let view = upstream
+        .state
+        .policy
+        .view(
+            tenant,
+            subjects
+                .into_iter()
+                .collect::<std::collections::BTreeSet<_>>(),
+        )
+        .await?;
+    let now = crate::now();
+    let built = edit::build_batch(
+        ops,
+        &before,
+        &ctx.scope(),
+        subject_field,
+        single,
+        &view,
+        now,
+    )?;
+    let built = match built {
+        Ok(built) => built,
+        Err(NotFound(id)) => {
+            return Ok(json_response(
+                StatusCode::NOT_FOUND,
+                &json!({ "status": { "error": format!("Not found: No point with id {} found", id.key()) }, "time": 0.0 }),
+            ));
+        }
+    };
+    let results = if built.operations.is_empty() {
+        vec![edit::nothing_done(); built.ranges.len()]
+    } else {
+        let answer = upstream
+            .send(
+                Method::POST,
+                &points_path(collection, "batch"),
+                Bytes::from(built.body()),
+            )
+            .await?;
+        if !answer.is_success() {
+            return Ok(answer.passed_on());
+        }
+        let value: Value = serde_json::from_slice(&answer.body)
+            .map_err(|_| crate::adapters::AdapterError::UpstreamInvalid("not JSON".into()))?;
+        edit::batch_results(&value, &built.ranges)?
+    };
+    let deleted: Vec<String> = built.deleted.iter().map(PointId::key).collect();
+    if !deleted.is_empty() {
+        upstream
+            .state
+            .store
+            .mark_items_deleted(&upstream.route.name, collection, &deleted, now)
+            .await?;
+    }
+    record_written(upstream, ctx, collection, built.written, now).await?;
+    let result = if single {
+        results
+            .into_iter()
+            .next_back()
+            .unwrap_or_else(edit::nothing_done)
+    } else {
+        Value::Array(results)
+    };
+    Ok(ok(result))
 }

@@ -133,22 +133,68 @@ fn endpoints_are_classified() {
             "/collections/../points".to_owned(),
             Endpoint::NonCanonical,
         ),
-        // Not governed yet, so refused: payload and vector edits, batches, facets, old routes.
+        // Payload and vector edits, and batches.
         (
             Method::POST,
             "/collections/mem0/points/payload".to_owned(),
-            Endpoint::Refused,
+            Endpoint::Edit {
+                collection: c("mem0"),
+                kind: EditKind::SetPayload,
+            },
+        ),
+        (
+            Method::PUT,
+            "/collections/mem0/points/payload".to_owned(),
+            Endpoint::Edit {
+                collection: c("mem0"),
+                kind: EditKind::OverwritePayload,
+            },
+        ),
+        (
+            Method::POST,
+            "/collections/mem0/points/payload/delete".to_owned(),
+            Endpoint::Edit {
+                collection: c("mem0"),
+                kind: EditKind::DeletePayload,
+            },
+        ),
+        (
+            Method::POST,
+            "/collections/mem0/points/payload/clear".to_owned(),
+            Endpoint::Edit {
+                collection: c("mem0"),
+                kind: EditKind::ClearPayload,
+            },
         ),
         (
             Method::PUT,
             "/collections/mem0/points/vectors".to_owned(),
+            Endpoint::Edit {
+                collection: c("mem0"),
+                kind: EditKind::UpdateVectors,
+            },
+        ),
+        (
+            Method::POST,
+            "/collections/mem0/points/vectors/delete".to_owned(),
+            Endpoint::Edit {
+                collection: c("mem0"),
+                kind: EditKind::DeleteVectors,
+            },
+        ),
+        (
+            Method::POST,
+            "/collections/mem0/points/vectors/clear".to_owned(),
             Endpoint::Refused,
         ),
         (
             Method::POST,
             "/collections/mem0/points/batch".to_owned(),
-            Endpoint::Refused,
+            Endpoint::Batch {
+                collection: c("mem0"),
+            },
         ),
+        // Not governed yet, so refused: facets, old routes.
         (
             Method::POST,
             "/collections/mem0/points/search".to_owned(),
@@ -336,8 +382,7 @@ fn an_upsert_refuses_what_the_policy_or_the_store_forbids() {
             .err(),
         Some("invalid")
     );
-    let unknown =
-        json!({ "points": [{ "id": 1, "vector": [0.1] }], "update_filter": {} }).to_string();
+    let unknown = json!({ "points": [{ "id": 1, "vector": [0.1] }], "shard_key": "a" }).to_string();
     assert_eq!(
         plan_upsert(unknown.as_bytes(), &scope(Some("alice")), None)
             .map_err(code)

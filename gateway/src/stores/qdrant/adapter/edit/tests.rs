@@ -1,0 +1,415 @@
+use chrono::TimeDelta;
+use proptest::prelude::*;
+
+use super::*;
+use crate::adapters::fixtures::{code, now, scope, stamp, view};
+use crate::adapters::stamp::{EXPIRES_AT, SUBJECT};
+
+fn edit(kind: EditKind, body: Value) -> Result<Op, AdapterError> {
+    parse_edit(kind, body.to_string().as_bytes(), Some("user_id"))
+}
+
+fn batch_of(body: Value) -> Result<Vec<Op>, AdapterError> {
+    parse_batch(body.to_string().as_bytes(), &scope(None), Some("user_id"))
+}
+
+/// Points 1 (alice, expiring in 10 days), 2 (bob), 3 (carol, suppressed), 4 (dave, store only),
+/// 5 (alice, expired).
+fn before() -> Before {
+    let soon = now() + TimeDelta::days(10);
+    Before {
+        visible: BTreeMap::from([
+            (PointId::Number(1), stamp("alice", soon)),
+            (PointId::Number(2), stamp("bob", soon)),
+            (PointId::Number(3), stamp("carol", soon)),
+            (PointId::Number(4), stamp("dave", soon)),
+            (
+                PointId::Number(5),
+                stamp("alice", now() - TimeDelta::days(1)),
+            ),
+        ]),
+        ..Before::default()
+    }
+}
+
+fn build(
+    ops: Vec<Op>,
+    before: &Before,
+    single: bool,
+) -> Result<Result<Batch, NotFound>, AdapterError> {
+    build_batch(
+        ops,
+        before,
+        &scope(None),
+        Some("user_id"),
+        single,
+        &view(),
+        now(),
+    )
+}
+
+fn built(ops: Vec<Op>, single: bool) -> Batch {
+    build(ops, &before(), single).unwrap().unwrap()
+}
+
+#[test]
+fn edits_that_touch_the_stamp_or_their_selection_are_refused_before_anything_is_read() {
+    let cases = [
+        (
+            EditKind::SetPayload,
+            json!({ "payload": { "lethe_subject": "bob" }, "points": [1] }),
+        ),
+        (
+            EditKind::SetPayload,
+            json!({ "payload": { "a": 1 }, "points": [1], "key": "lethe_tenant" }),
+        ),
+        (
+            EditKind::SetPayload,
+            json!({ "payload": { "a": 1 }, "points": [1], "key": "user_id" }),
+        ),
+        (
+            EditKind::SetPayload,
+            json!({ "payload": { "a": 1 }, "points": [1], "key": "user_id.name" }),
+        ),
+        (
+            EditKind::SetPayload,
+            json!({ "payload": { "a": 1 }, "points": [1], "filter": {} }),
+        ),
+        (EditKind::SetPayload, json!({ "payload": { "a": 1 } })),
+        (
+            EditKind::SetPayload,
+            json!({ "payload": { "a": 1 }, "points": [1], "shard_key": "s" }),
+        ),
+        (
+            EditKind::SetPayload,
+            json!({ "payload": { "a": 1 }, "points": ["0E5A1C3B-7F2D-4E8A-9B6C-1D2E3F4A5B6C"] }),
+        ),
+        (
+            EditKind::OverwritePayload,
+            json!({ "payload": { "lethe_epoch": 9 }, "points": [1] }),
+        ),
+        (
+            EditKind::OverwritePayload,
+            json!({ "payload": { "a": 1 }, "points": [1], "key": "a" }),
+        ),
+        (
+            EditKind::DeletePayload,
+            json!({ "keys": ["lethe_expires_at"], "points": [1] }),
+        ),
+        (
+            EditKind::DeletePayload,
+            json!({ "keys": [1], "points": [1] }),
+        ),
+        (EditKind::ClearPayload, json!({ "points": [-1] })),
+        (
+            EditKind::UpdateVectors,
+            json!({ "points": [{ "id": 1, "vector": [1.0], "payload": {} }] }),
+        ),
+        (
+            EditKind::UpdateVectors,
+            json!({ "points": [{ "id": 1, "vector": [1.0] }, { "id": 1, "vector": [2.0] }] }),
+        ),
+        (EditKind::DeleteVectors, json!({ "points": [1] })),
+    ];
+    for (kind, body) in cases {
+        assert_eq!(
+            edit(kind, body.clone()).map(|_| ()).map_err(code),
+            Err("invalid"),
+            "{kind:?} {body}"
+        );
+    }
+}
+
+#[test]
+fn batches_name_known_operations_and_select_by_filter_only_first() {
+    let refused = [
+        json!({ "operations": [] }),
+        json!({ "operations": [{ "upsert": { "points": [] }, "delete": { "points": [1] } }] }),
+        json!({ "operations": [{ "snapshot": {} }] }),
+        json!({ "operations": [{ "delete": { "points": [1] } }, { "clear_payload": { "filter": {} } }] }),
+        json!({ "operations": [{ "set_payload": { "payload": { "lethe_subject": "x" }, "points": [1] } }] }),
+        json!({ "operations": [{ "delete": { "points": [1] } }], "ordering": "strong" }),
+    ];
+    for body in refused {
+        assert_eq!(
+            batch_of(body.clone()).map(|_| ()).map_err(code),
+            Err("invalid"),
+            "{body}"
+        );
+    }
+    let ops = batch_of(json!({ "operations": [
+        { "delete": { "filter": { "must": [] } } },
+        { "upsert": { "points": [{ "id": 9, "vector": [1.0], "payload": { "user_id": "alice" } }] } },
+        { "delete_vectors": { "points": [9], "vector": ["bm25"] } },
+    ] }))
+    .unwrap();
+    assert_eq!(ops.len(), 3);
+    assert!(ops[0].filter().is_some());
+    assert_eq!(ops[1].named_ids(), vec![PointId::Number(9)]);
+}
+
+#[test]
+fn a_payload_edit_is_sent_by_id_then_the_point_is_stamped_again() {
+    let op = edit(
+        EditKind::SetPayload,
+        json!({ "payload": { "data": "new" }, "points": [1, 4] }),
+    )
+    .unwrap();
+    let batch = built(vec![op], true);
+    assert_eq!(batch.ranges, vec![0..3]);
+    assert_eq!(
+        batch.operations[0],
+        json!({ "set_payload": { "payload": { "data": "new" }, "points": [1, 4] } })
+    );
+    // Both points carry the same stamp but their subjects': one stamp operation per subject.
+    let restamped = &batch.operations[1]["set_payload"];
+    assert_eq!(restamped["points"], json!([1]));
+    assert_eq!(restamped["payload"][SUBJECT], json!("alice"));
+    // Retention counts from the first write: the stamp keeps its earlier expiry.
+    assert_eq!(
+        restamped["payload"][EXPIRES_AT],
+        json!((now() + TimeDelta::days(10)).timestamp())
+    );
+    let subjects: Vec<&str> = batch
+        .written
+        .iter()
+        .map(|(_, s)| s.subject.as_str())
+        .collect();
+    assert_eq!(subjects, vec!["alice", "dave"]);
+}
+
+#[test]
+fn an_overwrite_or_clear_keeps_the_stamp_by_writing_it_after() {
+    for (kind, body) in [
+        (
+            EditKind::OverwritePayload,
+            json!({ "payload": { "data": "x" }, "points": [1] }),
+        ),
+        (EditKind::ClearPayload, json!({ "points": [1] })),
+        (
+            EditKind::DeletePayload,
+            json!({ "keys": ["data"], "points": [1] }),
+        ),
+        (
+            EditKind::UpdateVectors,
+            json!({ "points": [{ "id": 1, "vector": [0.5] }] }),
+        ),
+        (
+            EditKind::DeleteVectors,
+            json!({ "points": [1], "vector": ["bm25"] }),
+        ),
+    ] {
+        let batch = built(vec![edit(kind, body).unwrap()], true);
+        assert_eq!(batch.operations.len(), 2, "{kind:?}");
+        assert!(
+            batch.operations[0].get(kind.batch_name()).is_some(),
+            "{kind:?}"
+        );
+        assert_eq!(
+            batch.operations[1]["set_payload"]["payload"][SUBJECT],
+            json!("alice"),
+            "{kind:?}"
+        );
+    }
+}
+
+#[test]
+fn edits_are_decided_as_writes_over_the_stamp() {
+    let cases = [
+        // Unreadable or missing points are not found, whatever the reason.
+        (json!({ "payload": { "a": 1 }, "points": [7] }), "not_found"),
+        (
+            json!({ "payload": { "a": 1 }, "points": [1, 7] }),
+            "not_found",
+        ),
+        (
+            json!({ "payload": { "a": 1 }, "points": [3] }),
+            "subject_suppressed",
+        ),
+        (json!({ "payload": { "a": 1 }, "points": [5] }), "expired"),
+        // The payload key naming the subject must name the owner.
+        (
+            json!({ "payload": { "user_id": "bob" }, "points": [1] }),
+            "scope_violation",
+        ),
+        (
+            json!({ "payload": { "user_id": 7 }, "points": [1] }),
+            "scope_violation",
+        ),
+        (
+            json!({ "payload": { "user_id": "alice" }, "points": [1] }),
+            "ok",
+        ),
+        // Dave may store, so his points may be edited.
+        (json!({ "payload": { "a": 1 }, "points": [4] }), "ok"),
+    ];
+    for (body, want) in cases {
+        let op = edit(EditKind::SetPayload, body.clone()).unwrap();
+        let got = match build(vec![op], &before(), true) {
+            Ok(Ok(_)) => "ok",
+            Ok(Err(NotFound(_))) => "not_found",
+            Err(e) => code(e),
+        };
+        assert_eq!(got, want, "{body}");
+    }
+    // Another purpose than the point's is another use: out of scope.
+    let op = edit(EditKind::ClearPayload, json!({ "points": [1] })).unwrap();
+    let other = Scope {
+        purpose: Some("analytics"),
+        ..scope(None)
+    };
+    let refused = build_batch(
+        vec![op.clone()],
+        &before(),
+        &other,
+        None,
+        true,
+        &view(),
+        now(),
+    );
+    assert_eq!(refused.map(|_| ()).map_err(code), Err("scope_violation"));
+    // A bound token edits only its own subject's points.
+    let bob = build_batch(
+        vec![op],
+        &before(),
+        &scope(Some("bob")),
+        None,
+        true,
+        &view(),
+        now(),
+    );
+    assert_eq!(bob.map(|_| ()).map_err(code), Err("scope_violation"));
+}
+
+#[test]
+fn a_batch_follows_its_own_operations_and_refuses_whole() {
+    let ops = batch_of(json!({ "operations": [
+        { "upsert": { "points": [{ "id": 9, "vector": [1.0], "payload": { "lethe_subject": "alice" } }] } },
+        { "set_payload": { "payload": { "data": "x" }, "points": [9] } },
+        { "delete": { "points": [2, 7] } },
+        { "delete": { "points": [] } },
+    ] }))
+    .unwrap();
+    let batch = built(ops, false);
+    assert_eq!(batch.ranges, vec![0..1, 1..3, 3..4, 4..4]);
+    assert_eq!(batch.operations[3], json!({ "delete": { "points": [2] } }));
+    assert_eq!(batch.deleted, vec![PointId::Number(2)]);
+    // A point deleted earlier in the batch is gone for a later edit.
+    let ops = batch_of(json!({ "operations": [
+        { "delete": { "points": [1] } },
+        { "clear_payload": { "points": [1] } },
+    ] }))
+    .unwrap();
+    assert_eq!(
+        build(ops, &before(), false).unwrap(),
+        Err(NotFound(PointId::Number(1)))
+    );
+    // One refused operation refuses the batch, naming the operation.
+    let ops = batch_of(json!({ "operations": [
+        { "delete": { "points": [1] } },
+        { "upsert": { "points": [{ "id": 2, "vector": [1.0], "payload": { "lethe_subject": "alice" } }] } },
+    ] }))
+    .unwrap();
+    let mut held = before();
+    held.held.insert(
+        PointId::Number(2),
+        Some(stamp("bob", now() + TimeDelta::days(10))),
+    );
+    match build(ops, &held, false) {
+        Err(AdapterError::Refused(r)) => {
+            assert_eq!(r.len(), 1);
+            assert_eq!((r[0].index, r[0].refusal.code()), (1, "scope_violation"));
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_filter_selects_only_what_the_scope_found() {
+    let ops = batch_of(json!({ "operations": [
+        { "set_payload": { "payload": { "data": "x" }, "filter": { "must": [{ "key": "data", "match": { "value": "a" } }] } } },
+    ] }))
+    .unwrap();
+    let mut found = before();
+    found.selected = vec![(
+        PointId::Number(1),
+        stamp("alice", now() + TimeDelta::days(1)),
+    )];
+    let batch = build(ops, &found, false).unwrap().unwrap();
+    assert_eq!(batch.operations[0]["set_payload"]["points"], json!([1]));
+    assert!(batch.operations[0]["set_payload"].get("filter").is_none());
+    // Nothing selected: nothing sent, and a completed result answered.
+    let ops = edit(
+        EditKind::DeleteVectors,
+        json!({ "filter": {}, "vector": ["x"] }),
+    )
+    .unwrap();
+    let batch = build(vec![ops], &before(), true).unwrap().unwrap();
+    assert!(batch.operations.is_empty());
+    assert_eq!(
+        batch_results(&json!({ "result": [] }), &batch.ranges).unwrap(),
+        vec![nothing_done()]
+    );
+}
+
+#[test]
+fn results_are_mapped_back_to_the_clients_operations() {
+    let answer = json!({ "result": [
+        { "operation_id": 1, "status": "completed" },
+        { "operation_id": 2, "status": "completed" },
+        { "operation_id": 3, "status": "acknowledged" },
+    ] });
+    let mapped = batch_results(&answer, &[0..2, 2..2, 2..3]).unwrap();
+    assert_eq!(mapped[0]["operation_id"], json!(2));
+    assert_eq!(mapped[1], nothing_done());
+    assert_eq!(mapped[2]["status"], json!("acknowledged"));
+    assert_eq!(
+        batch_results(&answer, &[0..2, 2..4]).map_err(code),
+        Err("upstream_invalid")
+    );
+}
+
+fn arb_op() -> impl Strategy<Value = Value> {
+    let ids = proptest::collection::vec(0u64..8, 0..4);
+    prop_oneof![
+        ids.clone().prop_map(|ids| json!({ "delete": { "points": ids } })),
+        ids.clone().prop_map(|ids| json!({ "clear_payload": { "points": ids } })),
+        ids.clone()
+            .prop_map(|ids| json!({ "set_payload": { "payload": { "data": "x" }, "points": ids } })),
+        (0u64..8).prop_map(|id| json!({ "upsert": { "points": [{ "id": id, "vector": [1.0], "payload": { "lethe_subject": "alice" } }] } })),
+    ]
+}
+
+proptest! {
+    /// Whatever the batch, Lethe sends no filter, and names only points the caller could see or
+    /// that the batch itself wrote; every point edited carries a stamp again afterwards.
+    #[test]
+    fn a_batch_never_reaches_past_the_scope(ops in proptest::collection::vec(arb_op(), 1..6)) {
+        let ops = batch_of(json!({ "operations": ops }));
+        prop_assume!(ops.is_ok());
+        let ops = ops.unwrap();
+        let upserted: Vec<PointId> = ops.iter().filter(|o| matches!(o, Op::Upsert(_))).flat_map(Op::named_ids).collect();
+        if let Ok(Ok(batch)) = build(ops, &before(), false) {
+            let visible = before().visible;
+            for operation in &batch.operations {
+                let (name, body) = operation.as_object().and_then(|o| o.iter().next()).unwrap();
+                prop_assert!(body.get("filter").is_none());
+                let named: Vec<Value> = match name.as_str() {
+                    "upsert" => body["points"].as_array().unwrap().iter().map(|p| p["id"].clone()).collect(),
+                    _ => body["points"].as_array().unwrap().clone(),
+                };
+                for id in named {
+                    let id = PointId::parse(&id).unwrap();
+                    prop_assert!(visible.contains_key(&id) || upserted.contains(&id), "{id:?}");
+                }
+            }
+            for (id, _) in &batch.written {
+                let restamped = batch.operations.iter().any(|o| {
+                    o.get("upsert").is_some_and(|u| u["points"].as_array().unwrap().iter().any(|p| p["id"] == id.to_json()))
+                        || o.get("set_payload").is_some_and(|s| s["payload"].get(SUBJECT).is_some() && s["points"].as_array().unwrap().contains(&id.to_json()))
+                });
+                prop_assert!(restamped, "{id:?}");
+            }
+        }
+    }
+}
