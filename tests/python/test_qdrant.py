@@ -133,8 +133,64 @@ def test_writes_that_would_take_over_or_escape_the_scope_are_refused_and_qdrant_
         f"x-{uuid.uuid4().hex[:6]}", vectors_config=models.VectorParams(size=DIM, distance=models.Distance.COSINE)))[0] == 403
     assert refused(lambda: as_alice.set_payload(collection, payload={"lethe_subject": alice}, points=[bobs[0].id])) == \
         (400, "invalid_request")
-    assert refused(lambda: as_alice.query_points(collection, query=bobs[0].id, limit=3))[0] == 400, \
+    assert refused(lambda: as_alice.query_points(collection, query=bobs[0].id, limit=3))[0] == 404, \
         "a point id as the query would read bob's vector"
+
+
+def test_every_search_api_sees_only_the_callers_points_and_names_only_its_own(lethe, qdrant, collection):
+    alice, bob = someone(), someone()
+    for s in (alice, bob):
+        lethe.grant(s)
+    topics = ["tea", "tea", "cake"]
+    mine = [models.PointStruct(id=str(uuid.uuid4()), vector=[1.0, float(i), 0.5], payload={"data": f"alice {i}", "topic": t})
+            for i, t in enumerate(topics)]
+    as_alice = lethe.qdrant_agent(alice)
+    as_alice.upsert(collection, mine)
+    bobs = [models.PointStruct(id=str(uuid.uuid4()), vector=[1.0, float(i), 0.5], payload={"data": f"bob {i}", "topic": "tea"})
+            for i in range(4)]
+    lethe.qdrant_agent(bob).upsert(collection, bobs)
+    own = {p.id for p in mine}
+    ids = lambda found: {str(p.id) for p in found}
+
+    # A point of one's own may be the query, an example or a target; another's may not.
+    assert ids(as_alice.query_points(collection, query=mine[0].id, limit=10).points) == own - {mine[0].id}
+    recommended = as_alice.query_points(collection, query=models.RecommendQuery(
+        recommend=models.RecommendInput(positive=[mine[0].id], negative=[mine[2].id])), limit=10).points
+    assert ids(recommended) <= own
+    for names_bobs in (
+            lambda: as_alice.query_points(collection, query=models.RecommendQuery(
+                recommend=models.RecommendInput(positive=[mine[0].id, bobs[0].id])), limit=10),
+            lambda: as_alice.query_points(collection, query=models.DiscoverQuery(discover=models.DiscoverInput(
+                target=bobs[1].id, context=[models.ContextPair(positive=mine[0].id, negative=mine[1].id)])), limit=10),
+            lambda: as_alice.query_points(collection, query=bobs[0].id, limit=3,
+                                          lookup_from=models.LookupLocation(collection=collection))):
+        assert refused(names_bobs)[0] == 404
+    # The older routes the server still serves.
+    api = as_alice.http.search_api
+    old = api.search_points(collection, search_request=models.SearchRequest(vector=[1.0, 0.0, 0.5], limit=10, with_payload=True)).result
+    assert ids(old) == own and all(p.payload["data"].startswith("alice") for p in old)
+    batch = api.search_batch_points(collection, search_request_batch=models.SearchRequestBatch(searches=[
+        models.SearchRequest(vector=[1.0, 0.0, 0.5], limit=10), models.SearchRequest(vector=[0.0, 1.0, 0.5], limit=10)])).result
+    assert [ids(r) for r in batch] == [own, own]
+    rec = api.recommend_points(collection, recommend_request=models.RecommendRequest(positive=[mine[1].id], limit=10)).result
+    assert ids(rec) <= own and ids(rec)
+    assert refused(lambda: api.recommend_points(collection, recommend_request=models.RecommendRequest(positive=[bobs[0].id], limit=10)))[0] == 404
+    disc = api.discover_points(collection, discover_request=models.DiscoverRequest(
+        target=mine[0].id, context=[models.ContextExamplePair(positive=mine[1].id, negative=mine[2].id)], limit=10)).result
+    assert ids(disc) <= own
+    # Groups: only alice's hits, and counts of alice's values only.
+    groups = as_alice.query_points_groups(collection, group_by="topic", query=[1.0, 0.0, 0.5], limit=10, group_size=10).groups
+    assert {g.id: len(g.hits) for g in groups} == {"tea": 2, "cake": 1}
+    old_groups = api.search_point_groups(collection, search_groups_request=models.SearchGroupsRequest(
+        vector=[1.0, 0.0, 0.5], group_by="topic", group_size=10, limit=10)).result.groups
+    assert {g.id: len(g.hits) for g in old_groups} == {"tea": 2, "cake": 1}
+    facet = as_alice.facet(collection, key="topic")
+    assert {h.value: h.count for h in facet.hits} == {"tea": 2, "cake": 1}, "bob's four teas are not counted"
+    assert {h.value: h.count for h in qdrant.client().facet(collection, key="lethe_subject").hits} == {alice: 3, bob: 4}
+    pairs = as_alice.search_matrix_pairs(collection, sample=10, limit=5).pairs
+    assert pairs and all({str(p.a), str(p.b)} <= own for p in pairs)
+    offsets = as_alice.search_matrix_offsets(collection, sample=10, limit=5)
+    assert set(map(str, offsets.ids)) == own and max(offsets.offsets_row) < len(offsets.ids)
 
 
 STAMP = {"lethe_tenant", "lethe_subject", "lethe_purpose", "lethe_category", "lethe_expires_at", "lethe_epoch"}

@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use chrono::{DateTime, Utc};
 use hyper::Method;
-use lethe_policy::{Overwrite, PolicyView, ReadContext, Stamp, decide_read};
+use lethe_policy::{Overwrite, PolicyView, Stamp};
 use serde_json::{Map, Value, json};
 
 use crate::adapters::stamp::{
@@ -21,6 +21,7 @@ use crate::adapters::stamp::{
 use crate::adapters::write::{decide_records, record_facts};
 use crate::adapters::{AdapterError, Scope};
 use edit::EditKind;
+use read::{SearchKind, SearchShape};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Endpoint {
@@ -37,10 +38,23 @@ pub enum Endpoint {
     Upsert {
         collection: String,
     },
-    Query {
+    /// A search of any API (`query`, `search`, `recommend`, `discover`), single or groups.
+    Search {
         collection: String,
+        shape: SearchShape,
     },
-    QueryBatch {
+    /// A batch of searches of one API.
+    SearchBatch {
+        collection: String,
+        shape: SearchShape,
+    },
+    /// The distance matrix of a sample of points, as pairs or as offsets.
+    Matrix {
+        collection: String,
+        pairs: bool,
+    },
+    /// Counts of a payload key's values.
+    Facet {
         collection: String,
     },
     Scroll {
@@ -68,14 +82,13 @@ pub enum Endpoint {
     Batch {
         collection: String,
     },
-    /// Everything else: snapshots, shards, cluster, facets, the older search routes. Refused
-    /// until each is governed.
+    /// Everything else: snapshots, shards, cluster and debug endpoints.
     Refused,
 }
 
 /// A collection name as Lethe lets it through: letters, digits, `_`, `-` and `.`, at most 255
 /// bytes, not `.` or `..`.
-fn canonical_collection(name: &str) -> bool {
+pub fn canonical_collection(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= 255
         && name != "."
@@ -83,6 +96,16 @@ fn canonical_collection(name: &str) -> bool {
         && name
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+}
+
+fn search_kind(api: &str) -> Option<SearchKind> {
+    match api {
+        "query" => Some(SearchKind::Query),
+        "search" => Some(SearchKind::Search),
+        "recommend" => Some(SearchKind::Recommend),
+        "discover" => Some(SearchKind::Discover),
+        _ => None,
+    }
 }
 
 pub fn classify(method: &Method, path: &str) -> Endpoint {
@@ -122,9 +145,45 @@ pub fn classify(method: &Method, path: &str) -> Endpoint {
             },
             None => Endpoint::NonCanonical,
         },
-        ["collections", c, "points", "query", "batch"] if method == Method::POST => {
-            Endpoint::QueryBatch {
-                collection: (*c).to_owned(),
+        ["collections", c, "facet"] if method == Method::POST => Endpoint::Facet {
+            collection: (*c).to_owned(),
+        },
+        ["collections", c, "points", "search", "matrix", form] if method == Method::POST => {
+            match *form {
+                "pairs" | "offsets" => Endpoint::Matrix {
+                    collection: (*c).to_owned(),
+                    pairs: *form == "pairs",
+                },
+                _ => Endpoint::Refused,
+            }
+        }
+        ["collections", c, "points", api, rest @ ..]
+            if method == Method::POST && search_kind(api).is_some() && rest.len() <= 1 =>
+        {
+            let Some(kind) = search_kind(api) else {
+                return Endpoint::Refused;
+            };
+            let collection = (*c).to_owned();
+            match rest {
+                [] => Endpoint::Search {
+                    collection,
+                    shape: SearchShape {
+                        kind,
+                        groups: false,
+                    },
+                },
+                ["batch"] => Endpoint::SearchBatch {
+                    collection,
+                    shape: SearchShape {
+                        kind,
+                        groups: false,
+                    },
+                },
+                ["groups"] if kind != SearchKind::Discover => Endpoint::Search {
+                    collection,
+                    shape: SearchShape { kind, groups: true },
+                },
+                _ => Endpoint::Refused,
             }
         }
         ["collections", c, "points", what, "delete" | "clear"]
@@ -152,7 +211,6 @@ pub fn classify(method: &Method, path: &str) -> Endpoint {
         ["collections", c, "points", op] if method == Method::POST => {
             let collection = (*c).to_owned();
             match *op {
-                "query" => Endpoint::Query { collection },
                 "scroll" => Endpoint::Scroll { collection },
                 "count" => Endpoint::Count { collection },
                 "delete" => Endpoint::Delete { collection },
@@ -489,8 +547,9 @@ fn narrowed(filter: Option<&Value>, conditions: &[Value]) -> Result<Value, Adapt
 
 /// What the client asked to see of each point's payload; Lethe always reads the payload (the
 /// stamp decides) and cuts the answer back to this.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub enum PayloadWanted {
+    #[default]
     None,
     All,
     Keys(Vec<String>),
@@ -529,157 +588,16 @@ impl PayloadWanted {
     }
 }
 
-/// How a read's answer is cut back: which points' payloads the client wanted.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// What a read must decide before it is sent, and how its answer is cut back.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct ReadPlan {
+    /// Which of the points' payloads the client wanted.
     pub payload: PayloadWanted,
-}
-
-/// A query (vector, sparse vector, `nearest`, or a fusion of prefetches) must not name a point
-/// or another collection: its vector would be read past the caller's scope.
-fn check_query(query: Option<&Value>, at: &str) -> Result<(), AdapterError> {
-    let vector = |v: &Value| match v {
-        Value::Array(xs) => xs.iter().all(|x| x.is_number() || x.is_array()),
-        Value::Object(m) => m.contains_key("indices") && m.contains_key("values"),
-        _ => false,
-    };
-    match query {
-        None | Some(Value::Null) => Ok(()),
-        Some(q) if vector(q) => Ok(()),
-        Some(Value::Object(m)) if m.len() == 1 => match m.iter().next() {
-            Some((k, v)) if k == "nearest" && vector(v) => Ok(()),
-            Some((k, Value::String(f))) if k == "fusion" && (f == "rrf" || f == "dbsf") => Ok(()),
-            _ => Err(invalid(format!(
-                "{at}: only a vector, a sparse vector, nearest or a fusion can be queried through Lethe (not a point id, recommend, discover, order_by or a formula)"
-            ))),
-        },
-        Some(_) => Err(invalid(format!(
-            "{at}: only a vector, a sparse vector, nearest or a fusion can be queried through Lethe (not a point id)"
-        ))),
-    }
-}
-
-/// Narrows one query or prefetch, and every prefetch inside it.
-fn narrow_query(
-    map: &mut Map<String, Value>,
-    conditions: &[Value],
-    at: &str,
-) -> Result<(), AdapterError> {
-    only_keys(
-        map,
-        &[
-            "query",
-            "prefetch",
-            "filter",
-            "using",
-            "limit",
-            "offset",
-            "params",
-            "score_threshold",
-            "with_payload",
-            "with_vector",
-        ],
-        at,
-    )?;
-    check_query(map.get("query"), at)?;
-    let filter = narrowed(map.get("filter"), conditions)?;
-    map.insert("filter".into(), filter);
-    match map.get_mut("prefetch") {
-        None | Some(Value::Null) => {}
-        Some(Value::Object(p)) => narrow_query(p, conditions, &format!("{at}.prefetch"))?,
-        Some(Value::Array(ps)) => {
-            for (i, p) in ps.iter_mut().enumerate() {
-                let Value::Object(p) = p else {
-                    return Err(invalid(format!("{at}.prefetch[{i}] must be an object")));
-                };
-                narrow_query(p, conditions, &format!("{at}.prefetch[{i}]"))?;
-            }
-        }
-        Some(_) => {
-            return Err(invalid(format!(
-                "{at}.prefetch must be an object or a list"
-            )));
-        }
-    }
-    Ok(())
-}
-
-/// Narrows a `points/query` body; answers it with what to cut from the answer.
-pub fn narrow_query_body(
-    body: &[u8],
-    tenant: &str,
-    bound: Option<&str>,
-    now: DateTime<Utc>,
-) -> Result<(Vec<u8>, ReadPlan), AdapterError> {
-    let mut map = parse_object(body)?;
-    let payload = PayloadWanted::of(map.get("with_payload"), PayloadWanted::None)?;
-    narrow_query(
-        &mut map,
-        &scope_conditions(tenant, bound, Some(now)),
-        "query",
-    )?;
-    map.insert("with_payload".into(), json!(true));
-    Ok((
-        serde_json::to_vec(&map).unwrap_or_default(),
-        ReadPlan { payload },
-    ))
-}
-
-/// Narrows a `points/query/batch` body (`{"searches": [query, ...]}`), each query as one.
-pub fn narrow_query_batch_body(
-    body: &[u8],
-    tenant: &str,
-    bound: Option<&str>,
-    now: DateTime<Utc>,
-) -> Result<(Vec<u8>, Vec<ReadPlan>), AdapterError> {
-    let mut map = parse_object(body)?;
-    only_keys(&map, &["searches"], "query batch")?;
-    let Some(Value::Array(searches)) = map.get_mut("searches") else {
-        return Err(invalid("query batch: searches must be a list of queries"));
-    };
-    let conditions = scope_conditions(tenant, bound, Some(now));
-    let mut plans = Vec::with_capacity(searches.len());
-    for (i, search) in searches.iter_mut().enumerate() {
-        let Value::Object(search) = search else {
-            return Err(invalid(format!("searches[{i}] must be an object")));
-        };
-        let payload = PayloadWanted::of(search.get("with_payload"), PayloadWanted::None)?;
-        narrow_query(search, &conditions, &format!("searches[{i}]"))?;
-        search.insert("with_payload".into(), json!(true));
-        plans.push(ReadPlan { payload });
-    }
-    Ok((serde_json::to_vec(&map).unwrap_or_default(), plans))
-}
-
-/// Filters a query batch's answer (`result: [{points}, ...]`), each answer by its own plan.
-pub fn filter_batch(
-    answer: Value,
-    plans: &[ReadPlan],
-    view: &impl PolicyView,
-    ctx: &ReadContext<'_>,
-    now: DateTime<Utc>,
-) -> Result<Value, AdapterError> {
-    let Value::Object(mut map) = answer else {
-        return Err(AdapterError::UpstreamInvalid("not a JSON object".into()));
-    };
-    let Some(Value::Array(results)) = map.remove("result") else {
-        return Err(AdapterError::UpstreamInvalid("result is not a list".into()));
-    };
-    if results.len() != plans.len() {
-        return Err(AdapterError::UpstreamInvalid(
-            "a batch answer with another number of results than queries".into(),
-        ));
-    }
-    let filtered = results
-        .into_iter()
-        .zip(plans)
-        .map(|(result, plan)| {
-            filter_points(json!({ "result": result }), plan, view, ctx, now)
-                .map(|mut one| one["result"].take())
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    map.insert("result".into(), Value::Array(filtered));
-    Ok(Value::Object(map))
+    /// The points the request names (as a query vector or an example), by collection (`None`:
+    /// the request's own): each must be the caller's to read.
+    pub refs: Vec<(Option<String>, PointId)>,
+    /// What the client wanted of each group's looked-up point, if it asked for one.
+    pub lookup: Option<PayloadWanted>,
 }
 
 /// Narrows a `points/scroll` body.
@@ -711,7 +629,10 @@ pub fn narrow_scroll_body(
     map.insert("with_payload".into(), json!(true));
     Ok((
         serde_json::to_vec(&map).unwrap_or_default(),
-        ReadPlan { payload },
+        ReadPlan {
+            payload,
+            ..ReadPlan::default()
+        },
     ))
 }
 
@@ -794,66 +715,26 @@ pub fn parse_count(body: &[u8]) -> Result<Option<Value>, AdapterError> {
     }
 }
 
-/// The `(tenant, subject)` of every stamped point in an answer.
+/// The `(tenant, subject)` of every stamped point anywhere in an answer (hits, groups, lookups,
+/// batches).
 pub fn subjects_in(answer: &Value) -> BTreeSet<(String, String)> {
-    let mut found = BTreeSet::new();
-    let mut visit = |points: &Vec<Value>| {
-        for p in points {
-            if let Some(stamp) = p.get("payload").and_then(read_stamp) {
-                found.insert((stamp.tenant, stamp.subject));
-            }
-        }
-    };
-    match answer.get("result") {
-        // A query batch: one answer of points per query.
-        Some(Value::Array(results)) if results.iter().any(|r| r.get("points").is_some()) => {
-            for result in results {
-                if let Some(Value::Array(points)) = result.get("points") {
-                    visit(points);
+    fn visit(value: &Value, found: &mut BTreeSet<(String, String)>) {
+        match value {
+            Value::Object(m) => {
+                if let Some(stamp) = m.get("payload").and_then(read_stamp) {
+                    found.insert((stamp.tenant, stamp.subject));
                 }
+                m.values().for_each(|v| visit(v, found));
             }
+            Value::Array(xs) => xs.iter().for_each(|v| visit(v, found)),
+            _ => {}
         }
-        Some(Value::Array(points)) => visit(points),
-        Some(result) => {
-            if let Some(Value::Array(points)) = result.get("points") {
-                visit(points);
-            }
-        }
-        None => {}
+    }
+    let mut found = BTreeSet::new();
+    if let Some(result) = answer.get("result") {
+        visit(result, &mut found);
     }
     found
-}
-
-/// Drops every point `decide_read` refuses and cuts the payloads back to what was asked.
-/// Works on `result.points` (query, scroll) and on `result` (a retrieval).
-pub fn filter_points(
-    mut answer: Value,
-    plan: &ReadPlan,
-    view: &impl PolicyView,
-    ctx: &ReadContext<'_>,
-    now: DateTime<Utc>,
-) -> Result<Value, AdapterError> {
-    let result = answer
-        .get_mut("result")
-        .ok_or_else(|| AdapterError::UpstreamInvalid("result missing".into()))?;
-    let points = match result {
-        Value::Array(points) => points,
-        Value::Object(r) => match r.get_mut("points") {
-            Some(Value::Array(points)) => points,
-            _ => return Err(AdapterError::UpstreamInvalid("points missing".into())),
-        },
-        _ => return Err(AdapterError::UpstreamInvalid("result is not a list".into())),
-    };
-    points.retain(|p| {
-        let stamp = p.get("payload").and_then(read_stamp);
-        decide_read(view, ctx, stamp.as_ref(), now).is_ok()
-    });
-    for p in points.iter_mut() {
-        if let Value::Object(p) = p {
-            plan.payload.cut(p);
-        }
-    }
-    Ok(answer)
 }
 
 /// The ids of the points in an answer.
@@ -888,6 +769,7 @@ pub fn stamped_by(tenant: &str, keys: &[String]) -> Value {
 }
 
 pub mod edit;
+pub mod read;
 
 #[cfg(test)]
 mod tests;

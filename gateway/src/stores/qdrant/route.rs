@@ -15,6 +15,7 @@ use crate::data::{RequestContext, Upstream};
 use crate::error_shape::Code;
 use crate::store::ItemRecord;
 use crate::stores::qdrant::adapter::edit::{self, Before, NotFound, Op};
+use crate::stores::qdrant::adapter::read;
 use crate::stores::qdrant::adapter::{self, Endpoint, PayloadWanted, PointId, ReadPlan, Selection};
 
 /// The most points one narrowed scroll page holds, when Lethe pages through a scope.
@@ -57,30 +58,41 @@ pub(crate) async fn handle(
         Endpoint::Upsert { collection } => {
             upsert(upstream, ctx, path, &collection, body, subject_field).await
         }
-        Endpoint::Query { .. } => {
-            let (body, plan) = adapter::narrow_query_body(
+        Endpoint::Search { collection, shape } => {
+            let (body, plan) = read::narrow_search_body(
                 &body,
+                shape,
                 ctx.tenant(),
                 ctx.subject.as_deref(),
                 crate::now(),
             )?;
-            read(upstream, ctx, path, body, &plan).await
+            if let Some(refused) =
+                named_points_refused(upstream, ctx, &collection, &[&plan]).await?
+            {
+                return Ok(refused);
+            }
+            self::read(upstream, ctx, path, body, &plan).await
         }
-        Endpoint::QueryBatch { .. } => {
-            let (body, plans) = adapter::narrow_query_batch_body(
+        Endpoint::SearchBatch { collection, shape } => {
+            let (body, plans) = read::narrow_search_batch_body(
                 &body,
+                shape,
                 ctx.tenant(),
                 ctx.subject.as_deref(),
                 crate::now(),
             )?;
+            let all: Vec<&ReadPlan> = plans.iter().collect();
+            if let Some(refused) = named_points_refused(upstream, ctx, &collection, &all).await? {
+                return Ok(refused);
+            }
             let answer = upstream.send(Method::POST, path, Bytes::from(body)).await?;
             if !answer.is_success() {
                 return Ok(answer.passed_on());
             }
             let (value, view) = answer_and_view(upstream, ctx, &answer).await?;
-            let filtered =
-                adapter::filter_batch(value, &plans, &view, &ctx.read_context(), crate::now())?;
-            Ok(json_response(answer.status, &filtered))
+            let decided =
+                read::decide_batch(value, &plans, &view, &ctx.read_context(), crate::now())?;
+            Ok(json_response(answer.status, &decided))
         }
         Endpoint::Scroll { .. } => {
             let (body, plan) = adapter::narrow_scroll_body(
@@ -89,8 +101,10 @@ pub(crate) async fn handle(
                 ctx.subject.as_deref(),
                 crate::now(),
             )?;
-            read(upstream, ctx, path, body, &plan).await
+            self::read(upstream, ctx, path, body, &plan).await
         }
+        Endpoint::Matrix { collection, .. } => matrix(upstream, ctx, path, &collection, body).await,
+        Endpoint::Facet { collection } => facet(upstream, ctx, &collection, body).await,
         Endpoint::Count { collection } => count(upstream, ctx, &collection, body).await,
         Endpoint::Retrieve { collection } => {
             let (ids, payload, with_vector) = adapter::parse_retrieve(&body)?;
@@ -272,7 +286,7 @@ async fn decided(
     plan: &ReadPlan,
 ) -> Result<Value, DataError> {
     let (value, view) = answer_and_view(upstream, ctx, answer).await?;
-    Ok(adapter::filter_points(
+    Ok(read::decide_answer(
         value,
         plan,
         &view,
@@ -309,6 +323,7 @@ async fn in_scope(
 ) -> Result<Result<Vec<Value>, Answer>, DataError> {
     let plan = ReadPlan {
         payload: payload.clone(),
+        ..ReadPlan::default()
     };
     let mut points = Vec::new();
     let mut offset: Option<Value> = None;
@@ -561,12 +576,7 @@ async fn batch(
     )?;
     let built = match built {
         Ok(built) => built,
-        Err(NotFound(id)) => {
-            return Ok(json_response(
-                StatusCode::NOT_FOUND,
-                &json!({ "status": { "error": format!("Not found: No point with id {} found", id.key()) }, "time": 0.0 }),
-            ));
-        }
+        Err(NotFound(id)) => return Ok(no_point(&id)),
     };
     let results = if built.operations.is_empty() {
         vec![edit::nothing_done(); built.ranges.len()]
@@ -603,4 +613,118 @@ async fn batch(
         Value::Array(results)
     };
     Ok(ok(result))
+}
+
+/// Qdrant's answer to a request naming a point that does not exist, for one the caller may
+/// not see as well: the two are not told apart.
+fn no_point(id: &PointId) -> Response<Full<Bytes>> {
+    json_response(
+        StatusCode::NOT_FOUND,
+        &json!({ "status": { "error": format!("Not found: No point with id {} found", id.key()) }, "time": 0.0 }),
+    )
+}
+
+/// A search that names points (as its query vector, as examples, in `lookup_from`'s collection)
+/// is sent only when each of them is the caller's to read; otherwise the answer to send back.
+async fn named_points_refused(
+    upstream: &Upstream<'_>,
+    ctx: &RequestContext,
+    collection: &str,
+    plans: &[&ReadPlan],
+) -> Result<Option<Response<Full<Bytes>>>, DataError> {
+    let mut by_collection: std::collections::BTreeMap<&str, Vec<PointId>> = Default::default();
+    for (named_in, id) in plans.iter().flat_map(|p| &p.refs) {
+        by_collection
+            .entry(named_in.as_deref().unwrap_or(collection))
+            .or_default()
+            .push(id.clone());
+    }
+    for (named_in, mut ids) in by_collection {
+        ids.sort();
+        ids.dedup();
+        let found = match allowed(
+            upstream,
+            ctx,
+            named_in,
+            &ids,
+            &PayloadWanted::None,
+            &json!(false),
+        )
+        .await?
+        {
+            Ok(found) => found,
+            Err(refused) => return Ok(Some(refused.passed_on())),
+        };
+        let seen: Vec<PointId> = found
+            .iter()
+            .filter_map(|p| p.get("id").and_then(PointId::parse))
+            .collect();
+        if let Some(missing) = ids.iter().find(|id| !seen.contains(id)) {
+            return Ok(Some(no_point(missing)));
+        }
+    }
+    Ok(None)
+}
+
+/// The distance matrix of a sample of the caller's points; pairs or offsets naming a point the
+/// caller may not read (a suppressed subject's, say) are dropped.
+async fn matrix(
+    upstream: &Upstream<'_>,
+    ctx: &RequestContext,
+    path: &str,
+    collection: &str,
+    body: Bytes,
+) -> Result<Response<Full<Bytes>>, DataError> {
+    let body = read::narrow_matrix_body(&body, ctx.tenant(), ctx.subject.as_deref(), crate::now())?;
+    let answer = upstream.send(Method::POST, path, Bytes::from(body)).await?;
+    if !answer.is_success() {
+        return Ok(answer.passed_on());
+    }
+    let value: Value = serde_json::from_slice(&answer.body)
+        .map_err(|_| crate::adapters::AdapterError::UpstreamInvalid("not JSON".into()))?;
+    let ids = read::matrix_ids(&value);
+    let readable = match allowed(
+        upstream,
+        ctx,
+        collection,
+        &ids,
+        &PayloadWanted::None,
+        &json!(false),
+    )
+    .await?
+    {
+        Ok(found) => found
+            .iter()
+            .filter_map(|p| p.get("id").and_then(PointId::parse))
+            .collect(),
+        Err(refused) => return Ok(refused.passed_on()),
+    };
+    Ok(json_response(
+        answer.status,
+        &read::keep_matrix(value, &readable)?,
+    ))
+}
+
+/// Counts of a payload key's values among the points the caller may read, never of others.
+async fn facet(
+    upstream: &Upstream<'_>,
+    ctx: &RequestContext,
+    collection: &str,
+    body: Bytes,
+) -> Result<Response<Full<Bytes>>, DataError> {
+    let (key, filter, limit) = read::parse_facet(&body)?;
+    let points = in_scope(
+        upstream,
+        ctx,
+        collection,
+        None,
+        filter.as_ref(),
+        &PayloadWanted::All,
+        &json!(false),
+    )
+    .await?;
+    match points {
+        Ok(points) => Ok(ok(read::facet_hits(&points, &key, limit))),
+        Err(refused) => Ok(refused.passed_on()),
+    }
 }

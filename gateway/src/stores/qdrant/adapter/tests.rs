@@ -3,6 +3,7 @@ use proptest::prelude::*;
 
 use super::*;
 use crate::adapters::fixtures::{self, code, now, scope, view};
+use crate::stores::qdrant::adapter::read::{SearchKind, SearchShape};
 
 const U1: &str = "0e5a1c3b-7f2d-4e8a-9b6c-1d2e3f4a5b6c";
 
@@ -71,8 +72,12 @@ fn endpoints_are_classified() {
         (
             Method::POST,
             "/collections/mem0/points/query".to_owned(),
-            Endpoint::Query {
+            Endpoint::Search {
                 collection: c("mem0"),
+                shape: SearchShape {
+                    kind: SearchKind::Query,
+                    groups: false,
+                },
             },
         ),
         (
@@ -194,24 +199,151 @@ fn endpoints_are_classified() {
                 collection: c("mem0"),
             },
         ),
-        // Not governed yet, so refused: facets, old routes.
-        (
-            Method::POST,
-            "/collections/mem0/points/search".to_owned(),
-            Endpoint::Refused,
-        ),
+        // Every search API, single, batch and groups; the matrix and facets.
         (
             Method::POST,
             "/collections/mem0/points/query/batch".to_owned(),
-            Endpoint::QueryBatch {
+            Endpoint::SearchBatch {
                 collection: c("mem0"),
+                shape: SearchShape {
+                    kind: SearchKind::Query,
+                    groups: false,
+                },
             },
         ),
         (
             Method::POST,
-            "/collections/mem0/facet".to_owned(),
+            "/collections/mem0/points/query/groups".to_owned(),
+            Endpoint::Search {
+                collection: c("mem0"),
+                shape: SearchShape {
+                    kind: SearchKind::Query,
+                    groups: true,
+                },
+            },
+        ),
+        (
+            Method::POST,
+            "/collections/mem0/points/search".to_owned(),
+            Endpoint::Search {
+                collection: c("mem0"),
+                shape: SearchShape {
+                    kind: SearchKind::Search,
+                    groups: false,
+                },
+            },
+        ),
+        (
+            Method::POST,
+            "/collections/mem0/points/search/batch".to_owned(),
+            Endpoint::SearchBatch {
+                collection: c("mem0"),
+                shape: SearchShape {
+                    kind: SearchKind::Search,
+                    groups: false,
+                },
+            },
+        ),
+        (
+            Method::POST,
+            "/collections/mem0/points/search/groups".to_owned(),
+            Endpoint::Search {
+                collection: c("mem0"),
+                shape: SearchShape {
+                    kind: SearchKind::Search,
+                    groups: true,
+                },
+            },
+        ),
+        (
+            Method::POST,
+            "/collections/mem0/points/recommend".to_owned(),
+            Endpoint::Search {
+                collection: c("mem0"),
+                shape: SearchShape {
+                    kind: SearchKind::Recommend,
+                    groups: false,
+                },
+            },
+        ),
+        (
+            Method::POST,
+            "/collections/mem0/points/recommend/batch".to_owned(),
+            Endpoint::SearchBatch {
+                collection: c("mem0"),
+                shape: SearchShape {
+                    kind: SearchKind::Recommend,
+                    groups: false,
+                },
+            },
+        ),
+        (
+            Method::POST,
+            "/collections/mem0/points/recommend/groups".to_owned(),
+            Endpoint::Search {
+                collection: c("mem0"),
+                shape: SearchShape {
+                    kind: SearchKind::Recommend,
+                    groups: true,
+                },
+            },
+        ),
+        (
+            Method::POST,
+            "/collections/mem0/points/discover".to_owned(),
+            Endpoint::Search {
+                collection: c("mem0"),
+                shape: SearchShape {
+                    kind: SearchKind::Discover,
+                    groups: false,
+                },
+            },
+        ),
+        (
+            Method::POST,
+            "/collections/mem0/points/discover/batch".to_owned(),
+            Endpoint::SearchBatch {
+                collection: c("mem0"),
+                shape: SearchShape {
+                    kind: SearchKind::Discover,
+                    groups: false,
+                },
+            },
+        ),
+        (
+            Method::POST,
+            "/collections/mem0/points/discover/groups".to_owned(),
             Endpoint::Refused,
         ),
+        (
+            Method::POST,
+            "/collections/mem0/points/search/matrix/pairs".to_owned(),
+            Endpoint::Matrix {
+                collection: c("mem0"),
+                pairs: true,
+            },
+        ),
+        (
+            Method::POST,
+            "/collections/mem0/points/search/matrix/offsets".to_owned(),
+            Endpoint::Matrix {
+                collection: c("mem0"),
+                pairs: false,
+            },
+        ),
+        (
+            Method::POST,
+            "/collections/mem0/points/search/matrix/rows".to_owned(),
+            Endpoint::Refused,
+        ),
+        (
+            Method::POST,
+            "/collections/mem0/facet".to_owned(),
+            Endpoint::Facet {
+                collection: c("mem0"),
+            },
+        ),
+        // Snapshots, shards, cluster: never on the data plane.
         (
             Method::POST,
             "/collections/mem0/snapshots".to_owned(),
@@ -442,178 +574,6 @@ fn a_point_of_ones_own_is_rewritten_with_its_earlier_deadline() {
 }
 
 #[test]
-fn a_query_is_narrowed_at_the_top_and_in_every_prefetch() {
-    let body = json!({
-        "prefetch": [{ "query": [0.1, 0.2], "filter": { "should": [{ "key": "city", "match": { "value": "Berlin" } }] }, "limit": 10 }],
-        "query": { "fusion": "rrf" },
-        "limit": 3,
-    })
-    .to_string();
-    let (narrowed, plan) =
-        narrow_query_body(body.as_bytes(), "acme", Some("alice"), now()).unwrap();
-    let sent: Value = serde_json::from_slice(&narrowed).unwrap();
-    let scope = json!([
-        { "key": TENANT, "match": { "value": "acme" } },
-        { "key": SUBJECT, "match": { "value": "alice" } },
-        { "key": EXPIRES_AT, "range": { "gt": now().timestamp() } },
-    ]);
-    assert_eq!(sent["filter"], json!({ "must": scope }));
-    let inner = &sent["prefetch"][0]["filter"]["must"];
-    assert_eq!(
-        inner[0],
-        json!({ "should": [{ "key": "city", "match": { "value": "Berlin" } }] }),
-        "the client's filter, whole"
-    );
-    assert_eq!(
-        inner.as_array().unwrap()[1..],
-        scope.as_array().unwrap()[..]
-    );
-    assert_eq!(sent["with_payload"], true, "Lethe reads the stamps");
-    assert_eq!(
-        plan.payload,
-        PayloadWanted::None,
-        "and gives back no payload, as asked"
-    );
-}
-
-#[test]
-fn a_query_may_not_name_a_point_or_another_collection() {
-    for body in [
-        json!({ "query": 1 }),
-        json!({ "query": { "nearest": U1 } }),
-        json!({ "query": { "recommend": { "positive": [1] } } }),
-        json!({ "query": [0.1], "lookup_from": { "collection": "other" } }),
-        json!({ "prefetch": { "query": 7 }, "query": { "fusion": "rrf" } }),
-        json!({ "query": [0.1], "filter": "all" }),
-    ] {
-        let text = body.to_string();
-        assert_eq!(
-            narrow_query_body(text.as_bytes(), "acme", None, now())
-                .map_err(code)
-                .err(),
-            Some("invalid"),
-            "{body}"
-        );
-    }
-}
-
-#[test]
-fn answers_keep_only_readable_points_cut_to_the_payload_asked_for() {
-    let point = |id: u64, payload: Value| json!({ "id": id, "score": 1.0, "payload": payload });
-    let stamped = |s: &str, days: i64| {
-        let mut p = Map::new();
-        write_stamp(&mut p, &fixtures::stamp(s, now() + TimeDelta::days(days)));
-        p.insert("data".into(), json!(format!("{s}'s note")));
-        Value::Object(p)
-    };
-    let mut other_tenant = stamped("alice", 1);
-    other_tenant[TENANT] = json!("globex");
-    let answer = json!({ "result": { "points": [
-        point(1, stamped("alice", 1)),
-        point(2, stamped("carol", 1)),
-        point(3, stamped("alice", -1)),
-        point(4, json!({ "data": "unstamped" })),
-        point(5, other_tenant),
-        point(6, stamped("dave", 1)),
-    ] }, "status": "ok" });
-    let ctx = ReadContext {
-        tenant: "acme",
-        bound_subject: None,
-        purpose: None,
-    };
-    let plan = ReadPlan {
-        payload: PayloadWanted::Keys(vec!["data".into()]),
-    };
-    let kept = filter_points(answer, &plan, &view(), &ctx, now()).unwrap();
-    let points = kept["result"]["points"].as_array().unwrap();
-    assert_eq!(
-        points
-            .iter()
-            .map(|p| p["id"].as_u64().unwrap())
-            .collect::<Vec<_>>(),
-        [1]
-    );
-    assert_eq!(points[0]["payload"], json!({ "data": "alice's note" }));
-    let retrieved = json!({ "result": [point(1, stamped("alice", 1))] });
-    let none = ReadPlan {
-        payload: PayloadWanted::None,
-    };
-    let kept = filter_points(retrieved, &none, &view(), &ctx, now()).unwrap();
-    assert_eq!(kept["result"], json!([{ "id": 1, "score": 1.0 }]));
-}
-
-#[test]
-fn a_query_batch_is_narrowed_and_answered_query_by_query() {
-    let body = json!({ "searches": [
-        { "query": [0.1, 0.2], "limit": 2, "with_payload": true },
-        { "query": [0.3, 0.4], "filter": { "must": [{ "key": "city", "match": { "value": "Oslo" } }] } },
-    ] })
-    .to_string();
-    let (narrowed, plans) = narrow_query_batch_body(body.as_bytes(), "acme", None, now()).unwrap();
-    let sent: Value = serde_json::from_slice(&narrowed).unwrap();
-    for search in sent["searches"].as_array().unwrap() {
-        assert!(
-            search["filter"]["must"]
-                .as_array()
-                .unwrap()
-                .contains(&json!({ "key": TENANT, "match": { "value": "acme" } }))
-        );
-        assert_eq!(search["with_payload"], true);
-    }
-    assert_eq!(
-        plans.iter().map(|p| p.payload.clone()).collect::<Vec<_>>(),
-        [PayloadWanted::All, PayloadWanted::None]
-    );
-    let mut alice = Map::new();
-    write_stamp(
-        &mut alice,
-        &fixtures::stamp("alice", now() + TimeDelta::days(1)),
-    );
-    let mut carol = Map::new();
-    write_stamp(
-        &mut carol,
-        &fixtures::stamp("carol", now() + TimeDelta::days(1)),
-    );
-    let answer = json!({ "result": [
-        { "points": [{ "id": 1, "payload": alice.clone() }, { "id": 2, "payload": carol }] },
-        { "points": [{ "id": 1, "payload": alice }] },
-    ] });
-    assert_eq!(
-        subjects_in(&answer).len(),
-        2,
-        "the policy of every subject in every answer is loaded"
-    );
-    let ctx = ReadContext {
-        tenant: "acme",
-        bound_subject: None,
-        purpose: None,
-    };
-    let kept = filter_batch(answer.clone(), &plans, &view(), &ctx, now()).unwrap();
-    assert_eq!(
-        kept["result"][0]["points"].as_array().unwrap().len(),
-        1,
-        "the suppressed subject's point goes"
-    );
-    assert_eq!(
-        kept["result"][1]["points"],
-        json!([{ "id": 1 }]),
-        "no payload where none was asked"
-    );
-    assert_eq!(
-        filter_batch(answer, &plans[..1], &view(), &ctx, now())
-            .map_err(code)
-            .err(),
-        Some("upstream_invalid")
-    );
-    assert_eq!(
-        narrow_query_batch_body(br#"{"searches": [{"query": 1}]}"#, "acme", None, now())
-            .map_err(code)
-            .err(),
-        Some("invalid")
-    );
-}
-
-#[test]
 fn a_delete_names_points_or_a_filter_never_both() {
     assert_eq!(
         parse_delete(br#"{"points": [1, 2]}"#).unwrap().0,
@@ -668,13 +628,9 @@ proptest! {
         "filter", "must", "should", "nearest", "with_payload", "ids", "lethe_subject", "fusion"])) {
         let bytes = body.to_string().into_bytes();
         let _ = plan_upsert(&bytes, &scope(Some("alice")), Some("user_id"));
-        let _ = narrow_query_body(&bytes, "acme", None, now());
         let _ = narrow_scroll_body(&bytes, "acme", None, now());
         let _ = parse_retrieve(&bytes);
         let _ = parse_delete(&bytes);
         let _ = parse_count(&bytes);
-        let _ = narrow_query_batch_body(&bytes, "acme", None, now());
-        let ctx = ReadContext { tenant: "acme", bound_subject: None, purpose: None };
-        let _ = filter_points(body, &ReadPlan { payload: PayloadWanted::All }, &view(), &ctx, now());
     }
 }
