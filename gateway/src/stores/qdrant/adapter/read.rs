@@ -464,13 +464,13 @@ pub fn decide_found(
                 keep_readable(hits, &plan.payload, view, ctx, now);
                 if let Value::Object(g) = group {
                     let lookup = g.remove("lookup").filter(|l| !l.is_null());
-                    if let (Some(mut lookup), Some(wanted)) = (lookup, &plan.lookup) {
-                        if readable(&lookup, view, ctx, now) {
-                            if let Value::Object(l) = &mut lookup {
-                                wanted.cut(l);
-                            }
-                            g.insert("lookup".into(), lookup);
+                    if let (Some(mut lookup), Some(wanted)) = (lookup, &plan.lookup)
+                        && readable(&lookup, view, ctx, now)
+                    {
+                        if let Value::Object(l) = &mut lookup {
+                            wanted.cut(l);
                         }
+                        g.insert("lookup".into(), lookup);
                     }
                 }
             }
