@@ -4,6 +4,7 @@ the caller may not see is neither read, counted, overwritten nor deleted (counte
 Qdrant). An erasure hides the subject at once and then deletes its points."""
 
 import uuid
+from datetime import datetime, timedelta, timezone
 
 import pytest
 from qdrant_client import models
@@ -16,8 +17,8 @@ DIM = 3
 
 @pytest.fixture(scope="module")
 def lethe(chroma, qdrant, tmp_path_factory):
-    instance = own_lethe(chroma, tmp_path_factory.mktemp("lethe-qdrant"), '[erasure]\nretry_backoff = "200ms"\n',
-                         qdrant_url=qdrant.url)
+    erasure = '[erasure]\nretry_backoff = "200ms"\n\n[[erasure.backups]]\ntarget = "qdrant:qdrant"\nretention = "35d"\n'
+    instance = own_lethe(chroma, tmp_path_factory.mktemp("lethe-qdrant"), erasure, qdrant_url=qdrant.url)
     rules = {"rules": [{"purpose": "personalization", "category": "preference", "max_age": "30d"}]}
     status, _ = instance.call("PUT", "/v1/retention-rules", rules, token=instance.token("compliance", tenant=GLOBEX))
     assert status == 200
@@ -284,6 +285,8 @@ def test_an_erasure_hides_the_subject_at_once_then_deletes_its_points(lethe, qdr
     for s in (gone, kept):
         lethe.grant(s)
         lethe.qdrant_agent(s).upsert(collection, points(3, s))
+    # An operator's snapshot, straight on Qdrant (the data plane refuses snapshots).
+    snapshot = qdrant.client().create_snapshot(collection)
     status, filed = lethe.call("POST", "/v1/erasures", {"subject": gone, "ticket": "DSR-Q", "reason": "art. 17"})
     assert status == 201
     status, _ = lethe.call("POST", f"/v1/erasures/{filed['id']}/approve")
@@ -300,6 +303,36 @@ def test_an_erasure_hides_the_subject_at_once_then_deletes_its_points(lethe, qdr
     assert (result["before"], result["deleted"], result["remaining"]) == (3, 3, 0), result
     assert stored(qdrant, collection, gone) == [] and len(stored(qdrant, collection, kept)) == 3
     assert any("wal" in c["place"] for c in result["physical"]["remaining"]), "what Qdrant keeps is named"
+    kept = next(c for c in result["physical"]["remaining"] if c["place"] == f"collection {collection}: snapshot {snapshot.name}")
+    created = datetime.fromisoformat(snapshot.creation_time).replace(tzinfo=timezone.utc)
+    until = datetime.fromisoformat(kept["until"].replace("Z", "+00:00"))
+    assert abs(until - (created + timedelta(days=35))) < timedelta(seconds=1), (kept, snapshot.creation_time)
+    assert [s.name for s in qdrant.client().list_snapshots(collection)] == [snapshot.name], "kept, as configured"
+
+
+def test_a_route_may_delete_the_snapshots_that_hold_the_subject(chroma, qdrant, tmp_path):
+    route = (f'[[routes]]\nname = "snap"\nprefix = "/snap"\nupstream = "{qdrant.url}"\nadapter = "qdrant"\n'
+             'snapshots = "delete"\n')
+    instance = own_lethe(chroma, tmp_path, '[erasure]\nretry_backoff = "200ms"\n' + route)
+    try:
+        from qdrant_client import QdrantClient
+        client = lambda token, **h: QdrantClient(url=f"http://{instance.data}", prefix="snap",
+                                                 metadata={"Authorization": f"Bearer {token}", **h})
+        name = f"snap-{uuid.uuid4().hex[:8]}"
+        client(instance.token("admin")).create_collection(
+            name, vectors_config=models.VectorParams(size=DIM, distance=models.Distance.COSINE))
+        gone = someone()
+        instance.grant(gone)
+        client(instance.token("agent", gone), **{"X-Lethe-Purpose": "personalization",
+                                                 "X-Lethe-Category": "preference"}).upsert(name, points(2, gone))
+        taken = qdrant.client().create_snapshot(name)
+        done, results = instance.erase_to_completion(gone)
+        result = results["qdrant:snap"]
+        assert f"collection {name}: snapshot {taken.name} deleted" in result["physical"]["done"], result["physical"]
+        assert qdrant.client().list_snapshots(name) == []
+        assert not any("snapshot" in c["place"] for c in result["physical"]["remaining"])
+    finally:
+        instance.stop()
 
 
 def test_the_purge_runs_the_optimizer_so_the_segments_no_longer_hold_the_subject(lethe, qdrant):

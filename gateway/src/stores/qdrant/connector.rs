@@ -5,7 +5,9 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use chrono::{DateTime, NaiveDateTime, Utc};
 use hyper::Method;
+use lethe_policy::MaxAge;
 use serde_json::{Value, json};
 
 use crate::adapters::stamp::{SUBJECT, TENANT, may_be_subjects};
@@ -13,6 +15,7 @@ use crate::data::forward::{Route, Upstreams};
 use crate::erasure::http::StoreHttp;
 use crate::erasure::{Connector, ConnectorError, Copy, Physical, PurgeReport, Subjects};
 use crate::store::ExpiredItem;
+use crate::stores::qdrant::Snapshots;
 use crate::stores::qdrant::adapter::{PointId, stamped_by};
 
 const PAGE: usize = 1000;
@@ -41,15 +44,101 @@ fn physical() -> Physical {
         ))
 }
 
+/// What a purge does with Qdrant's snapshots, and how long the target's backups are kept.
+#[derive(Debug, Clone)]
+pub struct SnapshotRule {
+    pub policy: Snapshots,
+    pub retention: Option<MaxAge>,
+    /// `qdrant:<route>`, named where no retention is configured.
+    pub target: String,
+}
+
 pub struct QdrantConnector {
     http: StoreHttp,
+    snapshots: SnapshotRule,
 }
 
 impl QdrantConnector {
-    pub fn new(route: Route, upstreams: Arc<Upstreams>) -> Self {
+    pub fn new(route: Route, upstreams: Arc<Upstreams>, snapshots: SnapshotRule) -> Self {
         QdrantConnector {
             http: StoreHttp::new(route, upstreams),
+            snapshots,
         }
+    }
+
+    /// The snapshots under `path` (`/collections/{c}/snapshots`, or `/snapshots` for the
+    /// whole storage): each one's name and, if Qdrant gave it, its creation time.
+    async fn snapshots_at(
+        &self,
+        path: &str,
+    ) -> Result<Vec<(String, Option<DateTime<Utc>>)>, ConnectorError> {
+        let answer = self.http.json(Method::GET, path, None).await?;
+        Ok(answer["result"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|s| {
+                let name = s["name"].as_str()?.to_owned();
+                let created = s["creation_time"].as_str().and_then(|t| {
+                    NaiveDateTime::parse_from_str(t, "%Y-%m-%dT%H:%M:%S%.f")
+                        .ok()
+                        .map(|t| t.and_utc())
+                });
+                Some((name, created))
+            })
+            .collect())
+    }
+
+    /// Every snapshot taken before the purge holds the subject as it was: deleted when the
+    /// route says so, else a remaining copy until its creation plus the backup retention.
+    async fn snapshots(
+        &self,
+        path: &str,
+        what: &str,
+        physical: &mut Physical,
+    ) -> Result<(), ConnectorError> {
+        for (name, created) in self.snapshots_at(path).await? {
+            let place = format!("{what} snapshot {name}");
+            if self.snapshots.policy == Snapshots::Delete {
+                let deleted = self
+                    .http
+                    .call(
+                        Method::DELETE,
+                        &format!("{path}/{name}"),
+                        Some("wait=true"),
+                        None,
+                    )
+                    .await;
+                match deleted {
+                    Ok(_) => physical.done.push(format!("{place} deleted")),
+                    Err(e) => physical.remaining.push(Copy::unknown(
+                        &place,
+                        "the subject's points as of the snapshot",
+                        "taken before the purge",
+                        &format!("the route deletes snapshots, but Qdrant refused this one ({e})"),
+                    )),
+                }
+                continue;
+            }
+            let holds = "the subject's points as of the snapshot";
+            let why = "taken before the purge; the route keeps snapshots (snapshots = \"keep\")";
+            physical.remaining.push(match (created, self.snapshots.retention) {
+                (Some(created), Some(retention)) => {
+                    Copy::until(&place, holds, why, created + retention.as_delta())
+                }
+                (None, _) => Copy::unknown(&place, holds, why, "Qdrant gave no creation time for it"),
+                (_, None) => Copy::unknown(
+                    &place,
+                    holds,
+                    why,
+                    &format!(
+                        "no backup retention is configured for {} ([[erasure.backups]]); or set snapshots = \"delete\" on the route",
+                        self.snapshots.target
+                    ),
+                ),
+            });
+        }
+        Ok(())
     }
 
     async fn collections(&self) -> Result<Vec<String>, ConnectorError> {
@@ -267,7 +356,18 @@ impl Connector for QdrantConnector {
             let left = self.subjects_points(&collection, &known, subjects).await?;
             report.deleted += doomed.difference(&left).count() as u64;
             report.remaining += left.len() as u64;
+            if !doomed.is_empty() || !known.is_empty() {
+                let path = format!("/collections/{collection}/snapshots");
+                self.snapshots(
+                    &path,
+                    &format!("collection {collection}:"),
+                    &mut report.physical,
+                )
+                .await?;
+            }
         }
+        self.snapshots("/snapshots", "full storage:", &mut report.physical)
+            .await?;
         Ok(report)
     }
 

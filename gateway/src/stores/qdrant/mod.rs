@@ -29,6 +29,20 @@ pub struct QdrantSettings {
     /// send Lethe's headers (Mem0's `user_id`). A token bound to a subject still decides; a
     /// payload naming another is `scope_violation`.
     pub subject_field: Option<String>,
+    /// What a purge does with the snapshots Qdrant holds (they were taken before it, so they
+    /// hold the subject): `keep` them, each a remaining copy until its creation plus the
+    /// target's `[[erasure.backups]]` retention, or `delete` them (every snapshot of a
+    /// collection that held the subject, and every full-storage snapshot).
+    #[serde(default)]
+    pub snapshots: Snapshots,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Snapshots {
+    #[default]
+    Keep,
+    Delete,
 }
 
 impl Settings for QdrantSettings {
@@ -42,6 +56,7 @@ impl Settings for QdrantSettings {
         }
         Ok(Arc::new(Qdrant {
             subject_field: self.subject_field,
+            snapshots: self.snapshots,
         }))
     }
 }
@@ -49,6 +64,7 @@ impl Settings for QdrantSettings {
 #[derive(Debug)]
 pub struct Qdrant {
     subject_field: Option<String>,
+    snapshots: Snapshots,
 }
 
 #[async_trait]
@@ -73,8 +89,22 @@ impl RouteStore for Qdrant {
         &self,
         route: Route,
         upstreams: Arc<Upstreams>,
-        _erasure: &ErasureConfig,
+        erasure: &ErasureConfig,
     ) -> Arc<dyn Connector> {
-        Arc::new(connector::QdrantConnector::new(route, upstreams))
+        let target = format!("{}:{}", KIND.name, route.name);
+        let backups = erasure
+            .backups
+            .iter()
+            .find(|b| b.target == target)
+            .map(|b| b.retention);
+        Arc::new(connector::QdrantConnector::new(
+            route,
+            upstreams,
+            connector::SnapshotRule {
+                policy: self.snapshots,
+                retention: backups,
+                target,
+            },
+        ))
     }
 }
