@@ -24,6 +24,9 @@ DIM = 8  # the stand-in's embeddings
 def setup(chroma, qdrant, provider, tmp_path):
     history = tmp_path / "history.db"
     config = f'''
+[erasure]
+probes = ["{{subject}}"]
+
 [[erasure.sqlite]]
 name = "mem0_history"
 path = "{history}"
@@ -37,6 +40,7 @@ prefix = "/mem0"
 upstream = "{qdrant.url}"
 adapter = "qdrant"
 subject_field = "user_id"
+text_fields = ["data"]
 purpose = "personalization"
 category = "preference"
 
@@ -118,6 +122,7 @@ def test_two_users_on_mem0_one_erased_the_other_keeps_everything(setup, qdrant):
     stamped = direct.retrieve(collection, ids=[ids[alice][0]], with_payload=True)[0].payload
     assert (stamped["lethe_subject"], stamped["lethe_purpose"]) == (alice, "personalization")
 
+    # Completing means the probe, alice's key matched in Mem0's `data`, found nothing left either.
     done, results = lethe.erase_to_completion(alice)
     assert results["qdrant:mem0"]["remaining"] == 0, results["qdrant:mem0"]
     assert results["sqlite:mem0_history"]["remaining"] == 0, results["sqlite:mem0_history"]

@@ -394,3 +394,48 @@ def test_a_client_that_keeps_the_subject_in_the_payload_needs_no_lethe_header(ch
         assert [p.payload["user_id"] for p in found] == [alice]
     finally:
         instance.stop()
+
+
+def test_the_lexical_probe_stops_an_erasure_that_left_an_unattributed_point(chroma, qdrant, tmp_path):
+    """A batch job wrote a summary about the subject straight into Qdrant, without a stamp: the
+    purge cannot attribute it, the probe matches the subject's key in the route's text field,
+    and the erasure goes to exception for a person to review; once the copy is removed at its
+    source and the erasure resumed, it completes. A point of another subject that mentions the
+    erased one is that subject's, and stays."""
+    route = (f'[[routes]]\nname = "notes"\nprefix = "/notes"\nupstream = "{qdrant.url}"\nadapter = "qdrant"\n'
+             'text_fields = ["data"]\n')
+    instance = own_lethe(chroma, tmp_path, '[erasure]\nretry_backoff = "100ms"\nmax_attempts = 2\nprobes = ["{subject}"]\n' + route)
+    try:
+        from qdrant_client import QdrantClient
+        headers = {"X-Lethe-Purpose": "personalization", "X-Lethe-Category": "preference"}
+        client = lambda token: QdrantClient(url=f"http://{instance.data}", prefix="notes",
+                                            metadata={"Authorization": f"Bearer {token}", **headers})
+        name = f"notes-{uuid.uuid4().hex[:8]}"
+        client(instance.token("admin")).create_collection(
+            name, vectors_config=models.VectorParams(size=DIM, distance=models.Distance.COSINE))
+        gone, other = someone(), someone()
+        for s in (gone, other):
+            instance.grant(s)
+        client(instance.token("agent", gone)).upsert(name, points(2, f"{gone} likes"))
+        mention = models.PointStruct(id=str(uuid.uuid4()), vector=[0.3, 0.2, 0.1], payload={"data": f"met {gone} at the station"})
+        client(instance.token("agent", other)).upsert(name, [mention])
+        copy = models.PointStruct(id=str(uuid.uuid4()), vector=[0.4, 0.2, 0.1], payload={"data": f"summary of {gone}: likes tea"})
+        direct = qdrant.client()
+        direct.upsert(name, [copy])
+
+        status, filed = instance.call("POST", "/v1/erasures", {"subject": gone, "ticket": "DSR-P", "reason": "art. 17"})
+        assert status == 201
+        assert instance.call("POST", f"/v1/erasures/{filed['id']}/approve")[0] == 200
+        request = lambda: instance.call("GET", f"/v1/erasures/{filed['id']}")[1]
+        wait_for("the erasure to stop for review", lambda: request()["state"] == "exception", deadline=30)
+        target = next(t for t in request()["targets"] if t["target"] == "qdrant:notes")
+        assert "verification probe found 1 records" in target["last_error"], target
+        assert stored(qdrant, name, gone) == []
+        assert {str(p.id) for p in direct.retrieve(name, ids=[mention.id, copy.id])} == {mention.id, copy.id}
+        assert instance.cli("erase", "--tenant", TENANT, "--review", filed["id"]).returncode == 0
+        direct.delete(name, points_selector=models.PointIdsList(points=[copy.id]))
+        assert instance.cli("erase", "--tenant", TENANT, "--resume", filed["id"]).returncode == 0
+        wait_for("the resumed erasure to complete", lambda: request()["state"] == "completed", deadline=30)
+        assert [str(p.id) for p in direct.retrieve(name, ids=[mention.id])] == [mention.id]
+    finally:
+        instance.stop()

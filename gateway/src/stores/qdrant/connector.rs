@@ -53,17 +53,63 @@ pub struct SnapshotRule {
     pub target: String,
 }
 
+/// The lexical verification probe: the `texts` (with `{subject}` and `{tenant}`) matched in
+/// the payload `fields` that hold the points' text.
+#[derive(Debug, Clone)]
+pub struct Probe {
+    pub fields: Vec<String>,
+    pub texts: Vec<String>,
+}
+
 pub struct QdrantConnector {
     http: StoreHttp,
     snapshots: SnapshotRule,
+    probe: Probe,
 }
 
 impl QdrantConnector {
-    pub fn new(route: Route, upstreams: Arc<Upstreams>, snapshots: SnapshotRule) -> Self {
+    pub fn new(
+        route: Route,
+        upstreams: Arc<Upstreams>,
+        snapshots: SnapshotRule,
+        probe: Probe,
+    ) -> Self {
         QdrantConnector {
             http: StoreHttp::new(route, upstreams),
             snapshots,
+            probe,
         }
+    }
+
+    /// Whether the probe can run: texts to search for, and fields to search them in.
+    fn probes(&self) -> bool {
+        !self.probe.fields.is_empty() && !self.probe.texts.is_empty()
+    }
+
+    /// Points whose text fields contain a probe built from one of the subject's keys and that
+    /// are the subject's (stamped so) or no one's (a person must look). Qdrant matches `text`
+    /// by its full-text index where the field has one, as a substring otherwise.
+    async fn probe_hits(
+        &self,
+        collection: &str,
+        subjects: &Subjects,
+    ) -> Result<u64, ConnectorError> {
+        let tenant = subjects.tenant();
+        let mut hits = BTreeSet::new();
+        for key in &subjects.keys() {
+            for text in &self.probe.texts {
+                let text = text.replace("{subject}", key).replace("{tenant}", tenant);
+                for field in &self.probe.fields {
+                    let filter = json!({ "must": [{ "key": field, "match": { "text": text } }] });
+                    for p in self.scroll(collection, filter).await? {
+                        if may_be_subjects(&p["payload"], tenant, |s| subjects.include(s)) {
+                            hits.extend(PointId::parse(&p["id"]));
+                        }
+                    }
+                }
+            }
+        }
+        Ok(hits.len() as u64)
     }
 
     /// The snapshots under `path` (`/collections/{c}/snapshots`, or `/snapshots` for the
@@ -338,7 +384,7 @@ impl Connector for QdrantConnector {
             deleted: 0,
             remaining: 0,
             physical: physical(),
-            probe_hits: None,
+            probe_hits: self.probes().then_some(0),
         };
         for collection in self.collections().await? {
             let known: Vec<PointId> = lineage
@@ -356,6 +402,9 @@ impl Connector for QdrantConnector {
             let left = self.subjects_points(&collection, &known, subjects).await?;
             report.deleted += doomed.difference(&left).count() as u64;
             report.remaining += left.len() as u64;
+            if let Some(hits) = report.probe_hits.as_mut() {
+                *hits += self.probe_hits(&collection, subjects).await?;
+            }
             if !doomed.is_empty() || !known.is_empty() {
                 let path = format!("/collections/{collection}/snapshots");
                 self.snapshots(

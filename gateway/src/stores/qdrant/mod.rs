@@ -35,6 +35,11 @@ pub struct QdrantSettings {
     /// collection that held the subject, and every full-storage snapshot).
     #[serde(default)]
     pub snapshots: Snapshots,
+    /// The payload keys holding a point's text (Mem0's `data`): after a purge, each is searched
+    /// for the `[erasure] probes` built from the subject's keys; a point found that is the
+    /// subject's or no one's fails verification.
+    #[serde(default)]
+    pub text_fields: Vec<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
@@ -54,9 +59,19 @@ impl Settings for QdrantSettings {
                 "subject_field {field:?}: name a payload key of the app's own (not empty, not lethe_*)"
             )]);
         }
+        if let Some(field) = self
+            .text_fields
+            .iter()
+            .find(|f| f.is_empty() || f.starts_with("lethe_"))
+        {
+            return Err(vec![format!(
+                "text_fields {field:?}: name a payload key of the app's own (not empty, not lethe_*)"
+            )]);
+        }
         Ok(Arc::new(Qdrant {
             subject_field: self.subject_field,
             snapshots: self.snapshots,
+            text_fields: self.text_fields,
         }))
     }
 }
@@ -65,6 +80,7 @@ impl Settings for QdrantSettings {
 pub struct Qdrant {
     subject_field: Option<String>,
     snapshots: Snapshots,
+    text_fields: Vec<String>,
 }
 
 #[async_trait]
@@ -104,6 +120,10 @@ impl RouteStore for Qdrant {
                 policy: self.snapshots,
                 retention: backups,
                 target,
+            },
+            connector::Probe {
+                fields: self.text_fields.clone(),
+                texts: erasure.probes.clone(),
             },
         ))
     }
