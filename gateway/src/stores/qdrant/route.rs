@@ -589,21 +589,17 @@ async fn batch(
             )
             .await?;
         if !answer.is_success() {
+            // Qdrant applies a batch's operations in order and stops at the first that fails:
+            // lineage follows what it holds now, by the stamps it holds.
+            let (written, deleted) = applied(upstream, collection, built).await?;
+            record_batch(upstream, ctx, collection, written, deleted, now).await?;
             return Ok(answer.passed_on());
         }
         let value: Value = serde_json::from_slice(&answer.body)
             .map_err(|_| crate::adapters::AdapterError::UpstreamInvalid("not JSON".into()))?;
         edit::batch_results(&value, &built.ranges)?
     };
-    let deleted: Vec<String> = built.deleted.iter().map(PointId::key).collect();
-    if !deleted.is_empty() {
-        upstream
-            .state
-            .store
-            .mark_items_deleted(&upstream.route.name, collection, &deleted, now)
-            .await?;
-    }
-    record_written(upstream, ctx, collection, built.written, now).await?;
+    record_batch(upstream, ctx, collection, built.written, built.deleted, now).await?;
     let result = if single {
         results
             .into_iter()
@@ -613,6 +609,80 @@ async fn batch(
         Value::Array(results)
     };
     Ok(ok(result))
+}
+
+/// What of a batch Qdrant holds after it failed part way: the written points that carry the
+/// stamp Lethe wrote, and the deleted points that are gone.
+async fn applied(
+    upstream: &Upstream<'_>,
+    collection: &str,
+    built: edit::Batch,
+) -> Result<(Vec<(PointId, lethe_policy::Stamp)>, Vec<PointId>), DataError> {
+    let ids: Vec<PointId> = built
+        .written
+        .iter()
+        .map(|(id, _)| id.clone())
+        .chain(built.deleted.iter().cloned())
+        .collect();
+    if ids.is_empty() {
+        return Ok((Vec::new(), Vec::new()));
+    }
+    let found = upstream
+        .send_query(
+            Method::POST,
+            &points_path(collection, "scroll"),
+            None,
+            Bytes::from(adapter::held_query(&ids)),
+        )
+        .await?;
+    if !found.is_success() {
+        return Err(DataError::upstream_unavailable(
+            "the store could not be read after a failed batch",
+        ));
+    }
+    let held = adapter::held_stamps(&found.body)?;
+    let written = built
+        .written
+        .into_iter()
+        .filter(|(id, stamp)| {
+            // As the payload holds it: the deadline in whole seconds.
+            held.get(id).and_then(Option::as_ref).is_some_and(|h| {
+                (&h.tenant, &h.subject, h.epoch, h.expires_at.timestamp())
+                    == (
+                        &stamp.tenant,
+                        &stamp.subject,
+                        stamp.epoch,
+                        stamp.expires_at.timestamp(),
+                    )
+            })
+        })
+        .collect();
+    let deleted = built
+        .deleted
+        .into_iter()
+        .filter(|id| !held.contains_key(id))
+        .collect();
+    Ok((written, deleted))
+}
+
+/// Lineage of a batch: its deleted points marked deleted, its written points recorded.
+async fn record_batch(
+    upstream: &Upstream<'_>,
+    ctx: &RequestContext,
+    collection: &str,
+    written: Vec<(PointId, lethe_policy::Stamp)>,
+    deleted: Vec<PointId>,
+    now: chrono::DateTime<chrono::Utc>,
+) -> Result<(), DataError> {
+    let deleted: Vec<String> = deleted.iter().map(PointId::key).collect();
+    if !deleted.is_empty() {
+        upstream
+            .state
+            .store
+            .mark_items_deleted(&upstream.route.name, collection, &deleted, now)
+            .await?;
+    }
+    record_written(upstream, ctx, collection, written, now).await
 }
 
 /// Qdrant's answer to a request naming a point that does not exist, for one the caller may
