@@ -13,7 +13,7 @@ import pytest
 from qdrant_client import models
 from qdrant_client.http.exceptions import UnexpectedResponse
 
-from conftest import GLOBEX, TENANT, send, someone, two_tenant_lethe, wait_for
+from conftest import GLOBEX, TENANT, own_lethe, send, someone, two_tenant_lethe, wait_for
 
 HEADERS = {"X-Lethe-Purpose": "personalization", "X-Lethe-Category": "preference"}
 DIM = 3
@@ -259,3 +259,77 @@ def test_another_owners_retention_never_sweeps_a_point(gate, qdrant, shared):
              lambda: f"{TENANT}/{first}" not in lineage_rows(gate, pid), deadline=15)
     assert held(qdrant, shared, pid)["data"] == "globex's, for 30 days"
     assert [str(p.id) for p in agent(gate, GLOBEX, second).retrieve(shared, ids=[pid])] == [pid]
+
+
+class Interposer:
+    """An HTTP hop between Lethe and Qdrant that, once armed, runs a callback just before it
+    forwards the next point upsert: another writer's request landing between Lethe's read of
+    what Qdrant holds and its write."""
+
+    def __init__(self, upstream):
+        import http.server
+        import threading
+        import urllib.request
+        interposer = self
+        self.before_upsert = None
+
+        class Hop(http.server.BaseHTTPRequestHandler):
+            def forward(self):
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                if self.command == "PUT" and self.path.split("?")[0].endswith("/points") and interposer.before_upsert:
+                    hook, interposer.before_upsert = interposer.before_upsert, None
+                    hook()
+                request = urllib.request.Request(upstream + self.path, data=body or None, method=self.command,
+                                                 headers={"Content-Type": "application/json"})
+                try:
+                    with urllib.request.urlopen(request, timeout=10) as answer:
+                        status, data = answer.status, answer.read()
+                except urllib.error.HTTPError as e:
+                    status, data = e.code, e.read()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            do_GET = do_PUT = do_POST = do_PATCH = do_DELETE = forward
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hop)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def stop(self):
+        self.server.shutdown()
+
+
+def test_a_point_another_owner_writes_between_lethes_read_and_write_is_left_alone(chroma, qdrant, tmp_path):
+    hop = Interposer(qdrant.url)
+    route = f'[[routes]]\nname = "raced"\nprefix = "/raced"\nupstream = "{hop.url}"\nadapter = "qdrant"\n'
+    instance = own_lethe(chroma, tmp_path, route)
+    try:
+        from qdrant_client import QdrantClient
+        client = lambda token: QdrantClient(url=f"http://{instance.data}", prefix="raced",
+                                            metadata={"Authorization": f"Bearer {token}", **HEADERS})
+        name = f"raced-{uuid.uuid4().hex[:8]}"
+        client(instance.token("admin")).create_collection(
+            name, vectors_config=models.VectorParams(size=DIM, distance=models.Distance.COSINE))
+        slow, fast = someone(), someone()
+        for s in (slow, fast):
+            instance.grant(s)
+        contested, free = str(uuid.uuid4()), str(uuid.uuid4())
+        # Fast's write goes straight to Qdrant, as another replica's would, once slow's Lethe has
+        # found the id free.
+        raced = []
+        hop.before_upsert = lambda: raced.append(
+            client(instance.token("agent", fast)).upsert(name, [point(contested, "fast's")]))
+        client(instance.token("agent", slow)).upsert(name, [point(contested, "slow's"), point(free, "slow's")])
+        assert len(raced) == 1, "fast's write ran between slow's read and write"
+        assert held(qdrant, name, contested)["data"] == "fast's"
+        assert owner(qdrant, name, contested) == (TENANT, fast)
+        assert owner(qdrant, name, free) == (TENANT, slow), "a free id is still written"
+    finally:
+        instance.stop()
+        hop.stop()

@@ -315,7 +315,7 @@ pub type PointFacts = crate::adapters::write::RecordFacts<PointId>;
 pub struct PlannedUpsert {
     points: Vec<Map<String, Value>>,
     pub facts: Vec<PointFacts>,
-    /// Qdrant's conditional update: held points are replaced only where this matches.
+    /// The client's conditional update: held points are replaced only where this matches.
     update_filter: Option<Value>,
 }
 
@@ -484,8 +484,9 @@ pub fn apply_upsert(
     })
 }
 
-/// The upsert body (`{"points": [...]}`) with every point stamped, and each point's stamp. A
-/// conditional update's filter is narrowed to the tenant's unexpired points.
+/// The upsert body (`{"points": [...], "update_filter": ...}`) with every point stamped, and
+/// each point's stamp. Held points are replaced only while they are still the owners' and
+/// unexpired (and match the client's own conditional filter, if any).
 fn stamp_points(
     planned: PlannedUpsert,
     tenant: &str,
@@ -512,11 +513,16 @@ fn stamp_points(
         points.push(point);
         stamps.push((fact.id, stamp));
     }
-    let mut upsert = json!({ "points": points });
-    if let Some(filter) = planned.update_filter {
-        upsert["update_filter"] =
-            narrowed(Some(&filter), &scope_conditions(tenant, None, Some(now)))?;
-    }
+    // The decision was made on what Qdrant held a moment ago. Qdrant replaces a held point only
+    // where this filter matches (a free id is inserted): a point another owner wrote under one
+    // of these ids in between, or one that expired, is left as it is.
+    let subjects: BTreeSet<&str> = stamps.iter().map(|(_, s)| s.subject.as_str()).collect();
+    let mut owners = scope_conditions(tenant, None, Some(now));
+    owners.push(json!({ "key": SUBJECT, "match": { "any": subjects } }));
+    let upsert = json!({
+        "points": points,
+        "update_filter": narrowed(planned.update_filter.as_ref(), &owners)?,
+    });
     Ok((upsert, stamps))
 }
 

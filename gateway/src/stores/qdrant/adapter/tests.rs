@@ -406,6 +406,28 @@ fn an_upsert_is_decided_point_by_point_and_stamped() {
         "the client's payload stays"
     );
     assert_eq!(stamped.stamps.len(), 2);
+    // Held points are replaced only while they are still alice's and alive in acme.
+    assert_eq!(
+        sent["update_filter"],
+        json!({ "must": [
+            { "key": TENANT, "match": { "value": "acme" } },
+            { "key": EXPIRES_AT, "range": { "gt": now().timestamp() } },
+            { "key": SUBJECT, "match": { "any": ["alice"] } },
+        ] })
+    );
+    // The client's own conditional filter stays, whole, beside them.
+    let own = json!({ "points": [{ "id": 1, "vector": [0.1], "payload": {} }], "update_filter": { "must": [{ "key": "v", "range": { "lt": 3 } }] } });
+    let planned = plan_upsert(own.to_string().as_bytes(), &scope(Some("alice")), None).unwrap();
+    let sent: Value = serde_json::from_slice(
+        &apply_upsert(planned, "acme", &view(), &BTreeMap::new(), now())
+            .unwrap()
+            .body,
+    )
+    .unwrap();
+    assert_eq!(
+        sent["update_filter"]["must"][0],
+        json!({ "must": [{ "key": "v", "range": { "lt": 3 } }] })
+    );
 }
 
 /// What Qdrant holds under the ids of a write.
