@@ -330,6 +330,8 @@ def test_a_point_another_owner_writes_between_lethes_read_and_write_is_left_alon
         assert held(qdrant, name, contested)["data"] == "fast's"
         assert owner(qdrant, name, contested) == (TENANT, fast)
         assert owner(qdrant, name, free) == (TENANT, slow), "a free id is still written"
+        wait_for("lineage of the free id", lambda: lineage_rows(instance, free) == [f"{TENANT}/{slow}"], deadline=10)
+        assert lineage_rows(instance, contested) == [f"{TENANT}/{fast}"], "the first writer's row stands"
     finally:
         instance.stop()
         hop.stop()
