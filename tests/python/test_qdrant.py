@@ -439,3 +439,25 @@ def test_the_lexical_probe_stops_an_erasure_that_left_an_unattributed_point(chro
         assert [str(p.id) for p in direct.retrieve(name, ids=[mention.id])] == [mention.id]
     finally:
         instance.stop()
+
+
+def test_a_snapshot_restored_after_the_erasure_is_purged_again_by_replay(lethe, qdrant, collection):
+    """The operator recovers a collection from a snapshot taken before the erasure: the subject's
+    points are back in Qdrant. `lethe replay` finds them again by their stamp (Lethe itself no
+    longer holds the subject's key, only its reference) and deletes them; the other subject's
+    points, restored as well, stay."""
+    gone, kept = someone(), someone()
+    for s in (gone, kept):
+        lethe.grant(s)
+        lethe.qdrant_agent(s).upsert(collection, points(3, s))
+    direct = qdrant.client()
+    snapshot = direct.create_snapshot(collection)
+    done, results = lethe.erase_to_completion(gone)
+    assert stored(qdrant, collection, gone) == []
+    direct.recover_snapshot(collection, location=f"file://{qdrant.home / 'snapshots' / collection / snapshot.name}", wait=True)
+    assert len(stored(qdrant, collection, gone)) == 3, "the restore brought the subject back"
+    again = lethe.cli("replay", "--since", done["requested_at"])
+    assert again.returncode == 0, again.stdout + again.stderr
+    line = next(l for l in again.stdout.decode().splitlines() if "qdrant:qdrant" in l)
+    assert "remaining 0" in line, line
+    assert stored(qdrant, collection, gone) == [] and len(stored(qdrant, collection, kept)) == 3
