@@ -263,22 +263,23 @@ def test_another_owners_retention_never_sweeps_a_point(gate, qdrant, shared):
 
 class Interposer:
     """An HTTP hop between Lethe and Qdrant that, once armed, runs a callback just before it
-    forwards the next point upsert: another writer's request landing between Lethe's read of
-    what Qdrant holds and its write."""
+    forwards the next write to a path ending as armed: another writer's request landing between
+    Lethe's read of what Qdrant holds and its write."""
 
     def __init__(self, upstream):
         import http.server
         import threading
         import urllib.request
         interposer = self
-        self.before_upsert = None
+        self.armed = None
 
         class Hop(http.server.BaseHTTPRequestHandler):
             def forward(self):
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                if self.command == "PUT" and self.path.split("?")[0].endswith("/points") and interposer.before_upsert:
-                    hook, interposer.before_upsert = interposer.before_upsert, None
-                    hook()
+                armed = interposer.armed
+                if armed and self.command in ("PUT", "POST") and self.path.split("?")[0].endswith(armed[0]):
+                    interposer.armed = None
+                    armed[1]()
                 request = urllib.request.Request(upstream + self.path, data=body or None, method=self.command,
                                                  headers={"Content-Type": "application/json"})
                 try:
@@ -323,8 +324,8 @@ def test_a_point_another_owner_writes_between_lethes_read_and_write_is_left_alon
         # Fast's write goes straight to Qdrant, as another replica's would, once slow's Lethe has
         # found the id free.
         raced = []
-        hop.before_upsert = lambda: raced.append(
-            client(instance.token("agent", fast)).upsert(name, [point(contested, "fast's")]))
+        hop.armed = ("/points", lambda: raced.append(
+            client(instance.token("agent", fast)).upsert(name, [point(contested, "fast's")])))
         client(instance.token("agent", slow)).upsert(name, [point(contested, "slow's"), point(free, "slow's")])
         assert len(raced) == 1, "fast's write ran between slow's read and write"
         assert held(qdrant, name, contested)["data"] == "fast's"
@@ -332,6 +333,16 @@ def test_a_point_another_owner_writes_between_lethes_read_and_write_is_left_alon
         assert owner(qdrant, name, free) == (TENANT, slow), "a free id is still written"
         wait_for("lineage of the free id", lambda: lineage_rows(instance, free) == [f"{TENANT}/{slow}"], deadline=10)
         assert lineage_rows(instance, contested) == [f"{TENANT}/{fast}"], "the first writer's row stands"
+
+        # An edit decided on slow's point, which changes hands before the edit lands (deleted
+        # around Lethe, then written by fast): fast's point is left alone, stamp and all.
+        hop.armed = ("/points/batch", lambda: raced.append((
+            qdrant.client().delete(name, points_selector=models.PointIdsList(points=[free])),
+            client(instance.token("agent", fast)).upsert(name, [point(free, "fast's now")]))))
+        client(instance.token("agent", slow)).overwrite_payload(name, payload={"data": "slow's edit"}, points=[free])
+        assert len(raced) == 2, "the point changed hands between slow's read and edit"
+        assert held(qdrant, name, free)["data"] == "fast's now"
+        assert owner(qdrant, name, free) == (TENANT, fast)
     finally:
         instance.stop()
         hop.stop()

@@ -3,9 +3,10 @@
 //!
 //! Each is sent to Qdrant as one `points/batch`: the client's operation narrowed to the points
 //! it may see and write (named by id, or selected by its filter, in scope), each decided as a
-//! write over the stamp it holds, and the stamp written again after it (an overwrite or clear
-//! would drop it; a tighter retention rule shortens it). No edit names a `lethe_*` key, and none
-//! moves a point to another subject.
+//! write over the stamp it holds, sent for those points only while they still have the owner
+//! they were decided on, with the stamp written again (an overwrite or clear would drop it; a
+//! tighter retention rule shortens it). No edit names a `lethe_*` key, and none moves a point to
+//! another subject.
 
 use std::collections::BTreeMap;
 use std::ops::Range;
@@ -18,7 +19,7 @@ use super::{
     PlannedUpsert, PointId, canonical_ids, invalid, narrowed, only_keys, plan_upsert_map,
     scope_conditions, stamp_points,
 };
-use crate::adapters::stamp::{parse_object, write_stamp};
+use crate::adapters::stamp::{EPOCH, SUBJECT, TENANT, parse_object, write_stamp};
 use crate::adapters::write::{RecordFacts, decide_records};
 use crate::adapters::{AdapterError, RecordRefusal, Scope};
 
@@ -331,23 +332,47 @@ impl Batch {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NotFound(pub PointId);
 
-/// The stamp-writing operations after an edit: one `set_payload` per distinct stamp.
-fn restamp(stamped: &[(PointId, Stamp)]) -> Vec<Value> {
-    let mut groups: BTreeMap<String, (Map<String, Value>, Vec<Value>)> = BTreeMap::new();
+/// Decided points that carry one stamp: the stamp, as a payload too, and their ids.
+struct StampGroup<'a> {
+    stamp: &'a Stamp,
+    payload: Map<String, Value>,
+    ids: Vec<&'a PointId>,
+}
+
+/// The decided points grouped by the stamp each now carries.
+fn by_stamp(stamped: &[(PointId, Stamp)]) -> Vec<StampGroup<'_>> {
+    let mut groups: BTreeMap<String, StampGroup<'_>> = BTreeMap::new();
     for (id, stamp) in stamped {
         let mut payload = Map::new();
         write_stamp(&mut payload, stamp);
-        let key = Value::Object(payload.clone()).to_string();
         groups
-            .entry(key)
-            .or_insert_with(|| (payload, Vec::new()))
-            .1
-            .push(id.to_json());
+            .entry(Value::Object(payload.clone()).to_string())
+            .or_insert_with(|| StampGroup {
+                stamp,
+                payload,
+                ids: Vec::new(),
+            })
+            .ids
+            .push(id);
     }
-    groups
-        .into_values()
-        .map(|(payload, points)| json!({ "set_payload": { "payload": payload, "points": points } }))
-        .collect()
+    groups.into_values().collect()
+}
+
+/// The conditions that a point is still the one decided on: its owner and epoch. An edit sent
+/// with them leaves alone a point that changed hands between Lethe's read and the edit.
+fn still_owned(stamp: &Stamp) -> Vec<Value> {
+    vec![
+        json!({ "key": TENANT, "match": { "value": stamp.tenant } }),
+        json!({ "key": SUBJECT, "match": { "value": stamp.subject } }),
+        json!({ "key": EPOCH, "match": { "value": stamp.epoch } }),
+    ]
+}
+
+/// [`still_owned`] for the points `ids`, as a selection filter.
+fn owned_points(stamp: &Stamp, ids: &[&PointId]) -> Value {
+    let mut must = vec![json!({ "has_id": ids.iter().map(|id| id.to_json()).collect::<Vec<_>>() })];
+    must.extend(still_owned(stamp));
+    json!({ "must": must })
 }
 
 /// Decides the batch over what Qdrant holds, and builds what Lethe sends. `index` of a refusal
@@ -445,7 +470,7 @@ pub fn build_batch(
                         Ok(stamped) => {
                             batch
                                 .operations
-                                .extend(edit_operations(kind, body, &stamped, tenant, now)?);
+                                .extend(edit_operations(kind, &body, &stamped, now)?);
                             for (id, stamp) in &stamped {
                                 current.insert(id.clone(), Some(stamp.clone()));
                             }
@@ -552,33 +577,70 @@ fn decide_edit(
         .collect())
 }
 
-/// The client's edit narrowed to the decided points by id, and the stamp written after it.
+/// The client's edit as Lethe sends it, for each group of decided points with one stamp: the
+/// points selected by id and by the owner they had when decided (so one that changed hands
+/// since is left alone), and the stamp written with the edit or right after it.
 fn edit_operations(
     kind: EditKind,
-    mut body: Map<String, Value>,
+    body: &Map<String, Value>,
     stamped: &[(PointId, Stamp)],
-    tenant: &str,
     now: DateTime<Utc>,
 ) -> Result<Vec<Value>, AdapterError> {
-    let ids: Vec<Value> = stamped.iter().map(|(id, _)| id.to_json()).collect();
-    match kind {
-        // An update names its points with their vectors; its filter is narrowed too.
-        EditKind::UpdateVectors => {
-            if let Some(filter) = body.remove("update_filter") {
-                body.insert(
-                    "update_filter".into(),
-                    narrowed(Some(&filter), &scope_conditions(tenant, None, Some(now)))?,
-                );
+    let mut operations = Vec::new();
+    for StampGroup {
+        stamp,
+        payload: stamp_payload,
+        ids,
+    } in by_stamp(stamped)
+    {
+        let owned = owned_points(stamp, &ids);
+        let with_stamp = |payload: Option<&Value>| {
+            let mut payload = payload
+                .and_then(Value::as_object)
+                .cloned()
+                .unwrap_or_default();
+            payload.extend(stamp_payload.clone());
+            Value::Object(payload)
+        };
+        let restamp = json!({ "set_payload": { "payload": stamp_payload, "filter": owned } });
+        match kind {
+            // An overwrite and a clear carry the stamp in the payload they write.
+            EditKind::OverwritePayload => operations.push(json!({ "overwrite_payload": {
+                "payload": with_stamp(body.get("payload")), "filter": owned,
+            } })),
+            EditKind::ClearPayload => operations.push(json!({ "overwrite_payload": {
+                "payload": with_stamp(None), "filter": owned,
+            } })),
+            EditKind::SetPayload if body.get("key").is_none_or(Value::is_null) => {
+                operations.push(json!({ "set_payload": {
+                    "payload": with_stamp(body.get("payload")), "filter": owned,
+                } }));
+            }
+            EditKind::UpdateVectors => {
+                let mine: Vec<Value> = body["points"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter(|p| PointId::parse(&p["id"]).is_some_and(|id| ids.contains(&&id)))
+                    .cloned()
+                    .collect();
+                let mut conditions = still_owned(stamp);
+                conditions.extend(scope_conditions(&stamp.tenant, None, Some(now)));
+                operations.push(json!({ "update_vectors": {
+                    "points": mine,
+                    "update_filter": narrowed(body.get("update_filter"), &conditions)?,
+                } }));
+                operations.push(restamp);
+            }
+            // Setting under a key, deleting keys or vectors: the edit, then the stamp.
+            _ => {
+                let mut edit = body.clone();
+                edit.insert("filter".into(), owned);
+                operations.push(json!({ kind.batch_name(): edit }));
+                operations.push(restamp);
             }
         }
-        // A filter was resolved to the decided points: they are named instead.
-        _ => {
-            body.insert("points".into(), Value::Array(ids));
-        }
     }
-    let mut operations = vec![json!({ kind.batch_name(): body })];
-    // Written after an overwrite or a clear, the stamp survives them.
-    operations.extend(restamp(stamped));
     Ok(operations)
 }
 

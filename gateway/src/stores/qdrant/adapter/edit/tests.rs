@@ -148,27 +148,51 @@ fn batches_name_known_operations_and_select_by_filter_only_first() {
     assert_eq!(ops[1].named_ids(), vec![PointId::Number(9)]);
 }
 
+/// The ids an operation selects, and the owner it requires of them (`None`: by id alone).
+fn selects(operation: &Value) -> (Vec<Value>, Option<(Value, Value)>) {
+    let (_, body) = operation.as_object().and_then(|o| o.iter().next()).unwrap();
+    match body.get("filter") {
+        Some(filter) => {
+            let must = filter["must"].as_array().unwrap();
+            let ids = must[0]["has_id"].as_array().unwrap().clone();
+            (
+                ids,
+                Some((
+                    must[1]["match"]["value"].clone(),
+                    must[2]["match"]["value"].clone(),
+                )),
+            )
+        }
+        None => (body["points"].as_array().unwrap().clone(), None),
+    }
+}
+
 #[test]
-fn a_payload_edit_is_sent_by_id_then_the_point_is_stamped_again() {
+fn a_payload_edit_is_sent_to_each_owners_points_with_its_stamp() {
     let op = edit(
         EditKind::SetPayload,
         json!({ "payload": { "data": "new" }, "points": [1, 4] }),
     )
     .unwrap();
     let batch = built(vec![op], true);
-    assert_eq!(batch.ranges, vec![0..3]);
-    assert_eq!(
-        batch.operations[0],
-        json!({ "set_payload": { "payload": { "data": "new" }, "points": [1, 4] } })
-    );
-    // Both points carry the same stamp but their subjects': one stamp operation per subject.
-    let restamped = &batch.operations[1]["set_payload"];
-    assert_eq!(restamped["points"], json!([1]));
-    assert_eq!(restamped["payload"][SUBJECT], json!("alice"));
+    // One operation per stamp: alice's point, then dave's.
+    assert_eq!(batch.ranges, vec![0..2]);
+    let alice = &batch.operations[0]["set_payload"];
+    assert_eq!(alice["payload"]["data"], json!("new"));
+    assert_eq!(alice["payload"][SUBJECT], json!("alice"));
     // Retention counts from the first write: the stamp keeps its earlier expiry.
     assert_eq!(
-        restamped["payload"][EXPIRES_AT],
+        alice["payload"][EXPIRES_AT],
         json!((now() + TimeDelta::days(10)).timestamp())
+    );
+    // Sent only to the point while it still has the owner it was decided on.
+    assert_eq!(
+        selects(&batch.operations[0]),
+        (vec![json!(1)], Some((json!("acme"), json!("alice"))))
+    );
+    assert_eq!(
+        selects(&batch.operations[1]),
+        (vec![json!(4)], Some((json!("acme"), json!("dave"))))
     );
     let subjects: Vec<&str> = batch
         .written
@@ -179,38 +203,71 @@ fn a_payload_edit_is_sent_by_id_then_the_point_is_stamped_again() {
 }
 
 #[test]
-fn an_overwrite_or_clear_keeps_the_stamp_by_writing_it_after() {
-    for (kind, body) in [
+fn every_edit_keeps_the_stamp_and_reaches_only_the_decided_owner() {
+    for (kind, body, sent) in [
         (
             EditKind::OverwritePayload,
             json!({ "payload": { "data": "x" }, "points": [1] }),
+            vec!["overwrite_payload"],
         ),
-        (EditKind::ClearPayload, json!({ "points": [1] })),
+        (
+            EditKind::ClearPayload,
+            json!({ "points": [1] }),
+            vec!["overwrite_payload"],
+        ),
+        (
+            EditKind::SetPayload,
+            json!({ "payload": { "a": 1 }, "key": "meta", "points": [1] }),
+            vec!["set_payload", "set_payload"],
+        ),
         (
             EditKind::DeletePayload,
             json!({ "keys": ["data"], "points": [1] }),
-        ),
-        (
-            EditKind::UpdateVectors,
-            json!({ "points": [{ "id": 1, "vector": [0.5] }] }),
+            vec!["delete_payload", "set_payload"],
         ),
         (
             EditKind::DeleteVectors,
             json!({ "points": [1], "vector": ["bm25"] }),
+            vec!["delete_vectors", "set_payload"],
         ),
     ] {
         let batch = built(vec![edit(kind, body).unwrap()], true);
-        assert_eq!(batch.operations.len(), 2, "{kind:?}");
-        assert!(
-            batch.operations[0].get(kind.batch_name()).is_some(),
-            "{kind:?}"
-        );
-        assert_eq!(
-            batch.operations[1]["set_payload"]["payload"][SUBJECT],
-            json!("alice"),
-            "{kind:?}"
-        );
+        let names: Vec<&str> = batch
+            .operations
+            .iter()
+            .map(|o| o.as_object().unwrap().keys().next().unwrap().as_str())
+            .collect();
+        assert_eq!(names, sent, "{kind:?}");
+        for operation in &batch.operations {
+            assert_eq!(
+                selects(operation),
+                (vec![json!(1)], Some((json!("acme"), json!("alice")))),
+                "{kind:?}"
+            );
+        }
+        let last = batch.operations.last().unwrap();
+        let (_, written) = last.as_object().and_then(|o| o.iter().next()).unwrap();
+        assert_eq!(written["payload"][SUBJECT], json!("alice"), "{kind:?}");
     }
+    // A vector update carries the owner in its update_filter, beside the client's own.
+    let op = edit(
+        EditKind::UpdateVectors,
+        json!({ "points": [{ "id": 1, "vector": [0.5] }], "update_filter": { "must": [{ "key": "v", "match": { "value": 1 } }] } }),
+    )
+    .unwrap();
+    let batch = built(vec![op], true);
+    let update = &batch.operations[0]["update_vectors"];
+    assert_eq!(update["points"], json!([{ "id": 1, "vector": [0.5] }]));
+    let must = update["update_filter"]["must"].as_array().unwrap();
+    assert_eq!(
+        must[0],
+        json!({ "must": [{ "key": "v", "match": { "value": 1 } }] })
+    );
+    assert!(must.contains(&json!({ "key": SUBJECT, "match": { "value": "alice" } })));
+    assert_eq!(
+        batch.operations[1]["set_payload"]["payload"][SUBJECT],
+        json!("alice")
+    );
 }
 
 #[test]
@@ -291,8 +348,8 @@ fn a_batch_follows_its_own_operations_and_refuses_whole() {
     ] }))
     .unwrap();
     let batch = built(ops, false);
-    assert_eq!(batch.ranges, vec![0..1, 1..3, 3..4, 4..4]);
-    assert_eq!(batch.operations[3], json!({ "delete": { "points": [2] } }));
+    assert_eq!(batch.ranges, vec![0..1, 1..2, 2..3, 3..3]);
+    assert_eq!(batch.operations[2], json!({ "delete": { "points": [2] } }));
     assert_eq!(batch.deleted, vec![PointId::Number(2)]);
     // A point deleted earlier in the batch is gone for a later edit.
     let ops = batch_of(json!({ "operations": [
@@ -336,8 +393,10 @@ fn a_filter_selects_only_what_the_scope_found() {
         stamp("alice", now() + TimeDelta::days(1)),
     )];
     let batch = build(ops, &found, false).unwrap().unwrap();
-    assert_eq!(batch.operations[0]["set_payload"]["points"], json!([1]));
-    assert!(batch.operations[0]["set_payload"].get("filter").is_none());
+    assert_eq!(
+        selects(&batch.operations[0]),
+        (vec![json!(1)], Some((json!("acme"), json!("alice"))))
+    );
     // Nothing selected: nothing sent, and a completed result answered.
     let ops = edit(
         EditKind::DeleteVectors,
@@ -381,8 +440,9 @@ fn arb_op() -> impl Strategy<Value = Value> {
 }
 
 proptest! {
-    /// Whatever the batch, Lethe sends no filter, and names only points the caller could see or
-    /// that the batch itself wrote; every point edited carries a stamp again afterwards.
+    /// Whatever the batch, Lethe selects only points the caller could see (by id, and by the
+    /// owner they were decided on) or that the batch itself wrote; every point edited carries its
+    /// stamp again afterwards.
     #[test]
     fn a_batch_never_reaches_past_the_scope(ops in proptest::collection::vec(arb_op(), 1..6)) {
         let ops = batch_of(json!({ "operations": ops }));
@@ -391,24 +451,34 @@ proptest! {
         let upserted: Vec<PointId> = ops.iter().filter(|o| matches!(o, Op::Upsert(_))).flat_map(Op::named_ids).collect();
         if let Ok(Ok(batch)) = build(ops, &before(), false) {
             let visible = before().visible;
+            let mut stamped_again = Vec::new();
             for operation in &batch.operations {
                 let (name, body) = operation.as_object().and_then(|o| o.iter().next()).unwrap();
-                prop_assert!(body.get("filter").is_none());
                 let named: Vec<Value> = match name.as_str() {
                     "upsert" => body["points"].as_array().unwrap().iter().map(|p| p["id"].clone()).collect(),
-                    _ => body["points"].as_array().unwrap().clone(),
+                    _ => {
+                        let (ids, owner) = selects(operation);
+                        if let Some((_, subject)) = owner {
+                            for id in &ids {
+                                // The batch's own upserts are alice's; otherwise the holder's.
+                                let id = PointId::parse(id).unwrap();
+                                let owner = if upserted.contains(&id) { "alice" } else { visible[&id].subject.as_str() };
+                                prop_assert_eq!(&json!(owner), &subject);
+                            }
+                        }
+                        ids
+                    }
                 };
-                for id in named {
-                    let id = PointId::parse(&id).unwrap();
+                for id in &named {
+                    let id = PointId::parse(id).unwrap();
                     prop_assert!(visible.contains_key(&id) || upserted.contains(&id), "{id:?}");
+                }
+                if name == "upsert" || body["payload"].get(SUBJECT).is_some() {
+                    stamped_again.extend(named);
                 }
             }
             for (id, _) in &batch.written {
-                let restamped = batch.operations.iter().any(|o| {
-                    o.get("upsert").is_some_and(|u| u["points"].as_array().unwrap().iter().any(|p| p["id"] == id.to_json()))
-                        || o.get("set_payload").is_some_and(|s| s["payload"].get(SUBJECT).is_some() && s["points"].as_array().unwrap().contains(&id.to_json()))
-                });
-                prop_assert!(restamped, "{id:?}");
+                prop_assert!(stamped_again.contains(&id.to_json()), "{id:?}");
             }
         }
     }
