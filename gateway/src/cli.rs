@@ -79,6 +79,15 @@ enum Command {
     /// List the kinds of store this build can front on the data plane (`adapter = "..."`) and
     /// purge (`<kind>:<name>` erasure targets), one per line: `route chroma`, `target redis`.
     Stores,
+    /// Governed PostgreSQL databases (`[[postgres]]`).
+    #[command(subcommand)]
+    Postgres(PostgresCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum PostgresCommand {
+    /// Print the SQL Lethe installs in the governed database NAME (run on every start).
+    Plan { name: String },
 }
 
 #[derive(Debug, Args)]
@@ -285,6 +294,18 @@ async fn dispatch(cli: Cli) -> Result<(), Failure> {
         }
         Command::Audit(AuditCommand::Verify { tenant }) => {
             audit_verify(&load()?, tenant.as_deref()).await
+        }
+        Command::Postgres(PostgresCommand::Plan { name }) => {
+            let config = load()?;
+            let db = config
+                .postgres
+                .iter()
+                .find(|d| d.name == name)
+                .ok_or_else(|| Failure(format!("no [[postgres]] named {name:?}"), 2))?;
+            for statement in crate::governed::plan::plan(db) {
+                println!("{statement};\n");
+            }
+            Ok(())
         }
         Command::Stores => {
             for kind in crate::stores::KINDS {

@@ -23,6 +23,107 @@ pub struct Config {
     pub audit: AuditConfig,
     pub erasure: ErasureConfig,
     pub routes: Vec<RouteConfig>,
+    /// PostgreSQL databases whose memory tables Lethe governs in the database itself.
+    pub postgres: Vec<GovernedDatabase>,
+}
+
+/// A PostgreSQL database of the agent app whose tables Lethe governs in the database: it
+/// installs row-level security and stamping triggers (schema `lethe`) and keeps the policy they
+/// read up to date, so that every client and every query shape is governed.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GovernedDatabase {
+    pub name: String,
+    /// Lethe's own connection: the governed tables' owner, or a superuser.
+    pub url: Secret,
+    /// The role agent apps connect as (created by Lethe, never `BYPASSRLS`).
+    pub app_role: String,
+    /// Roles that see and write only one tenant's rows: tenant -> role.
+    #[serde(default)]
+    pub tenant_roles: std::collections::BTreeMap<String, String>,
+    pub tables: Vec<GovernedTable>,
+}
+
+/// One governed table: SQL expressions over its row for the tenant, subject, purpose and
+/// category each row is about.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GovernedTable {
+    /// The table, optionally schema-qualified (`public.memories`).
+    pub table: String,
+    pub tenant: String,
+    pub subject: String,
+    pub purpose: String,
+    pub category: String,
+}
+
+/// An SQL identifier Lethe writes unquoted: lowercase letters, digits and `_`, not starting
+/// with a digit, at most 63 bytes.
+pub fn sql_identifier(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 63
+        && !name.starts_with(|c: char| c.is_ascii_digit())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+}
+
+impl GovernedDatabase {
+    /// Every problem of the database's settings, each prefixed with where it is.
+    fn problems(&self) -> Vec<String> {
+        let at = format!("[[postgres]] {}", self.name);
+        let mut problems = Vec::new();
+        if !valid_name(&self.name) {
+            problems.push(format!("{at}: name must be letters, digits, '-' or '_'"));
+        }
+        let roles = std::iter::once(&self.app_role).chain(self.tenant_roles.values());
+        for role in roles {
+            if !sql_identifier(role) || role.starts_with("pg_") {
+                problems.push(format!(
+                    "{at}: role {role:?} must be a lowercase SQL identifier (letters, digits, _), not pg_*"
+                ));
+            }
+        }
+        if self.tables.is_empty() {
+            problems.push(format!("{at}: name at least one [[postgres.tables]]"));
+        }
+        let mut seen = BTreeSet::new();
+        for table in &self.tables {
+            let parts: Vec<&str> = table.table.split('.').collect();
+            if parts.len() > 2
+                || !parts.iter().all(|p| sql_identifier(p))
+                || (parts.len() == 2 && parts[0] == "lethe")
+            {
+                problems.push(format!(
+                    "{at}: table {:?} must be [schema.]name, lowercase SQL identifiers, not in schema lethe",
+                    table.table
+                ));
+            }
+            if !seen.insert(table.table.as_str()) {
+                problems.push(format!("{at}: table {} is named twice", table.table));
+            }
+            for (what, expr) in [
+                ("tenant", &table.tenant),
+                ("subject", &table.subject),
+                ("purpose", &table.purpose),
+                ("category", &table.category),
+            ] {
+                // Written into Lethe's policies and triggers: one expression, nothing after it.
+                if expr.trim().is_empty()
+                    || expr.contains(';')
+                    || expr.contains("--")
+                    || expr.contains("/*")
+                    || expr.contains('$')
+                {
+                    problems.push(format!(
+                        "{at}: table {} {what}: one SQL expression over the row (no ';', comments or '$')",
+                        table.table
+                    ));
+                }
+            }
+        }
+        problems
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -543,6 +644,7 @@ impl Config {
         let auth = section(&mut table, "auth", &mut problems);
         let audit = section(&mut table, "audit", &mut problems);
         let erasure = section(&mut table, "erasure", &mut problems);
+        let postgres = section(&mut table, "postgres", &mut problems);
         let mut routes = Vec::new();
         match table.remove("routes") {
             None => {}
@@ -565,7 +667,7 @@ impl Config {
         }
         for key in table.keys() {
             problems.push(format!(
-                "unknown section `{key}` (expected data_plane, control_plane, state, auth, audit, erasure or routes)"
+                "unknown section `{key}` (expected data_plane, control_plane, state, auth, audit, erasure, routes or postgres)"
             ));
         }
         Ok((
@@ -577,6 +679,7 @@ impl Config {
                 audit,
                 erasure,
                 routes,
+                postgres,
             },
             problems,
         ))
@@ -602,6 +705,13 @@ impl Config {
     /// Semantic checks over a parsed configuration.
     fn problems(&self) -> Vec<String> {
         let mut problems = Vec::new();
+        let mut governed = BTreeSet::new();
+        for database in &self.postgres {
+            problems.extend(database.problems());
+            if !governed.insert(database.name.as_str()) {
+                problems.push(format!("[[postgres]] {}: named twice", database.name));
+            }
+        }
         if self.data_plane.listen == self.control_plane.listen {
             problems.push(format!(
                 "data_plane.listen and control_plane.listen are both {}",

@@ -11,6 +11,7 @@ pub mod control;
 pub mod data;
 pub mod erasure;
 pub mod error_shape;
+pub mod governed;
 pub mod keys;
 pub mod metrics;
 pub mod store;

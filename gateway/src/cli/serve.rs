@@ -36,7 +36,11 @@ pub(super) async fn serve(config: Config) -> Result<(), Failure> {
         crate::erasure::certificate::Certifier::backups_of(&config),
         Arc::clone(&audit_key),
     ));
+    let governed = crate::governed::Governed::start(&config, Arc::clone(&store))
+        .await
+        .map_err(|e| Failure(e, 2))?;
     let control_state = ControlState {
+        governed,
         store,
         verifier,
         audit_key: Arc::clone(&audit_key),

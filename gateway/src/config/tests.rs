@@ -348,3 +348,50 @@ fn erasure_targets_follow_routes_and_configured_stores() {
         );
     }
 }
+
+#[test]
+fn governed_databases_are_checked_with_every_problem_at_once() {
+    let text = r#"
+[[postgres]]
+name = "app"
+url = { value = "postgres://localhost/app" }
+app_role = "Lethe-App"
+tenant_roles = { acme = "pg_acme" }
+
+[[postgres.tables]]
+table = "lethe.memories"
+tenant = "tenant_id; DROP TABLE x"
+subject = "user_id -- who"
+purpose = "'personalization'"
+category = "category"
+
+[[postgres.tables]]
+table = "lethe.memories"
+tenant = "tenant_id"
+subject = "user_id"
+purpose = "$1"
+category = "category"
+"#;
+    let problems = Config::check(text).unwrap_err().problems;
+    let count = |needle: &str| problems.iter().filter(|p| p.contains(needle)).count();
+    assert_eq!(count("role \"Lethe-App\""), 1, "{problems:?}");
+    assert_eq!(count("role \"pg_acme\""), 1, "{problems:?}");
+    assert_eq!(count("not in schema lethe"), 2, "{problems:?}");
+    assert_eq!(count("named twice"), 1, "{problems:?}");
+    assert_eq!(count("one SQL expression over the row"), 3, "{problems:?}");
+    let good = r#"
+[[postgres]]
+name = "app"
+url = { value = "postgres://localhost/app" }
+app_role = "lethe_app"
+
+[[postgres.tables]]
+table = "memories"
+tenant = "tenant_id"
+subject = "metadata->>'user_id'"
+purpose = "'personalization'"
+category = "category"
+"#;
+    let config = Config::check(good).unwrap();
+    assert_eq!(config.postgres[0].tables[0].subject, "metadata->>'user_id'");
+}

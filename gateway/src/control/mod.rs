@@ -30,6 +30,8 @@ pub struct ControlState {
     pub metrics: Arc<Metrics>,
     pub max_body_bytes: usize,
     pub erasure: ErasureSettings,
+    /// The governed databases a policy change must reach before it is answered.
+    pub governed: Arc<crate::governed::Governed>,
 }
 
 /// How erasure requests are carried out and certified.
@@ -81,6 +83,10 @@ pub fn app(state: ControlState) -> Router {
         .route("/metrics", get(ops::metrics))
         .route("/openapi.json", get(ops::openapi))
         .fallback(|| async { ApiError::not_found("endpoint") })
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::clone(&state.governed),
+            governed_first,
+        ))
         .layer(DefaultBodyLimit::max(state.max_body_bytes))
         .with_state(state)
         .layer(axum::middleware::from_fn_with_state(
@@ -134,3 +140,28 @@ impl Problems {
 
 #[cfg(test)]
 mod tests;
+
+/// How long a change waits for the governed databases before it is answered anyway (then the
+/// lag shows in the metrics, and the change is still applied as soon as a database takes it).
+const GOVERNED_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// A change (any request but a read) is answered once the policy it changed has reached every
+/// governed database: a flip hides the subject there before its approval is acknowledged.
+async fn governed_first(
+    axum::extract::State(governed): axum::extract::State<Arc<crate::governed::Governed>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let changes = !matches!(
+        *request.method(),
+        axum::http::Method::GET | axum::http::Method::HEAD
+    );
+    let response = next.run(request).await;
+    if changes && !governed.settled(GOVERNED_WAIT).await {
+        tracing::warn!(
+            lag = governed.lag(),
+            "a policy change has not reached every governed database yet"
+        );
+    }
+    response
+}

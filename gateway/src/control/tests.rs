@@ -29,6 +29,7 @@ async fn harness() -> Harness {
         audit_key: Arc::from(crate::testing::AUDIT_KEY),
         metrics: Arc::default(),
         max_body_bytes: 64 * 1024,
+        governed: crate::governed::Governed::none(),
         erasure: ErasureSettings {
             approvals_required: 2,
             targets: vec!["chroma:chroma".into()],

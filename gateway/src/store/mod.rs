@@ -318,6 +318,10 @@ pub trait Store: Send + Sync + 'static {
     async fn grants(&self, tenant: &str, subject: &str) -> Result<Vec<ConsentGrant>, StoreError>;
 
     async fn retention(&self, tenant: &str) -> Result<Option<RetentionVersion>, StoreError>;
+    /// Every (tenant, subject) the store has a state for (a governed database's first copy).
+    async fn known_subjects(&self) -> Result<Vec<(String, String)>, StoreError>;
+    /// Every tenant with retention rules.
+    async fn retention_tenants(&self) -> Result<Vec<String>, StoreError>;
     /// Stores `policy` as the tenant's next version.
     async fn replace_retention(
         &self,

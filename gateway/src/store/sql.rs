@@ -564,6 +564,21 @@ macro_rules! impl_store {
                     .transpose()
                 }
 
+                async fn known_subjects(&self) -> Result<Vec<(String, String)>, StoreError> {
+                    let rows = sqlx::query("SELECT tenant, subject FROM subjects ORDER BY tenant, subject")
+                        .fetch_all(&self.pool)
+                        .await?;
+                    rows.iter()
+                        .map(|row| Ok((row.try_get("tenant")?, row.try_get("subject")?)))
+                        .collect()
+                }
+
+                async fn retention_tenants(&self) -> Result<Vec<String>, StoreError> {
+                    Ok(sqlx::query_scalar("SELECT DISTINCT tenant FROM retention_rule_sets ORDER BY tenant")
+                        .fetch_all(&self.pool)
+                        .await?)
+                }
+
                 async fn replace_retention(
                     &self,
                     tenant: &str,

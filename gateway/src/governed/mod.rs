@@ -1,0 +1,301 @@
+//! PostgreSQL databases governed in the database itself (`[[postgres]]`): Lethe installs the
+//! rules ([`plan`]) on start and keeps the policy they read in step with its own. Every policy
+//! change (grant, revocation, rules, flip) is applied to every governed database by one task, in
+//! order; the control plane answers a change only once it is applied ([`Governed::settled`]),
+//! or once the wait is over (the lag is then a metric, and the change is retried until applied).
+
+pub mod plan;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use lethe_policy::{Action, Layer, SubjectPolicy};
+use sqlx::postgres::{PgPool, PgPoolOptions};
+use tokio::sync::{Notify, mpsc};
+
+use crate::config::{Config, GovernedDatabase};
+use crate::store::{FeedEvent, PolicyChange, Store};
+
+/// One governed database: its settings and Lethe's pool to it.
+struct Database {
+    config: GovernedDatabase,
+    pool: PgPool,
+}
+
+/// Every governed database, and how far the policy applied to them has come.
+pub struct Governed {
+    /// Changes handed to the applying task.
+    queued: AtomicU64,
+    /// Changes applied to every database.
+    applied: Arc<AtomicU64>,
+    progress: Arc<Notify>,
+}
+
+impl Governed {
+    /// No governed database: every change is applied at once.
+    pub fn none() -> Arc<Governed> {
+        Arc::new(Governed {
+            queued: AtomicU64::new(0),
+            applied: Arc::new(AtomicU64::new(0)),
+            progress: Arc::new(Notify::new()),
+        })
+    }
+
+    /// Connects to every governed database, installs the rules, copies the whole policy, and
+    /// from then on applies every change the store's feed announces.
+    pub async fn start(config: &Config, store: Arc<dyn Store>) -> Result<Arc<Governed>, String> {
+        if config.postgres.is_empty() {
+            return Ok(Governed::none());
+        }
+        let mut databases = Vec::new();
+        for db in &config.postgres {
+            let url = String::from_utf8(db.url.resolve()?)
+                .map_err(|_| format!("[[postgres]] {}: url is not UTF-8", db.name))?;
+            let pool = PgPoolOptions::new()
+                .max_connections(4)
+                .acquire_timeout(Duration::from_secs(5))
+                .connect(&url)
+                .await
+                .map_err(|e| format!("[[postgres]] {}: cannot connect: {e}", db.name))?;
+            install(db, &pool)
+                .await
+                .map_err(|e| format!("[[postgres]] {}: cannot install the rules: {e}", db.name))?;
+            databases.push(Database {
+                config: db.clone(),
+                pool,
+            });
+        }
+        let (tx, rx) = mpsc::unbounded_channel::<PolicyChange>();
+        let governed = Arc::new(Governed {
+            queued: AtomicU64::new(0),
+            applied: Arc::new(AtomicU64::new(0)),
+            progress: Arc::new(Notify::new()),
+        });
+        // Subscribed before the copy: a change during it is applied again after it.
+        let queue = Arc::clone(&governed);
+        store.feed().on_event(move |event| {
+            if let FeedEvent::Changed(change) = event
+                && tx.send(change.clone()).is_ok()
+            {
+                queue.queued.fetch_add(1, Ordering::SeqCst);
+            }
+        });
+        for db in &databases {
+            copy_all(db, store.as_ref()).await.map_err(|e| {
+                format!(
+                    "[[postgres]] {}: cannot copy the policy: {e}",
+                    db.config.name
+                )
+            })?;
+        }
+        tokio::spawn(apply_changes(
+            databases,
+            store,
+            rx,
+            Arc::clone(&governed.applied),
+            Arc::clone(&governed.progress),
+        ));
+        Ok(governed)
+    }
+
+    /// How many changes are still to be applied to the governed databases.
+    pub fn lag(&self) -> u64 {
+        self.queued
+            .load(Ordering::SeqCst)
+            .saturating_sub(self.applied.load(Ordering::SeqCst))
+    }
+
+    /// Waits until every change announced so far is applied to every governed database, at
+    /// most `within`; whether it was.
+    pub async fn settled(&self, within: Duration) -> bool {
+        let target = self.queued.load(Ordering::SeqCst);
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            let notified = self.progress.notified();
+            if self.applied.load(Ordering::SeqCst) >= target {
+                return true;
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return self.applied.load(Ordering::SeqCst) >= target;
+            }
+        }
+    }
+}
+
+/// Installs (or upgrades) the rules in one transaction, one installer at a time.
+async fn install(db: &GovernedDatabase, pool: &PgPool) -> Result<(), sqlx::Error> {
+    let mut tx = pool.begin().await?;
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtext('lethe.install'))")
+        .execute(&mut *tx)
+        .await?;
+    // The plan is built from the operator's configuration, checked when it was loaded.
+    for statement in plan::plan(db) {
+        sqlx::raw_sql(sqlx::AssertSqlSafe(statement))
+            .execute(&mut *tx)
+            .await?;
+    }
+    tx.commit().await
+}
+
+/// The whole policy of every subject and tenant the state store knows.
+async fn copy_all(db: &Database, store: &dyn Store) -> Result<(), String> {
+    let subjects = store.known_subjects().await.map_err(|e| e.to_string())?;
+    let tenants = store.retention_tenants().await.map_err(|e| e.to_string())?;
+    for (tenant, subject) in subjects {
+        apply(
+            db,
+            store,
+            &PolicyChange {
+                tenant,
+                subject: Some(subject),
+            },
+        )
+        .await?;
+    }
+    for tenant in tenants {
+        apply(
+            db,
+            store,
+            &PolicyChange {
+                tenant,
+                subject: None,
+            },
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+/// Applies each change to every database, in order; a database that fails is retried (with
+/// backoff) until it takes the change, and nothing after it is counted applied before.
+async fn apply_changes(
+    databases: Vec<Database>,
+    store: Arc<dyn Store>,
+    mut rx: mpsc::UnboundedReceiver<PolicyChange>,
+    applied: Arc<AtomicU64>,
+    progress: Arc<Notify>,
+) {
+    while let Some(change) = rx.recv().await {
+        for db in &databases {
+            let mut backoff = Duration::from_millis(100);
+            while let Err(e) = apply(db, store.as_ref(), &change).await {
+                tracing::warn!(database = %db.config.name, error = %e, "a policy change could not be applied to a governed database; retrying");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(5));
+            }
+        }
+        applied.fetch_add(1, Ordering::SeqCst);
+        progress.notify_waiters();
+    }
+}
+
+/// One change: a subject's state and consent coverage, or a tenant's retention rules, read from
+/// the state store and written whole in one transaction.
+async fn apply(db: &Database, store: &dyn Store, change: &PolicyChange) -> Result<(), String> {
+    let failed = |e: sqlx::Error| e.to_string();
+    let mut tx = db.pool.begin().await.map_err(failed)?;
+    match &change.subject {
+        Some(subject) => {
+            let policy = store
+                .subject_policy(&change.tenant, subject)
+                .await
+                .map_err(|e| e.to_string())?;
+            write_subject(&mut tx, &change.tenant, subject, &policy)
+                .await
+                .map_err(failed)?;
+        }
+        None => {
+            let retention = store
+                .retention(&change.tenant)
+                .await
+                .map_err(|e| e.to_string())?
+                .map(|v| v.policy)
+                .unwrap_or_default();
+            sqlx::query("DELETE FROM lethe.rules WHERE tenant = $1")
+                .bind(&change.tenant)
+                .execute(&mut *tx)
+                .await
+                .map_err(failed)?;
+            sqlx::query("DELETE FROM lethe.purpose_ends WHERE tenant = $1")
+                .bind(&change.tenant)
+                .execute(&mut *tx)
+                .await
+                .map_err(failed)?;
+            let mut scopes: Vec<(&str, &str)> = retention
+                .rules
+                .iter()
+                .map(|r| (r.purpose.as_str(), r.category.as_str()))
+                .collect();
+            scopes.sort();
+            scopes.dedup();
+            for (purpose, category) in scopes {
+                // The rule a raw record of this purpose and category is kept by.
+                let Some(rule) = retention.rule_for(purpose, category, Layer::Raw) else {
+                    continue;
+                };
+                sqlx::query("INSERT INTO lethe.rules (tenant, purpose, category, max_age_seconds, legal_end) VALUES ($1, $2, $3, $4, $5)")
+                    .bind(&change.tenant)
+                    .bind(purpose)
+                    .bind(category)
+                    .bind(rule.max_age.seconds())
+                    .bind(rule.legal_end)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(failed)?;
+            }
+            for end in &retention.purpose_ends {
+                sqlx::query("INSERT INTO lethe.purpose_ends (tenant, purpose, ends_at) VALUES ($1, $2, $3) ON CONFLICT (tenant, purpose) DO UPDATE SET ends_at = least(lethe.purpose_ends.ends_at, excluded.ends_at)")
+                    .bind(&change.tenant)
+                    .bind(&end.purpose)
+                    .bind(end.ends_at)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(failed)?;
+            }
+        }
+    }
+    tx.commit().await.map_err(failed)
+}
+
+/// A subject's state and the consent its live grants give, per action. Updating the subject's
+/// row waits for the writes that locked it while deciding.
+async fn write_subject(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    tenant: &str,
+    subject: &str,
+    policy: &SubjectPolicy,
+) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "INSERT INTO lethe.subjects (tenant, subject, active, epoch) VALUES ($1, $2, $3, $4)
+         ON CONFLICT (tenant, subject) DO UPDATE SET active = excluded.active, epoch = excluded.epoch",
+    )
+    .bind(tenant)
+    .bind(subject)
+    .bind(policy.state.is_active())
+    .bind(policy.state.epoch)
+    .execute(&mut **tx)
+    .await?;
+    sqlx::query("DELETE FROM lethe.consents WHERE tenant = $1 AND subject = $2")
+        .bind(tenant)
+        .bind(subject)
+        .execute(&mut **tx)
+        .await?;
+    for grant in policy.grants.iter().filter(|g| g.revoked_at.is_none()) {
+        for action in [Action::Store, Action::Retrieve] {
+            if !grant.actions.contains(&action) {
+                continue;
+            }
+            sqlx::query("INSERT INTO lethe.consents (tenant, subject, purpose, category, action, ends_at) VALUES ($1, $2, $3, $4, $5, $6)")
+                .bind(tenant)
+                .bind(subject)
+                .bind(&grant.purpose)
+                .bind(&grant.category)
+                .bind(action.as_str())
+                .bind(grant.expires_at)
+                .execute(&mut **tx)
+                .await?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,212 @@
+//! The SQL Lethe installs in a governed database: pure text from the configuration.
+//!
+//! Schema `lethe` holds the policy the rules read (subject states, consent coverage, retention
+//! rules; fed by Lethe, readable by no app role) and the functions that decide: a write is
+//! stamped by a trigger (`lethe_expires_at`, `lethe_epoch`) or refused with SQLSTATE `LTH01`
+//! and `lethe: <code>`; a row is visible to the app roles only while `lethe.readable` says so.
+//! Row-level security is forced on every governed table, so that its owner is bound too; the
+//! role Lethe connects as keeps a policy of its own that sees every row (purges), and
+//! superusers bypass row security as always.
+
+use crate::config::{GovernedDatabase, GovernedTable};
+
+/// The version of what [`plan`] installs; bumped with every change to it.
+pub const VERSION: i32 = 1;
+
+/// The SQLSTATE of every refusal; the message names Lethe's refusal code.
+pub const REFUSED: &str = "LTH01";
+
+/// The statements, in order. Each is idempotent: run again, they leave the same objects.
+pub fn plan(db: &GovernedDatabase) -> Vec<String> {
+    let mut sql = schema();
+    let roles = std::iter::once((None, db.app_role.as_str())).chain(
+        db.tenant_roles
+            .iter()
+            .map(|(t, r)| (Some(t.as_str()), r.as_str())),
+    );
+    let roles: Vec<(Option<&str>, &str)> = roles.collect();
+    for (_, role) in &roles {
+        sql.push(format!(
+            "DO $lethe$ BEGIN IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = '{role}') THEN CREATE ROLE {role} LOGIN NOBYPASSRLS; END IF; END $lethe$"
+        ));
+        sql.push(format!("ALTER ROLE {role} NOBYPASSRLS"));
+        sql.push(format!("GRANT USAGE ON SCHEMA lethe TO {role}"));
+        sql.push(format!(
+            "GRANT EXECUTE ON FUNCTION lethe.readable(text, text, text, text, timestamptz, bigint) TO {role}"
+        ));
+    }
+    for table in &db.tables {
+        sql.extend(table_plan(table, &roles));
+    }
+    sql.push(format!(
+        "INSERT INTO lethe.version (version, installed_at) VALUES ({VERSION}, now()) ON CONFLICT (version) DO NOTHING"
+    ));
+    sql
+}
+
+/// The policy tables and the deciding functions.
+fn schema() -> Vec<String> {
+    vec![
+        "CREATE SCHEMA IF NOT EXISTS lethe".into(),
+        "REVOKE ALL ON SCHEMA lethe FROM PUBLIC".into(),
+        "CREATE TABLE IF NOT EXISTS lethe.version (version integer PRIMARY KEY, installed_at timestamptz NOT NULL)".into(),
+        "CREATE TABLE IF NOT EXISTS lethe.subjects (tenant text NOT NULL, subject text NOT NULL, active boolean NOT NULL, epoch bigint NOT NULL, PRIMARY KEY (tenant, subject))".into(),
+        "CREATE TABLE IF NOT EXISTS lethe.consents (tenant text NOT NULL, subject text NOT NULL, purpose text NOT NULL, category text NOT NULL, action text NOT NULL, ends_at timestamptz)".into(),
+        "CREATE INDEX IF NOT EXISTS consents_scope ON lethe.consents (tenant, subject, purpose, category, action)".into(),
+        "CREATE TABLE IF NOT EXISTS lethe.rules (tenant text NOT NULL, purpose text NOT NULL, category text NOT NULL, max_age_seconds bigint NOT NULL, legal_end timestamptz, PRIMARY KEY (tenant, purpose, category))".into(),
+        "CREATE TABLE IF NOT EXISTS lethe.purpose_ends (tenant text NOT NULL, purpose text NOT NULL, ends_at timestamptz NOT NULL, PRIMARY KEY (tenant, purpose))".into(),
+        format!(
+            "CREATE OR REPLACE FUNCTION lethe.refuse(code text) RETURNS void LANGUAGE plpgsql AS $lethe$
+BEGIN
+  RAISE EXCEPTION USING ERRCODE = '{REFUSED}', MESSAGE = 'lethe: ' || code,
+    HINT = 'refused by the policy Lethe installed; see the subject''s consent, state and retention rules';
+END $lethe$"
+        ),
+        // The subject's row is locked for share: a flip (which updates it) waits for the writes
+        // deciding on it to commit, and every write after the flip sees it.
+        "CREATE OR REPLACE FUNCTION lethe.decide_write(p_tenant text, p_subject text, p_purpose text, p_category text, p_requested timestamptz, OUT expires_at timestamptz, OUT epoch bigint)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $lethe$
+DECLARE
+  s lethe.subjects;
+  covered boolean;
+  consent_end timestamptz;
+  r lethe.rules;
+  purpose_end timestamptz;
+BEGIN
+  IF p_tenant IS NULL OR p_subject IS NULL OR p_purpose IS NULL OR p_category IS NULL THEN
+    PERFORM lethe.refuse('missing_scope');
+  END IF;
+  SELECT * INTO s FROM lethe.subjects WHERE tenant = p_tenant AND subject = p_subject FOR SHARE;
+  IF FOUND AND NOT s.active THEN
+    PERFORM lethe.refuse('subject_suppressed');
+  END IF;
+  SELECT bool_or(true), max(coalesce(c.ends_at, 'infinity')) INTO covered, consent_end
+    FROM lethe.consents c
+   WHERE c.tenant = p_tenant AND c.subject = p_subject AND c.purpose = p_purpose
+     AND c.category = p_category AND c.action = 'store' AND (c.ends_at IS NULL OR c.ends_at > now());
+  IF covered IS NULL THEN
+    PERFORM lethe.refuse('consent_required');
+  END IF;
+  SELECT * INTO r FROM lethe.rules WHERE tenant = p_tenant AND purpose = p_purpose AND category = p_category;
+  IF NOT FOUND THEN
+    PERFORM lethe.refuse('no_retention_rule');
+  END IF;
+  SELECT e.ends_at INTO purpose_end FROM lethe.purpose_ends e WHERE e.tenant = p_tenant AND e.purpose = p_purpose;
+  expires_at := least(now() + make_interval(secs => r.max_age_seconds), nullif(consent_end, 'infinity'),
+                      purpose_end, r.legal_end, p_requested);
+  IF expires_at <= now() THEN
+    PERFORM lethe.refuse('expired');
+  END IF;
+  epoch := coalesce(s.epoch, 0);
+END $lethe$".into(),
+        "CREATE OR REPLACE FUNCTION lethe.readable(p_tenant text, p_subject text, p_purpose text, p_category text, p_expires_at timestamptz, p_epoch bigint)
+RETURNS boolean LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $lethe$
+  SELECT p_expires_at IS NOT NULL AND p_epoch IS NOT NULL AND p_expires_at > now()
+     AND EXISTS (SELECT 1 FROM lethe.subjects s
+                  WHERE s.tenant = p_tenant AND s.subject = p_subject AND s.active AND s.epoch = p_epoch)
+     AND EXISTS (SELECT 1 FROM lethe.consents c
+                  WHERE c.tenant = p_tenant AND c.subject = p_subject AND c.purpose = p_purpose
+                    AND c.category = p_category AND c.action = 'retrieve'
+                    AND (c.ends_at IS NULL OR c.ends_at > now()))
+$lethe$".into(),
+        "REVOKE ALL ON ALL TABLES IN SCHEMA lethe FROM PUBLIC".into(),
+        "REVOKE ALL ON FUNCTION lethe.decide_write(text, text, text, text, timestamptz) FROM PUBLIC".into(),
+        "REVOKE ALL ON FUNCTION lethe.readable(text, text, text, text, timestamptz, bigint) FROM PUBLIC".into(),
+    ]
+}
+
+/// The name of a table's objects in schema lethe: `public.memories` -> `public_memories`.
+fn object_name(table: &GovernedTable) -> String {
+    table.table.replace('.', "_")
+}
+
+/// The schema a table's sequences are in.
+fn schema_of(table: &GovernedTable) -> &str {
+    table
+        .table
+        .split_once('.')
+        .map_or("public", |(schema, _)| schema)
+}
+
+/// The four expressions over the row, as text, in order tenant, subject, purpose, category.
+fn scope_of(table: &GovernedTable) -> String {
+    format!(
+        "({})::text, ({})::text, ({})::text, ({})::text",
+        table.tenant, table.subject, table.purpose, table.category
+    )
+}
+
+fn table_plan(table: &GovernedTable, roles: &[(Option<&str>, &str)]) -> Vec<String> {
+    let t = &table.table;
+    let name = object_name(table);
+    let scope = scope_of(table);
+    let readable = format!("lethe.readable({scope}, lethe_expires_at, lethe_epoch)");
+    let mut sql = vec![
+        format!("ALTER TABLE {t} ADD COLUMN IF NOT EXISTS lethe_expires_at timestamptz"),
+        format!("ALTER TABLE {t} ADD COLUMN IF NOT EXISTS lethe_epoch bigint"),
+        // Decides every written row: the row's own scope, the subject's current state; an
+        // update keeps the row's owner and use, and its earlier deadline.
+        format!(
+            "CREATE OR REPLACE FUNCTION lethe.stamp_{name}() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, public AS $lethe$
+DECLARE
+  scope text[];
+  was text[];
+  decided record;
+  requested timestamptz := NEW.lethe_expires_at;
+BEGIN
+  SELECT ARRAY[{scope}] INTO scope FROM (SELECT (NEW).*) AS lethe_row;
+  IF TG_OP = 'UPDATE' THEN
+    SELECT ARRAY[{scope}] INTO was FROM (SELECT (OLD).*) AS lethe_row;
+    IF scope IS DISTINCT FROM was THEN
+      PERFORM lethe.refuse('scope_violation');
+    END IF;
+    IF OLD.lethe_expires_at IS NULL OR OLD.lethe_epoch IS NULL THEN
+      PERFORM lethe.refuse('unstamped_item');
+    END IF;
+    requested := least(requested, OLD.lethe_expires_at);
+  END IF;
+  decided := lethe.decide_write(scope[1], scope[2], scope[3], scope[4], requested);
+  IF TG_OP = 'UPDATE' AND OLD.lethe_epoch IS DISTINCT FROM decided.epoch THEN
+    PERFORM lethe.refuse('stale_epoch');
+  END IF;
+  NEW.lethe_expires_at := decided.expires_at;
+  NEW.lethe_epoch := decided.epoch;
+  RETURN NEW;
+END $lethe$"
+        ),
+        format!("DROP TRIGGER IF EXISTS lethe_stamp ON {t}"),
+        format!(
+            "CREATE TRIGGER lethe_stamp BEFORE INSERT OR UPDATE ON {t} FOR EACH ROW EXECUTE FUNCTION lethe.stamp_{name}()"
+        ),
+        format!("ALTER TABLE {t} ENABLE ROW LEVEL SECURITY"),
+        format!("ALTER TABLE {t} FORCE ROW LEVEL SECURITY"),
+        // Lethe's own connection sees and deletes every row (purges, sweeps).
+        format!("DROP POLICY IF EXISTS lethe_itself ON {t}"),
+        format!("CREATE POLICY lethe_itself ON {t} TO CURRENT_USER USING (true) WITH CHECK (true)"),
+    ];
+    for (tenant, role) in roles {
+        let only = match tenant {
+            Some(tenant) => format!(" AND ({}) = '{tenant}'", table.tenant),
+            None => String::new(),
+        };
+        let policy = format!("lethe_{role}");
+        sql.extend([
+            format!("GRANT SELECT, INSERT, UPDATE, DELETE ON {t} TO {role}"),
+            format!("GRANT USAGE ON SCHEMA {} TO {role}", schema_of(table)),
+            format!(
+                "GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA {} TO {role}",
+                schema_of(table)
+            ),
+            format!("DROP POLICY IF EXISTS {policy} ON {t}"),
+            // What the trigger stamped may be written; what is readable may be read, changed
+            // and deleted.
+            format!(
+                "CREATE POLICY {policy} ON {t} TO {role} USING ({readable}{only}) WITH CHECK (lethe_expires_at IS NOT NULL AND lethe_epoch IS NOT NULL{only})"
+            ),
+        ]);
+    }
+    sql
+}
+
+#[cfg(test)]
+mod tests;

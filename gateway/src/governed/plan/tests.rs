@@ -1,0 +1,110 @@
+use super::*;
+use crate::config::GovernedDatabase;
+
+fn db() -> GovernedDatabase {
+    GovernedDatabase {
+        name: "app".into(),
+        url: crate::config::Secret::Value("postgres://x".into()),
+        app_role: "lethe_app".into(),
+        tenant_roles: [("acme".to_owned(), "acme_app".to_owned())].into(),
+        tables: vec![GovernedTable {
+            table: "public.memories".into(),
+            tenant: "tenant_id".into(),
+            subject: "user_id".into(),
+            purpose: "'personalization'".into(),
+            category: "category".into(),
+        }],
+    }
+}
+
+fn with(sql: &[String], needle: &str) -> Vec<String> {
+    sql.iter().filter(|s| s.contains(needle)).cloned().collect()
+}
+
+#[test]
+fn every_table_is_stamped_by_a_trigger_and_read_through_forced_row_security() {
+    let sql = plan(&db());
+    for needle in [
+        "ALTER TABLE public.memories ADD COLUMN IF NOT EXISTS lethe_expires_at timestamptz",
+        "ALTER TABLE public.memories ADD COLUMN IF NOT EXISTS lethe_epoch bigint",
+        "CREATE TRIGGER lethe_stamp BEFORE INSERT OR UPDATE ON public.memories FOR EACH ROW EXECUTE FUNCTION lethe.stamp_public_memories()",
+        "ALTER TABLE public.memories ENABLE ROW LEVEL SECURITY",
+        "ALTER TABLE public.memories FORCE ROW LEVEL SECURITY",
+        "CREATE POLICY lethe_itself ON public.memories TO CURRENT_USER USING (true) WITH CHECK (true)",
+    ] {
+        assert_eq!(with(&sql, needle).len(), 1, "{needle}");
+    }
+    let scope = "(tenant_id)::text, (user_id)::text, ('personalization')::text, (category)::text";
+    let app = with(
+        &sql,
+        "CREATE POLICY lethe_lethe_app ON public.memories TO lethe_app",
+    );
+    assert_eq!(app.len(), 1);
+    assert!(
+        app[0].contains(&format!(
+            "USING (lethe.readable({scope}, lethe_expires_at, lethe_epoch))"
+        )),
+        "{}",
+        app[0]
+    );
+    // The tenant's role sees and writes its tenant's rows only.
+    let acme = with(
+        &sql,
+        "CREATE POLICY lethe_acme_app ON public.memories TO acme_app",
+    );
+    assert_eq!(acme.len(), 1);
+    assert_eq!(
+        acme[0].matches("AND (tenant_id) = 'acme'").count(),
+        2,
+        "{}",
+        acme[0]
+    );
+    // The trigger evaluates the same expressions over the new row (and the old one).
+    let trigger = with(
+        &sql,
+        "CREATE OR REPLACE FUNCTION lethe.stamp_public_memories()",
+    );
+    assert_eq!(trigger[0].matches(&format!("ARRAY[{scope}]")).count(), 2);
+}
+
+#[test]
+fn the_plan_can_run_again_and_never_lets_a_role_bypass_it() {
+    let sql = plan(&db());
+    for statement in &sql {
+        let creates =
+            statement.starts_with("CREATE ") && !statement.starts_with("CREATE OR REPLACE");
+        let guarded = statement.contains("IF NOT EXISTS")
+            || statement.starts_with("CREATE POLICY")
+            || statement.starts_with("CREATE TRIGGER");
+        assert!(!creates || guarded, "not idempotent: {statement}");
+        assert!(!statement.contains(" BYPASSRLS"), "{statement}");
+    }
+    // Each policy and trigger is dropped right before it is created again.
+    for (i, statement) in sql.iter().enumerate() {
+        if let Some(rest) = statement
+            .strip_prefix("CREATE POLICY ")
+            .or(statement.strip_prefix("CREATE TRIGGER "))
+        {
+            let name = rest.split_whitespace().next().unwrap();
+            assert!(
+                sql[i - 1].starts_with("DROP ") && sql[i - 1].contains(name),
+                "{statement}"
+            );
+        }
+    }
+    for role in ["lethe_app", "acme_app"] {
+        assert_eq!(
+            with(&sql, &format!("ALTER ROLE {role} NOBYPASSRLS")).len(),
+            1
+        );
+    }
+    // The app roles may call the read check, never the write decision or the policy tables.
+    assert!(with(&sql, "GRANT EXECUTE ON FUNCTION lethe.decide_write").is_empty());
+    assert!(with(&sql, "GRANT SELECT ON lethe.").is_empty());
+    assert_eq!(
+        sql.last().unwrap(),
+        &format!(
+            "INSERT INTO lethe.version (version, installed_at) VALUES ({VERSION}, now()) ON CONFLICT (version) DO NOTHING"
+        )
+    );
+}

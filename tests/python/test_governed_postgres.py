@@ -1,0 +1,145 @@
+"""PostgreSQL memory governed in the database itself: Lethe installs row-level security and a
+stamping trigger on the app's `memories` table (pgvector), and keeps the policy they read in step
+with its own. The app connects with `psycopg` as the app role Lethe created, as any client
+would; every count of what is really there is made as the owner (a superuser)."""
+
+import psycopg
+import pytest
+
+from conftest import GLOBEX, TENANT, someone, two_tenant_lethe, wait_for
+
+REFUSED = "LTH01"
+
+
+@pytest.fixture
+def governed(chroma, pgvector, tmp_path):
+    url = pgvector()
+    with psycopg.connect(url, autocommit=True) as owner:
+        owner.execute("CREATE EXTENSION IF NOT EXISTS vector")
+        owner.execute("""CREATE TABLE memories (id bigserial PRIMARY KEY, tenant_id text NOT NULL, user_id text NOT NULL,
+                         category text NOT NULL, content text NOT NULL, embedding vector(3))""")
+        owner.execute("CREATE INDEX ON memories USING hnsw (embedding vector_l2_ops)")
+    config = f'''
+[[postgres]]
+name = "app"
+url = {{ value = "{url}" }}
+app_role = "lethe_app"
+tenant_roles = {{ {GLOBEX} = "globex_app" }}
+
+[[postgres.tables]]
+table = "memories"
+tenant = "tenant_id"
+subject = "user_id"
+purpose = "'personalization'"
+category = "category"
+'''
+    instance = two_tenant_lethe(chroma, tmp_path, config)
+    as_role = lambda role: psycopg.connect(url.replace("postgres:@", f"{role}:@", 1), autocommit=True)
+    yield instance, (lambda: psycopg.connect(url, autocommit=True)), as_role
+    instance.stop()
+
+
+def write(conn, tenant, user, content, category="preference"):
+    conn.execute("INSERT INTO memories (tenant_id, user_id, category, content, embedding) VALUES (%s, %s, %s, %s, '[1,0.5,0.25]')",
+                 (tenant, user, category, content))
+
+
+def refusal(call):
+    with pytest.raises(psycopg.Error) as e:
+        call()
+    return e.value.sqlstate, e.value.diag.message_primary
+
+
+def visible(conn, user=None):
+    """What the app sees, through several query shapes that must agree."""
+    where, args = ("WHERE user_id = %s", (user,)) if user else ("", ())
+    plain = conn.execute(f"SELECT content FROM memories {where} ORDER BY content", args).fetchall()
+    nearest = conn.execute(f"SELECT content FROM memories {where} ORDER BY embedding <-> '[1,0.5,0.25]' LIMIT 100", args).fetchall()
+    cte = conn.execute(f"WITH m AS (SELECT * FROM memories {where}) SELECT m.content FROM m JOIN memories n ON n.id = m.id", args).fetchall()
+    assert sorted(plain) == sorted(nearest) == sorted(cte), (plain, nearest, cte)
+    return [c for (c,) in plain]
+
+
+def held(owner, user):
+    return owner.execute("SELECT count(*) FROM memories WHERE user_id = %s", (user,)).fetchone()[0]
+
+
+def test_writes_are_decided_and_stamped_reads_see_only_what_policy_allows(governed):
+    lethe, owner_conn, as_role = governed
+    alice, bob, dave = someone(), someone(), someone()
+    app, owner = as_role("lethe_app"), owner_conn()
+
+    assert refusal(lambda: write(app, TENANT, alice, "alice likes tea")) == (REFUSED, "lethe: consent_required")
+    assert held(owner, alice) == 0, "a refused write writes nothing"
+
+    lethe.grant(alice)  # answered once the grant has reached the database
+    write(app, TENANT, alice, "alice likes tea")
+    expires, epoch = owner.execute("SELECT lethe_expires_at, lethe_epoch FROM memories WHERE user_id = %s", (alice,)).fetchone()
+    days = owner.execute("SELECT extract(epoch FROM %s - now()) / 86400", (expires,)).fetchone()[0]
+    assert 29.9 < float(days) <= 30 and epoch == 0, (days, epoch)
+    assert visible(app, alice) == ["alice likes tea"]
+
+    # Store without retrieve: written, never read back.
+    lethe.grant(bob, actions=("store",))
+    write(app, TENANT, bob, "bob's secret")
+    assert held(owner, bob) == 1 and visible(app, bob) == []
+
+    # A row written past Lethe by a superuser (triggers off) is unstamped: no app role sees it.
+    owner.execute("SET session_replication_role = replica")
+    write(owner, TENANT, alice, "alice, written around Lethe")
+    owner.execute("SET session_replication_role = DEFAULT")
+    assert visible(app, alice) == ["alice likes tea"]
+
+    # The app cannot move a row to another subject, or keep it longer.
+    assert refusal(lambda: app.execute("UPDATE memories SET user_id = %s WHERE user_id = %s", (dave, alice)))[1] == "lethe: scope_violation"
+    app.execute("UPDATE memories SET lethe_expires_at = now() + interval '10 years', content = 'alice likes green tea' WHERE user_id = %s", (alice,))
+    later = owner.execute("SELECT lethe_expires_at FROM memories WHERE user_id = %s AND lethe_epoch IS NOT NULL", (alice,)).fetchone()[0]
+    assert later <= expires and visible(app, alice) == ["alice likes green tea"]
+
+    # What a client can try, and what it gets.
+    for attempt, state in (("ALTER TABLE memories DISABLE ROW LEVEL SECURITY", "42501"),
+                           ("ALTER TABLE memories DISABLE TRIGGER lethe_stamp", "42501"),
+                           ("SELECT * FROM lethe.subjects", "42501"),
+                           ("SELECT * FROM lethe.decide_write('acme', 'x', 'p', 'c', NULL)", "42501"),
+                           ("SET session_replication_role = replica", "42501")):
+        assert refusal(lambda: app.execute(attempt))[0] == state, attempt
+    app.execute("SET row_security = off")
+    assert refusal(lambda: app.execute("SELECT count(*) FROM memories"))[0] == "42501", "row security cannot be switched off"
+
+
+def test_a_revocation_and_an_erasure_hide_the_subject_at_once_and_refuse_late_writes(governed):
+    lethe, owner_conn, as_role = governed
+    alice, carol = someone(), someone()
+    app, owner = as_role("lethe_app"), owner_conn()
+    grant = lethe.grant(alice)
+    lethe.grant(carol)
+    write(app, TENANT, alice, "alice 1")
+    write(app, TENANT, carol, "carol 1")
+    assert visible(app) == ["alice 1", "carol 1"]
+
+    assert lethe.call("POST", f"/v1/consents/{grant}/revoke")[0] == 200
+    assert visible(app) == ["carol 1"], "the very next query: alice's consent is gone"
+    assert refusal(lambda: write(app, TENANT, alice, "alice 2"))[1] == "lethe: consent_required"
+
+    status, filed = lethe.call("POST", "/v1/erasures", {"subject": carol, "ticket": "DSR-PG", "reason": "art. 17"})
+    assert status == 201
+    assert lethe.call("POST", f"/v1/erasures/{filed['id']}/approve")[0] == 200
+    assert visible(app) == [], "the very next query after the approval: carol is gone"
+    assert refusal(lambda: write(app, TENANT, carol, "carol, late"))[1] == "lethe: subject_suppressed"
+    assert held(owner, carol) == 1, "hidden at once; the purge removes it"
+
+
+def test_a_tenant_role_sees_and_writes_its_tenant_only(governed):
+    lethe, owner_conn, as_role = governed
+    acme_user, globex_user = someone(), someone(GLOBEX)
+    lethe.grant(acme_user)
+    lethe.grant(globex_user, tenant=GLOBEX)
+    app, globex = as_role("lethe_app"), as_role("globex_app")
+    write(app, TENANT, acme_user, "acme's")
+    write(globex, GLOBEX, globex_user, "globex's")
+    assert refusal(lambda: write(globex, TENANT, acme_user, "into acme"))[0] == "42501"
+    assert visible(globex) == ["globex's"]
+    assert visible(app) == ["acme's", "globex's"]
+    assert globex.execute("UPDATE memories SET content = 'x' WHERE tenant_id = %s", (TENANT,)).rowcount == 0
+    assert globex.execute("DELETE FROM memories WHERE tenant_id = %s", (TENANT,)).rowcount == 0
+    assert held(owner_conn(), acme_user) == 1
