@@ -69,6 +69,46 @@ pub fn sql_identifier(name: &str) -> bool {
 }
 
 impl GovernedDatabase {
+    /// The erasure target `postgres:<name>` that purges the governed tables: every row whose
+    /// tenant and subject expressions name the subject, then the tables' vector indexes rebuilt
+    /// and the tables vacuumed.
+    pub fn erasure_target(&self) -> PostgresTarget {
+        let owned =
+            |t: &GovernedTable| format!("({})::text = $1 AND ({})::text = $2", t.tenant, t.subject);
+        let count = self
+            .tables
+            .iter()
+            .map(|t| format!("(SELECT count(*) FROM {} WHERE {})", t.table, owned(t)))
+            .collect::<Vec<_>>()
+            .join(" + ");
+        let subjects = self
+            .tables
+            .iter()
+            .map(|t| {
+                format!(
+                    "SELECT ({})::text FROM {} WHERE ({})::text = $1",
+                    t.subject, t.table, t.tenant
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(" UNION ");
+        let tables: Vec<String> = self.tables.iter().map(|t| t.table.clone()).collect();
+        PostgresTarget {
+            name: self.name.clone(),
+            url: self.url.clone(),
+            count: format!("SELECT {count}"),
+            delete: self
+                .tables
+                .iter()
+                .map(|t| format!("DELETE FROM {} WHERE {}", t.table, owned(t)))
+                .collect(),
+            subjects: Some(subjects),
+            reindex: Vec::new(),
+            vacuum: tables.clone(),
+            vector_tables: tables,
+        }
+    }
+
     /// Every problem of the database's settings, each prefixed with where it is.
     fn problems(&self) -> Vec<String> {
         let at = format!("[[postgres]] {}", self.name);
@@ -213,6 +253,10 @@ pub struct PostgresTarget {
     /// Tables vacuumed afterwards.
     #[serde(default)]
     pub vacuum: Vec<String>,
+    /// Tables whose vector indexes (HNSW, IVFFlat) are found in the live schema and rebuilt
+    /// with `REINDEX INDEX CONCURRENTLY` afterwards; set for governed databases, not configured.
+    #[serde(skip)]
+    pub vector_tables: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -251,7 +295,9 @@ impl Config {
             .erasure
             .postgres
             .iter()
-            .map(|p| format!("postgres:{}", p.name));
+            .map(|p| p.name.as_str())
+            .chain(self.postgres.iter().map(|g| g.name.as_str()))
+            .map(|name| format!("postgres:{name}"));
         let redis = self
             .erasure
             .redis
@@ -708,8 +754,17 @@ impl Config {
         let mut governed = BTreeSet::new();
         for database in &self.postgres {
             problems.extend(database.problems());
-            if !governed.insert(database.name.as_str()) {
-                problems.push(format!("[[postgres]] {}: named twice", database.name));
+            if !governed.insert(database.name.as_str())
+                || self
+                    .erasure
+                    .postgres
+                    .iter()
+                    .any(|t| t.name == database.name)
+            {
+                problems.push(format!(
+                    "[[postgres]] {}: named twice (its erasure target is postgres:{0}, beside [[erasure.postgres]])",
+                    database.name
+                ));
             }
         }
         if self.data_plane.listen == self.control_plane.listen {

@@ -20,6 +20,9 @@ def governed(chroma, pgvector, tmp_path):
                          category text NOT NULL, content text NOT NULL, embedding vector(3))""")
         owner.execute("CREATE INDEX ON memories USING hnsw (embedding vector_l2_ops)")
     config = f'''
+[erasure]
+sweep_interval = "200ms"
+
 [[postgres]]
 name = "app"
 url = {{ value = "{url}" }}
@@ -126,7 +129,20 @@ def test_a_revocation_and_an_erasure_hide_the_subject_at_once_and_refuse_late_wr
     assert lethe.call("POST", f"/v1/erasures/{filed['id']}/approve")[0] == 200
     assert visible(app) == [], "the very next query after the approval: carol is gone"
     assert refusal(lambda: write(app, TENANT, carol, "carol, late"))[1] == "lethe: subject_suppressed"
-    assert held(owner, carol) == 1, "hidden at once; the purge removes it"
+    # Hidden at once; then the purge deletes every row of carol's, the unstamped one written
+    # around Lethe too, rebuilds the vector index and vacuums.
+    owner.execute("SET session_replication_role = replica")
+    write(owner, TENANT, carol, "carol, written around Lethe")
+    owner.execute("SET session_replication_role = DEFAULT")
+    done = wait_for("the erasure to complete",
+                    lambda: (r := lethe.call("GET", f"/v1/erasures/{filed['id']}")[1])["state"] == "completed" and r,
+                    deadline=60)
+    result = next(t["result"] for t in done["targets"] if t["target"] == "postgres:app")
+    assert (result["before"], result["deleted"], result["remaining"]) == (2, 2, 0), result
+    assert held(owner, carol) == 0
+    # Alice's row went with her consent: the sweep deletes what no store consent covers.
+    wait_for("the sweep to delete alice's row", lambda: held(owner, alice) == 0, deadline=10)
+    assert any(line.startswith("index public.memories_embedding_idx rebuilt") for line in result["physical"]["done"]), result["physical"]
 
 
 def test_a_tenant_role_sees_and_writes_its_tenant_only(governed):
@@ -143,3 +159,28 @@ def test_a_tenant_role_sees_and_writes_its_tenant_only(governed):
     assert globex.execute("UPDATE memories SET content = 'x' WHERE tenant_id = %s", (TENANT,)).rowcount == 0
     assert globex.execute("DELETE FROM memories WHERE tenant_id = %s", (TENANT,)).rowcount == 0
     assert held(owner_conn(), acme_user) == 1
+
+
+def test_the_sweep_deletes_expired_and_revoked_rows_unless_a_hold_keeps_them(governed):
+    lethe, owner_conn, as_role = governed
+    short, held_one, revoked = someone(), someone(), someone()
+    app, owner = as_role("lethe_app"), owner_conn()
+    for s in (short, held_one):
+        lethe.grant(s)
+    grant = lethe.grant(revoked)
+    status, hold = lethe.call("POST", "/v1/legal-holds", {"subject": held_one, "reason": "litigation"})
+    assert status == 201, hold
+    for s in (short, held_one):
+        # A client may ask for an earlier deadline than policy gives.
+        app.execute("INSERT INTO memories (tenant_id, user_id, category, content, lethe_expires_at) VALUES (%s, %s, 'preference', 'soon', now() + interval '2 seconds')",
+                    (TENANT, s))
+    write(app, TENANT, revoked, "kept for 30 days, until the revocation")
+    write(app, TENANT, short, "kept for 30 days")
+    assert lethe.call("POST", f"/v1/consents/{grant}/revoke")[0] == 200
+    wait_for("the sweep to delete the revoked subject's row", lambda: held(owner, revoked) == 0, deadline=10)
+    wait_for("the sweep to delete the expired row", lambda: held(owner, short) == 1, deadline=15)
+    assert owner.execute("SELECT content FROM memories WHERE user_id = %s", (short,)).fetchall() == [("kept for 30 days",)]
+    assert held(owner, held_one) == 1, "the hold keeps the expired row"
+    assert visible(app, held_one) == [], "but it is expired: no one reads it"
+    assert lethe.call("POST", f"/v1/legal-holds/{hold['id']}/release")[0] == 200
+    wait_for("the sweep to delete the released row", lambda: held(owner, held_one) == 0, deadline=10)

@@ -176,16 +176,16 @@ impl Worker {
         for c in route_connectors(config)? {
             connectors.insert(c.target, Target::own(&c.route, c.connector));
         }
-        for target in &config.erasure.postgres {
+        let governed = config.postgres.iter().map(|db| db.erasure_target());
+        for target in config.erasure.postgres.iter().cloned().chain(governed) {
             let url = target
                 .url
                 .resolve()
                 .map_err(|e| format!("erasure.postgres {}: url: {e}", target.name))?;
             let url = String::from_utf8(url)
                 .map_err(|_| format!("erasure.postgres {}: url is not text", target.name))?;
-            let connector: Arc<dyn Connector> =
-                Arc::new(PostgresConnector::new(url, target.clone()));
             let name = format!("postgres:{}", target.name);
+            let connector: Arc<dyn Connector> = Arc::new(PostgresConnector::new(url, target));
             connectors.insert(name.clone(), Target::own(&name, connector));
         }
         for target in &config.erasure.redis {

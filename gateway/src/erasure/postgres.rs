@@ -75,7 +75,19 @@ impl PostgresConnector {
     /// the deletion's LSN on, with the date the server's settings give, or why none can be given.
     async fn physical(&self, conn: &mut PgConnection, deletion: &str, keys: &[String]) -> Physical {
         let mut physical = Physical::default();
-        for index in &self.target.reindex {
+        let mut indexes = self.target.reindex.clone();
+        for table in &self.target.vector_tables {
+            match vector_indexes(conn, table).await {
+                Ok(found) => indexes.extend(found),
+                Err(e) => physical.remaining.push(Copy::unknown(
+                    &format!("the vector indexes of {table}"),
+                    "entries and vectors of the deleted rows",
+                    &format!("they could not be listed: {e}"),
+                    "an index keeps deleted entries until it is rebuilt",
+                )),
+            }
+        }
+        for index in &indexes {
             let sql = format!("REINDEX INDEX CONCURRENTLY {}", quote(index));
             match sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
                 .execute(&mut *conn)
@@ -129,6 +141,22 @@ impl PostgresConnector {
         physical.remaining.extend(wal(conn, deletion).await);
         physical
     }
+}
+
+/// The HNSW and IVFFlat indexes of a table (pgvector's, which keep deleted vectors until
+/// rebuilt), schema-qualified.
+async fn vector_indexes(conn: &mut PgConnection, table: &str) -> Result<Vec<String>, sqlx::Error> {
+    sqlx::query_scalar(
+        "SELECT n.nspname || '.' || c.relname FROM pg_catalog.pg_index i
+           JOIN pg_catalog.pg_class c ON c.oid = i.indexrelid
+           JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+           JOIN pg_catalog.pg_am a ON a.oid = c.relam
+          WHERE i.indrelid = $1::regclass AND a.amname IN ('hnsw', 'ivfflat')
+          ORDER BY 1",
+    )
+    .bind(table)
+    .fetch_all(&mut *conn)
+    .await
 }
 
 impl PostgresConnector {
@@ -396,6 +424,7 @@ mod tests {
             subjects: None,
             reindex: vec!["memories_by_user".into()],
             vacuum: vec!["memories".into(), "messages".into()],
+            vector_tables: vec![],
         };
         execute_raw(&url, "ANALYZE memories").await.unwrap();
         let sampled_before: String = {
@@ -480,6 +509,7 @@ mod tests {
             subjects: subjects.map(str::to_owned),
             reindex: vec![],
             vacuum: vec![],
+            vector_tables: vec![],
         };
         let forgotten = lethe_policy::audit::forgotten(crate::testing::AUDIT_KEY, "acme", "u1");
         let erased = crate::testing::subjects("acme", &[&forgotten]);
@@ -522,6 +552,7 @@ mod tests {
             subjects: None,
             reindex: vec![],
             vacuum: vec![],
+            vector_tables: vec![],
         };
         let err = PostgresConnector::new(url.clone(), target)
             .purge(&crate::testing::subjects("acme", &["u1"]), &[])

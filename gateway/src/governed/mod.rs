@@ -89,6 +89,10 @@ impl Governed {
                 )
             })?;
         }
+        let interval = config.erasure.sweep_interval.0;
+        for db in &databases {
+            tokio::spawn(sweep(db.config.clone(), db.pool.clone(), interval));
+        }
         tokio::spawn(apply_changes(
             databases,
             store,
@@ -118,6 +122,28 @@ impl Governed {
             }
             if tokio::time::timeout_at(deadline, notified).await.is_err() {
                 return self.applied.load(Ordering::SeqCst) >= target;
+            }
+        }
+    }
+}
+
+/// The retention sweep of a governed database: every `interval`, each table's expired rows (and
+/// those whose `store` consent is gone) are deleted, unless a hold keeps them.
+async fn sweep(db: GovernedDatabase, pool: PgPool, interval: Duration) {
+    loop {
+        tokio::time::sleep(interval).await;
+        for table in &db.tables {
+            match sqlx::query(sqlx::AssertSqlSafe(plan::sweep(table)))
+                .execute(&pool)
+                .await
+            {
+                Ok(done) if done.rows_affected() > 0 => {
+                    tracing::info!(database = %db.name, table = %table.table, deleted = done.rows_affected(), "expired rows swept");
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!(database = %db.name, table = %table.table, error = %e, "the sweep of a governed table failed; retried next time")
+                }
             }
         }
     }
@@ -201,11 +227,30 @@ async fn apply(db: &Database, store: &dyn Store, change: &PolicyChange) -> Resul
                 .subject_policy(&change.tenant, subject)
                 .await
                 .map_err(|e| e.to_string())?;
+            let holds = store
+                .holds(&change.tenant, Some(subject))
+                .await
+                .map_err(|e| e.to_string())?;
             write_subject(&mut tx, &change.tenant, subject, &policy)
+                .await
+                .map_err(failed)?;
+            let held = holds.iter().any(|h| {
+                h.hold.subject.as_deref() == Some(subject) && h.hold.is_active(crate::now())
+            });
+            write_holds(&mut tx, &change.tenant, Some(subject), held)
                 .await
                 .map_err(failed)?;
         }
         None => {
+            let held = store
+                .holds(&change.tenant, None)
+                .await
+                .map_err(|e| e.to_string())?
+                .iter()
+                .any(|h| h.hold.subject.is_none() && h.hold.is_active(crate::now()));
+            write_holds(&mut tx, &change.tenant, None, held)
+                .await
+                .map_err(failed)?;
             let retention = store
                 .retention(&change.tenant)
                 .await
@@ -256,6 +301,28 @@ async fn apply(db: &Database, store: &dyn Store, change: &PolicyChange) -> Resul
         }
     }
     tx.commit().await.map_err(failed)
+}
+
+/// Whether a subject (or, with `None`, the whole tenant) is under an active hold.
+async fn write_holds(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    tenant: &str,
+    subject: Option<&str>,
+    held: bool,
+) -> Result<(), sqlx::Error> {
+    sqlx::query("DELETE FROM lethe.holds WHERE tenant = $1 AND subject IS NOT DISTINCT FROM $2")
+        .bind(tenant)
+        .bind(subject)
+        .execute(&mut **tx)
+        .await?;
+    if held {
+        sqlx::query("INSERT INTO lethe.holds (tenant, subject) VALUES ($1, $2)")
+            .bind(tenant)
+            .bind(subject)
+            .execute(&mut **tx)
+            .await?;
+    }
+    Ok(())
 }
 
 /// A subject's state and the consent its live grants give, per action. Updating the subject's

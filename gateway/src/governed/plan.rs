@@ -55,6 +55,9 @@ fn schema() -> Vec<String> {
         "CREATE INDEX IF NOT EXISTS consents_scope ON lethe.consents (tenant, subject, purpose, category, action)".into(),
         "CREATE TABLE IF NOT EXISTS lethe.rules (tenant text NOT NULL, purpose text NOT NULL, category text NOT NULL, max_age_seconds bigint NOT NULL, legal_end timestamptz, PRIMARY KEY (tenant, purpose, category))".into(),
         "CREATE TABLE IF NOT EXISTS lethe.purpose_ends (tenant text NOT NULL, purpose text NOT NULL, ends_at timestamptz NOT NULL, PRIMARY KEY (tenant, purpose))".into(),
+        // Active legal holds: a subject's, or (subject NULL) the whole tenant's.
+        "CREATE TABLE IF NOT EXISTS lethe.holds (tenant text NOT NULL, subject text)".into(),
+        "CREATE INDEX IF NOT EXISTS holds_scope ON lethe.holds (tenant, subject)".into(),
         format!(
             "CREATE OR REPLACE FUNCTION lethe.refuse(code text) RETURNS void LANGUAGE plpgsql AS $lethe$
 BEGIN
@@ -109,6 +112,19 @@ RETURNS boolean LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalo
                     AND c.category = p_category AND c.action = 'retrieve'
                     AND (c.ends_at IS NULL OR c.ends_at > now()))
 $lethe$".into(),
+        // What the sweep deletes: a stamped row past its deadline, or whose `store` consent is
+        // gone (as a revocation expires what was kept for it), unless a hold keeps it.
+        "CREATE OR REPLACE FUNCTION lethe.sweepable(p_tenant text, p_subject text, p_purpose text, p_category text, p_expires_at timestamptz)
+RETURNS boolean LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $lethe$
+  SELECT p_expires_at IS NOT NULL
+     AND (p_expires_at <= now()
+          OR NOT EXISTS (SELECT 1 FROM lethe.consents c
+                          WHERE c.tenant = p_tenant AND c.subject = p_subject AND c.purpose = p_purpose
+                            AND c.category = p_category AND c.action = 'store'
+                            AND (c.ends_at IS NULL OR c.ends_at > now())))
+     AND NOT EXISTS (SELECT 1 FROM lethe.holds h
+                      WHERE h.tenant = p_tenant AND (h.subject IS NULL OR h.subject = p_subject))
+$lethe$".into(),
         "REVOKE ALL ON ALL TABLES IN SCHEMA lethe FROM PUBLIC".into(),
         "REVOKE ALL ON FUNCTION lethe.decide_write(text, text, text, text, timestamptz) FROM PUBLIC".into(),
         "REVOKE ALL ON FUNCTION lethe.readable(text, text, text, text, timestamptz, bigint) FROM PUBLIC".into(),
@@ -133,6 +149,14 @@ fn scope_of(table: &GovernedTable) -> String {
     format!(
         "({})::text, ({})::text, ({})::text, ({})::text",
         table.tenant, table.subject, table.purpose, table.category
+    )
+}
+
+/// The statement the retention sweep runs on a governed table.
+pub fn sweep(table: &GovernedTable) -> String {
+    format!(
+        "DELETE FROM {} WHERE lethe.sweepable(({})::text, ({})::text, ({})::text, ({})::text, lethe_expires_at)",
+        table.table, table.tenant, table.subject, table.purpose, table.category
     )
 }
 

@@ -626,8 +626,8 @@ macro_rules! impl_store {
                     .execute(&mut *tx)
                     .await?;
                     append_in(&mut tx, audit).await?;
-                    tx.commit().await?;
-                    Ok(())
+                    // Governed databases keep held rows from their sweep.
+                    commit_change(self, tx, PolicyChange { tenant: h.tenant.clone(), subject: h.subject.clone() }).await
                 }
 
                 async fn hold(&self, id: &str) -> Result<HoldRecord, StoreError> {
@@ -653,7 +653,7 @@ macro_rules! impl_store {
                     // Held erasures this hold covered continue, unless another hold still covers them.
                     let sql = sqlx::AssertSqlSafe(format!("SELECT {ERASURE_COLUMNS} FROM erasure_requests WHERE tenant = $1 AND state = 'held' ORDER BY requested_at"));
                     let rows = sqlx::query(sql).bind(&hold.hold.tenant).fetch_all(&mut *tx).await?;
-                    let mut changes = Vec::new();
+                    let mut changes = vec![PolicyChange { tenant: hold.hold.tenant.clone(), subject: hold.hold.subject.clone() }];
                     for row in &rows {
                         let mut record = erasure_from_row(row)?;
                         if held(&mut tx, &record, at).await? {

@@ -108,3 +108,33 @@ fn the_plan_can_run_again_and_never_lets_a_role_bypass_it() {
         )
     );
 }
+
+#[test]
+fn a_governed_database_is_an_erasure_target_and_swept_by_its_own_expressions() {
+    let target = db().erasure_target();
+    let owned = "(tenant_id)::text = $1 AND (user_id)::text = $2";
+    assert_eq!(target.name, "app");
+    assert_eq!(
+        target.count,
+        format!("SELECT (SELECT count(*) FROM public.memories WHERE {owned})")
+    );
+    assert_eq!(
+        target.delete,
+        vec![format!("DELETE FROM public.memories WHERE {owned}")]
+    );
+    assert_eq!(
+        target.subjects.as_deref(),
+        Some("SELECT (user_id)::text FROM public.memories WHERE (tenant_id)::text = $1")
+    );
+    assert_eq!(
+        (target.vacuum.clone(), target.vector_tables.clone()),
+        (
+            vec!["public.memories".to_owned()],
+            vec!["public.memories".to_owned()]
+        )
+    );
+    assert_eq!(
+        sweep(&db().tables[0]),
+        "DELETE FROM public.memories WHERE lethe.sweepable((tenant_id)::text, (user_id)::text, ('personalization')::text, (category)::text, lethe_expires_at)"
+    );
+}
