@@ -45,16 +45,27 @@ pub struct GovernedDatabase {
 }
 
 /// One governed table: SQL expressions over its row for the tenant, subject, purpose and
-/// category each row is about.
+/// category each row is about; or, for a table whose rows carry no subject (LangGraph's
+/// `checkpoint_blobs`), the governed table that owns each row by `key` (`thread_id`).
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct GovernedTable {
     /// The table, optionally schema-qualified (`public.memories`).
     pub table: String,
+    #[serde(default)]
     pub tenant: String,
+    #[serde(default)]
     pub subject: String,
+    #[serde(default)]
     pub purpose: String,
+    #[serde(default)]
     pub category: String,
+    /// The governed table whose row owns each of this one's (same `key` values).
+    #[serde(default)]
+    pub owner: Option<String>,
+    /// The columns both tables share that link a row to its owner.
+    #[serde(default)]
+    pub key: Vec<String>,
 }
 
 /// An SQL identifier Lethe writes unquoted: lowercase letters, digits and `_`, not starting
@@ -75,15 +86,27 @@ impl GovernedDatabase {
     pub fn erasure_target(&self) -> PostgresTarget {
         let owned =
             |t: &GovernedTable| format!("({})::text = $1 AND ({})::text = $2", t.tenant, t.subject);
+        // A linked table's rows are the subject's where an owner row of the subject's owns them
+        // (inside the subquery, the owner's expressions name the owner's columns).
+        let selected = |t: &GovernedTable| match self.owner_of(t) {
+            Some(owner) => format!(
+                "EXISTS (SELECT 1 FROM {} lethe_owner WHERE {} AND {})",
+                owner.table,
+                crate::governed::plan::joined(t),
+                owned(owner)
+            ),
+            None => owned(t),
+        };
         let count = self
             .tables
             .iter()
-            .map(|t| format!("(SELECT count(*) FROM {} WHERE {})", t.table, owned(t)))
+            .map(|t| format!("(SELECT count(*) FROM {} WHERE {})", t.table, selected(t)))
             .collect::<Vec<_>>()
             .join(" + ");
         let subjects = self
             .tables
             .iter()
+            .filter(|t| t.owner.is_none())
             .map(|t| {
                 format!(
                     "SELECT ({})::text FROM {} WHERE ({})::text = $1",
@@ -93,20 +116,29 @@ impl GovernedDatabase {
             .collect::<Vec<_>>()
             .join(" UNION ");
         let tables: Vec<String> = self.tables.iter().map(|t| t.table.clone()).collect();
+        // Linked rows first: once their owners are gone, nothing says whose they were.
+        let mut ordered: Vec<&GovernedTable> =
+            self.tables.iter().filter(|t| t.owner.is_some()).collect();
+        ordered.extend(self.tables.iter().filter(|t| t.owner.is_none()));
         PostgresTarget {
             name: self.name.clone(),
             url: self.url.clone(),
             count: format!("SELECT {count}"),
-            delete: self
-                .tables
+            delete: ordered
                 .iter()
-                .map(|t| format!("DELETE FROM {} WHERE {}", t.table, owned(t)))
+                .map(|t| format!("DELETE FROM {} WHERE {}", t.table, selected(t)))
                 .collect(),
             subjects: Some(subjects),
             reindex: Vec::new(),
             vacuum: tables.clone(),
             vector_tables: tables,
         }
+    }
+
+    /// The table that owns a linked table's rows.
+    pub fn owner_of(&self, table: &GovernedTable) -> Option<&GovernedTable> {
+        let owner = table.owner.as_deref()?;
+        self.tables.iter().find(|t| t.table == owner)
     }
 
     /// Every problem of the database's settings, each prefixed with where it is.
@@ -142,12 +174,44 @@ impl GovernedDatabase {
             if !seen.insert(table.table.as_str()) {
                 problems.push(format!("{at}: table {} is named twice", table.table));
             }
-            for (what, expr) in [
+            let scope = [
                 ("tenant", &table.tenant),
                 ("subject", &table.subject),
                 ("purpose", &table.purpose),
                 ("category", &table.category),
-            ] {
+            ];
+            if let Some(owner) = &table.owner {
+                if scope.iter().any(|(_, e)| !e.is_empty()) {
+                    problems.push(format!(
+                        "{at}: table {} takes its scope from {owner}: no tenant, subject, purpose or category of its own",
+                        table.table
+                    ));
+                }
+                if table.key.is_empty() || !table.key.iter().all(|k| sql_identifier(k)) {
+                    problems.push(format!(
+                        "{at}: table {} needs key, the columns it shares with {owner} (SQL identifiers)",
+                        table.table
+                    ));
+                }
+                if !self
+                    .tables
+                    .iter()
+                    .any(|t| &t.table == owner && t.owner.is_none())
+                {
+                    problems.push(format!(
+                        "{at}: table {}: owner {owner} must be another governed table with a scope of its own",
+                        table.table
+                    ));
+                }
+                continue;
+            }
+            if !table.key.is_empty() {
+                problems.push(format!(
+                    "{at}: table {}: key only goes with owner",
+                    table.table
+                ));
+            }
+            for (what, expr) in scope {
                 // Written into Lethe's policies and triggers: one expression, nothing after it.
                 if expr.trim().is_empty()
                     || expr.contains(';')

@@ -184,3 +184,122 @@ def test_the_sweep_deletes_expired_and_revoked_rows_unless_a_hold_keeps_them(gov
     assert visible(app, held_one) == [], "but it is expired: no one reads it"
     assert lethe.call("POST", f"/v1/legal-holds/{hold['id']}/release")[0] == 200
     wait_for("the sweep to delete the released row", lambda: held(owner, held_one) == 0, deadline=10)
+
+
+@pytest.fixture
+def langgraph_db(chroma, pgvector, tmp_path):
+    """The official LangGraph PostgresSaver and PostgresStore tables, made by their own
+    migrations (as the app's deployment would, as the owner) before Lethe governs them."""
+    from langgraph.checkpoint.postgres import PostgresSaver
+    from langgraph.store.postgres import PostgresStore
+    url = pgvector()
+    with PostgresSaver.from_conn_string(url) as saver:
+        saver.setup()
+    with PostgresStore.from_conn_string(url) as store:
+        store.setup()
+    scope = "purpose = \"'personalization'\"\ncategory = \"'preference'\""
+    config = f'''
+[[postgres]]
+name = "langgraph"
+url = {{ value = "{url}" }}
+app_role = "lethe_app"
+
+[[postgres.tables]]
+table = "store"
+tenant = "split_part(prefix, '.', 1)"
+subject = "split_part(prefix, '.', 2)"
+{scope}
+
+[[postgres.tables]]
+table = "checkpoints"
+tenant = "metadata->>'tenant_id'"
+subject = "metadata->>'user_id'"
+{scope}
+
+[[postgres.tables]]
+table = "checkpoint_blobs"
+owner = "checkpoints"
+key = ["thread_id"]
+
+[[postgres.tables]]
+table = "checkpoint_writes"
+owner = "checkpoints"
+key = ["thread_id"]
+'''
+    instance = two_tenant_lethe(chroma, tmp_path, config)
+    yield instance, url
+    instance.stop()
+
+
+def graph(checkpointer):
+    from typing import TypedDict
+    from langgraph.graph import END, START, StateGraph
+
+    class State(TypedDict):
+        notes: list
+
+    g = StateGraph(State)
+    g.add_node("remember", lambda s: {"notes": s["notes"] + ["remembered"]})
+    g.add_edge(START, "remember")
+    g.add_edge("remember", END)
+    return g.compile(checkpointer=checkpointer)
+
+
+def test_langgraph_postgres_saver_and_store_run_as_the_app_role_governed(langgraph_db):
+    from langgraph.checkpoint.postgres import PostgresSaver
+    from langgraph.store.postgres import PostgresStore
+    lethe, url = langgraph_db
+    app_url = url.replace("postgres:@", "lethe_app:@", 1)
+    alice, bob, carol = someone(), someone(), someone()
+    for s in (alice, bob):
+        lethe.grant(s)
+    config = lambda user: {"configurable": {"thread_id": f"thread-{user}", "user_id": user, "tenant_id": TENANT}}
+    with PostgresSaver.from_conn_string(app_url) as saver, PostgresStore.from_conn_string(app_url) as store:
+        app = graph(saver)
+        for user in (alice, bob):
+            store.put((TENANT, user, "memories"), "tea", {"text": f"{user} likes tea"})
+            app.invoke({"notes": [f"{user} said hello"]}, config(user))
+            assert app.get_state(config(user)).values["notes"] == [f"{user} said hello", "remembered"]
+        assert {i.key for i in store.search((TENANT, alice))} == {"tea"}
+        assert {tuple(i.namespace)[1] for i in store.search((TENANT,))} == {alice, bob}
+        # No consent: neither a store item nor a thread is written (the thread's first rows are
+        # refused on their own checkpoint, or, written before it, for having no owner). Each
+        # attempt on a connection of its own: a refusal inside a pipeline aborts it.
+        with pytest.raises(psycopg.Error) as e:
+            store.put((TENANT, carol, "memories"), "x", {"text": "no"})
+        assert (e.value.sqlstate, e.value.diag.message_primary) == (REFUSED, "lethe: consent_required")
+        refused = []
+        # The checkpointer's pipeline is left aborted, and its connection cannot be closed
+        # cleanly either: both are the client's reaction to the refusal.
+        with pytest.raises(psycopg.Error):
+            with PostgresSaver.from_conn_string(app_url) as own:
+                try:
+                    graph(own).invoke({"notes": ["no"]}, config(carol))
+                except psycopg.Error as e:
+                    refused.append((e.sqlstate, e.diag.message_primary))
+                    raise
+        assert refused and refused[0][0] == REFUSED, refused
+        assert refused[0][1] in ("lethe: consent_required", "lethe: owner_required"), refused
+
+        status, filed = lethe.call("POST", "/v1/erasures", {"subject": alice, "ticket": "DSR-LG", "reason": "art. 17"})
+        assert status == 201 and lethe.call("POST", f"/v1/erasures/{filed['id']}/approve")[0] == 200
+        assert store.search((TENANT, alice)) == [], "the very next read: alice is gone"
+        assert app.get_state(config(alice)).values == {}
+        assert app.get_state(config(bob)).values["notes"][0] == f"{bob} said hello"
+
+    done = wait_for("the erasure to complete",
+                    lambda: (r := lethe.call("GET", f"/v1/erasures/{filed['id']}")[1])["state"] == "completed" and r,
+                    deadline=60)
+    result = next(t["result"] for t in done["targets"] if t["target"] == "postgres:langgraph")
+    assert result["remaining"] == 0 and result["deleted"] == result["before"] > 0, result
+    with psycopg.connect(url) as owner:
+        def counts(user):
+            thread = f"thread-{user}"
+            return [owner.execute(q, (a,)).fetchone()[0] for q, a in (
+                ("SELECT count(*) FROM store WHERE prefix LIKE %s", f"{TENANT}.{user}.%"),
+                ("SELECT count(*) FROM checkpoints WHERE thread_id = %s", thread),
+                ("SELECT count(*) FROM checkpoint_blobs WHERE thread_id = %s", thread),
+                ("SELECT count(*) FROM checkpoint_writes WHERE thread_id = %s", thread))]
+        assert counts(alice) == [0, 0, 0, 0] and counts(carol) == [0, 0, 0, 0]
+        kept = counts(bob)
+        assert all(n > 0 for n in kept), kept

@@ -133,7 +133,7 @@ async fn sweep(db: GovernedDatabase, pool: PgPool, interval: Duration) {
     loop {
         tokio::time::sleep(interval).await;
         for table in &db.tables {
-            match sqlx::query(sqlx::AssertSqlSafe(plan::sweep(table)))
+            match sqlx::query(sqlx::AssertSqlSafe(plan::sweep(table, db.owner_of(table))))
                 .execute(&pool)
                 .await
             {

@@ -36,7 +36,10 @@ pub fn plan(db: &GovernedDatabase) -> Vec<String> {
         ));
     }
     for table in &db.tables {
-        sql.extend(table_plan(table, &roles));
+        match db.owner_of(table) {
+            Some(owner) => sql.extend(linked_plan(table, owner, &roles)),
+            None => sql.extend(table_plan(table, &roles)),
+        }
     }
     sql.push(format!(
         "INSERT INTO lethe.version (version, installed_at) VALUES ({VERSION}, now()) ON CONFLICT (version) DO NOTHING"
@@ -152,12 +155,158 @@ fn scope_of(table: &GovernedTable) -> String {
     )
 }
 
-/// The statement the retention sweep runs on a governed table.
-pub fn sweep(table: &GovernedTable) -> String {
-    format!(
-        "DELETE FROM {} WHERE lethe.sweepable(({})::text, ({})::text, ({})::text, ({})::text, lethe_expires_at)",
-        table.table, table.tenant, table.subject, table.purpose, table.category
-    )
+/// The statement the retention sweep runs on a governed table: rows past their deadline (or
+/// whose consent is gone), and rows of a linked table whose owner is gone.
+pub fn sweep(table: &GovernedTable, owner: Option<&GovernedTable>) -> String {
+    match owner {
+        Some(owner) => format!(
+            "DELETE FROM {} WHERE NOT EXISTS (SELECT 1 FROM {} lethe_owner WHERE {})",
+            table.table,
+            owner.table,
+            joined(table)
+        ),
+        None => format!(
+            "DELETE FROM {} WHERE lethe.sweepable(({})::text, ({})::text, ({})::text, ({})::text, lethe_expires_at)",
+            table.table, table.tenant, table.subject, table.purpose, table.category
+        ),
+    }
+}
+
+/// The last part of a table's name, which qualifies its columns.
+fn bare(table: &GovernedTable) -> &str {
+    table.table.rsplit('.').next().unwrap_or(&table.table)
+}
+
+/// The condition that a row of the owner (`lethe_owner`) owns the linked table's row.
+pub fn joined(table: &GovernedTable) -> String {
+    let name = bare(table);
+    table
+        .key
+        .iter()
+        .map(|k| format!("lethe_owner.{k} = {name}.{k}"))
+        .collect::<Vec<_>>()
+        .join(" AND ")
+}
+
+/// A table whose rows take their scope from their owner's row: readable while an owner row the
+/// reader may read exists (the owner's own row security applies), written only when, at commit,
+/// a stamped owner row exists whose subject may still store (a deferred check, since apps write
+/// such rows before their owner's, as LangGraph's checkpointer does).
+fn linked_plan(
+    table: &GovernedTable,
+    owner: &GovernedTable,
+    roles: &[(Option<&str>, &str)],
+) -> Vec<String> {
+    let t = &table.table;
+    let name = object_name(table);
+    let join = joined(table).replace(&format!("{}.", bare(table)), "NEW.");
+    let scope = scope_of(owner);
+    // A tenant's role writes only under its tenant's owners.
+    let tenants: String = roles
+        .iter()
+        .filter_map(|(tenant, role)| tenant.map(|tenant| format!(
+            "\n  IF session_user = '{role}' AND lethe_scope[1] IS DISTINCT FROM '{tenant}' THEN\n    PERFORM lethe.refuse('scope_violation');\n  END IF;"
+        )))
+        .collect();
+    let mut sql = vec![
+        format!(
+            "CREATE OR REPLACE FUNCTION lethe.owned_{name}() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, public AS $lethe$
+DECLARE
+  lethe_scope text[];
+BEGIN
+  SELECT ARRAY[{scope}] INTO lethe_scope FROM {o} lethe_owner WHERE {join} AND lethe_owner.lethe_epoch IS NOT NULL LIMIT 1;
+  IF lethe_scope IS NULL THEN
+    PERFORM lethe.refuse('owner_required');
+  END IF;{tenants}
+  PERFORM lethe.decide_write(lethe_scope[1], lethe_scope[2], lethe_scope[3], lethe_scope[4], NULL);
+  RETURN NULL;
+END $lethe$",
+            o = owner.table
+        ),
+        format!("DROP TRIGGER IF EXISTS lethe_owned ON {t}"),
+        format!(
+            "CREATE CONSTRAINT TRIGGER lethe_owned AFTER INSERT OR UPDATE ON {t} DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION lethe.owned_{name}()"
+        ),
+        format!("ALTER TABLE {t} ENABLE ROW LEVEL SECURITY"),
+        format!("ALTER TABLE {t} FORCE ROW LEVEL SECURITY"),
+        format!("DROP POLICY IF EXISTS lethe_itself ON {t}"),
+        format!("CREATE POLICY lethe_itself ON {t} TO CURRENT_USER USING (true) WITH CHECK (true)"),
+    ];
+    // Readable under an owner row the reader may read; or while no owner row exists at all,
+    // which a committed row cannot be (the deferred check, and the cascade below): a row an app
+    // writes before its owner's, in the same transaction (which ON CONFLICT checks as a read).
+    let keys: Vec<String> = table
+        .key
+        .iter()
+        .map(|k| format!("({}.{k})::text", bare(table)))
+        .collect();
+    let owned = format!(
+        "EXISTS (SELECT 1 FROM {} lethe_owner WHERE {}) OR NOT lethe.has_owner_{name}({})",
+        owner.table,
+        joined(table),
+        keys.join(", ")
+    );
+    let params: Vec<String> = table.key.iter().map(|_| "text".to_owned()).collect();
+    let matched: Vec<String> = table
+        .key
+        .iter()
+        .enumerate()
+        .map(|(i, k)| format!("(lethe_owner.{k})::text = ${}", i + 1))
+        .collect();
+    let gone: Vec<String> = table
+        .key
+        .iter()
+        .map(|k| format!("lethe_gone.{k} = {}.{k}", bare(table)))
+        .collect();
+    let still: Vec<String> = table
+        .key
+        .iter()
+        .map(|k| format!("lethe_owner.{k} = {}.{k}", bare(table)))
+        .collect();
+    sql.extend([
+        format!(
+            "CREATE OR REPLACE FUNCTION lethe.has_owner_{name}({}) RETURNS boolean LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, public AS $lethe$
+  SELECT EXISTS (SELECT 1 FROM {} lethe_owner WHERE {})
+$lethe$",
+            params.join(", "),
+            owner.table,
+            matched.join(" AND ")
+        ),
+        format!("REVOKE ALL ON FUNCTION lethe.has_owner_{name}({}) FROM PUBLIC", params.join(", ")),
+        // When an owner's last row for a key goes (a purge, a sweep, the app's own delete), its
+        // linked rows go with it: no committed row is left without an owner.
+        format!(
+            "CREATE OR REPLACE FUNCTION lethe.cascade_{name}() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, public AS $lethe$
+BEGIN
+  DELETE FROM {t} WHERE EXISTS (SELECT 1 FROM lethe_gone WHERE {})
+    AND NOT EXISTS (SELECT 1 FROM {o} lethe_owner WHERE {});
+  RETURN NULL;
+END $lethe$",
+            gone.join(" AND "),
+            still.join(" AND "),
+            o = owner.table
+        ),
+        format!("DROP TRIGGER IF EXISTS lethe_cascade_{name} ON {}", owner.table),
+        format!(
+            "CREATE TRIGGER lethe_cascade_{name} AFTER DELETE ON {} REFERENCING OLD TABLE AS lethe_gone FOR EACH STATEMENT EXECUTE FUNCTION lethe.cascade_{name}()",
+            owner.table
+        ),
+    ]);
+    for (_, role) in roles {
+        let policy = format!("lethe_{role}");
+        sql.extend([
+            format!("GRANT SELECT, INSERT, UPDATE, DELETE ON {t} TO {role}"),
+            format!("GRANT USAGE ON SCHEMA {} TO {role}", schema_of(table)),
+            format!(
+                "GRANT EXECUTE ON FUNCTION lethe.has_owner_{name}({}) TO {role}",
+                params.join(", ")
+            ),
+            format!("DROP POLICY IF EXISTS {policy} ON {t}"),
+            // The owner's row security decides what the role may read of it, tenant included.
+            format!("CREATE POLICY {policy} ON {t} TO {role} USING ({owned}) WITH CHECK (true)"),
+        ]);
+    }
+    sql
 }
 
 fn table_plan(table: &GovernedTable, roles: &[(Option<&str>, &str)]) -> Vec<String> {
@@ -173,28 +322,28 @@ fn table_plan(table: &GovernedTable, roles: &[(Option<&str>, &str)]) -> Vec<Stri
         format!(
             "CREATE OR REPLACE FUNCTION lethe.stamp_{name}() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, public AS $lethe$
 DECLARE
-  scope text[];
-  was text[];
-  decided record;
-  requested timestamptz := NEW.lethe_expires_at;
+  lethe_scope text[];
+  lethe_was text[];
+  lethe_decided record;
+  lethe_requested timestamptz := NEW.lethe_expires_at;
 BEGIN
-  SELECT ARRAY[{scope}] INTO scope FROM (SELECT (NEW).*) AS lethe_row;
+  SELECT ARRAY[{scope}] INTO lethe_scope FROM (SELECT (NEW).*) AS lethe_row;
   IF TG_OP = 'UPDATE' THEN
-    SELECT ARRAY[{scope}] INTO was FROM (SELECT (OLD).*) AS lethe_row;
-    IF scope IS DISTINCT FROM was THEN
+    SELECT ARRAY[{scope}] INTO lethe_was FROM (SELECT (OLD).*) AS lethe_row;
+    IF lethe_scope IS DISTINCT FROM lethe_was THEN
       PERFORM lethe.refuse('scope_violation');
     END IF;
     IF OLD.lethe_expires_at IS NULL OR OLD.lethe_epoch IS NULL THEN
       PERFORM lethe.refuse('unstamped_item');
     END IF;
-    requested := least(requested, OLD.lethe_expires_at);
+    lethe_requested := least(lethe_requested, OLD.lethe_expires_at);
   END IF;
-  decided := lethe.decide_write(scope[1], scope[2], scope[3], scope[4], requested);
-  IF TG_OP = 'UPDATE' AND OLD.lethe_epoch IS DISTINCT FROM decided.epoch THEN
+  lethe_decided := lethe.decide_write(lethe_scope[1], lethe_scope[2], lethe_scope[3], lethe_scope[4], lethe_requested);
+  IF TG_OP = 'UPDATE' AND OLD.lethe_epoch IS DISTINCT FROM lethe_decided.epoch THEN
     PERFORM lethe.refuse('stale_epoch');
   END IF;
-  NEW.lethe_expires_at := decided.expires_at;
-  NEW.lethe_epoch := decided.epoch;
+  NEW.lethe_expires_at := lethe_decided.expires_at;
+  NEW.lethe_epoch := lethe_decided.epoch;
   RETURN NEW;
 END $lethe$"
         ),

@@ -13,6 +13,8 @@ fn db() -> GovernedDatabase {
             subject: "user_id".into(),
             purpose: "'personalization'".into(),
             category: "category".into(),
+            owner: None,
+            key: vec![],
         }],
     }
 }
@@ -134,7 +136,86 @@ fn a_governed_database_is_an_erasure_target_and_swept_by_its_own_expressions() {
         )
     );
     assert_eq!(
-        sweep(&db().tables[0]),
+        sweep(&db().tables[0], None),
         "DELETE FROM public.memories WHERE lethe.sweepable((tenant_id)::text, (user_id)::text, ('personalization')::text, (category)::text, lethe_expires_at)"
+    );
+}
+
+fn langgraph() -> GovernedDatabase {
+    let owned = |table: &str| GovernedTable {
+        table: table.into(),
+        tenant: String::new(),
+        subject: String::new(),
+        purpose: String::new(),
+        category: String::new(),
+        owner: Some("checkpoints".into()),
+        key: vec!["thread_id".into()],
+    };
+    GovernedDatabase {
+        tables: vec![
+            GovernedTable {
+                table: "checkpoints".into(),
+                tenant: "metadata->>'tenant_id'".into(),
+                subject: "metadata->>'user_id'".into(),
+                purpose: "'continuity'".into(),
+                category: "'conversation'".into(),
+                owner: None,
+                key: vec![],
+            },
+            owned("checkpoint_blobs"),
+        ],
+        ..db()
+    }
+}
+
+#[test]
+fn a_linked_table_follows_its_owner_and_goes_with_it() {
+    let db = langgraph();
+    let sql = plan(&db);
+    assert!(
+        with(&sql, "ALTER TABLE checkpoint_blobs ADD COLUMN").is_empty(),
+        "no stamp of its own"
+    );
+    assert_eq!(
+        with(&sql, "CREATE CONSTRAINT TRIGGER lethe_owned AFTER INSERT OR UPDATE ON checkpoint_blobs DEFERRABLE INITIALLY DEFERRED").len(),
+        1
+    );
+    let check = with(
+        &sql,
+        "CREATE OR REPLACE FUNCTION lethe.owned_checkpoint_blobs()",
+    );
+    assert!(
+        check[0].contains(
+            "WHERE lethe_owner.thread_id = NEW.thread_id AND lethe_owner.lethe_epoch IS NOT NULL"
+        ),
+        "{}",
+        check[0]
+    );
+    assert!(
+        check[0]
+            .contains("IF session_user = 'acme_app' AND lethe_scope[1] IS DISTINCT FROM 'acme'"),
+        "{}",
+        check[0]
+    );
+    let policy = with(&sql, "CREATE POLICY lethe_lethe_app ON checkpoint_blobs");
+    assert!(policy[0].contains("EXISTS (SELECT 1 FROM checkpoints lethe_owner WHERE lethe_owner.thread_id = checkpoint_blobs.thread_id) OR NOT lethe.has_owner_checkpoint_blobs((checkpoint_blobs.thread_id)::text)"), "{}", policy[0]);
+    assert_eq!(
+        with(
+            &sql,
+            "CREATE TRIGGER lethe_cascade_checkpoint_blobs AFTER DELETE ON checkpoints"
+        )
+        .len(),
+        1
+    );
+    // Purged before its owner, by its owner's scope; swept when its owner is gone.
+    let target = db.erasure_target();
+    assert_eq!(
+        target.delete[0],
+        "DELETE FROM checkpoint_blobs WHERE EXISTS (SELECT 1 FROM checkpoints lethe_owner WHERE lethe_owner.thread_id = checkpoint_blobs.thread_id AND (metadata->>'tenant_id')::text = $1 AND (metadata->>'user_id')::text = $2)"
+    );
+    assert!(target.delete[1].starts_with("DELETE FROM checkpoints WHERE"));
+    assert_eq!(
+        sweep(&db.tables[1], db.owner_of(&db.tables[1])),
+        "DELETE FROM checkpoint_blobs WHERE NOT EXISTS (SELECT 1 FROM checkpoints lethe_owner WHERE lethe_owner.thread_id = checkpoint_blobs.thread_id)"
     );
 }
