@@ -49,6 +49,10 @@ enum Command {
     CheckConfig {
         #[arg(required = true)]
         files: Vec<PathBuf>,
+        /// Also connect to every governed PostgreSQL database and check its tables' expressions
+        /// and keys against the live schema.
+        #[arg(long)]
+        connect: bool,
     },
     /// Mint a development token with the configured HS256 key (not possible with public keys).
     Token(TokenArgs),
@@ -247,7 +251,7 @@ async fn dispatch(cli: Cli) -> Result<(), Failure> {
     };
     let load = || Config::load(cli.config.as_deref(), &overrides);
     match cli.command {
-        Command::CheckConfig { files } => check_config(&files),
+        Command::CheckConfig { files, connect } => check_config(&files, connect).await,
         Command::Serve => serve::serve(load()?).await,
         Command::Migrate => {
             let config = load()?;
@@ -319,12 +323,18 @@ async fn dispatch(cli: Cli) -> Result<(), Failure> {
     }
 }
 
-fn check_config(files: &[PathBuf]) -> Result<(), Failure> {
+async fn check_config(files: &[PathBuf], connect: bool) -> Result<(), Failure> {
     let mut failed = false;
     for file in files {
-        let result = std::fs::read_to_string(file)
+        let mut result = std::fs::read_to_string(file)
             .map_err(|e| e.to_string())
             .and_then(|text| Config::check(&text).map_err(|e| e.to_string()));
+        if connect && let Ok(config) = &result {
+            let problems = crate::governed::check_live(config).await;
+            if !problems.is_empty() {
+                result = Err(problems.join("\n"));
+            }
+        }
         match result {
             Ok(_) => println!("{}: ok", file.display()),
             Err(problems) => {

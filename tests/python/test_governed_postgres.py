@@ -303,3 +303,24 @@ def test_langgraph_postgres_saver_and_store_run_as_the_app_role_governed(langgra
         assert counts(alice) == [0, 0, 0, 0] and counts(carol) == [0, 0, 0, 0]
         kept = counts(bob)
         assert all(n > 0 for n in kept), kept
+
+
+def test_the_installed_sql_the_live_schema_check_and_the_lag_are_there_to_see(governed, tmp_path):
+    lethe, owner_conn, as_role = governed
+    plan = lethe.cli("postgres", "plan", "app")
+    assert plan.returncode == 0, plan.stderr
+    assert b"CREATE TRIGGER lethe_stamp BEFORE INSERT OR UPDATE ON memories" in plan.stdout
+    config = lethe.workdir / "lethe.toml"
+    checked = lethe.cli("check-config", "--connect", str(config))
+    assert checked.returncode == 0 and b": ok" in checked.stdout, checked.stdout + checked.stderr
+    wrong = tmp_path / "wrong.toml"
+    wrong.write_text(config.read_text().replace('subject = "user_id"', 'subject = "owner_id"'))
+    checked = lethe.cli("check-config", "--connect", str(wrong))
+    assert checked.returncode == 1 and b'column "owner_id" does not exist' in checked.stdout, checked.stdout
+    import urllib.request
+    metrics = urllib.request.urlopen(f"http://{lethe.control}/metrics").read().decode()
+    assert 'lethe_governed_pending_changes{database="app"} 0' in metrics
+    s = someone()
+    lethe.grant(s)
+    status, filed = lethe.call("POST", "/v1/erasures", {"subject": s, "ticket": "DSR-L", "reason": "art. 17"})
+    assert status == 201 and filed["governed"] == [{"database": "app", "pending_changes": 0}], filed

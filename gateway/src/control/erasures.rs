@@ -34,6 +34,15 @@ pub struct ErasureView {
     /// From the request to the flip: how long the subject stayed readable.
     online_latency_ms: Option<i64>,
     targets: Vec<PurgeJob>,
+    /// Each governed database with the policy changes it has yet to take: until 0, the flip
+    /// may not have reached it.
+    governed: Vec<GovernedLag>,
+}
+
+#[derive(Debug, Serialize)]
+struct GovernedLag {
+    database: String,
+    pending_changes: u64,
 }
 
 async fn view(state: &ControlState, record: ErasureRecord) -> Result<ErasureView, ApiError> {
@@ -46,6 +55,15 @@ async fn view(state: &ControlState, record: ErasureRecord) -> Result<ErasureView
         approvals_required: state.erasure.approvals_required,
         online_latency_ms,
         targets,
+        governed: state
+            .governed
+            .pending()
+            .into_iter()
+            .map(|(database, pending_changes)| GovernedLag {
+                database: database.to_owned(),
+                pending_changes,
+            })
+            .collect(),
     })
 }
 

@@ -36,10 +36,25 @@ pub async fn readyz(
 pub async fn metrics(State(state): State<ControlState>) -> impl IntoResponse {
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        state.metrics.render(),
+        state.metrics.render() + &governed_metrics(&state.governed),
     )
 }
 
 pub async fn openapi() -> impl IntoResponse {
     ([(header::CONTENT_TYPE, "application/json")], OPENAPI)
+}
+
+/// The policy changes each governed database has yet to take.
+fn governed_metrics(governed: &crate::governed::Governed) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::from(
+        "# HELP lethe_governed_pending_changes Policy changes not yet applied to a governed PostgreSQL database.\n# TYPE lethe_governed_pending_changes gauge\n",
+    );
+    for (database, pending) in governed.pending() {
+        let _ = writeln!(
+            out,
+            "lethe_governed_pending_changes{{database=\"{database}\"}} {pending}"
+        );
+    }
+    out
 }

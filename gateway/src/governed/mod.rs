@@ -29,7 +29,17 @@ pub struct Governed {
     queued: AtomicU64,
     /// Changes applied to every database.
     applied: Arc<AtomicU64>,
+    /// Changes applied, per database (by name).
+    each: Vec<(String, Arc<AtomicU64>)>,
     progress: Arc<Notify>,
+}
+
+/// What the applying task does next.
+enum Work {
+    Change(PolicyChange),
+    /// The change feed was lost and is back: changes of other replicas may have been missed, so
+    /// the whole policy is copied again.
+    CopyAll,
 }
 
 impl Governed {
@@ -38,6 +48,7 @@ impl Governed {
         Arc::new(Governed {
             queued: AtomicU64::new(0),
             applied: Arc::new(AtomicU64::new(0)),
+            each: Vec::new(),
             progress: Arc::new(Notify::new()),
         })
     }
@@ -66,18 +77,25 @@ impl Governed {
                 pool,
             });
         }
-        let (tx, rx) = mpsc::unbounded_channel::<PolicyChange>();
+        let (tx, rx) = mpsc::unbounded_channel::<Work>();
         let governed = Arc::new(Governed {
             queued: AtomicU64::new(0),
             applied: Arc::new(AtomicU64::new(0)),
+            each: databases
+                .iter()
+                .map(|db| (db.config.name.clone(), Arc::new(AtomicU64::new(0))))
+                .collect(),
             progress: Arc::new(Notify::new()),
         });
         // Subscribed before the copy: a change during it is applied again after it.
         let queue = Arc::clone(&governed);
         store.feed().on_event(move |event| {
-            if let FeedEvent::Changed(change) = event
-                && tx.send(change.clone()).is_ok()
-            {
+            let work = match event {
+                FeedEvent::Changed(change) => Work::Change(change.clone()),
+                FeedEvent::Restored => Work::CopyAll,
+                FeedEvent::Lost => return,
+            };
+            if tx.send(work).is_ok() {
                 queue.queued.fetch_add(1, Ordering::SeqCst);
             }
         });
@@ -93,8 +111,9 @@ impl Governed {
         for db in &databases {
             tokio::spawn(sweep(db.config.clone(), db.pool.clone(), interval));
         }
+        let each: Vec<Arc<AtomicU64>> = governed.each.iter().map(|(_, n)| Arc::clone(n)).collect();
         tokio::spawn(apply_changes(
-            databases,
+            databases.into_iter().zip(each).collect(),
             store,
             rx,
             Arc::clone(&governed.applied),
@@ -108,6 +127,20 @@ impl Governed {
         self.queued
             .load(Ordering::SeqCst)
             .saturating_sub(self.applied.load(Ordering::SeqCst))
+    }
+
+    /// Each governed database with the number of policy changes not yet applied to it.
+    pub fn pending(&self) -> Vec<(&str, u64)> {
+        let queued = self.queued.load(Ordering::SeqCst);
+        self.each
+            .iter()
+            .map(|(name, applied)| {
+                (
+                    name.as_str(),
+                    queued.saturating_sub(applied.load(Ordering::SeqCst)),
+                )
+            })
+            .collect()
     }
 
     /// Waits until every change announced so far is applied to every governed database, at
@@ -147,6 +180,50 @@ async fn sweep(db: GovernedDatabase, pool: PgPool, interval: Duration) {
             }
         }
     }
+}
+
+/// Every problem of the governed tables against the live schemas: each table's expressions are
+/// evaluated (`LIMIT 0`, nothing read), a linked table's key looked up in both tables.
+pub async fn check_live(config: &Config) -> Vec<String> {
+    let mut problems = Vec::new();
+    for db in &config.postgres {
+        let at = format!("[[postgres]] {}", db.name);
+        let url = match db.url.resolve().map(String::from_utf8) {
+            Ok(Ok(url)) => url,
+            _ => {
+                problems.push(format!("{at}: url cannot be read"));
+                continue;
+            }
+        };
+        let pool = match PgPoolOptions::new().max_connections(1).connect(&url).await {
+            Ok(pool) => pool,
+            Err(e) => {
+                problems.push(format!("{at}: cannot connect: {e}"));
+                continue;
+            }
+        };
+        for table in &db.tables {
+            let probes = match db.owner_of(table) {
+                Some(owner) => {
+                    let keys = table.key.join(", ");
+                    vec![
+                        format!("SELECT {keys} FROM {} LIMIT 0", table.table),
+                        format!("SELECT {keys} FROM {} LIMIT 0", owner.table),
+                    ]
+                }
+                None => vec![format!(
+                    "SELECT ({})::text, ({})::text, ({})::text, ({})::text FROM {} LIMIT 0",
+                    table.tenant, table.subject, table.purpose, table.category, table.table
+                )],
+            };
+            for probe in probes {
+                if let Err(e) = sqlx::query(sqlx::AssertSqlSafe(probe)).execute(&pool).await {
+                    problems.push(format!("{at}: table {}: {e}", table.table));
+                }
+            }
+        }
+    }
+    problems
 }
 
 /// Installs (or upgrades) the rules in one transaction, one installer at a time.
@@ -196,20 +273,26 @@ async fn copy_all(db: &Database, store: &dyn Store) -> Result<(), String> {
 /// Applies each change to every database, in order; a database that fails is retried (with
 /// backoff) until it takes the change, and nothing after it is counted applied before.
 async fn apply_changes(
-    databases: Vec<Database>,
+    databases: Vec<(Database, Arc<AtomicU64>)>,
     store: Arc<dyn Store>,
-    mut rx: mpsc::UnboundedReceiver<PolicyChange>,
+    mut rx: mpsc::UnboundedReceiver<Work>,
     applied: Arc<AtomicU64>,
     progress: Arc<Notify>,
 ) {
-    while let Some(change) = rx.recv().await {
-        for db in &databases {
+    while let Some(work) = rx.recv().await {
+        for (db, done) in &databases {
             let mut backoff = Duration::from_millis(100);
-            while let Err(e) = apply(db, store.as_ref(), &change).await {
+            loop {
+                let result = match &work {
+                    Work::Change(change) => apply(db, store.as_ref(), change).await,
+                    Work::CopyAll => copy_all(db, store.as_ref()).await,
+                };
+                let Err(e) = result else { break };
                 tracing::warn!(database = %db.config.name, error = %e, "a policy change could not be applied to a governed database; retrying");
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(Duration::from_secs(5));
             }
+            done.fetch_add(1, Ordering::SeqCst);
         }
         applied.fetch_add(1, Ordering::SeqCst);
         progress.notify_waiters();
