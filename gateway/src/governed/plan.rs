@@ -30,6 +30,11 @@ pub fn plan(db: &GovernedDatabase) -> Vec<String> {
             "DO $lethe$ BEGIN IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = '{role}') THEN CREATE ROLE {role} LOGIN NOBYPASSRLS; END IF; END $lethe$"
         ));
         sql.push(format!("ALTER ROLE {role} NOBYPASSRLS"));
+        // Row security filters what a vector index finds: pgvector's iterative scans keep
+        // searching until the LIMIT is met by readable rows (HNSW in exact distance order).
+        sql.push(format!(
+            "DO $lethe$ BEGIN EXECUTE format('ALTER ROLE {role} IN DATABASE %I SET hnsw.iterative_scan = strict_order', current_database()); EXECUTE format('ALTER ROLE {role} IN DATABASE %I SET ivfflat.iterative_scan = relaxed_order', current_database()); END $lethe$"
+        ));
         sql.push(format!("GRANT USAGE ON SCHEMA lethe TO {role}"));
         sql.push(format!(
             "GRANT EXECUTE ON FUNCTION lethe.readable(text, text, text, text, timestamptz, bigint) TO {role}"
