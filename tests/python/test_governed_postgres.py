@@ -3,6 +3,9 @@ stamping trigger on the app's `memories` table (pgvector), and keeps the policy 
 with its own. The app connects with `psycopg` as the app role Lethe created, as any client
 would; every count of what is really there is made as the owner (a superuser)."""
 
+import time
+import urllib.request
+
 import psycopg
 import pytest
 
@@ -40,6 +43,18 @@ category = "category"
     as_role = lambda role: psycopg.connect(url.replace("postgres:@", f"{role}:@", 1), autocommit=True)
     yield instance, (lambda: psycopg.connect(url, autocommit=True)), as_role
     instance.stop()
+
+
+def lethe_url_of(connect):
+    """The URL a connection factory of the fixture connects to."""
+    with connect() as c:
+        info = c.info
+        return f"postgresql://{info.user}:@localhost/{info.dbname}?host={info.host}&port={info.port}"
+
+
+def database_of(connect):
+    with connect() as c:
+        return c.info.dbname
 
 
 def write(conn, tenant, user, content, category="preference"):
@@ -140,6 +155,10 @@ def test_a_revocation_and_an_erasure_hide_the_subject_at_once_and_refuse_late_wr
     result = next(t["result"] for t in done["targets"] if t["target"] == "postgres:app")
     assert (result["before"], result["deleted"], result["remaining"]) == (2, 2, 0), result
     assert held(owner, carol) == 0
+    # Completed: the database keeps no copy of carol's key, and still takes nothing of hers.
+    for table in ("lethe.subjects", "lethe.consents", "lethe.holds"):
+        assert owner.execute(f"SELECT count(*) FROM {table} WHERE subject = %s", (carol,)).fetchone()[0] == 0, table
+    assert refusal(lambda: write(app, TENANT, carol, "carol, later"))[1] == "lethe: consent_required"
     # Alice's row went with her consent: the sweep deletes what no store consent covers.
     wait_for("the sweep to delete alice's row", lambda: held(owner, alice) == 0, deadline=10)
     assert any(line.startswith("index public.memories_embedding_idx rebuilt") for line in result["physical"]["done"]), result["physical"]
@@ -317,7 +336,6 @@ def test_the_installed_sql_the_live_schema_check_and_the_lag_are_there_to_see(go
     wrong.write_text(config.read_text().replace('subject = "user_id"', 'subject = "owner_id"'))
     checked = lethe.cli("check-config", "--connect", str(wrong))
     assert checked.returncode == 1 and b'column "owner_id" does not exist' in checked.stdout, checked.stdout
-    import urllib.request
     metrics = urllib.request.urlopen(f"http://{lethe.control}/metrics").read().decode()
     assert 'lethe_governed_pending_changes{database="app"} 0' in metrics
     s = someone()
@@ -360,3 +378,30 @@ def test_a_vector_search_through_the_rules_still_finds_k_readable_rows(governed)
     with app.transaction():
         app.execute("SET LOCAL hnsw.iterative_scan = off")
         assert len(app.execute(query, (vec(),)).fetchall()) < 10
+
+
+def test_a_database_that_cannot_be_reached_lags_visibly_and_catches_up(governed):
+    lethe, owner_conn, as_role = governed
+    admin = psycopg.connect(lethe_url_of(owner_conn).replace(f"/{database_of(owner_conn)}?", "/postgres?", 1), autocommit=True)
+    name = database_of(owner_conn)
+    s = someone()
+    admin.execute(f"ALTER DATABASE {name} ALLOW_CONNECTIONS false")
+    admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()", (name,))
+    try:
+        started = time.monotonic()
+        grant = lethe.grant(s)  # answered after the wait, not applied
+        assert time.monotonic() - started >= 4.5
+        status, filed = lethe.call("POST", "/v1/erasures", {"subject": someone(), "ticket": "DSR-LAG", "reason": "art. 17"})
+        assert status == 201
+        pending = lethe.call("GET", f"/v1/erasures/{filed['id']}")[1]["governed"][0]["pending_changes"]
+        assert pending >= 1, pending
+        metrics = urllib.request.urlopen(f"http://{lethe.control}/metrics").read().decode()
+        assert f'lethe_governed_pending_changes{{database="app"}} {pending}' in metrics
+    finally:
+        admin.execute(f"ALTER DATABASE {name} ALLOW_CONNECTIONS true")
+    wait_for("the database to catch up",
+             lambda: lethe.call("GET", f"/v1/erasures/{filed['id']}")[1]["governed"][0]["pending_changes"] == 0, deadline=30)
+    app = as_role("lethe_app")
+    write(app, TENANT, s, "written once the grant arrived")
+    assert visible(app, s) == ["written once the grant arrived"]
+    assert grant

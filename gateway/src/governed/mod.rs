@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use lethe_policy::{Action, Layer, SubjectPolicy};
+use lethe_policy::{Action, Layer, SubjectPolicy, SubjectStatus};
 use sqlx::postgres::{PgPool, PgPoolOptions};
 use tokio::sync::{Notify, mpsc};
 
@@ -409,13 +409,27 @@ async fn write_holds(
 }
 
 /// A subject's state and the consent its live grants give, per action. Updating the subject's
-/// row waits for the writes that locked it while deciding.
+/// row waits for the writes that locked it while deciding. Once the subject's erasure completed
+/// (Lethe then keeps only its reference) its rows go: without consent nothing of it can be written
+/// or read, Lethe grants it none again, and the database keeps no copy of its key.
 async fn write_subject(
     tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
     tenant: &str,
     subject: &str,
     policy: &SubjectPolicy,
 ) -> Result<(), sqlx::Error> {
+    if policy.state.status == SubjectStatus::Erased {
+        for table in ["lethe.subjects", "lethe.consents", "lethe.holds"] {
+            sqlx::query(sqlx::AssertSqlSafe(format!(
+                "DELETE FROM {table} WHERE tenant = $1 AND subject = $2"
+            )))
+            .bind(tenant)
+            .bind(subject)
+            .execute(&mut **tx)
+            .await?;
+        }
+        return Ok(());
+    }
     sqlx::query(
         "INSERT INTO lethe.subjects (tenant, subject, active, epoch) VALUES ($1, $2, $3, $4)
          ON CONFLICT (tenant, subject) DO UPDATE SET active = excluded.active, epoch = excluded.epoch",
