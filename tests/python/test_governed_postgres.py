@@ -405,3 +405,42 @@ def test_a_database_that_cannot_be_reached_lags_visibly_and_catches_up(governed)
     write(app, TENANT, s, "written once the grant arrived")
     assert visible(app, s) == ["written once the grant arrived"]
     assert grant
+
+
+def test_a_write_deciding_while_the_flip_arrives_commits_first_and_is_purged_with_the_rest(governed):
+    """The write's decision locks the subject's policy row: the flip waits for the write's
+    transaction, so the write is either before the flip (and purged with the rest) or after it
+    (and refused); it never lands behind the purge. Restored afterwards from a backup, the row is
+    purged again by replay."""
+    import threading
+    lethe, owner_conn, as_role = governed
+    s = someone()
+    lethe.grant(s)
+    app, owner = as_role("lethe_app"), owner_conn()
+    tx = app.transaction()
+    tx.__enter__()
+    write(app, TENANT, s, "decided before the flip")
+    status, filed = lethe.call("POST", "/v1/erasures", {"subject": s, "ticket": "DSR-RACE", "reason": "art. 17"})
+    assert status == 201
+    approved = {}
+    approval = threading.Thread(target=lambda: approved.update(answer=lethe.call("POST", f"/v1/erasures/{filed['id']}/approve")))
+    approval.start()
+    waiting = "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%lethe.subjects%'"
+    wait_for("the flip to wait for the deciding write", lambda: owner.execute(waiting).fetchone()[0] >= 1, deadline=10)
+    assert "answer" not in approved, "the approval waits for the database"
+    tx.__exit__(None, None, None)  # the write commits; the flip proceeds
+    approval.join(timeout=15)
+    assert approved["answer"][0] == 200
+    assert visible(app, s) == []
+    assert refusal(lambda: write(app, TENANT, s, "after the flip"))[1] == "lethe: subject_suppressed"
+    done = wait_for("the erasure to complete",
+                    lambda: (r := lethe.call("GET", f"/v1/erasures/{filed['id']}")[1])["state"] == "completed" and r,
+                    deadline=60)
+    assert held(owner, s) == 0, "the write decided before the flip was purged"
+    # A backup taken before the erasure is restored: the row is back, and replay purges it.
+    owner.execute("SET session_replication_role = replica")
+    write(owner, TENANT, s, "restored from a backup")
+    owner.execute("SET session_replication_role = DEFAULT")
+    again = lethe.cli("replay", "--since", done["requested_at"])
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert held(owner, s) == 0
