@@ -158,6 +158,32 @@ category = "category"
                 exact = [r[0] for r in app.execute("SELECT id FROM memories ORDER BY embedding <-> %s LIMIT 10", (q,))]
             recalls.append(len(set(found) & set(exact)) / len(exact))
             sizes.append(len(found))
+        # The alternative when Lethe's PostgreSQL state store is this database: rules reading its
+        # own tables (subjects, consent_grants with JSONB actions) instead of the lethe schema's
+        # copy. Same data; the cost of the read rule per row, over the whole table.
+        owner.execute("""CREATE SCHEMA lethe_state;
+            CREATE TABLE lethe_state.subjects (tenant text, subject text, status text, epoch bigint, PRIMARY KEY (tenant, subject));
+            CREATE TABLE lethe_state.consent_grants (tenant text, subject text, purpose text, category text,
+                actions jsonb NOT NULL, expires_at timestamptz, revoked_at timestamptz);
+            CREATE INDEX ON lethe_state.consent_grants (tenant, subject);
+            INSERT INTO lethe_state.subjects SELECT tenant, subject, CASE WHEN active THEN 'active' ELSE 'suppressed' END, epoch FROM lethe.subjects;
+            INSERT INTO lethe_state.consent_grants SELECT tenant, subject, purpose, category, jsonb_agg(action), max(ends_at), NULL
+                FROM lethe.consents GROUP BY tenant, subject, purpose, category;
+            ANALYZE lethe_state.subjects; ANALYZE lethe_state.consent_grants;
+            CREATE FUNCTION lethe_state.readable(p_tenant text, p_subject text, p_purpose text, p_category text, p_expires_at timestamptz, p_epoch bigint)
+            RETURNS boolean LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $f$
+              SELECT p_expires_at IS NOT NULL AND p_epoch IS NOT NULL AND p_expires_at > now()
+                 AND EXISTS (SELECT 1 FROM lethe_state.subjects s WHERE s.tenant = p_tenant AND s.subject = p_subject
+                              AND s.status = 'active' AND s.epoch = p_epoch)
+                 AND EXISTS (SELECT 1 FROM lethe_state.consent_grants g WHERE g.tenant = p_tenant AND g.subject = p_subject
+                              AND g.purpose = p_purpose AND g.category = p_category AND g.actions ? 'retrieve'
+                              AND g.revoked_at IS NULL AND (g.expires_at IS NULL OR g.expires_at > now()))
+            $f$""")
+        rule_cost = {}
+        for schema in ("lethe", "lethe_state"):
+            sql = f"SELECT count(*) FROM memories WHERE {schema}.readable(tenant_id, user_id, 'personalization', category, lethe_expires_at, lethe_epoch)"
+            runs = timed(owner, sql, lambda: (), n=20)
+            rule_cost[schema] = statistics.median(runs) * 1000 / ROWS  # microseconds per row
         # A flip: the approval's latency (answered once the database has it), and the database's
         # share: the transaction that rewrites the subject's policy there.
         flips = []
@@ -183,7 +209,9 @@ category = "category"
               f"{min(sizes)}-{max(sizes)} rows found (iterative scan on)")
         print(f"flip (approval answered once the database has it): p50 {pct(flips, 0.5):.1f} ms, max {max(flips):.1f} ms; "
               f"the database's share with {KNOWN} subjects known: p50 {pct(db_share, 0.5):.3f} ms, p99 {pct(db_share, 0.99):.3f} ms")
-        json.dump({"rows": rows, "recall": statistics.mean(recalls), "flip_ms": flips, "db_share_ms": db_share},
+        print(f"the read rule per row, scanning all {ROWS} rows: {rule_cost['lethe']:.2f} us reading the lethe schema's copy, "
+              f"{rule_cost['lethe_state']:.2f} us reading the state store's own tables")
+        json.dump({"rule_us_per_row": rule_cost, "rows": rows, "recall": statistics.mean(recalls), "flip_ms": flips, "db_share_ms": db_share},
                   open(work / "results.json", "w"))
     finally:
         lethe.terminate()

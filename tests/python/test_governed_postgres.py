@@ -273,6 +273,16 @@ def test_langgraph_postgres_saver_and_store_run_as_the_app_role_governed(langgra
     for s in (alice, bob):
         lethe.grant(s)
     config = lambda user: {"configurable": {"thread_id": f"thread-{user}", "user_id": user, "tenant_id": TENANT}}
+
+    def counts(user):
+        """The user's rows in each of the four tables, counted as the owner."""
+        thread = f"thread-{user}"
+        with psycopg.connect(url) as owner:
+            return [owner.execute(q, (a,)).fetchone()[0] for q, a in (
+                ("SELECT count(*) FROM store WHERE prefix LIKE %s", f"{TENANT}.{user}.%"),
+                ("SELECT count(*) FROM checkpoints WHERE thread_id = %s", thread),
+                ("SELECT count(*) FROM checkpoint_blobs WHERE thread_id = %s", thread),
+                ("SELECT count(*) FROM checkpoint_writes WHERE thread_id = %s", thread))]
     with PostgresSaver.from_conn_string(app_url) as saver, PostgresStore.from_conn_string(app_url) as store:
         app = graph(saver)
         for user in (alice, bob):
@@ -300,6 +310,8 @@ def test_langgraph_postgres_saver_and_store_run_as_the_app_role_governed(langgra
         assert refused and refused[0][0] == REFUSED, refused
         assert refused[0][1] in ("lethe: consent_required", "lethe: owner_required"), refused
 
+        bobs = counts(bob)
+        assert all(n > 0 for n in bobs) and all(n > 0 for n in counts(alice)), bobs
         status, filed = lethe.call("POST", "/v1/erasures", {"subject": alice, "ticket": "DSR-LG", "reason": "art. 17"})
         assert status == 201 and lethe.call("POST", f"/v1/erasures/{filed['id']}/approve")[0] == 200
         assert store.search((TENANT, alice)) == [], "the very next read: alice is gone"
@@ -311,17 +323,8 @@ def test_langgraph_postgres_saver_and_store_run_as_the_app_role_governed(langgra
                     deadline=60)
     result = next(t["result"] for t in done["targets"] if t["target"] == "postgres:langgraph")
     assert result["remaining"] == 0 and result["deleted"] == result["before"] > 0, result
-    with psycopg.connect(url) as owner:
-        def counts(user):
-            thread = f"thread-{user}"
-            return [owner.execute(q, (a,)).fetchone()[0] for q, a in (
-                ("SELECT count(*) FROM store WHERE prefix LIKE %s", f"{TENANT}.{user}.%"),
-                ("SELECT count(*) FROM checkpoints WHERE thread_id = %s", thread),
-                ("SELECT count(*) FROM checkpoint_blobs WHERE thread_id = %s", thread),
-                ("SELECT count(*) FROM checkpoint_writes WHERE thread_id = %s", thread))]
-        assert counts(alice) == [0, 0, 0, 0] and counts(carol) == [0, 0, 0, 0]
-        kept = counts(bob)
-        assert all(n > 0 for n in kept), kept
+    assert counts(alice) == [0, 0, 0, 0] and counts(carol) == [0, 0, 0, 0]
+    assert counts(bob) == bobs, "bob keeps every row of every table"
 
 
 def test_the_installed_sql_the_live_schema_check_and_the_lag_are_there_to_see(governed, tmp_path):

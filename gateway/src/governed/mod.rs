@@ -95,8 +95,10 @@ impl Governed {
                 FeedEvent::Restored => Work::CopyAll,
                 FeedEvent::Lost => return,
             };
-            if tx.send(work).is_ok() {
-                queue.queued.fetch_add(1, Ordering::SeqCst);
+            // Counted before it can be applied, so that `applied` never passes `queued`.
+            queue.queued.fetch_add(1, Ordering::SeqCst);
+            if tx.send(work).is_err() {
+                queue.queued.fetch_sub(1, Ordering::SeqCst);
             }
         });
         for db in &databases {
