@@ -29,11 +29,11 @@ pub struct FileRequest {
 #[derive(Debug, Serialize)]
 pub struct ErasureView {
     #[serde(flatten)]
-    record: ErasureRecord,
-    approvals_required: usize,
+    pub(crate) record: ErasureRecord,
+    pub(crate) approvals_required: usize,
     /// From the request to the flip: how long the subject stayed readable.
-    online_latency_ms: Option<i64>,
-    targets: Vec<PurgeJob>,
+    pub(crate) online_latency_ms: Option<i64>,
+    pub(crate) targets: Vec<PurgeJob>,
     /// Each governed database with the policy changes it has yet to take: until 0, the flip
     /// may not have reached it.
     governed: Vec<GovernedLag>,
@@ -45,7 +45,10 @@ struct GovernedLag {
     pending_changes: u64,
 }
 
-async fn view(state: &ControlState, record: ErasureRecord) -> Result<ErasureView, ApiError> {
+pub(crate) async fn view(
+    state: &ControlState,
+    record: ErasureRecord,
+) -> Result<ErasureView, ApiError> {
     let targets = state.store.purge_jobs(&record.id).await?;
     let online_latency_ms = record
         .suppressed_at
@@ -115,7 +118,7 @@ pub async fn file(
     Ok((StatusCode::CREATED, Json(view(&state, record).await?)))
 }
 
-async fn visible(
+pub(crate) async fn visible(
     state: &ControlState,
     caller: &Caller,
     id: &str,
@@ -137,20 +140,29 @@ pub async fn approve(
     caller: Caller,
     Path(id): Path<String>,
 ) -> Result<Json<ErasureView>, ApiError> {
-    let record = visible(&state, &caller, &id).await?;
+    let approved = approve_as(&state, &caller, &id).await?;
+    Ok(Json(view(&state, approved).await?))
+}
+
+/// The caller's approval of a request of its tenant (the API's and the console's).
+pub(crate) async fn approve_as(
+    state: &ControlState,
+    caller: &Caller,
+    id: &str,
+) -> Result<ErasureRecord, ApiError> {
+    let record = visible(state, caller, id).await?;
     let audit = caller.audit(
         &record.tenant,
         "erasure.approve",
         Some(&record.subject),
         "erasure",
-        Some(&id),
+        Some(id),
     );
     let required = state.erasure.approvals_required;
-    let approved = state
+    Ok(state
         .store
-        .approve_erasure(&id, &caller.claims.sub, required, crate::now(), audit)
-        .await?;
-    Ok(Json(view(&state, approved).await?))
+        .approve_erasure(id, &caller.claims.sub, required, crate::now(), audit)
+        .await?)
 }
 
 /// `exception` -> `manual_review`: a person has taken the request.

@@ -144,7 +144,8 @@ fn caller_request_id(value: &HeaderValue) -> Option<String> {
     sane.then(|| text.to_owned())
 }
 
-/// Outermost layer: assigns the request id and gives every error response the JSON shape.
+/// Outermost layer: assigns the request id and gives every error response the JSON shape (but
+/// the console's HTML pages).
 pub async fn render_errors(mut request: Request, next: Next) -> Response {
     let id = request
         .headers()
@@ -155,13 +156,17 @@ pub async fn render_errors(mut request: Request, next: Next) -> Response {
     let mut response = next.run(request).await;
     let status = response.status();
     let error = response.extensions_mut().remove::<ApiError>().or_else(|| {
-        let is_json = response
+        // JSON errors have the shape already; the console's pages explain themselves to people.
+        let shaped = response
             .headers()
             .get(header::CONTENT_TYPE)
-            .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
+            .is_some_and(|v| {
+                v.as_bytes().starts_with(b"application/json")
+                    || v.as_bytes().starts_with(b"text/html")
+            });
         (status.is_client_error() || status.is_server_error())
             .then_some(())
-            .filter(|()| !is_json)
+            .filter(|()| !shaped)
             .map(|()| generic_error(status))
     });
     if let Some(error) = error {

@@ -23,6 +23,30 @@ pub struct Caller {
 }
 
 impl Caller {
+    /// The caller a token names, if it is a valid compliance or admin token.
+    pub fn of_token(state: &ControlState, token: &str, parts: &Parts) -> Result<Caller, ApiError> {
+        let claims = state
+            .verifier
+            .verify(token)
+            .map_err(|e| ApiError::unauthenticated(e.to_string()))?;
+        if !matches!(claims.role, Role::Compliance | Role::Admin) {
+            return Err(ApiError::forbidden(format!(
+                "the {} role cannot use the control plane",
+                claims.role
+            )));
+        }
+        let request_id = parts
+            .extensions
+            .get::<RequestId>()
+            .map(|r| r.0.clone())
+            .unwrap_or_default();
+        Ok(Caller {
+            claims,
+            request_id,
+            audit_key: Arc::clone(&state.audit_key),
+        })
+    }
+
     /// The tenant the caller acts on: the one asked for, which a compliance token must match.
     pub fn tenant<'a>(&'a self, asked: Option<&'a str>) -> Result<&'a str, ApiError> {
         match asked {
@@ -72,26 +96,7 @@ impl FromRequestParts<ControlState> for Caller {
     async fn from_request_parts(parts: &mut Parts, state: &ControlState) -> Result<Self, ApiError> {
         let token =
             bearer_token(&parts.headers).map_err(|e| ApiError::unauthenticated(e.to_string()))?;
-        let claims = state
-            .verifier
-            .verify(token)
-            .map_err(|e| ApiError::unauthenticated(e.to_string()))?;
-        if !matches!(claims.role, Role::Compliance | Role::Admin) {
-            return Err(ApiError::forbidden(format!(
-                "the {} role cannot use the control plane",
-                claims.role
-            )));
-        }
-        let request_id = parts
-            .extensions
-            .get::<RequestId>()
-            .map(|r| r.0.clone())
-            .unwrap_or_default();
-        Ok(Caller {
-            claims,
-            request_id,
-            audit_key: Arc::clone(&state.audit_key),
-        })
+        Caller::of_token(state, token, parts)
     }
 }
 

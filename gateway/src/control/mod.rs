@@ -2,6 +2,7 @@
 
 mod audit;
 mod consents;
+mod console;
 mod erasures;
 pub mod error;
 mod extract;
@@ -82,6 +83,7 @@ pub fn app(state: ControlState) -> Router {
         .route("/readyz", get(ops::readyz))
         .route("/metrics", get(ops::metrics))
         .route("/openapi.json", get(ops::openapi))
+        .merge(console::routes())
         .fallback(|| async { ApiError::not_found("endpoint") })
         .layer(axum::middleware::from_fn_with_state(
             Arc::clone(&state.governed),

@@ -1006,3 +1006,213 @@ async fn bad_erasure_requests_are_refused() {
         "not_found",
     );
 }
+
+/// A console request: its status, headers and page.
+async fn console(
+    h: &Harness,
+    method: Method,
+    uri: &str,
+    cookie: Option<&str>,
+    form: Option<&str>,
+) -> (StatusCode, axum::http::HeaderMap, String) {
+    let mut request = Request::builder().method(method).uri(uri);
+    if let Some(cookie) = cookie {
+        request = request.header(header::COOKIE, cookie);
+    }
+    let request = match form {
+        Some(form) => request
+            .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+            .body(Body::from(form.to_owned())),
+        None => request.body(Body::empty()),
+    }
+    .unwrap();
+    let response = h.app.clone().oneshot(request).await.unwrap();
+    let (parts, body) = response.into_parts();
+    let bytes = body.collect().await.unwrap().to_bytes();
+    (
+        parts.status,
+        parts.headers,
+        String::from_utf8_lossy(&bytes).into(),
+    )
+}
+
+/// Signs in with `token`; the session cookie to send back.
+async fn sign_in(h: &Harness, token: &str) -> String {
+    let form = format!("token={token}");
+    let (status, headers, _) =
+        console(h, Method::POST, "/console/sign-in", None, Some(&form)).await;
+    assert_eq!(status, StatusCode::SEE_OTHER);
+    let cookie = headers[header::SET_COOKIE].to_str().unwrap().to_owned();
+    cookie.split(';').next().unwrap().to_owned()
+}
+
+/// The CSRF token a console page's forms carry.
+fn csrf_in(page: &str) -> String {
+    let at = page
+        .find("name=\"csrf\" value=\"")
+        .expect("a form with a CSRF token")
+        + 19;
+    page[at..].split('"').next().unwrap().to_owned()
+}
+
+#[tokio::test]
+async fn the_console_signs_in_compliance_and_admin_tokens_only_with_a_strict_cookie() {
+    let h = harness().await;
+    let (status, headers, _) = console(&h, Method::GET, "/console/requests", None, None).await;
+    assert_eq!(
+        (status, headers[header::LOCATION].to_str().unwrap()),
+        (StatusCode::SEE_OTHER, "/console/sign-in")
+    );
+    let (status, _, page) = console(&h, Method::GET, "/console/sign-in", None, None).await;
+    assert!(
+        status == StatusCode::OK
+            && page.contains("name=\"token\"")
+            && page.contains("<label for=\"token\">")
+    );
+    for refused in [token(Role::Agent, "acme"), "not-a-token".to_owned()] {
+        let form = format!("token={refused}");
+        let (status, headers, page) =
+            console(&h, Method::POST, "/console/sign-in", None, Some(&form)).await;
+        assert!(
+            status == StatusCode::FORBIDDEN || status == StatusCode::UNAUTHORIZED,
+            "{status}"
+        );
+        assert!(
+            headers.get(header::SET_COOKIE).is_none() && page.contains("Not signed in"),
+            "{page}"
+        );
+    }
+    let form = format!("token={}", token(Role::Compliance, "acme"));
+    let (status, headers, _) =
+        console(&h, Method::POST, "/console/sign-in", None, Some(&form)).await;
+    assert_eq!(status, StatusCode::SEE_OTHER);
+    let cookie = headers[header::SET_COOKIE].to_str().unwrap();
+    for attribute in ["HttpOnly", "SameSite=Strict", "Path=/console"] {
+        assert!(cookie.contains(attribute), "{cookie}");
+    }
+    let max_age: u64 = cookie.split("Max-Age=").nth(1).unwrap().parse().unwrap();
+    assert!(
+        (590..=600).contains(&max_age),
+        "the session expires with the token: {cookie}"
+    );
+    let session = cookie.split(';').next().unwrap();
+    let (status, _, page) =
+        console(&h, Method::GET, "/console/requests", Some(session), None).await;
+    assert!(
+        status == StatusCode::OK && page.contains("No erasure requests yet"),
+        "{page}"
+    );
+}
+
+#[tokio::test]
+async fn the_console_shows_a_tenants_requests_only_and_refuses_forms_without_their_csrf_token() {
+    let h = harness().await;
+    h.as_dpo(Method::POST, "/v1/consents", Some(grant_body("u1")))
+        .await;
+    let (_, filed) = h
+        .as_dpo(Method::POST, "/v1/erasures", Some(erasure_body("u1")))
+        .await;
+    let id = filed["id"].as_str().unwrap().to_owned();
+    let other = h
+        .send(
+            Method::POST,
+            "/v1/erasures",
+            Some(&token(Role::Compliance, "globex")),
+            Some(Body::from(erasure_body("g1").to_string())),
+        )
+        .await;
+    let other_id = other.1["id"].as_str().unwrap().to_owned();
+
+    let session = sign_in(&h, &token(Role::Compliance, "acme")).await;
+    let (_, _, list) = console(&h, Method::GET, "/console/requests", Some(&session), None).await;
+    assert!(list.contains(&id) && !list.contains(&other_id), "{list}");
+    assert!(list.contains("days left"), "the deadline badge: {list}");
+    assert!(
+        !list.contains("u1"),
+        "the subject's key is never shown, only its reference"
+    );
+    let (status, _, _) = console(
+        &h,
+        Method::GET,
+        &format!("/console/requests/{other_id}"),
+        Some(&session),
+        None,
+    )
+    .await;
+    assert_eq!(
+        status,
+        StatusCode::NOT_FOUND,
+        "another tenant's request does not exist here"
+    );
+
+    let page_uri = format!("/console/requests/{id}");
+    let (_, _, page) = console(&h, Method::GET, &page_uri, Some(&session), None).await;
+    assert!(
+        page.contains("Approve the erasure") && page.contains("chroma:chroma"),
+        "{page}"
+    );
+    let approve = format!("{page_uri}/approve");
+    for forged in [None, Some("csrf=00"), Some("csrf=")] {
+        let (status, _, refused) =
+            console(&h, Method::POST, &approve, Some(&session), forged).await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "{forged:?}");
+        assert!(refused.contains("Nothing was changed"));
+    }
+    let (_, still) = h
+        .as_dpo(Method::GET, &format!("/v1/erasures/{id}"), None)
+        .await;
+    assert_eq!(
+        still["approvals"],
+        json!([]),
+        "a refused form changes nothing"
+    );
+    // Another session's token does not pass for this one's.
+    let other_session = sign_in(&h, &token_as(Role::Compliance, "bob")).await;
+    let (_, _, bobs_page) = console(&h, Method::GET, &page_uri, Some(&other_session), None).await;
+    let (status, _, _) = console(
+        &h,
+        Method::POST,
+        &approve,
+        Some(&session),
+        Some(&format!("csrf={}", csrf_in(&bobs_page))),
+    )
+    .await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+
+    let form = format!("csrf={}", csrf_in(&page));
+    let (status, headers, _) =
+        console(&h, Method::POST, &approve, Some(&session), Some(&form)).await;
+    assert_eq!(
+        (status, headers[header::LOCATION].to_str().unwrap()),
+        (StatusCode::SEE_OTHER, page_uri.as_str())
+    );
+    let (_, approved) = h
+        .as_dpo(Method::GET, &format!("/v1/erasures/{id}"), None)
+        .await;
+    assert_eq!(
+        approved["approvals"].as_array().unwrap().len(),
+        1,
+        "{approved}"
+    );
+    let (_, _, page) = console(&h, Method::GET, &page_uri, Some(&session), None).await;
+    assert!(
+        page.contains("You approved this request; another person must approve it too."),
+        "{page}"
+    );
+
+    let (status, headers, _) = console(
+        &h,
+        Method::POST,
+        "/console/sign-out",
+        Some(&session),
+        Some(&form),
+    )
+    .await;
+    assert_eq!(status, StatusCode::SEE_OTHER);
+    assert!(
+        headers[header::SET_COOKIE]
+            .to_str()
+            .unwrap()
+            .contains("Max-Age=0")
+    );
+}

@@ -356,6 +356,8 @@ pub trait Store: Send + Sync + 'static {
         targets: &[String],
         audit: AuditEntry,
     ) -> Result<(), StoreError>;
+    /// A tenant's erasure requests, the newest first, at most `limit`.
+    async fn erasures(&self, tenant: &str, limit: u32) -> Result<Vec<ErasureRecord>, StoreError>;
     async fn erasure(&self, id: &str) -> Result<ErasureRecord, StoreError>;
     async fn purge_jobs(&self, request_id: &str) -> Result<Vec<PurgeJob>, StoreError>;
     /// Records `actor`'s approval. Once the request is authorised it is held (an active legal

@@ -714,6 +714,12 @@ macro_rules! impl_store {
                     Ok(())
                 }
 
+                async fn erasures(&self, tenant: &str, limit: u32) -> Result<Vec<ErasureRecord>, StoreError> {
+                    let sql = sqlx::AssertSqlSafe(format!("SELECT {ERASURE_COLUMNS} FROM erasure_requests WHERE tenant = $1 ORDER BY requested_at DESC, id LIMIT $2"));
+                    let rows = sqlx::query(sql).bind(tenant).bind(i64::from(limit)).fetch_all(&self.pool).await?;
+                    rows.iter().map(erasure_from_row).collect()
+                }
+
                 async fn erasure(&self, id: &str) -> Result<ErasureRecord, StoreError> {
                     let sql = sqlx::AssertSqlSafe(format!("SELECT {ERASURE_COLUMNS} FROM erasure_requests WHERE id = $1"));
                     erasure_from_row(&sqlx::query(sql).bind(id).fetch_one(&self.pool).await?)
