@@ -16,16 +16,16 @@ use super::{ControlState, Problems};
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct GrantRequest {
-    tenant: Option<String>,
-    subject: String,
-    purpose: String,
-    category: String,
-    actions: BTreeSet<Action>,
-    expires_at: Option<DateTime<Utc>>,
+    pub(crate) tenant: Option<String>,
+    pub(crate) subject: String,
+    pub(crate) purpose: String,
+    pub(crate) category: String,
+    pub(crate) actions: BTreeSet<Action>,
+    pub(crate) expires_at: Option<DateTime<Utc>>,
     /// Where the consent was given (a form, a ticket), for the record.
-    source: String,
+    pub(crate) source: String,
     /// The version of the consent text the subject agreed to.
-    policy_version: i64,
+    pub(crate) policy_version: i64,
 }
 
 /// A grant as the API shows it: with its status now.
@@ -50,6 +50,17 @@ pub async fn grant(
     caller: Caller,
     ApiJson(req): ApiJson<GrantRequest>,
 ) -> Result<(StatusCode, Json<GrantView>), ApiError> {
+    let grant = grant_as(&state, &caller, req).await?;
+    let view = GrantView::at(grant, crate::now());
+    Ok((StatusCode::CREATED, Json(view)))
+}
+
+/// A grant the caller makes (the API's and the console's).
+pub(crate) async fn grant_as(
+    state: &ControlState,
+    caller: &Caller,
+    req: GrantRequest,
+) -> Result<ConsentGrant, ApiError> {
     let tenant = caller.tenant(req.tenant.as_deref())?.to_owned();
     let now = crate::now();
     let mut problems = Problems::default();
@@ -90,7 +101,7 @@ pub async fn grant(
         Some(&grant.id),
     );
     state.store.create_grant(&grant, audit).await?;
-    Ok((StatusCode::CREATED, Json(GrantView::at(grant, now))))
+    Ok(grant)
 }
 
 #[derive(Debug, Deserialize)]
@@ -122,9 +133,19 @@ pub async fn revoke(
     caller: Caller,
     Path(id): Path<String>,
 ) -> Result<Json<GrantView>, ApiError> {
+    let revoked = revoke_as(&state, &caller, &id).await?;
+    Ok(Json(GrantView::at(revoked, crate::now())))
+}
+
+/// A revocation by the caller (the API's and the console's).
+pub(crate) async fn revoke_as(
+    state: &ControlState,
+    caller: &Caller,
+    id: &str,
+) -> Result<ConsentGrant, ApiError> {
     let found = state
         .store
-        .grant(&id)
+        .grant(id)
         .await
         .map_err(not_found_as("consent grant"))?;
     if !caller.can_see(&found.tenant) {
@@ -136,8 +157,7 @@ pub async fn revoke(
         "consent.revoke",
         Some(&found.subject),
         "consent",
-        Some(&id),
+        Some(id),
     );
-    let revoked = state.store.revoke_grant(&id, now, audit).await?;
-    Ok(Json(GrantView::at(revoked, now)))
+    Ok(state.store.revoke_grant(id, now, audit).await?)
 }

@@ -17,13 +17,13 @@ use crate::store::{ErasureRecord, PurgeJob};
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FileRequest {
-    tenant: Option<String>,
-    subject: String,
+    pub(crate) tenant: Option<String>,
+    pub(crate) subject: String,
     #[serde(default)]
-    aliases: Vec<String>,
+    pub(crate) aliases: Vec<String>,
     /// The data subject request's ticket, for the record.
-    ticket: String,
-    reason: String,
+    pub(crate) ticket: String,
+    pub(crate) reason: String,
 }
 
 #[derive(Debug, Serialize)]
@@ -75,6 +75,16 @@ pub async fn file(
     caller: Caller,
     ApiJson(req): ApiJson<FileRequest>,
 ) -> Result<(StatusCode, Json<ErasureView>), ApiError> {
+    let record = file_as(&state, &caller, req).await?;
+    Ok((StatusCode::CREATED, Json(view(&state, record).await?)))
+}
+
+/// A request the caller files (the API's and the console's).
+pub(crate) async fn file_as(
+    state: &ControlState,
+    caller: &Caller,
+    req: FileRequest,
+) -> Result<ErasureRecord, ApiError> {
     let tenant = caller.tenant(req.tenant.as_deref())?.to_owned();
     let mut problems = Problems::default();
     problems.name("tenant", &tenant);
@@ -115,7 +125,7 @@ pub async fn file(
         .store
         .create_erasure(&record, &state.erasure.targets, audit)
         .await?;
-    Ok((StatusCode::CREATED, Json(view(&state, record).await?)))
+    Ok(record)
 }
 
 pub(crate) async fn visible(

@@ -24,7 +24,7 @@ pub fn escape(text: &str) -> String {
 const STYLE: &str = "
 body{font:16px/1.5 system-ui,sans-serif;margin:0;color:#1a1a1a;background:#fff}
 header{background:#1f3a5f;color:#fff;padding:.6rem 1.5rem;display:flex;gap:1.5rem;align-items:center}
-header a{color:#fff}header form{margin-left:auto}
+header a{color:#fff}header form{margin-left:auto}header button{border-color:#fff}
 main{padding:1.5rem;max-width:72rem}
 table{border-collapse:collapse;width:100%}th,td{text-align:left;padding:.4rem .6rem;border-bottom:1px solid #ccc}
 .badge{padding:.1rem .5rem;border-radius:.8rem;font-size:.85rem;white-space:nowrap}
@@ -51,7 +51,7 @@ pub fn page(title: &str, nav: Option<&str>, body: &str) -> String {
 /// The navigation of a signed-in person, with the sign-out form (it carries the CSRF token).
 pub fn nav(actor: &str, csrf: &str) -> String {
     format!(
-        "<nav aria-label=\"main\"><a href=\"/console/requests\">Requests</a></nav><form method=\"post\" action=\"/console/sign-out\"><input type=\"hidden\" name=\"csrf\" value=\"{}\"><span>{}</span> <button type=\"submit\">Sign out</button></form>",
+        "<nav aria-label=\"main\"><a href=\"/console/requests\">Requests</a> <a href=\"/console/subjects\">Subjects</a></nav><form method=\"post\" action=\"/console/sign-out\"><input type=\"hidden\" name=\"csrf\" value=\"{}\"><span>{}</span> <button type=\"submit\">Sign out</button></form>",
         escape(csrf),
         escape(actor)
     )

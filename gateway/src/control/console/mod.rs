@@ -21,7 +21,8 @@ use lethe_policy::ErasureState;
 use sha2::Sha256;
 
 use super::ControlState;
-use super::erasures::{ErasureView, approve_as, view, visible};
+use super::consents::{GrantRequest, grant_as, revoke_as};
+use super::erasures::{ErasureView, FileRequest, approve_as, file_as, view, visible};
 use super::extract::Caller;
 use html::{deadline_badge, escape, nav, page};
 
@@ -37,9 +38,13 @@ pub fn routes() -> Router<ControlState> {
         )
         .route("/console/sign-in", get(sign_in_form).post(sign_in))
         .route("/console/sign-out", post(sign_out))
-        .route("/console/requests", get(requests))
+        .route("/console/requests", get(requests).post(file))
         .route("/console/requests/{id}", get(request))
         .route("/console/requests/{id}/approve", post(approve))
+        .route("/console/requests/{id}/certificate", get(certificate))
+        .route("/console/subjects", get(subject))
+        .route("/console/subjects/grant", post(grant))
+        .route("/console/subjects/revoke", post(revoke))
 }
 
 /// The statutory deadline: one month from receipt (GDPR art. 12(3)).
@@ -371,7 +376,7 @@ fn request_body(session: &Session, v: &ErasureView) -> String {
     out.push_str("</tbody></table>");
     if r.state == ErasureState::Completed {
         out.push_str(&format!(
-            "<p><a href=\"/v1/erasures/{}/certificate\">The signed certificate</a> (verify it with <code>lethe certificate verify FILE</code>).</p>",
+            "<p><a href=\"/console/requests/{}/certificate\">The signed certificate</a> (JSON; verify it with <code>lethe certificate verify FILE --key KEY</code>, KEY from <code>lethe certificate public-key</code>).</p>",
             escape(&r.id)
         ));
     }
@@ -407,4 +412,259 @@ async fn approve(
 /// An id as a path segment.
 fn urlencoding(id: &str) -> String {
     form_urlencoded::byte_serialize(id.as_bytes()).collect()
+}
+
+/// A refusal of the API's, as a page.
+fn refused_page(session: &Session, title: &str, e: &super::error::ApiError) -> Response {
+    let details: String = e
+        .details
+        .iter()
+        .map(|d| format!("<li>{}</li>", escape(d)))
+        .collect();
+    html(
+        e.status,
+        page(
+            title,
+            Some(&session.nav()),
+            &format!(
+                "<p class=\"error\" role=\"alert\">{}</p><ul>{details}</ul>",
+                escape(&e.message)
+            ),
+        ),
+    )
+}
+
+fn subject_uri(subject: &str) -> String {
+    format!("/console/subjects?subject={}", urlencoding(subject))
+}
+
+/// A subject: its state, grants (grant, revoke), inventory per store and processors, and the
+/// form that files its erasure, below the inventory it would cover.
+async fn subject(
+    State(state): State<ControlState>,
+    axum::extract::Query(query): axum::extract::Query<std::collections::HashMap<String, String>>,
+    parts: Parts,
+) -> Response {
+    let session = match signed_in(&state, &parts) {
+        Ok(session) => session,
+        Err(to) => return *to,
+    };
+    let asked = query.get("subject").map(|s| s.trim()).unwrap_or("");
+    let mut body = format!(
+        "<form method=\"get\" action=\"/console/subjects\"><label for=\"subject\">Subject key</label><input id=\"subject\" name=\"subject\" value=\"{}\" required><p><button type=\"submit\">Look up</button></p></form>",
+        escape(asked)
+    );
+    if asked.is_empty() {
+        return session.page("Subjects", &body);
+    }
+    let tenant = session.caller.claims.tenant.clone();
+    let found = super::subjects::view(
+        State(state.clone()),
+        session.caller.clone(),
+        Path((tenant, asked.to_owned())),
+    )
+    .await;
+    let csrf = escape(&session.csrf);
+    let subject_field = format!(
+        "<input type=\"hidden\" name=\"subject\" value=\"{}\">",
+        escape(asked)
+    );
+    match found {
+        Ok(axum::Json(v)) => {
+            body.push_str(&format!(
+                "<h2>{}</h2><dl><dt>State</dt><dd>{}</dd><dt>Epoch</dt><dd>{}</dd><dt>Reference</dt><dd><code>{}</code></dd><dt>Held</dt><dd>{}</dd></dl>",
+                escape(asked),
+                escape(v["state"].as_str().unwrap_or("")),
+                v["epoch"],
+                escape(v["subject_ref"].as_str().unwrap_or("")),
+                if v["held"] == true { "yes: erasures wait" } else { "no" },
+            ));
+            body.push_str("<h3>Consent grants</h3><table><thead><tr><th scope=\"col\">Purpose</th><th scope=\"col\">Category</th><th scope=\"col\">Actions</th><th scope=\"col\">Status</th><th scope=\"col\"></th></tr></thead><tbody>");
+            for g in v["grants"].as_array().into_iter().flatten() {
+                let actions: Vec<&str> = g["actions"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|a| a.as_str())
+                    .collect();
+                let revoke = if g["status"] == "active" {
+                    format!(
+                        "<form method=\"post\" action=\"/console/subjects/revoke\"><input type=\"hidden\" name=\"csrf\" value=\"{csrf}\">{subject_field}<input type=\"hidden\" name=\"grant\" value=\"{}\"><button type=\"submit\">Revoke</button></form>",
+                        escape(g["id"].as_str().unwrap_or(""))
+                    )
+                } else {
+                    String::new()
+                };
+                body.push_str(&format!(
+                    "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{revoke}</td></tr>",
+                    escape(g["purpose"].as_str().unwrap_or("")),
+                    escape(g["category"].as_str().unwrap_or("")),
+                    escape(&actions.join(", ")),
+                    escape(g["status"].as_str().unwrap_or("")),
+                ));
+            }
+            body.push_str("</tbody></table><h3>Inventory (lineage, per store)</h3>");
+            let inventory = v["inventory"].as_object().cloned().unwrap_or_default();
+            if inventory.is_empty() {
+                body.push_str("<p>Lineage records no item of this subject.</p>");
+            } else {
+                body.push_str("<table><thead><tr><th scope=\"col\">Store</th><th scope=\"col\">Items</th></tr></thead><tbody>");
+                for (store, n) in &inventory {
+                    body.push_str(&format!("<tr><td>{}</td><td>{n}</td></tr>", escape(store)));
+                }
+                body.push_str("</tbody></table>");
+            }
+            body.push_str("<h3>Processors</h3>");
+            let processors = v["processors"].as_array().cloned().unwrap_or_default();
+            if processors.is_empty() {
+                body.push_str("<p>No provider received this subject's data through Lethe.</p>");
+            } else {
+                for p in &processors {
+                    body.push_str(&format!(
+                        "<p>{}: first {}, last {}</p>",
+                        escape(p["processor"].as_str().unwrap_or("")),
+                        escape(p["first_at"].as_str().unwrap_or("")),
+                        escape(p["last_at"].as_str().unwrap_or(""))
+                    ));
+                }
+            }
+            let total: u64 = inventory
+                .values()
+                .filter_map(serde_json::Value::as_u64)
+                .sum();
+            body.push_str(&format!(
+                "<h3>File an erasure</h3><p>The erasure covers every store; lineage knows {total} items of this subject in {} stores (above), and each store is also searched by the subject's stamp.</p><form method=\"post\" action=\"/console/requests\"><input type=\"hidden\" name=\"csrf\" value=\"{csrf}\">{subject_field}<label for=\"aliases\">Aliases (comma-separated)</label><input id=\"aliases\" name=\"aliases\"><label for=\"ticket\">Ticket</label><input id=\"ticket\" name=\"ticket\" required><label for=\"reason\">Reason</label><input id=\"reason\" name=\"reason\" required><p><button type=\"submit\">File the erasure request</button></p></form>",
+                inventory.len()
+            ));
+        }
+        Err(e) if e.status == StatusCode::NOT_FOUND => {
+            body.push_str(&format!(
+                "<p>Lethe has no record of {}: no grant, no item.</p>",
+                escape(asked)
+            ));
+        }
+        Err(e) => return refused_page(&session, "Subject", &e),
+    }
+    body.push_str(&format!(
+        "<h3>Grant consent</h3><form method=\"post\" action=\"/console/subjects/grant\"><input type=\"hidden\" name=\"csrf\" value=\"{csrf}\">{subject_field}<label for=\"purpose\">Purpose</label><input id=\"purpose\" name=\"purpose\" required><label for=\"category\">Category</label><input id=\"category\" name=\"category\" required><fieldset><legend>Actions</legend>{}</fieldset><label for=\"source\">Source (where the consent was given)</label><input id=\"source\" name=\"source\" required><p><button type=\"submit\">Grant</button></p></form>",
+        ["store", "retrieve", "embed", "send_to_provider", "provider_retention", "train"]
+            .iter()
+            .map(|a| format!("<label><input type=\"checkbox\" name=\"actions\" value=\"{a}\"> {a}</label>"))
+            .collect::<String>()
+    ));
+    session.page("Subjects", &body)
+}
+
+async fn grant(State(state): State<ControlState>, request: Request) -> Response {
+    let (session, fields) = match posted(&state, request).await {
+        Ok(posted) => posted,
+        Err(refused) => return *refused,
+    };
+    let subject = field(&fields, "subject").unwrap_or("").to_owned();
+    let actions: Result<std::collections::BTreeSet<lethe_policy::Action>, _> = fields
+        .iter()
+        .filter(|(k, _)| k == "actions")
+        .map(|(_, v)| serde_json::from_value(serde_json::Value::String(v.clone())))
+        .collect();
+    let Ok(actions) = actions else {
+        return refused_page(
+            &session,
+            "Not granted",
+            &super::error::ApiError::invalid("actions: unknown action"),
+        );
+    };
+    let req = GrantRequest {
+        tenant: None,
+        subject: subject.clone(),
+        purpose: field(&fields, "purpose").unwrap_or("").to_owned(),
+        category: field(&fields, "category").unwrap_or("").to_owned(),
+        actions,
+        expires_at: None,
+        source: field(&fields, "source").unwrap_or("").to_owned(),
+        policy_version: 1,
+    };
+    match grant_as(&state, &session.caller, req).await {
+        Ok(_) => Redirect::to(&subject_uri(&subject)).into_response(),
+        Err(e) => refused_page(&session, "Not granted", &e),
+    }
+}
+
+async fn revoke(State(state): State<ControlState>, request: Request) -> Response {
+    let (session, fields) = match posted(&state, request).await {
+        Ok(posted) => posted,
+        Err(refused) => return *refused,
+    };
+    let subject = field(&fields, "subject").unwrap_or("").to_owned();
+    match revoke_as(
+        &state,
+        &session.caller,
+        field(&fields, "grant").unwrap_or(""),
+    )
+    .await
+    {
+        Ok(_) => Redirect::to(&subject_uri(&subject)).into_response(),
+        Err(e) => refused_page(&session, "Not revoked", &e),
+    }
+}
+
+async fn file(State(state): State<ControlState>, request: Request) -> Response {
+    let (session, fields) = match posted(&state, request).await {
+        Ok(posted) => posted,
+        Err(refused) => return *refused,
+    };
+    let aliases = field(&fields, "aliases")
+        .unwrap_or("")
+        .split(',')
+        .map(str::trim)
+        .filter(|a| !a.is_empty())
+        .map(str::to_owned)
+        .collect();
+    let req = FileRequest {
+        tenant: None,
+        subject: field(&fields, "subject").unwrap_or("").to_owned(),
+        aliases,
+        ticket: field(&fields, "ticket").unwrap_or("").to_owned(),
+        reason: field(&fields, "reason").unwrap_or("").to_owned(),
+    };
+    match file_as(&state, &session.caller, req).await {
+        Ok(record) => {
+            Redirect::to(&format!("/console/requests/{}", urlencoding(&record.id))).into_response()
+        }
+        Err(e) => refused_page(&session, "Not filed", &e),
+    }
+}
+
+/// The signed certificate, as the JSON document to keep (and verify with `lethe certificate
+/// verify`).
+async fn certificate(
+    State(state): State<ControlState>,
+    Path(id): Path<String>,
+    parts: Parts,
+) -> Response {
+    let session = match signed_in(&state, &parts) {
+        Ok(session) => session,
+        Err(to) => return *to,
+    };
+    let answer = super::erasures::certificate(
+        State(state.clone()),
+        session.caller.clone(),
+        Path(id.clone()),
+        HeaderMap::new(),
+    )
+    .await;
+    match answer {
+        Ok(mut response) => {
+            let name = format!(
+                "attachment; filename=\"lethe-certificate-{}.json\"",
+                urlencoding(&id)
+            );
+            if let Ok(value) = HeaderValue::from_str(&name) {
+                response
+                    .headers_mut()
+                    .insert(header::CONTENT_DISPOSITION, value);
+            }
+            response
+        }
+        Err(e) => refused_page(&session, "No certificate", &e),
+    }
 }
