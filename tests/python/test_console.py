@@ -131,7 +131,14 @@ def test_two_people_work_an_erasure_through_the_console_to_a_verified_certificat
         return "State\ncompleted" in text(bob)
     wait_for("the erasure to complete", completed, deadline=60)
     assert "alice@dpo, bob@dpo" in text(bob)
+    page = text(bob)
+    assert "s after the request" in page and "chroma:chroma: physical status" in page, page
+    assert "Remaining copy" in page and "unknown:" in page, "every copy that remains, with why no date"
     shot(bob, "request-completed")
+    bob.find_element(By.LINK_TEXT, "as a page").click()
+    assert request_id in bob.page_source
+    shot(bob, "certificate")
+    bob.back()
     bob.get(f"http://{lethe.control}/console/requests")
     assert request_id in text(bob) and "closed" in text(bob)
     shot(bob, "requests")

@@ -1200,6 +1200,44 @@ async fn the_console_shows_a_tenants_requests_only_and_refuses_forms_without_the
         "{page}"
     );
 
+    // The audit trail of it all, content-free, verified, and exported whole.
+    let (_, _, audit) = console(
+        &h,
+        Method::GET,
+        "/console/audit?verify",
+        Some(&session),
+        None,
+    )
+    .await;
+    assert!(
+        audit.contains("is intact")
+            && audit.contains("erasure.approve")
+            && audit.contains("consent.grant"),
+        "{audit}"
+    );
+    assert!(
+        !audit.contains("u1@mail") && !audit.contains(">u1<"),
+        "no key in the audit page"
+    );
+    let (status, headers, export) = console(
+        &h,
+        Method::GET,
+        "/console/audit/export",
+        Some(&session),
+        None,
+    )
+    .await;
+    assert_eq!(
+        (status, headers[header::CONTENT_TYPE].to_str().unwrap()),
+        (StatusCode::OK, "application/x-ndjson")
+    );
+    let (_, head) = h.as_dpo(Method::GET, "/v1/audit/verify", None).await;
+    assert_eq!(
+        export.lines().count() as u64,
+        head["head"]["seq"].as_u64().unwrap(),
+        "{head}"
+    );
+
     let (status, headers, _) = console(
         &h,
         Method::POST,

@@ -7,6 +7,7 @@
 //! CSRF token (an HMAC of the session under the audit key) and is refused without it. The seam
 //! for OIDC sign-in is [`signed_in`]: a session is a verified [`Caller`], whatever made it.
 
+mod audit;
 mod html;
 
 use axum::Router;
@@ -41,10 +42,14 @@ pub fn routes() -> Router<ControlState> {
         .route("/console/requests", get(requests).post(file))
         .route("/console/requests/{id}", get(request))
         .route("/console/requests/{id}/approve", post(approve))
+        .route("/console/requests/{id}/review", post(review))
+        .route("/console/requests/{id}/resume", post(resume))
         .route("/console/requests/{id}/certificate", get(certificate))
         .route("/console/subjects", get(subject))
         .route("/console/subjects/grant", post(grant))
         .route("/console/subjects/revoke", post(revoke))
+        .route("/console/audit", get(audit::audit))
+        .route("/console/audit/export", get(audit::export))
 }
 
 /// The statutory deadline: one month from receipt (GDPR art. 12(3)).
@@ -302,10 +307,25 @@ async fn request(
         Err(e) => Err(e),
     };
     match found {
-        Ok(v) => session.page(
-            &format!("Erasure request {}", v.record.id),
-            &request_body(&session, &v),
-        ),
+        Ok(v) => {
+            let holds = if v.record.state == ErasureState::Held {
+                state
+                    .store
+                    .holds(&v.record.tenant, Some(&v.record.subject))
+                    .await
+                    .unwrap_or_default()
+                    .into_iter()
+                    .filter(|h| h.hold.is_active(crate::now()))
+                    .map(|h| h.hold.reason)
+                    .collect()
+            } else {
+                Vec::new()
+            };
+            session.page(
+                &format!("Erasure request {}", v.record.id),
+                &request_body(&session, &v, &holds),
+            )
+        }
         Err(_) => html(
             StatusCode::NOT_FOUND,
             page(
@@ -317,7 +337,16 @@ async fn request(
     }
 }
 
-fn request_body(session: &Session, v: &ErasureView) -> String {
+/// A button that posts `action` for the request, with the session's CSRF token.
+fn action_form(session: &Session, id: &str, action: &str, label: &str) -> String {
+    format!(
+        "<form method=\"post\" action=\"/console/requests/{}/{action}\"><input type=\"hidden\" name=\"csrf\" value=\"{}\"><button type=\"submit\">{label}</button></form>",
+        escape(id),
+        escape(&session.csrf)
+    )
+}
+
+fn request_body(session: &Session, v: &ErasureView, holds: &[String]) -> String {
     let r = &v.record;
     let now = crate::now();
     let due = deadline(r.requested_at);
@@ -343,14 +372,41 @@ fn request_body(session: &Session, v: &ErasureView) -> String {
                 "{ms} ms from the request to the flip"
             )),
     );
+    if let Some(done) = r.completed_at {
+        out.push_str(&format!(
+            "<p>Completed {} ({} s after the request).</p>",
+            done.format("%Y-%m-%d %H:%M UTC"),
+            (done - r.requested_at).num_seconds()
+        ));
+    }
+    if !holds.is_empty() {
+        out.push_str("<p role=\"status\">Parked by legal holds; it continues when every hold covering it is released:</p><ul>");
+        for reason in holds {
+            out.push_str(&format!("<li>{}</li>", escape(reason)));
+        }
+        out.push_str("</ul>");
+    }
+    match r.state {
+        ErasureState::Exception => {
+            out.push_str(&action_form(session, &r.id, "review", "Take it for review"))
+        }
+        ErasureState::ManualReview => out.push_str(&action_form(
+            session,
+            &r.id,
+            "resume",
+            "Resume: purge the failed stores again",
+        )),
+        _ => {}
+    }
     if r.state == ErasureState::Requested {
         if r.approvals.contains(&session.caller.claims.sub) {
             out.push_str("<p>You approved this request; another person must approve it too.</p>");
         } else {
-            out.push_str(&format!(
-                "<form method=\"post\" action=\"/console/requests/{}/approve\"><input type=\"hidden\" name=\"csrf\" value=\"{}\"><button type=\"submit\">Approve the erasure</button></form>",
-                escape(&r.id),
-                escape(&session.csrf)
+            out.push_str(&action_form(
+                session,
+                &r.id,
+                "approve",
+                "Approve the erasure",
             ));
         }
     }
@@ -374,10 +430,11 @@ fn request_body(session: &Session, v: &ErasureView) -> String {
         ));
     }
     out.push_str("</tbody></table>");
+    out.push_str(&physical(v));
     if r.state == ErasureState::Completed {
         out.push_str(&format!(
-            "<p><a href=\"/console/requests/{}/certificate\">The signed certificate</a> (JSON; verify it with <code>lethe certificate verify FILE --key KEY</code>, KEY from <code>lethe certificate public-key</code>).</p>",
-            escape(&r.id)
+                        "<p><a href=\"/console/requests/{id}/certificate\">The signed certificate</a> (JSON; verify it with <code>lethe certificate verify FILE --key KEY</code>, KEY from <code>lethe certificate public-key</code>) · <a href=\"/console/requests/{id}/certificate?page\">as a page</a></p>",
+            id = escape(&r.id)
         ));
     }
     out
@@ -392,21 +449,8 @@ async fn approve(
         Ok(posted) => posted,
         Err(refused) => return *refused,
     };
-    let outcome = approve_as(&state, &session.caller, &id).await;
-    match outcome {
-        Ok(_) => Redirect::to(&format!("/console/requests/{}", urlencoding(&id))).into_response(),
-        Err(e) => html(
-            e.status,
-            page(
-                "Not approved",
-                Some(&session.nav()),
-                &format!(
-                    "<p class=\"error\" role=\"alert\">{}</p>",
-                    escape(&e.message)
-                ),
-            ),
-        ),
-    }
+    let done = approve_as(&state, &session.caller, &id).await;
+    stepped(&session, &id, done.map(|_| ()))
 }
 
 /// An id as a path segment.
@@ -639,20 +683,27 @@ async fn file(State(state): State<ControlState>, request: Request) -> Response {
 async fn certificate(
     State(state): State<ControlState>,
     Path(id): Path<String>,
+    axum::extract::Query(query): axum::extract::Query<std::collections::HashMap<String, String>>,
     parts: Parts,
 ) -> Response {
     let session = match signed_in(&state, &parts) {
         Ok(session) => session,
         Err(to) => return *to,
     };
+    // As a page, or as the signed document to keep.
+    let mut accept = HeaderMap::new();
+    if query.contains_key("page") {
+        accept.insert(header::ACCEPT, HeaderValue::from_static("text/html"));
+    }
     let answer = super::erasures::certificate(
         State(state.clone()),
         session.caller.clone(),
         Path(id.clone()),
-        HeaderMap::new(),
+        accept,
     )
     .await;
     match answer {
+        Ok(response) if query.contains_key("page") => response,
         Ok(mut response) => {
             let name = format!(
                 "attachment; filename=\"lethe-certificate-{}.json\"",
@@ -666,5 +717,96 @@ async fn certificate(
             response
         }
         Err(e) => refused_page(&session, "No certificate", &e),
+    }
+}
+
+/// What each store did physically, and every copy that remains: where, what, until when (or
+/// why no date can be given).
+fn physical(v: &ErasureView) -> String {
+    let mut out = String::new();
+    for job in &v.targets {
+        let Some(physical) = job.result.as_ref().and_then(|r| r.get("physical")) else {
+            continue;
+        };
+        let lines = |key: &str| -> Vec<String> {
+            physical[key]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|l| l.as_str().map(escape))
+                .collect()
+        };
+        out.push_str(&format!(
+            "<h3>{}: physical status</h3>",
+            escape(&job.target)
+        ));
+        for line in lines("done").into_iter().chain(lines("verified")) {
+            out.push_str(&format!("<p>{line}</p>"));
+        }
+        let remaining = physical["remaining"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        if !remaining.is_empty() {
+            out.push_str("<table><thead><tr><th scope=\"col\">Remaining copy</th><th scope=\"col\">Holds</th><th scope=\"col\">Why</th><th scope=\"col\">Until</th></tr></thead><tbody>");
+            for c in &remaining {
+                let until = match c["until"].as_str() {
+                    Some(until) => escape(until),
+                    None => format!("unknown: {}", escape(c["unknown"].as_str().unwrap_or(""))),
+                };
+                out.push_str(&format!(
+                    "<tr><td>{}</td><td>{}</td><td>{}</td><td>{until}</td></tr>",
+                    escape(c["place"].as_str().unwrap_or("")),
+                    escape(c["holds"].as_str().unwrap_or("")),
+                    escape(c["why"].as_str().unwrap_or("")),
+                ));
+            }
+            out.push_str("</tbody></table>");
+        }
+    }
+    out
+}
+
+async fn review(
+    State(state): State<ControlState>,
+    Path(id): Path<String>,
+    request: Request,
+) -> Response {
+    let (session, _) = match posted(&state, request).await {
+        Ok(posted) => posted,
+        Err(refused) => return *refused,
+    };
+    let done = super::erasures::review(
+        State(state.clone()),
+        session.caller.clone(),
+        Path(id.clone()),
+    )
+    .await;
+    stepped(&session, &id, done.map(|_| ()))
+}
+
+async fn resume(
+    State(state): State<ControlState>,
+    Path(id): Path<String>,
+    request: Request,
+) -> Response {
+    let (session, _) = match posted(&state, request).await {
+        Ok(posted) => posted,
+        Err(refused) => return *refused,
+    };
+    let done = super::erasures::resume(
+        State(state.clone()),
+        session.caller.clone(),
+        Path(id.clone()),
+    )
+    .await;
+    stepped(&session, &id, done.map(|_| ()))
+}
+
+/// Back to the request after an action, or the refusal.
+fn stepped(session: &Session, id: &str, done: Result<(), super::error::ApiError>) -> Response {
+    match done {
+        Ok(()) => Redirect::to(&format!("/console/requests/{}", urlencoding(id))).into_response(),
+        Err(e) => refused_page(session, "Not done", &e),
     }
 }
