@@ -1128,6 +1128,26 @@ async fn the_console_shows_a_tenants_requests_only_and_refuses_forms_without_the
     assert!(list.contains(&id) && !list.contains(&other_id), "{list}");
     assert!(list.contains("days left"), "the deadline badge: {list}");
     assert!(
+        list.contains("<dd>requested 1</dd><dt>Overdue</dt><dd>0</dd>"),
+        "{list}"
+    );
+    for (filter, shown) in [
+        ("state=requested", true),
+        ("state=completed", false),
+        ("due=overdue", false),
+        ("due=", true),
+    ] {
+        let (_, _, filtered) = console(
+            &h,
+            Method::GET,
+            &format!("/console/requests?{filter}"),
+            Some(&session),
+            None,
+        )
+        .await;
+        assert_eq!(filtered.contains(&format!(">{id}</a>")), shown, "{filter}");
+    }
+    assert!(
         !list.contains("u1"),
         "the subject's key is never shown, only its reference"
     );

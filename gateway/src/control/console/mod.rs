@@ -241,7 +241,11 @@ fn closed(state: ErasureState) -> bool {
 }
 
 /// Every erasure request of the caller's tenant, with its deadline.
-async fn requests(State(state): State<ControlState>, parts: Parts) -> Response {
+async fn requests(
+    State(state): State<ControlState>,
+    axum::extract::Query(query): axum::extract::Query<std::collections::HashMap<String, String>>,
+    parts: Parts,
+) -> Response {
     let session = match signed_in(&state, &parts) {
         Ok(session) => session,
         Err(to) => return *to,
@@ -261,8 +265,24 @@ async fn requests(State(state): State<ControlState>, parts: Parts) -> Response {
         }
     };
     let now = crate::now();
+    let state_filter = query.get("state").filter(|s| !s.is_empty());
+    let due_filter = query
+        .get("due")
+        .map(String::as_str)
+        .filter(|d| !d.is_empty());
+    let shown = records.iter().filter(|r| {
+        let due = deadline(r.requested_at);
+        state_filter.is_none_or(|s| r.state.to_string() == *s)
+            && match due_filter {
+                Some("overdue") => !closed(r.state) && due < now,
+                Some("week") => {
+                    !closed(r.state) && due >= now && due - now <= chrono::TimeDelta::days(7)
+                }
+                _ => true,
+            }
+    });
     let mut rows = String::new();
-    for r in &records {
+    for r in shown {
         let due = deadline(r.requested_at);
         rows.push_str(&format!(
             "<tr><td><a href=\"/console/requests/{id}\">{id}</a></td><td><code>{subject}</code></td><td>{ticket}</td><td>{state}</td><td>{requested}</td><td>{due}</td><td>{badge}</td></tr>",
@@ -275,15 +295,89 @@ async fn requests(State(state): State<ControlState>, parts: Parts) -> Response {
             badge = deadline_badge(due, now, closed(r.state)),
         ));
     }
-    let body = if records.is_empty() {
+    let mut body = summary(&records, now);
+    body.push_str(&filters(state_filter.map(String::as_str), due_filter));
+    body.push_str(&if records.is_empty() {
         "<p>No erasure requests yet.</p>".to_owned()
     } else {
         format!(
             "<table><caption>Erasure requests of {tenant} (newest first)</caption><thead><tr><th scope=\"col\">Request</th><th scope=\"col\">Subject reference</th><th scope=\"col\">Ticket</th><th scope=\"col\">State</th><th scope=\"col\">Received</th><th scope=\"col\">Deadline</th><th scope=\"col\">Time</th></tr></thead><tbody>{rows}</tbody></table>",
-            tenant = escape(&tenant)
+                        tenant = escape(&tenant)
         )
-    };
+    });
     session.page("Erasure requests", &body)
+}
+
+/// Open requests by state, overdue ones, and the median online and completion latency of the
+/// last 30 days.
+fn summary(records: &[crate::store::ErasureRecord], now: DateTime<Utc>) -> String {
+    let mut open: std::collections::BTreeMap<String, usize> = Default::default();
+    let mut overdue = 0;
+    let mut online = Vec::new();
+    let mut completion = Vec::new();
+    for r in records {
+        if !closed(r.state) {
+            *open.entry(r.state.to_string()).or_default() += 1;
+            if deadline(r.requested_at) < now {
+                overdue += 1;
+            }
+        }
+        if now - r.requested_at <= chrono::TimeDelta::days(30) {
+            online.extend(
+                r.suppressed_at
+                    .map(|at| (at - r.requested_at).num_milliseconds()),
+            );
+            completion.extend(r.completed_at.map(|at| (at - r.requested_at).num_seconds()));
+        }
+    }
+    let median = |xs: &mut Vec<i64>, unit: &str| {
+        xs.sort_unstable();
+        xs.get(xs.len() / 2)
+            .map_or("none yet".to_owned(), |m| format!("{m} {unit}"))
+    };
+    let by_state = if open.is_empty() {
+        "none".to_owned()
+    } else {
+        open.iter()
+            .map(|(s, n)| format!("{} {n}", escape(s)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    format!(
+        "<dl><dt>Open, by state</dt><dd>{by_state}</dd><dt>Overdue</dt><dd>{overdue}</dd><dt>Median online latency (30 days)</dt><dd>{}</dd><dt>Median completion latency (30 days)</dt><dd>{}</dd></dl>",
+        median(&mut online, "ms"),
+        median(&mut completion, "s"),
+    )
+}
+
+/// The list's filters: by state, and by deadline.
+fn filters(state: Option<&str>, due: Option<&str>) -> String {
+    let option = |value: &str, label: &str, chosen: Option<&str>| {
+        let selected = if chosen == Some(value) {
+            " selected"
+        } else {
+            ""
+        };
+        format!("<option value=\"{value}\"{selected}>{label}</option>")
+    };
+    let states: String = std::iter::once(option("", "every state", state))
+        .chain(
+            ErasureState::ALL
+                .iter()
+                .map(|s| option(&s.to_string(), &s.to_string(), state)),
+        )
+        .collect();
+    let dues: String = [
+        ("", "any deadline"),
+        ("overdue", "overdue"),
+        ("week", "due within 7 days"),
+    ]
+    .iter()
+    .map(|(v, l)| option(v, l, due))
+    .collect();
+    format!(
+        "<form method=\"get\" action=\"/console/requests\"><label for=\"state\">State</label><select id=\"state\" name=\"state\">{states}</select><label for=\"due\">Deadline</label><select id=\"due\" name=\"due\">{dues}</select><p><button type=\"submit\">Filter</button></p></form>"
+    )
 }
 
 /// A subject's reference, as the audit log names it, shortened for a table.
