@@ -81,7 +81,7 @@ def test_two_people_work_an_erasure_through_the_console_to_a_verified_certificat
     from selenium.webdriver.common.by import By
     alice, bob = browsers(), browsers()
     sign_in(alice, lethe, token(lethe, "compliance", "alice@dpo"))
-    assert alice.title.startswith("Erasure requests") and "No erasure requests yet" in text(alice)
+    assert alice.title.startswith("Erasure requests") and "No erasure requests here" in text(alice)
     shot(alice, "requests-empty")
 
     # Consent granted in the console; the agent then writes through Lethe.

@@ -1099,7 +1099,7 @@ async fn the_console_signs_in_compliance_and_admin_tokens_only_with_a_strict_coo
     let (status, _, page) =
         console(&h, Method::GET, "/console/requests", Some(session), None).await;
     assert!(
-        status == StatusCode::OK && page.contains("No erasure requests yet"),
+        status == StatusCode::OK && page.contains("No erasure requests here"),
         "{page}"
     );
 }

@@ -27,6 +27,11 @@ pub const SQLITE: &[Migration] = &[
         name: "certificates",
         sql: include_str!("../../../migrations/sqlite/0004_certificates.sql"),
     },
+    Migration {
+        version: 5,
+        name: "erasure_list",
+        sql: include_str!("../../../migrations/sqlite/0005_erasure_list.sql"),
+    },
 ];
 
 pub const POSTGRES: &[Migration] = &[
@@ -49,6 +54,11 @@ pub const POSTGRES: &[Migration] = &[
         version: 4,
         name: "certificates",
         sql: include_str!("../../../migrations/postgres/0004_certificates.sql"),
+    },
+    Migration {
+        version: 5,
+        name: "erasure_list",
+        sql: include_str!("../../../migrations/postgres/0005_erasure_list.sql"),
     },
 ];
 

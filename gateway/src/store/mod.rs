@@ -89,6 +89,28 @@ pub struct HoldRecord {
     pub released_by: Option<String>,
 }
 
+/// Which of a tenant's erasure requests a list shows.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ErasureFilter {
+    pub state: Option<lethe_policy::ErasureState>,
+    /// Only open requests (neither completed nor rejected).
+    pub open: bool,
+    /// Only requests received at or after this, and before that.
+    pub received_after: Option<DateTime<Utc>>,
+    pub received_before: Option<DateTime<Utc>>,
+}
+
+/// Open requests by state, overdue ones, and the latencies of recent ones.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ErasureStats {
+    pub open: BTreeMap<String, i64>,
+    pub overdue: i64,
+    /// Of the requests received in the window: from the request to the flip (ms), and to the
+    /// completion (s), for those that got there.
+    pub online_ms: Vec<i64>,
+    pub completion_s: Vec<i64>,
+}
+
 /// An erasure request and where it stands.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ErasureRecord {
@@ -356,8 +378,22 @@ pub trait Store: Send + Sync + 'static {
         targets: &[String],
         audit: AuditEntry,
     ) -> Result<(), StoreError>;
-    /// A tenant's erasure requests, the newest first, at most `limit`.
-    async fn erasures(&self, tenant: &str, limit: u32) -> Result<Vec<ErasureRecord>, StoreError>;
+    /// A page of a tenant's erasure requests, the newest first.
+    async fn erasures(
+        &self,
+        tenant: &str,
+        filter: &ErasureFilter,
+        offset: u32,
+        limit: u32,
+    ) -> Result<Vec<ErasureRecord>, StoreError>;
+    /// Where a tenant's requests stand: open ones by state, how many were received before
+    /// `overdue_before` and are still open, and the timestamps of those received since `since`.
+    async fn erasure_stats(
+        &self,
+        tenant: &str,
+        overdue_before: DateTime<Utc>,
+        since: DateTime<Utc>,
+    ) -> Result<ErasureStats, StoreError>;
     async fn erasure(&self, id: &str) -> Result<ErasureRecord, StoreError>;
     async fn purge_jobs(&self, request_id: &str) -> Result<Vec<PurgeJob>, StoreError>;
     /// Records `actor`'s approval. Once the request is authorised it is held (an active legal

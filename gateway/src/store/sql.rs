@@ -18,7 +18,7 @@ macro_rules! impl_store {
             use sqlx::Row as _;
 
             use super::*;
-            use crate::store::{ErasureRecord, ExpiredItem, Feed, FeedEvent, HoldRecord, ItemRecord, JobOutcome, PolicyChange, PurgeJob, RetentionVersion, Store, StoreError, Tombstone};
+            use crate::store::{ErasureFilter, ErasureRecord, ErasureStats, ExpiredItem, Feed, FeedEvent, HoldRecord, ItemRecord, JobOutcome, PolicyChange, PurgeJob, RetentionVersion, Store, StoreError, Tombstone};
 
             type Row = <$db as sqlx::Database>::Row;
             type Tx = sqlx::Transaction<'static, $db>;
@@ -714,10 +714,54 @@ macro_rules! impl_store {
                     Ok(())
                 }
 
-                async fn erasures(&self, tenant: &str, limit: u32) -> Result<Vec<ErasureRecord>, StoreError> {
-                    let sql = sqlx::AssertSqlSafe(format!("SELECT {ERASURE_COLUMNS} FROM erasure_requests WHERE tenant = $1 ORDER BY requested_at DESC, id LIMIT $2"));
-                    let rows = sqlx::query(sql).bind(tenant).bind(i64::from(limit)).fetch_all(&self.pool).await?;
+                async fn erasures(&self, tenant: &str, filter: &ErasureFilter, offset: u32, limit: u32) -> Result<Vec<ErasureRecord>, StoreError> {
+                    let mut select = sqlx::QueryBuilder::<$db>::new(format!("SELECT {ERASURE_COLUMNS} FROM erasure_requests WHERE tenant = "));
+                    select.push_bind(tenant.to_owned());
+                    if let Some(state) = filter.state {
+                        select.push(" AND state = ").push_bind(state.to_string());
+                    }
+                                        if filter.open {
+                        select.push(" AND state NOT IN ('completed', 'rejected')");
+                    }
+                    if let Some(from) = filter.received_after {
+                        select.push(" AND requested_at >= ").push_bind(from);
+                    }
+                    if let Some(to) = filter.received_before {
+                        select.push(" AND requested_at < ").push_bind(to);
+                    }
+                    select.push(" ORDER BY requested_at DESC, id LIMIT ").push_bind(i64::from(limit));
+                    select.push(" OFFSET ").push_bind(i64::from(offset));
+                    let rows = select.build().fetch_all(&self.pool).await?;
                     rows.iter().map(erasure_from_row).collect()
+                }
+
+                async fn erasure_stats(&self, tenant: &str, overdue_before: DateTime<Utc>, since: DateTime<Utc>) -> Result<ErasureStats, StoreError> {
+                    let mut stats = ErasureStats::default();
+                    let rows = sqlx::query("SELECT state, count(*) AS n FROM erasure_requests WHERE tenant = $1 AND state NOT IN ('completed', 'rejected') GROUP BY state")
+                        .bind(tenant)
+                        .fetch_all(&self.pool)
+                        .await?;
+                    for row in &rows {
+                        stats.open.insert(row.try_get("state")?, row.try_get("n")?);
+                    }
+                    stats.overdue = sqlx::query_scalar("SELECT count(*) FROM erasure_requests WHERE tenant = $1 AND state NOT IN ('completed', 'rejected') AND requested_at < $2")
+                        .bind(tenant)
+                        .bind(overdue_before)
+                        .fetch_one(&self.pool)
+                        .await?;
+                    let rows = sqlx::query("SELECT requested_at, suppressed_at, completed_at FROM erasure_requests WHERE tenant = $1 AND requested_at >= $2")
+                        .bind(tenant)
+                        .bind(since)
+                        .fetch_all(&self.pool)
+                        .await?;
+                                        for row in &rows {
+                        let requested: DateTime<Utc> = row.try_get("requested_at")?;
+                        let suppressed: Option<DateTime<Utc>> = row.try_get("suppressed_at")?;
+                        let completed: Option<DateTime<Utc>> = row.try_get("completed_at")?;
+                        stats.online_ms.extend(suppressed.map(|at| (at - requested).num_milliseconds()));
+                        stats.completion_s.extend(completed.map(|at| (at - requested).num_seconds()));
+                    }
+                    Ok(stats)
                 }
 
                 async fn erasure(&self, id: &str) -> Result<ErasureRecord, StoreError> {

@@ -39,6 +39,7 @@ on_both_backends!(
     audit_appends_form_one_chain_under_concurrency,
     an_approved_erasure_flips_its_keys_and_tells_every_cache,
     expired_and_revoked_items_are_found_for_the_sweeper_unless_held,
+    erasure_requests_are_listed_a_page_at_a_time_and_summed_up,
 );
 
 /// The raw keys of the erased subject in the test below: distinct enough that no hash, id or
@@ -941,5 +942,77 @@ async fn expired_and_revoked_items_are_found_for_the_sweeper_unless_held(store: 
         found,
         ["fresh", "old"],
         "items of the revoked purpose expire; other purposes keep theirs"
+    );
+}
+
+async fn erasure_requests_are_listed_a_page_at_a_time_and_summed_up(store: &Arc<dyn Store>) {
+    use lethe_policy::ErasureState;
+    let at = now();
+    for (id, days_ago, tenant) in [
+        ("er-a", 40, "acme"),
+        ("er-b", 3, "acme"),
+        ("er-c", 1, "acme"),
+        ("er-g", 1, "globex"),
+    ] {
+        let record = ErasureRecord {
+            tenant: tenant.into(),
+            ..crate::testing::erasure_request(
+                id,
+                &format!("{id}-subject"),
+                at - TimeDelta::days(days_ago),
+            )
+        };
+        store
+            .create_erasure(
+                &record,
+                &["chroma:chroma".into()],
+                audit("erasure.request", Some(id)),
+            )
+            .await
+            .unwrap();
+    }
+    let ids = |records: Vec<ErasureRecord>| records.into_iter().map(|r| r.id).collect::<Vec<_>>();
+    let all = ErasureFilter::default();
+    assert_eq!(
+        ids(store.erasures("acme", &all, 0, 10).await.unwrap()),
+        ["er-c", "er-b", "er-a"]
+    );
+    assert_eq!(
+        ids(store.erasures("acme", &all, 1, 1).await.unwrap()),
+        ["er-b"],
+        "the second page of one"
+    );
+    let completed = ErasureFilter {
+        state: Some(ErasureState::Completed),
+        ..ErasureFilter::default()
+    };
+    assert!(
+        store
+            .erasures("acme", &completed, 0, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let month_ago = at - TimeDelta::days(30);
+    let overdue = ErasureFilter {
+        open: true,
+        received_before: Some(month_ago),
+        ..ErasureFilter::default()
+    };
+    assert_eq!(
+        ids(store.erasures("acme", &overdue, 0, 10).await.unwrap()),
+        ["er-a"]
+    );
+    let stats = store
+        .erasure_stats("acme", month_ago, at - TimeDelta::days(30))
+        .await
+        .unwrap();
+    assert_eq!(
+        (stats.open, stats.overdue),
+        (BTreeMap::from([("requested".to_owned(), 3)]), 1)
+    );
+    assert!(
+        stats.online_ms.is_empty() && stats.completion_s.is_empty(),
+        "none flipped yet"
     );
 }

@@ -25,11 +25,12 @@ use super::ControlState;
 use super::consents::{GrantRequest, grant_as, revoke_as};
 use super::erasures::{ErasureView, FileRequest, approve_as, file_as, view, visible};
 use super::extract::Caller;
+use crate::store::{ErasureFilter, ErasureStats};
 use html::{deadline_badge, escape, nav, page};
 
 const COOKIE: &str = "lethe_console";
-/// The most requests the list shows.
-const LIST_LIMIT: u32 = 500;
+/// The requests one page of the list shows.
+const LIST_LIMIT: u32 = 100;
 
 pub fn routes() -> Router<ControlState> {
     Router::new()
@@ -251,9 +252,47 @@ async fn requests(
         Err(to) => return *to,
     };
     let tenant = session.caller.claims.tenant.clone();
-    let records = match state.store.erasures(&tenant, LIST_LIMIT).await {
-        Ok(records) => records,
-        Err(_) => {
+    let now = crate::now();
+    let state_filter = query
+        .get("state")
+        .and_then(|s| ErasureState::ALL.into_iter().find(|e| e.to_string() == *s));
+    let due_filter = query
+        .get("due")
+        .map(String::as_str)
+        .filter(|d| !d.is_empty());
+    // Received before this, a request still open is overdue (its deadline is a month on).
+    let overdue_before = now.checked_sub_months(Months::new(1)).unwrap_or(now);
+    let (received_after, received_before) = match due_filter {
+        Some("overdue") => (None, Some(overdue_before)),
+        Some("week") => (
+            Some(overdue_before),
+            Some(overdue_before + chrono::TimeDelta::days(7)),
+        ),
+        _ => (None, None),
+    };
+    let filter = ErasureFilter {
+        state: state_filter,
+        open: received_before.is_some(),
+        received_after,
+        received_before,
+    };
+    let page_number: u32 = query.get("page").and_then(|p| p.parse().ok()).unwrap_or(0);
+    let listed = state
+        .store
+        .erasures(
+            &tenant,
+            &filter,
+            page_number.saturating_mul(LIST_LIMIT),
+            LIST_LIMIT + 1,
+        )
+        .await;
+    let stats = state
+        .store
+        .erasure_stats(&tenant, overdue_before, now - chrono::TimeDelta::days(30))
+        .await;
+    let (mut records, stats) = match (listed, stats) {
+        (Ok(records), Ok(stats)) => (records, stats),
+        _ => {
             return html(
                 StatusCode::SERVICE_UNAVAILABLE,
                 page(
@@ -264,25 +303,10 @@ async fn requests(
             );
         }
     };
-    let now = crate::now();
-    let state_filter = query.get("state").filter(|s| !s.is_empty());
-    let due_filter = query
-        .get("due")
-        .map(String::as_str)
-        .filter(|d| !d.is_empty());
-    let shown = records.iter().filter(|r| {
-        let due = deadline(r.requested_at);
-        state_filter.is_none_or(|s| r.state.to_string() == *s)
-            && match due_filter {
-                Some("overdue") => !closed(r.state) && due < now,
-                Some("week") => {
-                    !closed(r.state) && due >= now && due - now <= chrono::TimeDelta::days(7)
-                }
-                _ => true,
-            }
-    });
+    let more = records.len() > LIST_LIMIT as usize;
+    records.truncate(LIST_LIMIT as usize);
     let mut rows = String::new();
-    for r in shown {
+    for r in &records {
         let due = deadline(r.requested_at);
         rows.push_str(&format!(
             "<tr><td><a href=\"/console/requests/{id}\">{id}</a></td><td><code>{subject}</code></td><td>{ticket}</td><td>{state}</td><td>{requested}</td><td>{due}</td><td>{badge}</td></tr>",
@@ -295,56 +319,60 @@ async fn requests(
             badge = deadline_badge(due, now, closed(r.state)),
         ));
     }
-    let mut body = summary(&records, now);
-    body.push_str(&filters(state_filter.map(String::as_str), due_filter));
+    let mut body = summary(stats);
+    let chosen_state = state_filter.map(|s| s.to_string());
+    body.push_str(&filters(chosen_state.as_deref(), due_filter));
     body.push_str(&if records.is_empty() {
-        "<p>No erasure requests yet.</p>".to_owned()
+        "<p>No erasure requests here.</p>".to_owned()
     } else {
         format!(
             "<table><caption>Erasure requests of {tenant} (newest first)</caption><thead><tr><th scope=\"col\">Request</th><th scope=\"col\">Subject reference</th><th scope=\"col\">Ticket</th><th scope=\"col\">State</th><th scope=\"col\">Received</th><th scope=\"col\">Deadline</th><th scope=\"col\">Time</th></tr></thead><tbody>{rows}</tbody></table>",
-                        tenant = escape(&tenant)
+            tenant = escape(&tenant)
         )
     });
+    if more {
+        let mut next: Vec<String> = query
+            .iter()
+            .filter(|(k, _)| *k != "page")
+            .map(|(k, v)| format!("{}={}", urlencoding(k), urlencoding(v)))
+            .collect();
+        next.push(format!("page={}", page_number + 1));
+        body.push_str(&format!(
+            "<p><a href=\"/console/requests?{}\">Older requests</a></p>",
+            escape(&next.join("&"))
+        ));
+    }
     session.page("Erasure requests", &body)
+}
+
+/// A subject's reference, as the audit log names it, shortened for a table.
+fn short_ref(caller: &Caller, tenant: &str, subject: &str) -> String {
+    let reference = caller.subject_ref(tenant, subject);
+    reference.chars().take(12).collect()
 }
 
 /// Open requests by state, overdue ones, and the median online and completion latency of the
 /// last 30 days.
-fn summary(records: &[crate::store::ErasureRecord], now: DateTime<Utc>) -> String {
-    let mut open: std::collections::BTreeMap<String, usize> = Default::default();
-    let mut overdue = 0;
-    let mut online = Vec::new();
-    let mut completion = Vec::new();
-    for r in records {
-        if !closed(r.state) {
-            *open.entry(r.state.to_string()).or_default() += 1;
-            if deadline(r.requested_at) < now {
-                overdue += 1;
-            }
-        }
-        if now - r.requested_at <= chrono::TimeDelta::days(30) {
-            online.extend(
-                r.suppressed_at
-                    .map(|at| (at - r.requested_at).num_milliseconds()),
-            );
-            completion.extend(r.completed_at.map(|at| (at - r.requested_at).num_seconds()));
-        }
-    }
+fn summary(stats: ErasureStats) -> String {
+    let (mut online, mut completion) = (stats.online_ms, stats.completion_s);
     let median = |xs: &mut Vec<i64>, unit: &str| {
         xs.sort_unstable();
         xs.get(xs.len() / 2)
             .map_or("none yet".to_owned(), |m| format!("{m} {unit}"))
     };
-    let by_state = if open.is_empty() {
+    let by_state = if stats.open.is_empty() {
         "none".to_owned()
     } else {
-        open.iter()
+        stats
+            .open
+            .iter()
             .map(|(s, n)| format!("{} {n}", escape(s)))
             .collect::<Vec<_>>()
             .join(", ")
     };
     format!(
-        "<dl><dt>Open, by state</dt><dd>{by_state}</dd><dt>Overdue</dt><dd>{overdue}</dd><dt>Median online latency (30 days)</dt><dd>{}</dd><dt>Median completion latency (30 days)</dt><dd>{}</dd></dl>",
+        "<dl><dt>Open, by state</dt><dd>{by_state}</dd><dt>Overdue</dt><dd>{}</dd><dt>Median online latency (30 days)</dt><dd>{}</dd><dt>Median completion latency (30 days)</dt><dd>{}</dd></dl>",
+        stats.overdue,
         median(&mut online, "ms"),
         median(&mut completion, "s"),
     )
@@ -378,12 +406,6 @@ fn filters(state: Option<&str>, due: Option<&str>) -> String {
     format!(
         "<form method=\"get\" action=\"/console/requests\"><label for=\"state\">State</label><select id=\"state\" name=\"state\">{states}</select><label for=\"due\">Deadline</label><select id=\"due\" name=\"due\">{dues}</select><p><button type=\"submit\">Filter</button></p></form>"
     )
-}
-
-/// A subject's reference, as the audit log names it, shortened for a table.
-fn short_ref(caller: &Caller, tenant: &str, subject: &str) -> String {
-    let reference = caller.subject_ref(tenant, subject);
-    reference.chars().take(12).collect()
 }
 
 /// One request: where it stands, its approvals, each store's progress, what may be done.

@@ -1,0 +1,101 @@
+"""Page timings of the compliance console with REQUESTS erasure requests in the state store
+(SQLite): each page fetched N times, one after another, by a signed-in person; p50 and p99 of
+the whole exchange on the loopback (the server's time plus a few tens of microseconds). Started
+by loadtests/console.sh."""
+
+import json
+import os
+import pathlib
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.parse
+import urllib.request
+
+REQUESTS = int(os.environ.get("REQUESTS", 10_000))
+N = int(os.environ.get("N", 200))
+LETHE = os.environ.get("LETHE", "target/release/lethe")
+
+
+def port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    return s.getsockname()[1]
+
+
+class NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args):
+        return None
+
+
+def main():
+    work = pathlib.Path(tempfile.mkdtemp())
+    control = f"127.0.0.1:{port()}"
+    (work / "lethe.toml").write_text(f'''
+[data_plane]
+listen = "127.0.0.1:{port()}"
+[control_plane]
+listen = "{control}"
+[state]
+url = "sqlite://{work}/state.db"
+''')
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LETHE_")}
+    env.update({"LETHE_CONFIG": str(work / "lethe.toml"), "LETHE_LOG": "warn"})
+    lethe = subprocess.Popen([LETHE, "serve"], env=env)
+    try:
+        for _ in range(300):
+            try:
+                urllib.request.urlopen(f"http://{control}/readyz")
+                break
+            except OSError:
+                time.sleep(0.1)
+        token = subprocess.run([LETHE, "token", "--role", "compliance", "--tenant", "acme", "--actor", "dpo"],
+                               env=env, capture_output=True, text=True, check=True).stdout.strip()
+
+        def api(method, path, body):
+            request = urllib.request.Request(f"http://{control}{path}", method=method, data=json.dumps(body).encode(),
+                                             headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"})
+            with urllib.request.urlopen(request) as answer:
+                return json.loads(answer.read())
+
+        started = time.perf_counter()
+        first = None
+        for i in range(REQUESTS):
+            filed = api("POST", "/v1/erasures", {"subject": f"subject-{i}", "ticket": f"DSR-{i}", "reason": "load"})
+            first = first or filed["id"]
+        seeded = time.perf_counter() - started
+        opener = urllib.request.build_opener(NoRedirect)
+        try:
+            opener.open(urllib.request.Request(f"http://{control}/console/sign-in", method="POST",
+                                               data=urllib.parse.urlencode({"token": token}).encode()))
+        except urllib.error.HTTPError as redirect:
+            cookie = redirect.headers["Set-Cookie"].split(";")[0]
+        pages = {
+            "requests (first page)": "/console/requests",
+            "requests, filtered (overdue)": "/console/requests?due=overdue",
+            "requests, page 50": "/console/requests?page=50",
+            "a request": f"/console/requests/{first}",
+            "a subject": "/console/subjects?subject=subject-1",
+            "audit (first page)": "/console/audit",
+        }
+        print(f"\n{REQUESTS} erasure requests in the state store (seeded in {seeded:.0f} s), {N} fetches of each page\n")
+        print(f"{'page':<30} {'p50':>9} {'p99':>9} {'bytes':>8}")
+        for name, path in pages.items():
+            times, size = [], 0
+            for _ in range(N):
+                t = time.perf_counter()
+                with urllib.request.urlopen(urllib.request.Request(f"http://{control}{path}", headers={"Cookie": cookie})) as answer:
+                    size = len(answer.read())
+                    assert answer.status == 200
+                times.append((time.perf_counter() - t) * 1000)
+            times.sort()
+            print(f"{name:<30} {times[len(times) // 2]:>7.2f}ms {times[int(len(times) * 0.99)]:>7.2f}ms {size:>8}")
+    finally:
+        lethe.terminate()
+        lethe.wait(timeout=15)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
