@@ -14,10 +14,10 @@ use crate::store::HoldRecord;
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PlaceRequest {
-    tenant: Option<String>,
+    pub(crate) tenant: Option<String>,
     /// Absent: the hold covers the whole tenant.
-    subject: Option<String>,
-    reason: String,
+    pub(crate) subject: Option<String>,
+    pub(crate) reason: String,
 }
 
 #[derive(Debug, Serialize)]

@@ -14,7 +14,7 @@ use crate::store::RetentionVersion;
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TenantQuery {
-    tenant: Option<String>,
+    pub(crate) tenant: Option<String>,
 }
 
 /// A tenant's rules as the API shows them. Version 0, with no rules, until rules are first set

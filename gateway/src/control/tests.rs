@@ -1274,3 +1274,107 @@ async fn the_console_shows_a_tenants_requests_only_and_refuses_forms_without_the
             .contains("Max-Age=0")
     );
 }
+
+#[tokio::test]
+async fn the_console_edits_rules_as_a_new_version_after_a_preview_and_places_and_releases_holds() {
+    let h = harness().await;
+    let rules = json!({"rules": [{"purpose": "personalization", "category": "preference", "max_age": "30d"}]});
+    h.as_dpo(Method::PUT, "/v1/retention-rules", Some(rules))
+        .await;
+    let session = sign_in(&h, &token(Role::Compliance, "acme")).await;
+    let (_, _, page) = console(&h, Method::GET, "/console/policy", Some(&session), None).await;
+    assert!(
+        page.contains("Version 1") && page.contains("personalization / preference / any layer"),
+        "{page}"
+    );
+    let csrf = csrf_in(&page);
+    let next = json!({"rules": [
+        {"purpose": "personalization", "category": "preference", "max_age": "7d"},
+        {"purpose": "support", "category": "conversation", "max_age": "90d"},
+    ]})
+    .to_string();
+    let form = |extra: &str| {
+        let encoded: String = form_urlencoded::Serializer::new(String::new())
+            .append_pair("csrf", &csrf)
+            .append_pair("rules", &next)
+            .finish();
+        format!("{encoded}{extra}")
+    };
+    let (status, _, preview) = console(
+        &h,
+        Method::POST,
+        "/console/policy/preview",
+        Some(&session),
+        Some(&form("")),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(preview.contains("What version 2 changes"), "{preview}");
+    assert!(preview.contains("<td>changed</td><td>personalization / preference / any layer</td><td>30d</td><td>7d</td>"), "{preview}");
+    assert!(
+        preview.contains("<td>added</td><td>support / conversation / any layer</td>"),
+        "{preview}"
+    );
+    let (_, still) = h.as_dpo(Method::GET, "/v1/retention-rules", None).await;
+    assert_eq!(still["version"], 1, "a preview changes nothing");
+    let (status, _, _) = console(
+        &h,
+        Method::POST,
+        "/console/policy",
+        Some(&session),
+        Some(&form("")),
+    )
+    .await;
+    assert_eq!(status, StatusCode::SEE_OTHER);
+    let (_, saved) = h.as_dpo(Method::GET, "/v1/retention-rules", None).await;
+    assert_eq!(
+        (
+            saved["version"].as_i64(),
+            saved["rules"].as_array().map(Vec::len)
+        ),
+        (Some(2), Some(2))
+    );
+    let bad = format!("csrf={csrf}&rules=%7B%22rules%22%3A%5B%7B%22purpose%22%3A%22p%22%7D%5D%7D");
+    let (status, _, refused) = console(
+        &h,
+        Method::POST,
+        "/console/policy/preview",
+        Some(&session),
+        Some(&bad),
+    )
+    .await;
+    assert!(
+        status.is_client_error() && refused.contains("Not changed"),
+        "{status} {refused}"
+    );
+
+    let place = format!("csrf={csrf}&subject=u9&reason=litigation");
+    let (status, _, _) = console(
+        &h,
+        Method::POST,
+        "/console/holds/place",
+        Some(&session),
+        Some(&place),
+    )
+    .await;
+    assert_eq!(status, StatusCode::SEE_OTHER);
+    let (_, _, page) = console(&h, Method::GET, "/console/policy", Some(&session), None).await;
+    assert!(
+        page.contains("subject u9") && page.contains("litigation") && page.contains(">active<"),
+        "{page}"
+    );
+    let at = page.find("name=\"hold\" value=\"").unwrap() + 19;
+    let hold = page[at..].split('"').next().unwrap();
+    let release = format!("csrf={csrf}&hold={hold}");
+    let (status, _, _) = console(
+        &h,
+        Method::POST,
+        "/console/holds/release",
+        Some(&session),
+        Some(&release),
+    )
+    .await;
+    assert_eq!(status, StatusCode::SEE_OTHER);
+    let (_, _, page) = console(&h, Method::GET, "/console/policy", Some(&session), None).await;
+    assert!(page.contains(">released<"), "{page}");
+}

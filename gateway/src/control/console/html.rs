@@ -51,7 +51,7 @@ pub fn page(title: &str, nav: Option<&str>, body: &str) -> String {
 /// The navigation of a signed-in person, with the sign-out form (it carries the CSRF token).
 pub fn nav(actor: &str, csrf: &str) -> String {
     format!(
-        "<nav aria-label=\"main\"><a href=\"/console/requests\">Requests</a> <a href=\"/console/subjects\">Subjects</a> <a href=\"/console/audit\">Audit</a></nav><form method=\"post\" action=\"/console/sign-out\"><input type=\"hidden\" name=\"csrf\" value=\"{}\"><span>{}</span> <button type=\"submit\">Sign out</button></form>",
+        "<nav aria-label=\"main\"><a href=\"/console/requests\">Requests</a> <a href=\"/console/subjects\">Subjects</a> <a href=\"/console/policy\">Policy</a> <a href=\"/console/audit\">Audit</a></nav><form method=\"post\" action=\"/console/sign-out\"><input type=\"hidden\" name=\"csrf\" value=\"{}\"><span>{}</span> <button type=\"submit\">Sign out</button></form>",
         escape(csrf),
         escape(actor)
     )

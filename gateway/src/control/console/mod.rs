@@ -9,6 +9,7 @@
 
 mod audit;
 mod html;
+mod policy;
 
 use axum::Router;
 use axum::extract::{Path, Request, State};
@@ -50,6 +51,10 @@ pub fn routes() -> Router<ControlState> {
         .route("/console/subjects/grant", post(grant))
         .route("/console/subjects/revoke", post(revoke))
         .route("/console/audit", get(audit::audit))
+        .route("/console/policy", get(policy::policy).post(policy::save))
+        .route("/console/policy/preview", post(policy::preview))
+        .route("/console/holds/place", post(policy::place_hold))
+        .route("/console/holds/release", post(policy::release_hold))
         .route("/console/audit/export", get(audit::export))
 }
 
