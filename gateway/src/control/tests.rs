@@ -1219,6 +1219,12 @@ async fn the_console_shows_a_tenants_requests_only_and_refuses_forms_without_the
         page.contains("You approved this request; another person must approve it too."),
         "{page}"
     );
+    assert!(
+        page.contains("<h2>Timeline</h2>")
+            && page.contains("erasure.request")
+            && page.contains("erasure.approve"),
+        "{page}"
+    );
 
     // The audit trail of it all, content-free, verified, and exported whole.
     let (_, _, audit) = console(

@@ -530,6 +530,14 @@ pub trait Store: Send + Sync + 'static {
         limit: i64,
         tenant: Option<&str>,
     ) -> Result<Vec<AuditRecord>, StoreError>;
+    /// A tenant's events naming any of `refs` (a request and its purge jobs), in order, at most
+    /// `limit`.
+    async fn audit_of(
+        &self,
+        tenant: &str,
+        refs: &[String],
+        limit: i64,
+    ) -> Result<Vec<AuditRecord>, StoreError>;
     /// The head the store recorded with the last append: of the whole chain, or of one tenant's.
     async fn audit_head(&self, tenant: Option<&str>) -> Result<ChainHead, StoreError>;
 }

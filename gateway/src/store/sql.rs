@@ -1332,6 +1332,25 @@ macro_rules! impl_store {
                     rows.iter().map(audit_from_row).collect()
                 }
 
+                async fn audit_of(&self, tenant: &str, refs: &[String], limit: i64) -> Result<Vec<AuditRecord>, StoreError> {
+                    if refs.is_empty() {
+                        return Ok(Vec::new());
+                    }
+                    let mut select = sqlx::QueryBuilder::<$db>::new(
+                        "SELECT seq, at, tenant, actor, action, request_id, subject_ref, target, target_ref, result, attempt, prev_hash, hash,
+                                tenant_seq, tenant_prev_hash, tenant_hash
+                         FROM audit_events WHERE tenant = ",
+                    );
+                    select.push_bind(tenant.to_owned()).push(" AND target_ref IN (");
+                    let mut each = select.separated(", ");
+                    for r in refs {
+                        each.push_bind(r.clone());
+                    }
+                    select.push(") ORDER BY seq LIMIT ").push_bind(limit);
+                    let rows = select.build().fetch_all(&self.pool).await?;
+                    rows.iter().map(audit_from_row).collect()
+                }
+
                 async fn audit_head(&self, tenant: Option<&str>) -> Result<ChainHead, StoreError> {
                     match tenant {
                         Some(tenant) => tenant_head_in(&self.pool, tenant).await,

@@ -442,10 +442,16 @@ async fn request(
             } else {
                 Vec::new()
             };
-            session.page(
-                &format!("Erasure request {}", v.record.id),
-                &request_body(&session, &v, &holds),
-            )
+            let mut refs: Vec<String> = v.targets.iter().map(|j| j.id.clone()).collect();
+            refs.push(v.record.id.clone());
+            let events = state
+                .store
+                .audit_of(&v.record.tenant, &refs, 500)
+                .await
+                .unwrap_or_default();
+            let mut body = request_body(&session, &v, &holds);
+            body.push_str(&timeline(&events));
+            session.page(&format!("Erasure request {}", v.record.id), &body)
         }
         Err(_) => html(
             StatusCode::NOT_FOUND,
@@ -930,4 +936,24 @@ fn stepped(session: &Session, id: &str, done: Result<(), super::error::ApiError>
         Ok(()) => Redirect::to(&format!("/console/requests/{}", urlencoding(id))).into_response(),
         Err(e) => refused_page(session, "Not done", &e),
     }
+}
+
+/// The request's audit events: who did what to it and its purge jobs, when.
+fn timeline(events: &[lethe_policy::audit::AuditRecord]) -> String {
+    let mut out = String::from(
+        "<h2>Timeline</h2><table><caption>Audit events of the request and its purge jobs</caption><thead><tr><th scope=\"col\">#</th><th scope=\"col\">At</th><th scope=\"col\">Actor</th><th scope=\"col\">Action</th><th scope=\"col\">Target</th><th scope=\"col\">Result</th></tr></thead><tbody>",
+    );
+    for e in events {
+        out.push_str(&format!(
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            e.seq,
+            e.entry.at.format("%Y-%m-%d %H:%M:%S"),
+            escape(&e.entry.actor),
+            escape(&e.entry.action),
+            escape(&e.entry.target),
+            escape(&e.entry.result),
+        ));
+    }
+    out.push_str("</tbody></table>");
+    out
 }
