@@ -1015,4 +1015,22 @@ async fn erasure_requests_are_listed_a_page_at_a_time_and_summed_up(store: &Arc<
         stats.online_ms.is_empty() && stats.completion_s.is_empty(),
         "none flipped yet"
     );
+    // The timeline of a request: the tenant's events naming it (the test audits them all as
+    // acme's; another tenant's would not be found).
+    let events = store
+        .audit_of("acme", &["er-a".to_owned()], 10)
+        .await
+        .unwrap();
+    let named: Vec<_> = events
+        .iter()
+        .map(|e| (e.entry.action.as_str(), e.entry.target_ref.as_deref()))
+        .collect();
+    assert_eq!(named, [("erasure.request", Some("er-a"))]);
+    assert!(
+        store
+            .audit_of("globex", &["er-a".to_owned()], 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
 }
