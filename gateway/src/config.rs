@@ -266,6 +266,9 @@ pub struct ErasureConfig {
     pub probes: Vec<String>,
     /// The similarity (percent, 0-100) from which a semantic probe hit counts.
     pub probe_min_similarity: u8,
+    /// The statutory deadline of a request, in months from its receipt (GDPR art. 12(3): one),
+    /// which the console counts down.
+    pub deadline_months: u32,
 }
 
 /// A SQLite file whose rows name items of another store, deleted by the ids lineage holds there.
@@ -347,6 +350,7 @@ impl Default for ErasureConfig {
             job_lease: ConfigDuration(Duration::from_secs(60)),
             probes: Vec::new(),
             probe_min_similarity: 40,
+            deadline_months: 1,
         }
     }
 }
@@ -905,6 +909,10 @@ impl Config {
         }
         if self.erasure.probe_min_similarity > 100 {
             problems.push("erasure.probe_min_similarity: a percentage, 0 to 100".to_owned());
+        }
+        if !(1..=3).contains(&self.erasure.deadline_months) {
+            problems
+                .push("erasure.deadline_months: 1 to 3 (one month, extendable by two)".to_owned());
         }
         if self.erasure.max_attempts == 0 {
             problems.push("erasure.max_attempts: must be at least 1".to_owned());

@@ -395,3 +395,11 @@ category = "category"
     let config = Config::check(good).unwrap();
     assert_eq!(config.postgres[0].tables[0].subject, "metadata->>'user_id'");
 }
+
+#[test]
+fn the_statutory_deadline_is_one_to_three_months() {
+    for (months, ok) in [(0, false), (1, true), (3, true), (4, false)] {
+        let text = format!("[erasure]\ndeadline_months = {months}\n");
+        assert_eq!(Config::check(&text).is_ok(), ok, "{months}");
+    }
+}

@@ -42,6 +42,8 @@ pub struct ErasureSettings {
     /// The purge targets every new request gets a job for (`chroma:<route>`, ...).
     pub targets: Vec<String>,
     pub certifier: Arc<crate::erasure::certificate::Certifier>,
+    /// Months from a request's receipt to its statutory deadline.
+    pub deadline_months: u32,
 }
 
 impl ErasureSettings {
@@ -53,6 +55,7 @@ impl ErasureSettings {
             approvals_required: config.erasure.approvals_required,
             targets: config.erasure_targets(),
             certifier,
+            deadline_months: config.erasure.deadline_months,
         }
     }
 }

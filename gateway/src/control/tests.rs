@@ -38,6 +38,7 @@ async fn harness() -> Harness {
                 Default::default(),
                 Arc::from(crate::testing::AUDIT_KEY),
             )),
+            deadline_months: 1,
         },
     };
     Harness {

@@ -58,10 +58,10 @@ pub fn routes() -> Router<ControlState> {
         .route("/console/audit/export", get(audit::export))
 }
 
-/// The statutory deadline: one month from receipt (GDPR art. 12(3)).
-pub fn deadline(requested_at: DateTime<Utc>) -> DateTime<Utc> {
+/// The statutory deadline: `months` (by default one, GDPR art. 12(3)) from receipt.
+pub fn deadline(requested_at: DateTime<Utc>, months: u32) -> DateTime<Utc> {
     requested_at
-        .checked_add_months(Months::new(1))
+        .checked_add_months(Months::new(months))
         .unwrap_or(requested_at)
 }
 
@@ -265,8 +265,9 @@ async fn requests(
         .get("due")
         .map(String::as_str)
         .filter(|d| !d.is_empty());
-    // Received before this, a request still open is overdue (its deadline is a month on).
-    let overdue_before = now.checked_sub_months(Months::new(1)).unwrap_or(now);
+    // Received before this, a request still open is overdue.
+    let months = state.erasure.deadline_months;
+    let overdue_before = now.checked_sub_months(Months::new(months)).unwrap_or(now);
     let (received_after, received_before) = match due_filter {
         Some("overdue") => (None, Some(overdue_before)),
         Some("week") => (
@@ -312,7 +313,7 @@ async fn requests(
     records.truncate(LIST_LIMIT as usize);
     let mut rows = String::new();
     for r in &records {
-        let due = deadline(r.requested_at);
+        let due = deadline(r.requested_at, months);
         rows.push_str(&format!(
             "<tr><td><a href=\"/console/requests/{id}\">{id}</a></td><td><code>{subject}</code></td><td>{ticket}</td><td>{state}</td><td>{requested}</td><td>{due}</td><td>{badge}</td></tr>",
             id = escape(&r.id),
@@ -449,7 +450,7 @@ async fn request(
                 .audit_of(&v.record.tenant, &refs, 500)
                 .await
                 .unwrap_or_default();
-            let mut body = request_body(&session, &v, &holds);
+            let mut body = request_body(&session, &v, &holds, state.erasure.deadline_months);
             body.push_str(&timeline(&events));
             session.page(&format!("Erasure request {}", v.record.id), &body)
         }
@@ -473,10 +474,10 @@ fn action_form(session: &Session, id: &str, action: &str, label: &str) -> String
     )
 }
 
-fn request_body(session: &Session, v: &ErasureView, holds: &[String]) -> String {
+fn request_body(session: &Session, v: &ErasureView, holds: &[String], months: u32) -> String {
     let r = &v.record;
     let now = crate::now();
-    let due = deadline(r.requested_at);
+    let due = deadline(r.requested_at, months);
     let mut out = format!(
         "<dl><dt>State</dt><dd>{state}</dd><dt>Subject reference</dt><dd><code>{subject}</code></dd><dt>Ticket</dt><dd>{ticket}</dd><dt>Reason</dt><dd>{reason}</dd><dt>Received</dt><dd>{requested}</dd><dt>Deadline</dt><dd>{due} {badge}</dd><dt>Approvals</dt><dd>{approvals} of {required}: {who}</dd><dt>Online latency</dt><dd>{online}</dd></dl>",
         state = escape(&r.state.to_string()),
