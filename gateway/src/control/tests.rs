@@ -1091,6 +1091,7 @@ async fn the_console_signs_in_compliance_and_admin_tokens_only_with_a_strict_coo
     for attribute in ["HttpOnly", "SameSite=Strict", "Path=/console"] {
         assert!(cookie.contains(attribute), "{cookie}");
     }
+    assert!(!cookie.contains("Secure"), "served over plain HTTP here");
     let max_age: u64 = cookie.split("Max-Age=").nth(1).unwrap().parse().unwrap();
     assert!(
         (590..=600).contains(&max_age),
@@ -1170,6 +1171,10 @@ async fn the_console_shows_a_tenants_requests_only_and_refuses_forms_without_the
     let (_, _, page) = console(&h, Method::GET, &page_uri, Some(&session), None).await;
     assert!(
         page.contains("Approve the erasure") && page.contains("chroma:chroma"),
+        "{page}"
+    );
+    assert!(
+        page.contains("2 more approvals needed, by any compliance or admin person of acme"),
         "{page}"
     );
     let approve = format!("{page_uri}/approve");
@@ -1384,4 +1389,23 @@ async fn the_console_edits_rules_as_a_new_version_after_a_preview_and_places_and
     assert_eq!(status, StatusCode::SEE_OTHER);
     let (_, _, page) = console(&h, Method::GET, "/console/policy", Some(&session), None).await;
     assert!(page.contains(">released<"), "{page}");
+}
+
+#[tokio::test]
+async fn behind_a_tls_proxy_the_session_cookie_is_secure() {
+    let h = harness().await;
+    let form = format!("token={}", token(Role::Compliance, "acme"));
+    let request = Request::builder()
+        .method(Method::POST)
+        .uri("/console/sign-in")
+        .header("x-forwarded-proto", "https")
+        .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+        .body(Body::from(form))
+        .unwrap();
+    let response = h.app.clone().oneshot(request).await.unwrap();
+    let cookie = response.headers()[header::SET_COOKIE].to_str().unwrap();
+    assert!(
+        cookie.ends_with("; Secure") && cookie.contains("HttpOnly"),
+        "{cookie}"
+    );
 }

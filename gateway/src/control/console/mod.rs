@@ -218,8 +218,15 @@ async fn sign_in(State(state): State<ControlState>, request: Request) -> Respons
         .claims
         .exp
         .saturating_sub(jsonwebtoken::get_current_timestamp());
-    let cookie =
-        format!("{COOKIE}={token}; Path=/console; HttpOnly; SameSite=Strict; Max-Age={seconds}");
+    // Behind a TLS-terminating proxy the cookie is sent back over TLS only.
+    let secure = parts
+        .headers
+        .get("x-forwarded-proto")
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"https"));
+    let cookie = format!(
+        "{COOKIE}={token}; Path=/console; HttpOnly; SameSite=Strict; Max-Age={seconds}{}",
+        if secure { "; Secure" } else { "" }
+    );
     let mut response = Redirect::to("/console/requests").into_response();
     if let Ok(value) = HeaderValue::from_str(&cookie) {
         response.headers_mut().insert(header::SET_COOKIE, value);
@@ -527,6 +534,12 @@ fn request_body(session: &Session, v: &ErasureView, holds: &[String], months: u3
         _ => {}
     }
     if r.state == ErasureState::Requested {
+        let still = v.approvals_required.saturating_sub(r.approvals.len());
+        out.push_str(&format!(
+            "<p>{still} more approval{} needed, by any compliance or admin person of {} who has not approved it yet.</p>",
+            if still == 1 { "" } else { "s" },
+            escape(&r.tenant)
+        ));
         if r.approvals.contains(&session.caller.claims.sub) {
             out.push_str("<p>You approved this request; another person must approve it too.</p>");
         } else {
