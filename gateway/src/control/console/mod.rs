@@ -908,34 +908,30 @@ fn physical(v: &ErasureView) -> String {
     out
 }
 
-async fn review(
-    State(state): State<ControlState>,
-    Path(id): Path<String>,
-    request: Request,
-) -> Response {
-    let (session, _) = match posted(&state, request).await {
-        Ok(posted) => posted,
-        Err(refused) => return *refused,
-    };
-    let done = super::erasures::review(
-        State(state.clone()),
-        session.caller.clone(),
-        Path(id.clone()),
-    )
-    .await;
-    stepped(&session, &id, done.map(|_| ()))
+async fn review(state: State<ControlState>, id: Path<String>, request: Request) -> Response {
+    by_person(state, id, request, super::erasures::review).await
 }
 
-async fn resume(
+async fn resume(state: State<ControlState>, id: Path<String>, request: Request) -> Response {
+    by_person(state, id, request, super::erasures::resume).await
+}
+
+/// A step a person takes on a request (review, resume), through the API's own handler.
+async fn by_person<F, Fut>(
     State(state): State<ControlState>,
     Path(id): Path<String>,
     request: Request,
-) -> Response {
+    step: F,
+) -> Response
+where
+    F: FnOnce(State<ControlState>, Caller, Path<String>) -> Fut,
+    Fut: std::future::Future<Output = Result<axum::Json<ErasureView>, super::error::ApiError>>,
+{
     let (session, _) = match posted(&state, request).await {
         Ok(posted) => posted,
         Err(refused) => return *refused,
     };
-    let done = super::erasures::resume(
+    let done = step(
         State(state.clone()),
         session.caller.clone(),
         Path(id.clone()),

@@ -1,5 +1,7 @@
 //! The Qdrant route: the I/O around the pure adapter in `crate::stores::qdrant::adapter`.
 
+use std::collections::BTreeMap;
+
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::{Method, Response, StatusCode};
@@ -192,18 +194,10 @@ async fn upsert(
     let view = state.policy.view(tenant, planned.subjects()).await?;
     adapter::check_upsert(&planned, tenant, &view, crate::now())?;
     // The stamps Qdrant holds under these ids decide who owns them, not lineage.
-    let found = upstream
-        .send_query(
-            Method::POST,
-            &points_path(collection, "scroll"),
-            None,
-            Bytes::from(adapter::held_query(&planned.ids())),
-        )
-        .await?;
-    if !found.is_success() {
-        return Ok(found.passed_on());
-    }
-    let held = adapter::held_stamps(&found.body)?;
+    let held = match held(upstream, collection, &planned.ids()).await? {
+        Ok(held) => held,
+        Err(refused) => return Ok(refused.passed_on()),
+    };
     let now = crate::now();
     let stamped = adapter::apply_upsert(planned, tenant, &view, &held, now)?;
     let answer = upstream
@@ -214,6 +208,27 @@ async fn upsert(
     }
     record_written(upstream, ctx, collection, stamped.stamps, now).await?;
     Ok(answer.passed_on())
+}
+
+/// What Qdrant holds under `ids`: each one's stamp (`None`: held, unstamped), whoever's it is.
+/// Qdrant's answer when it refuses the read.
+async fn held(
+    upstream: &Upstream<'_>,
+    collection: &str,
+    ids: &[PointId],
+) -> Result<Result<BTreeMap<PointId, Option<lethe_policy::Stamp>>, Answer>, DataError> {
+    let found = upstream
+        .send_query(
+            Method::POST,
+            &points_path(collection, "scroll"),
+            None,
+            Bytes::from(adapter::held_query(ids)),
+        )
+        .await?;
+    if !found.is_success() {
+        return Ok(Err(found));
+    }
+    Ok(Ok(adapter::held_stamps(&found.body)?))
 }
 
 /// Lineage of the points a write stamped. A point written after a flip of its subject (the
@@ -480,18 +495,10 @@ async fn batch(
         .flat_map(Op::named_ids)
         .collect();
     if !upserted.is_empty() {
-        let found = upstream
-            .send_query(
-                Method::POST,
-                &points_path(collection, "scroll"),
-                None,
-                Bytes::from(adapter::held_query(&upserted)),
-            )
-            .await?;
-        if !found.is_success() {
-            return Ok(found.passed_on());
-        }
-        before.held = adapter::held_stamps(&found.body)?;
+        before.held = match held(upstream, collection, &upserted).await? {
+            Ok(held) => held,
+            Err(refused) => return Ok(refused.passed_on()),
+        };
     }
     let stamp_only = PayloadWanted::Keys(
         crate::adapters::stamp::STAMP_KEYS
@@ -627,20 +634,11 @@ async fn applied(
     if ids.is_empty() {
         return Ok((Vec::new(), Vec::new()));
     }
-    let found = upstream
-        .send_query(
-            Method::POST,
-            &points_path(collection, "scroll"),
-            None,
-            Bytes::from(adapter::held_query(&ids)),
-        )
-        .await?;
-    if !found.is_success() {
+    let Ok(held) = held(upstream, collection, &ids).await? else {
         return Err(DataError::upstream_unavailable(
             "the store could not be read after a failed batch",
         ));
-    }
-    let held = adapter::held_stamps(&found.body)?;
+    };
     let written = built
         .written
         .into_iter()
