@@ -157,12 +157,14 @@ async fn governed_first(
     request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> axum::response::Response {
-    let changes = !matches!(
+    let may_change = !matches!(
         *request.method(),
         axum::http::Method::GET | axum::http::Method::HEAD
     );
+    let before = governed.queued();
     let response = next.run(request).await;
-    if changes && !governed.settled(GOVERNED_WAIT).await {
+    // Only a request during which a change was announced waits (a sign-in does not).
+    if may_change && governed.queued() != before && !governed.settled(GOVERNED_WAIT).await {
         tracing::warn!(
             lag = governed.lag(),
             "a policy change has not reached every governed database yet"

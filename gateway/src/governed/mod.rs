@@ -124,6 +124,11 @@ impl Governed {
         Ok(governed)
     }
 
+    /// How many changes have been announced so far.
+    pub fn queued(&self) -> u64 {
+        self.queued.load(Ordering::SeqCst)
+    }
+
     /// How many changes are still to be applied to the governed databases.
     pub fn lag(&self) -> u64 {
         self.queued
