@@ -1409,3 +1409,107 @@ async fn behind_a_tls_proxy_the_session_cookie_is_secure() {
         "{cookie}"
     );
 }
+
+#[tokio::test]
+async fn the_console_takes_a_failed_erasure_for_review_and_resumes_it() {
+    use lethe_policy::audit::AuditEntry;
+    let h = harness().await;
+    h.as_dpo(Method::POST, "/v1/consents", Some(grant_body("u1")))
+        .await;
+    let (_, filed) = h
+        .as_dpo(Method::POST, "/v1/erasures", Some(erasure_body("u1")))
+        .await;
+    let id = filed["id"].as_str().unwrap().to_owned();
+    for actor in ["alice", "bob"] {
+        h.as_actor(
+            actor,
+            Method::POST,
+            &format!("/v1/erasures/{id}/approve"),
+            None,
+        )
+        .await;
+    }
+    // The store's purge gives up: the request goes to exception.
+    let now = crate::now();
+    let job = h
+        .store
+        .claim_purge_job("w", now, now, now + chrono::TimeDelta::minutes(1))
+        .await
+        .unwrap()
+        .expect("a due job");
+    let gave_up = AuditEntry {
+        at: now,
+        tenant: Some("acme".into()),
+        actor: "worker".into(),
+        action: "purge".into(),
+        request_id: "r".into(),
+        subject_ref: None,
+        target: job.target.clone(),
+        target_ref: Some(job.id.clone()),
+        result: "failed".into(),
+        attempt: 1,
+    };
+    h.store
+        .finish_purge_job(
+            &job.id,
+            crate::store::JobOutcome::Failed {
+                error: "chroma: unreachable".into(),
+                retry_at: None,
+            },
+            now,
+            gave_up,
+        )
+        .await
+        .unwrap();
+
+    let session = sign_in(&h, &token(Role::Compliance, "acme")).await;
+    let page_uri = format!("/console/requests/{id}");
+    let (_, _, page) = console(&h, Method::GET, &page_uri, Some(&session), None).await;
+    assert!(
+        page.contains("exception")
+            && page.contains("chroma: unreachable")
+            && page.contains("Take it for review"),
+        "{page}"
+    );
+    let form = format!("csrf={}", csrf_in(&page));
+    let (status, _, _) = console(
+        &h,
+        Method::POST,
+        &format!("{page_uri}/review"),
+        Some(&session),
+        Some(&form),
+    )
+    .await;
+    assert_eq!(status, StatusCode::SEE_OTHER);
+    let (_, _, page) = console(&h, Method::GET, &page_uri, Some(&session), None).await;
+    assert!(
+        page.contains("manual_review") && page.contains("Resume: purge the failed stores again"),
+        "{page}"
+    );
+    let (status, _, _) = console(
+        &h,
+        Method::POST,
+        &format!("{page_uri}/resume"),
+        Some(&session),
+        Some("csrf=0"),
+    )
+    .await;
+    assert_eq!(
+        status,
+        StatusCode::FORBIDDEN,
+        "no resume without the CSRF token"
+    );
+    let (status, _, _) = console(
+        &h,
+        Method::POST,
+        &format!("{page_uri}/resume"),
+        Some(&session),
+        Some(&form),
+    )
+    .await;
+    assert_eq!(status, StatusCode::SEE_OTHER);
+    let (_, resumed) = h
+        .as_dpo(Method::GET, &format!("/v1/erasures/{id}"), None)
+        .await;
+    assert_eq!(resumed["state"], "propagating", "{resumed}");
+}
