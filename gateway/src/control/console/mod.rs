@@ -591,7 +591,7 @@ async fn approve(
         Err(refused) => return *refused,
     };
     let done = approve_as(&state, &session.caller, &id).await;
-    stepped(&session, &id, done.map(|_| ()))
+    then_to(&session, done, &request_uri(&id), "Not done")
 }
 
 /// An id as a path segment.
@@ -768,10 +768,12 @@ async fn grant(State(state): State<ControlState>, request: Request) -> Response 
         source: field(&fields, "source").unwrap_or("").to_owned(),
         policy_version: 1,
     };
-    match grant_as(&state, &session.caller, req).await {
-        Ok(_) => Redirect::to(&subject_uri(&subject)).into_response(),
-        Err(e) => refused_page(&session, "Not granted", &e),
-    }
+    then_to(
+        &session,
+        grant_as(&state, &session.caller, req).await,
+        &subject_uri(&subject),
+        "Not granted",
+    )
 }
 
 async fn revoke(State(state): State<ControlState>, request: Request) -> Response {
@@ -780,16 +782,17 @@ async fn revoke(State(state): State<ControlState>, request: Request) -> Response
         Err(refused) => return *refused,
     };
     let subject = field(&fields, "subject").unwrap_or("").to_owned();
-    match revoke_as(
-        &state,
-        &session.caller,
-        field(&fields, "grant").unwrap_or(""),
+    then_to(
+        &session,
+        revoke_as(
+            &state,
+            &session.caller,
+            field(&fields, "grant").unwrap_or(""),
+        )
+        .await,
+        &subject_uri(&subject),
+        "Not revoked",
     )
-    .await
-    {
-        Ok(_) => Redirect::to(&subject_uri(&subject)).into_response(),
-        Err(e) => refused_page(&session, "Not revoked", &e),
-    }
 }
 
 async fn file(State(state): State<ControlState>, request: Request) -> Response {
@@ -812,9 +815,7 @@ async fn file(State(state): State<ControlState>, request: Request) -> Response {
         reason: field(&fields, "reason").unwrap_or("").to_owned(),
     };
     match file_as(&state, &session.caller, req).await {
-        Ok(record) => {
-            Redirect::to(&format!("/console/requests/{}", urlencoding(&record.id))).into_response()
-        }
+        Ok(record) => Redirect::to(&request_uri(&record.id)).into_response(),
         Err(e) => refused_page(&session, "Not filed", &e),
     }
 }
@@ -937,15 +938,24 @@ where
         Path(id.clone()),
     )
     .await;
-    stepped(&session, &id, done.map(|_| ()))
+    then_to(&session, done, &request_uri(&id), "Not done")
 }
 
-/// Back to the request after an action, or the refusal.
-fn stepped(session: &Session, id: &str, done: Result<(), super::error::ApiError>) -> Response {
+/// After a form: on to `to`, or the refusal, as a page titled `refused`.
+fn then_to<T>(
+    session: &Session,
+    done: Result<T, super::error::ApiError>,
+    to: &str,
+    refused: &str,
+) -> Response {
     match done {
-        Ok(()) => Redirect::to(&format!("/console/requests/{}", urlencoding(id))).into_response(),
-        Err(e) => refused_page(session, "Not done", &e),
+        Ok(_) => Redirect::to(to).into_response(),
+        Err(e) => refused_page(session, refused, &e),
     }
+}
+
+fn request_uri(id: &str) -> String {
+    format!("/console/requests/{}", urlencoding(id))
 }
 
 /// The request's audit events: who did what to it and its purge jobs, when.

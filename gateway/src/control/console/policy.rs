@@ -5,12 +5,12 @@ use std::collections::BTreeMap;
 
 use axum::extract::{Request, State};
 use axum::http::request::Parts;
-use axum::response::{IntoResponse, Redirect, Response};
+use axum::response::Response;
 use lethe_policy::RetentionPolicy;
 use serde_json::Value;
 
 use super::html::escape;
-use super::{Session, field, posted, refused_page, signed_in};
+use super::{Session, field, posted, refused_page, signed_in, then_to};
 use crate::control::ControlState;
 use crate::control::error::ApiError;
 use crate::control::extract::{ApiJson, ApiQuery};
@@ -199,10 +199,7 @@ pub async fn save(State(state): State<ControlState>, request: Request) -> Respon
         ApiJson(policy),
     )
     .await;
-    match saved {
-        Ok(_) => Redirect::to("/console/policy").into_response(),
-        Err(e) => refused_page(&session, "Not changed", &e),
-    }
+    then_to(&session, saved, "/console/policy", "Not changed")
 }
 
 pub async fn place_hold(State(state): State<ControlState>, request: Request) -> Response {
@@ -223,10 +220,7 @@ pub async fn place_hold(State(state): State<ControlState>, request: Request) -> 
         }),
     )
     .await;
-    match placed {
-        Ok(_) => Redirect::to("/console/policy").into_response(),
-        Err(e) => refused_page(&session, "No hold placed", &e),
-    }
+    then_to(&session, placed, "/console/policy", "No hold placed")
 }
 
 pub async fn release_hold(State(state): State<ControlState>, request: Request) -> Response {
@@ -241,8 +235,5 @@ pub async fn release_hold(State(state): State<ControlState>, request: Request) -
         axum::extract::Path(id),
     )
     .await;
-    match released {
-        Ok(_) => Redirect::to("/console/policy").into_response(),
-        Err(e) => refused_page(&session, "Not released", &e),
-    }
+    then_to(&session, released, "/console/policy", "Not released")
 }
