@@ -451,19 +451,27 @@ proptest! {
         let upserted: Vec<PointId> = ops.iter().filter(|o| matches!(o, Op::Upsert(_))).flat_map(Op::named_ids).collect();
         if let Ok(Ok(batch)) = build(ops, &before(), false) {
             let visible = before().visible;
+            // Who holds each point as the operations run: the store's holder, then alice once
+            // the batch upserted it.
+            let mut owners: BTreeMap<PointId, String> =
+                visible.iter().map(|(id, stamp)| (id.clone(), stamp.subject.clone())).collect();
             let mut stamped_again = Vec::new();
             for operation in &batch.operations {
                 let (name, body) = operation.as_object().and_then(|o| o.iter().next()).unwrap();
                 let named: Vec<Value> = match name.as_str() {
-                    "upsert" => body["points"].as_array().unwrap().iter().map(|p| p["id"].clone()).collect(),
+                    "upsert" => {
+                        let ids: Vec<Value> = body["points"].as_array().unwrap().iter().map(|p| p["id"].clone()).collect();
+                        for id in &ids {
+                            owners.insert(PointId::parse(id).unwrap(), "alice".to_owned());
+                        }
+                        ids
+                    }
                     _ => {
                         let (ids, owner) = selects(operation);
                         if let Some((_, subject)) = owner {
                             for id in &ids {
-                                // The batch's own upserts are alice's; otherwise the holder's.
                                 let id = PointId::parse(id).unwrap();
-                                let owner = if upserted.contains(&id) { "alice" } else { visible[&id].subject.as_str() };
-                                prop_assert_eq!(&json!(owner), &subject);
+                                prop_assert_eq!(&json!(owners[&id]), &subject);
                             }
                         }
                         ids
