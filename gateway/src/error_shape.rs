@@ -73,6 +73,7 @@ codes! {
     MethodNotAllowed = "method_not_allowed", Control;
     AlreadyRevoked = "already_revoked", Control;
     AlreadyReleased = "already_released", Control;
+    NotExtendable = "not_extendable", Control;
     AlreadyApproved = "already_approved", Control;
     NotAwaitingApproval = "not_awaiting_approval", Control;
     IllegalState = "illegal_state", Control;

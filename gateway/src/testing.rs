@@ -78,6 +78,7 @@ pub fn erasure_request(
         suppressed_at: None,
         completed_at: None,
         updated_at: at,
+        extension: None,
     }
 }
 
@@ -88,4 +89,52 @@ pub fn subjects(tenant: &str, keys: &[&str]) -> crate::erasure::Subjects {
         keys.iter().map(|k| (*k).to_owned()).collect(),
         Arc::from(AUDIT_KEY),
     )
+}
+
+/// A stand-in store that holds what lineage names and `extra` records lineage does not know;
+/// it refuses to purge (the dry run's tests).
+pub struct Holding {
+    pub extra: u64,
+}
+
+#[async_trait::async_trait]
+impl crate::erasure::Connector for Holding {
+    async fn purge(
+        &self,
+        _: &crate::erasure::Subjects,
+        _: &[(String, String)],
+    ) -> Result<crate::erasure::PurgeReport, crate::erasure::ConnectorError> {
+        Err(crate::erasure::ConnectorError::Unavailable(
+            "a dry run purges nothing".into(),
+        ))
+    }
+
+    async fn count(
+        &self,
+        _: &crate::erasure::Subjects,
+        lineage: &[(String, String)],
+    ) -> Result<u64, crate::erasure::ConnectorError> {
+        Ok(lineage.len() as u64 + self.extra)
+    }
+}
+
+/// A lineage row: `subject`'s item `id` of tenant `acme` in `store`'s collection `c1`, a day
+/// from its deadline.
+pub fn item(store: &str, id: &str, subject: &str) -> store::ItemRecord {
+    let now = crate::now();
+    store::ItemRecord {
+        store: store.into(),
+        collection: "c1".into(),
+        item_id: id.into(),
+        tenant: "acme".into(),
+        subject: subject.into(),
+        purpose: "p".into(),
+        category: "c".into(),
+        layer: lethe_policy::Layer::Raw,
+        created_at: now,
+        expires_at: now + chrono::TimeDelta::days(1),
+        epoch: 0,
+        source_ref: None,
+        parents: vec![],
+    }
 }

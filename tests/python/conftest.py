@@ -262,6 +262,13 @@ class Lethe:
         assert status == 201, grant
         return grant["id"]
 
+    def dry_run(self, subject, tenant=TENANT):
+        """Each store's own count of the subject before an erasure is filed: target -> held."""
+        dpo = self.dpo if tenant == TENANT else self.token("compliance", tenant=tenant)
+        status, run = self.call("POST", "/v1/erasures/dry-run", {"tenant": tenant, "subject": subject}, token=dpo)
+        assert status == 200 and all("held" in s for s in run["stores"]), run
+        return {s["target"]: s["held"] for s in run["stores"]}
+
     def erase_to_completion(self, subject, tenant=TENANT):
         """Files and approves an erasure with the tenant's compliance token and waits until it is
         completed; answers the completed request and each store's result by target."""

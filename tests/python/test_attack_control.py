@@ -97,6 +97,9 @@ def test_another_tenants_control_plane_objects_are_out_of_reach(gate):
         "approve": control(gate, "POST", f"/v1/erasures/{filed['id']}/approve", token=globex_dpo),
         "review": control(gate, "POST", f"/v1/erasures/{filed['id']}/review", token=globex_dpo),
         "resume": control(gate, "POST", f"/v1/erasures/{filed['id']}/resume", token=globex_dpo),
+        "extend": control(gate, "POST", f"/v1/erasures/{filed['id']}/extend", {"months": 2, "reason": "x"},
+                          token=globex_dpo),
+        "dry run": control(gate, "POST", "/v1/erasures/dry-run", {"tenant": TENANT, "subject": victim}, token=globex_dpo),
         "subject": control(gate, "GET", f"/v1/subjects/{TENANT}/{victim}", token=globex_dpo),
         "consents": control(gate, "GET", f"/v1/consents?tenant={TENANT}&subject={victim}", token=globex_dpo),
         "revoke": control(gate, "POST", f"/v1/consents/{grant}/revoke", token=globex_dpo),
@@ -112,7 +115,8 @@ def test_another_tenants_control_plane_objects_are_out_of_reach(gate):
         status, listed = control(gate, "GET", path, token=globex_dpo)
         assert status in (200, 404) and victim not in json.dumps(listed), (path, listed)
     # Nothing changed for acme.
-    assert gate.call("GET", f"/v1/erasures/{filed['id']}")[1]["state"] == filed["state"]
+    now = gate.call("GET", f"/v1/erasures/{filed['id']}")[1]
+    assert (now["state"], now["deadline"], now["extension"]) == (filed["state"], filed["deadline"], None)
     view = gate.call("GET", f"/v1/subjects/{TENANT}/{victim}")[1]
     assert [g["id"] for g in view["grants"] if not g.get("revoked_at")] == [grant]
     assert [(h["id"], h["active"]) for h in view["legal_holds"]] == [(hold["id"], True)]

@@ -105,12 +105,25 @@ def test_two_people_work_an_erasure_through_the_console_to_a_verified_certificat
         return "chroma" in text(alice) and "2 items of this subject in 1 stores" in text(alice)
     wait_for("the inventory to show the subject's records", inventory_shown, deadline=15)
     shot(alice, "subject")
+    # The dry run: lineage's count and Chroma's own, before anything is filed.
+    press(alice, "Count what it would erase")
+    assert "chroma:chroma 2 2" in text(alice) and "2 records held in all." in text(alice), text(alice)
+    shot(alice, "dry-run")
+    assert lethe.call("GET", f"/v1/subjects/{TENANT}/{subject}")[1]["state"] == "active", "a dry run changes nothing"
     alice.find_element(By.NAME, "ticket").send_keys("DSR-CONSOLE")
     alice.find_element(By.NAME, "reason").send_keys("art. 17 request by e-mail")
     press(alice, "File the erasure request")
     request_url = alice.current_url
     request_id = request_url.rsplit("/", 1)[1]
     assert "requested" in text(alice) and "days left" in text(alice), text(alice)
+
+    # The deadline, extended once with the reason told to the subject.
+    alice.find_element(By.XPATH, "//summary[normalize-space()='Extend the deadline']").click()
+    alice.find_element(By.NAME, "reason").send_keys("two processors to hear from")
+    press(alice, "Extend the deadline")
+    assert "The deadline was extended by 1 month" in text(alice), text(alice)
+    filed = lethe.call("GET", f"/v1/erasures/{request_id}")[1]
+    assert filed["extension"]["months"] == 1 and filed["deadline"] > filed["requested_at"]
 
     # A form without its CSRF token is refused, and changes nothing.
     alice.execute_script("document.querySelector('form[action$=\"/approve\"] input[name=csrf]').remove()")

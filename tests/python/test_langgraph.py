@@ -116,6 +116,7 @@ def test_an_erasure_hides_then_deletes_threads_and_store_items(lethe, langgraph)
             agent.store.put_item([TENANT, s, "facts"], f"k{i}", {"text": f"fact {i} of {s}"})
     unbound = lethe.graph(lethe.token("agent"), **{"X-Lethe-Purpose": "personalization"})
 
+    counted = lethe.dry_run(gone)
     status, filed = lethe.call("POST", "/v1/erasures", {"subject": gone, "ticket": "DSR-LG", "reason": "art. 17"})
     assert status == 201, filed
     status, _ = lethe.call("POST", f"/v1/erasures/{filed['id']}/approve")
@@ -137,6 +138,7 @@ def test_an_erasure_hides_then_deletes_threads_and_store_items(lethe, langgraph)
                     deadline=60)
     target = next(t for t in done["targets"] if t["target"] == "langgraph:langgraph")
     assert target["result"]["before"] == 7 and target["result"]["deleted"] == 7 and target["result"]["remaining"] == 0
+    assert counted["langgraph:langgraph"] == 7, "the dry run counted what the purge found"
     # Counted straight on the server: the subject's threads and items are gone, the other's stay.
     assert all(direct_thread(langgraph, t) == 404 for t in threads[gone])
     assert direct_items(langgraph, [TENANT, gone]) == []

@@ -203,6 +203,7 @@ def test_an_erasure_deletes_the_subjects_provider_objects_and_certifies_the_wind
              f"/v1/conversations/{conversation.id}/items/{items.data[0].id}", f"/v1/files/{file.id}"])
     assert all(http("GET", provider + p)[0] == 200 for p in paths)
 
+    assert lethe_ai.dry_run(s)["openai:openai"] == 6, "the dry run asks the provider for each object"
     status, filed = lethe_ai.call("POST", "/v1/erasures", {"subject": s, "ticket": "DSR-AI", "reason": "art. 17"})
     assert lethe_ai.call("POST", f"/v1/erasures/{filed['id']}/approve")[0] == 200
     done = wait_for("the erasure to complete",

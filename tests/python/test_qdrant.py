@@ -287,6 +287,7 @@ def test_an_erasure_hides_the_subject_at_once_then_deletes_its_points(lethe, qdr
         lethe.qdrant_agent(s).upsert(collection, points(3, s))
     # An operator's snapshot, straight on Qdrant (the data plane refuses snapshots).
     snapshot = qdrant.client().create_snapshot(collection)
+    assert lethe.dry_run(gone)["qdrant:qdrant"] == 3, "the dry run counts the subject's points in Qdrant"
     status, filed = lethe.call("POST", "/v1/erasures", {"subject": gone, "ticket": "DSR-Q", "reason": "art. 17"})
     assert status == 201
     status, _ = lethe.call("POST", f"/v1/erasures/{filed['id']}/approve")

@@ -90,6 +90,7 @@ lineage_store = "chroma"
         wait_for("lineage of every write",
                  lambda: all(inventory(s) == {"chroma": 10, "langgraph": 8} for s in subjects), deadline=10)
 
+        counted = instance.dry_run(gone)
         started = time.monotonic()
         status, filed = instance.call("POST", "/v1/erasures", {"subject": gone, "ticket": "DSR-10", "reason": "art. 17"})
         assert status == 201, filed
@@ -124,6 +125,9 @@ lineage_store = "chroma"
         assert all(t["state"] == "done" and t["result"]["remaining"] == 0 for t in targets.values())
         assert targets["postgres:app"]["result"]["before"] == 35
         assert targets["langgraph:langgraph"]["result"]["before"] == 8
+        assert counted == {"chroma:chroma": 10, "langgraph:langgraph": 8, "postgres:app": 35, "redis:sessions": 25,
+                           "sqlite:mem0_history": 10}, "the dry run's counts, from each store itself"
+        assert counted == {t: r["result"]["before"] for t, r in targets.items()}, "what the purge then found"
         print(f"\nrunbook scenario (5 stores): online latency {done['online_latency_ms']} ms, completion {completion:.2f} s")
     finally:
         instance.stop()

@@ -39,6 +39,12 @@ pub(super) async fn serve(config: Config) -> Result<(), Failure> {
     let governed = crate::governed::Governed::start(&config, Arc::clone(&store))
         .await
         .map_err(|e| Failure(e, 2))?;
+    let inventory = Arc::new(crate::erasure::Inventory::new(
+        Arc::clone(&store),
+        crate::erasure::targets(&config).map_err(|e| Failure(e, 2))?,
+        Arc::clone(&audit_key),
+        std::time::Duration::from_secs(10),
+    ));
     let control_state = ControlState {
         governed,
         store,
@@ -46,7 +52,7 @@ pub(super) async fn serve(config: Config) -> Result<(), Failure> {
         audit_key: Arc::clone(&audit_key),
         metrics: Arc::default(),
         max_body_bytes: usize::try_from(config.control_plane.max_body_bytes).unwrap_or(usize::MAX),
-        erasure: control::ErasureSettings::from_config(&config, Arc::clone(&certifier)),
+        erasure: control::ErasureSettings::from_config(&config, Arc::clone(&certifier), inventory),
     };
     let bind = |addr: std::net::SocketAddr| async move {
         tokio::net::TcpListener::bind(addr)

@@ -12,7 +12,8 @@ use super::error::{ApiError, not_found_as};
 use super::extract::{ApiJson, Caller};
 use super::{ControlState, Problems};
 use crate::erasure::certificate::render_html;
-use crate::store::{ErasureRecord, PurgeJob};
+use crate::erasure::inventory::StoreCount;
+use crate::store::{DeadlineExtension, ErasureRecord, MAX_EXTENSION_MONTHS, PurgeJob};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -31,6 +32,8 @@ pub struct ErasureView {
     #[serde(flatten)]
     pub(crate) record: ErasureRecord,
     pub(crate) approvals_required: usize,
+    /// The statutory deadline: receipt + `[erasure] deadline_months` + the extension.
+    pub(crate) deadline: chrono::DateTime<chrono::Utc>,
     /// From the request to the flip: how long the subject stayed readable.
     pub(crate) online_latency_ms: Option<i64>,
     pub(crate) targets: Vec<PurgeJob>,
@@ -54,6 +57,7 @@ pub(crate) async fn view(
         .suppressed_at
         .map(|at| (at - record.requested_at).num_milliseconds());
     Ok(ErasureView {
+        deadline: record.deadline(state.erasure.deadline_months),
         record,
         approvals_required: state.erasure.approvals_required,
         online_latency_ms,
@@ -79,6 +83,75 @@ pub async fn file(
     Ok((StatusCode::CREATED, Json(view(&state, record).await?)))
 }
 
+/// Checks whom a request names: a tenant, a subject, aliases other than the subject.
+fn check_whom(problems: &mut Problems, tenant: &str, subject: &str, aliases: &[String]) {
+    problems.name("tenant", tenant);
+    problems.name("subject", subject);
+    for (i, alias) in aliases.iter().enumerate() {
+        problems.name(&format!("aliases[{i}]"), alias);
+    }
+    problems.check(!aliases.iter().any(|a| a == subject), || {
+        "aliases: must not repeat the subject".into()
+    });
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DryRunRequest {
+    pub(crate) tenant: Option<String>,
+    pub(crate) subject: String,
+    #[serde(default)]
+    pub(crate) aliases: Vec<String>,
+}
+
+/// What an erasure of the subject would cover, per store, before it is filed.
+#[derive(Debug, Serialize)]
+pub struct DryRun {
+    pub(crate) tenant: String,
+    pub(crate) subject_ref: String,
+    pub(crate) stores: Vec<StoreCount>,
+}
+
+pub async fn dry_run(
+    State(state): State<ControlState>,
+    caller: Caller,
+    ApiJson(req): ApiJson<DryRunRequest>,
+) -> Result<Json<DryRun>, ApiError> {
+    Ok(Json(dry_run_as(&state, &caller, req).await?))
+}
+
+/// Counts the subject in lineage and in every store (the API's and the console's); audited,
+/// since it reads every store for a person.
+pub(crate) async fn dry_run_as(
+    state: &ControlState,
+    caller: &Caller,
+    req: DryRunRequest,
+) -> Result<DryRun, ApiError> {
+    let tenant = caller.tenant(req.tenant.as_deref())?.to_owned();
+    let mut problems = Problems::default();
+    check_whom(&mut problems, &tenant, &req.subject, &req.aliases);
+    problems.into_result()?;
+    let keys = std::iter::once(req.subject.clone())
+        .chain(req.aliases)
+        .collect();
+    let stores = state.erasure.inventory.count(&tenant, keys).await?;
+    state
+        .store
+        .append_audit(caller.audit(
+            &tenant,
+            "erasure.dry_run",
+            Some(&req.subject),
+            "erasure",
+            None,
+        ))
+        .await?;
+    Ok(DryRun {
+        subject_ref: caller.subject_ref(&tenant, &req.subject),
+        tenant,
+        stores,
+    })
+}
+
 /// A request the caller files (the API's and the console's).
 pub(crate) async fn file_as(
     state: &ControlState,
@@ -87,14 +160,7 @@ pub(crate) async fn file_as(
 ) -> Result<ErasureRecord, ApiError> {
     let tenant = caller.tenant(req.tenant.as_deref())?.to_owned();
     let mut problems = Problems::default();
-    problems.name("tenant", &tenant);
-    problems.name("subject", &req.subject);
-    for (i, alias) in req.aliases.iter().enumerate() {
-        problems.name(&format!("aliases[{i}]"), alias);
-    }
-    problems.check(!req.aliases.contains(&req.subject), || {
-        "aliases: must not repeat the subject".into()
-    });
+    check_whom(&mut problems, &tenant, &req.subject, &req.aliases);
     problems.text("ticket", &req.ticket);
     problems.text("reason", &req.reason);
     problems.into_result()?;
@@ -113,6 +179,7 @@ pub(crate) async fn file_as(
         suppressed_at: None,
         completed_at: None,
         updated_at: now,
+        extension: None,
     };
     let audit = caller.audit(
         &record.tenant,
@@ -173,6 +240,72 @@ pub(crate) async fn approve_as(
         .store
         .approve_erasure(id, &caller.claims.sub, required, crate::now(), audit)
         .await?)
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExtendRequest {
+    pub(crate) months: u32,
+    /// Why the request needs longer (its complexity, the number of requests): told to the data
+    /// subject within the first deadline.
+    pub(crate) reason: String,
+}
+
+pub async fn extend(
+    State(state): State<ControlState>,
+    caller: Caller,
+    Path(id): Path<String>,
+    ApiJson(req): ApiJson<ExtendRequest>,
+) -> Result<Json<ErasureView>, ApiError> {
+    let extended = extend_as(&state, &caller, &id, req).await?;
+    Ok(Json(view(&state, extended).await?))
+}
+
+/// Extends an open request's deadline once, before it passes, by at most
+/// [`MAX_EXTENSION_MONTHS`] (the API's and the console's).
+pub(crate) async fn extend_as(
+    state: &ControlState,
+    caller: &Caller,
+    id: &str,
+    req: ExtendRequest,
+) -> Result<ErasureRecord, ApiError> {
+    let record = visible(state, caller, id).await?;
+    let mut problems = Problems::default();
+    problems.check((1..=MAX_EXTENSION_MONTHS).contains(&req.months), || {
+        format!("months: must be 1 to {MAX_EXTENSION_MONTHS}")
+    });
+    problems.text("reason", &req.reason);
+    problems.into_result()?;
+    let now = crate::now();
+    let refused = |why: String| ApiError::new(StatusCode::CONFLICT, Code::NotExtendable, why);
+    if record.closed() {
+        return Err(refused(format!("the erasure is {}", record.state)));
+    }
+    if record.extension.is_some() {
+        return Err(refused("the deadline was extended already".into()));
+    }
+    let due = record.deadline(state.erasure.deadline_months);
+    if due <= now {
+        // An extension is made, and told to the subject, within the first deadline.
+        return Err(refused(format!(
+            "the deadline passed on {}",
+            due.format("%Y-%m-%d")
+        )));
+    }
+    let extension = DeadlineExtension {
+        months: req.months,
+        reason: req.reason,
+        by: caller.claims.sub.clone(),
+        at: now,
+    };
+    let audit = caller.audit(
+        &record.tenant,
+        "erasure.extend_deadline",
+        Some(&record.subject),
+        "erasure",
+        Some(id),
+    );
+    Ok(state.store.extend_erasure(id, &extension, audit).await?)
 }
 
 /// `exception` -> `manual_review`: a person has taken the request.

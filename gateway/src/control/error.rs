@@ -73,6 +73,9 @@ impl From<StoreError> for ApiError {
             StoreError::AlreadyReleased => {
                 ApiError::new(StatusCode::CONFLICT, Code::AlreadyReleased, e.to_string())
             }
+            StoreError::NotExtendable => {
+                ApiError::new(StatusCode::CONFLICT, Code::NotExtendable, e.to_string())
+            }
             StoreError::Approval(lethe_policy::ApprovalError::AlreadyApproved) => {
                 ApiError::new(StatusCode::CONFLICT, Code::AlreadyApproved, e.to_string())
             }

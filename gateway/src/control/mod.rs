@@ -44,18 +44,22 @@ pub struct ErasureSettings {
     pub certifier: Arc<crate::erasure::certificate::Certifier>,
     /// Months from a request's receipt to its statutory deadline.
     pub deadline_months: u32,
+    /// Counts a subject in every purge target before an erasure is filed.
+    pub inventory: Arc<crate::erasure::Inventory>,
 }
 
 impl ErasureSettings {
     pub fn from_config(
         config: &crate::config::Config,
         certifier: Arc<crate::erasure::certificate::Certifier>,
+        inventory: Arc<crate::erasure::Inventory>,
     ) -> Self {
         ErasureSettings {
             approvals_required: config.erasure.approvals_required,
             targets: config.erasure_targets(),
             certifier,
             deadline_months: config.erasure.deadline_months,
+            inventory,
         }
     }
 }
@@ -75,10 +79,12 @@ pub fn app(state: ControlState) -> Router {
         .route("/v1/legal-holds/{id}/release", post(holds::release))
         .route("/v1/subjects/{tenant}/{subject}", get(subjects::view))
         .route("/v1/erasures", post(erasures::file))
+        .route("/v1/erasures/dry-run", post(erasures::dry_run))
         .route("/v1/erasures/{id}", get(erasures::status))
         .route("/v1/erasures/{id}/approve", post(erasures::approve))
         .route("/v1/erasures/{id}/review", post(erasures::review))
         .route("/v1/erasures/{id}/resume", post(erasures::resume))
+        .route("/v1/erasures/{id}/extend", post(erasures::extend))
         .route("/v1/erasures/{id}/certificate", get(erasures::certificate))
         .route("/v1/audit", get(audit::page))
         .route("/v1/audit/verify", get(audit::verify))

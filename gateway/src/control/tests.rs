@@ -39,6 +39,18 @@ async fn harness() -> Harness {
                 Arc::from(crate::testing::AUDIT_KEY),
             )),
             deadline_months: 1,
+            inventory: Arc::new(crate::erasure::Inventory::new(
+                Arc::clone(&store),
+                vec![(
+                    "chroma:chroma".into(),
+                    crate::erasure::Target::own(
+                        "chroma",
+                        Arc::new(crate::testing::Holding { extra: 1 }),
+                    ),
+                )],
+                Arc::from(crate::testing::AUDIT_KEY),
+                std::time::Duration::from_secs(5),
+            )),
         },
     };
     Harness {
@@ -769,8 +781,8 @@ async fn the_openapi_document_matches_the_routes() {
         }
     }
     assert_eq!(
-        operations, 21,
-        "the document and the router list the same 21 operations"
+        operations, 23,
+        "the document and the router list the same 23 operations"
     );
 }
 
@@ -1512,4 +1524,316 @@ async fn the_console_takes_a_failed_erasure_for_review_and_resumes_it() {
         .as_dpo(Method::GET, &format!("/v1/erasures/{id}"), None)
         .await;
     assert_eq!(resumed["state"], "propagating", "{resumed}");
+}
+
+#[tokio::test]
+async fn an_erasures_deadline_is_extended_once_with_a_reason_before_it_passes() {
+    let h = harness().await;
+    let (_, filed) = h
+        .as_dpo(Method::POST, "/v1/erasures", Some(erasure_body("u1")))
+        .await;
+    let id = filed["id"].as_str().unwrap().to_owned();
+    let requested: chrono::DateTime<chrono::Utc> =
+        serde_json::from_value(filed["requested_at"].clone()).unwrap();
+    let deadline = |view: &Value| -> chrono::DateTime<chrono::Utc> {
+        serde_json::from_value(view["deadline"].clone()).unwrap()
+    };
+    assert_eq!(deadline(&filed), requested + chrono::Months::new(1));
+    assert_eq!(filed["extension"], Value::Null);
+    let extend = format!("/v1/erasures/{id}/extend");
+    for refused in [
+        json!({"months": 3, "reason": "too long"}),
+        json!({"months": 0, "reason": "x"}),
+        json!({"months": 2, "reason": " "}),
+    ] {
+        assert_error(
+            &h.as_dpo(Method::POST, &extend, Some(refused)).await,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "validation_failed",
+        );
+    }
+    let reason = "complex: five stores and two processors";
+    let elsewhere = h
+        .send(
+            Method::POST,
+            &extend,
+            Some(&token(Role::Compliance, "globex")),
+            Some(Body::from(
+                json!({"months": 2, "reason": reason}).to_string(),
+            )),
+        )
+        .await;
+    assert_error(&elsewhere, StatusCode::NOT_FOUND, "not_found");
+    let (status, extended) = h
+        .as_dpo(
+            Method::POST,
+            &extend,
+            Some(json!({"months": 2, "reason": reason})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{extended}");
+    assert_eq!(deadline(&extended), requested + chrono::Months::new(3));
+    assert_eq!(
+        (
+            extended["extension"]["months"].as_u64(),
+            extended["extension"]["reason"].as_str()
+        ),
+        (Some(2), Some(reason))
+    );
+    assert_error(
+        &h.as_dpo(
+            Method::POST,
+            &extend,
+            Some(json!({"months": 1, "reason": reason})),
+        )
+        .await,
+        StatusCode::CONFLICT,
+        "not_extendable",
+    );
+    let (_, page) = h.as_dpo(Method::GET, "/v1/audit", None).await;
+    let events: Vec<&str> = page["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e["action"].as_str())
+        .collect();
+    assert_eq!(
+        events
+            .iter()
+            .filter(|a| **a == "erasure.extend_deadline")
+            .count(),
+        1,
+        "one extension, one event: {events:?}"
+    );
+    assert!(
+        !page.to_string().contains(reason),
+        "the audit trail is content-free"
+    );
+
+    // A request past its deadline is overdue: an extension cannot hide that.
+    let late = crate::testing::erasure_request(
+        "er_late",
+        "u2",
+        crate::now() - chrono::TimeDelta::days(40),
+    );
+    h.store
+        .create_erasure(&late, &["chroma:chroma".into()], audit_entry("er_late"))
+        .await
+        .unwrap();
+    let refused = h
+        .as_dpo(
+            Method::POST,
+            "/v1/erasures/er_late/extend",
+            Some(json!({"months": 2, "reason": reason})),
+        )
+        .await;
+    assert_error(&refused, StatusCode::CONFLICT, "not_extendable");
+    assert!(
+        refused.1["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("the deadline passed")
+    );
+
+    // In the console: the form, refused without its CSRF token, then the extension shown.
+    let (_, second) = h
+        .as_dpo(Method::POST, "/v1/erasures", Some(erasure_body("u3")))
+        .await;
+    let second_uri = format!("/console/requests/{}", second["id"].as_str().unwrap());
+    let session = sign_in(&h, &token(Role::Compliance, "acme")).await;
+    let (_, _, page) = console(&h, Method::GET, &second_uri, Some(&session), None).await;
+    assert!(
+        page.contains("Extend the deadline") && page.contains("name=\"months\""),
+        "{page}"
+    );
+    let form = "months=1&reason=two+processors+to+hear+from";
+    let (status, _, _) = console(
+        &h,
+        Method::POST,
+        &format!("{second_uri}/extend"),
+        Some(&session),
+        Some(form),
+    )
+    .await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    let (status, _, _) = console(
+        &h,
+        Method::POST,
+        &format!("{second_uri}/extend"),
+        Some(&session),
+        Some(&format!("csrf={}&{form}", csrf_in(&page))),
+    )
+    .await;
+    assert_eq!(status, StatusCode::SEE_OTHER);
+    let (_, _, page) = console(&h, Method::GET, &second_uri, Some(&session), None).await;
+    assert!(
+        page.contains("The deadline was extended by 1 month on")
+            && page.contains("two processors to hear from")
+            && !page.contains("name=\"months\""),
+        "{page}"
+    );
+    let (_, _, overdue) = console(
+        &h,
+        Method::GET,
+        "/console/requests?due=overdue",
+        Some(&session),
+        None,
+    )
+    .await;
+    assert!(
+        overdue.contains(">er_late</a>") && !overdue.contains(&format!(">{id}</a>")),
+        "{overdue}"
+    );
+    assert!(overdue.contains("<dt>Overdue</dt><dd>1</dd>"), "{overdue}");
+    let (_, _, list) = console(&h, Method::GET, "/console/requests", Some(&session), None).await;
+    assert_eq!(list.matches("(extended)").count(), 2, "{list}");
+}
+
+#[tokio::test]
+async fn the_dry_run_counts_every_store_before_an_erasure_is_filed() {
+    let h = harness().await;
+    h.as_dpo(Method::POST, "/v1/consents", Some(grant_body("u1")))
+        .await;
+    h.store
+        .record_items(&[
+            crate::testing::item("chroma", "a", "u1"),
+            crate::testing::item("chroma", "b", "u1@mail"),
+            crate::testing::item("chroma", "c", "u2"),
+        ])
+        .await
+        .unwrap();
+    let body = json!({"subject": "u1", "aliases": ["u1@mail"]});
+    let (status, run) = h
+        .as_dpo(Method::POST, "/v1/erasures/dry-run", Some(body.clone()))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{run}");
+    assert_eq!(
+        run["stores"],
+        json!([{"target": "chroma:chroma", "lineage": 2, "held": 3}]),
+        "lineage's two, and the store's own count (one more than lineage knows)"
+    );
+    assert_eq!(run["tenant"], "acme");
+    assert!(
+        !run.to_string().contains("u1"),
+        "the answer names the subject by reference: {run}"
+    );
+    let elsewhere = h
+        .send(
+            Method::POST,
+            "/v1/erasures/dry-run",
+            Some(&token(Role::Compliance, "globex")),
+            Some(Body::from(
+                json!({"tenant": "acme", "subject": "u1"}).to_string(),
+            )),
+        )
+        .await;
+    assert_error(&elsewhere, StatusCode::FORBIDDEN, "forbidden");
+    assert_error(
+        &h.as_dpo(
+            Method::POST,
+            "/v1/erasures/dry-run",
+            Some(json!({"subject": "u1", "aliases": ["u1"]})),
+        )
+        .await,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "validation_failed",
+    );
+    let (_, audit) = h.as_dpo(Method::GET, "/v1/audit", None).await;
+    let dry_runs = audit["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["action"] == "erasure.dry_run")
+        .count();
+    assert_eq!(dry_runs, 1, "the refused ones read nothing: {audit}");
+    assert!(
+        h.store
+            .erasures("acme", &Default::default(), 0, 10)
+            .await
+            .unwrap()
+            .is_empty(),
+        "a dry run files nothing"
+    );
+
+    // In the console: whom, then the counts, then the ticket and reason.
+    let session = sign_in(&h, &token(Role::Compliance, "acme")).await;
+    let (_, _, subject) = console(
+        &h,
+        Method::GET,
+        "/console/subjects?subject=u1",
+        Some(&session),
+        None,
+    )
+    .await;
+    assert!(
+        subject.contains("action=\"/console/requests/dry-run\""),
+        "{subject}"
+    );
+    let whom = "tenant=acme&subject=u1&aliases=u1%40mail";
+    let (status, _, _) = console(
+        &h,
+        Method::POST,
+        "/console/requests/dry-run",
+        Some(&session),
+        Some(whom),
+    )
+    .await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    let csrf = csrf_in(&subject);
+    let (status, _, page) = console(
+        &h,
+        Method::POST,
+        "/console/requests/dry-run",
+        Some(&session),
+        Some(&format!("csrf={csrf}&{whom}")),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    assert!(
+        page.contains("<tr><td>chroma:chroma</td><td>2</td><td>3</td></tr>")
+            && page.contains("3 records held in all.")
+            && page.contains("name=\"ticket\""),
+        "{page}"
+    );
+    let (status, headers, _) = console(
+        &h,
+        Method::POST,
+        "/console/requests",
+        Some(&session),
+        Some(&format!("csrf={csrf}&{whom}&ticket=DSR-9&reason=art.+17")),
+    )
+    .await;
+    assert_eq!(status, StatusCode::SEE_OTHER);
+    let id = headers[header::LOCATION]
+        .to_str()
+        .unwrap()
+        .rsplit('/')
+        .next()
+        .unwrap()
+        .to_owned();
+    let filed = h.store.erasure(&id).await.unwrap();
+    assert_eq!(
+        (
+            filed.subject.as_str(),
+            filed.aliases.as_slice(),
+            filed.ticket.as_str()
+        ),
+        ("u1", &["u1@mail".to_owned()][..], "DSR-9")
+    );
+}
+
+/// The event of a request the test files through the store itself.
+fn audit_entry(id: &str) -> lethe_policy::audit::AuditEntry {
+    lethe_policy::audit::AuditEntry {
+        at: crate::now(),
+        tenant: Some("acme".into()),
+        actor: "dpo".into(),
+        action: "erasure.request".into(),
+        request_id: "test".into(),
+        subject_ref: None,
+        target: "erasure".into(),
+        target_ref: Some(id.into()),
+        result: "ok".into(),
+        attempt: 1,
+    }
 }

@@ -374,6 +374,7 @@ mod tests {
             suppressed_at: Some(at + chrono::TimeDelta::milliseconds(12)),
             completed_at: Some(at + chrono::TimeDelta::seconds(3)),
             updated_at: at,
+            extension: None,
         };
         let job = PurgeJob {
             id: "pj".into(),

@@ -6,6 +6,7 @@
 pub mod certificate;
 pub mod error;
 pub(crate) mod http;
+pub mod inventory;
 pub mod physical;
 mod postgres;
 mod redis;
@@ -32,6 +33,7 @@ use crate::config::Config;
 use crate::data::forward::{Route, Upstreams};
 use crate::store::{ExpiredItem, JobOutcome, PurgeJob, Store};
 pub use error::ConnectorError;
+pub use inventory::Inventory;
 pub use physical::{Copy, Physical};
 
 /// What one store held of a subject, and what is left.
@@ -62,6 +64,15 @@ pub trait Connector: Send + Sync {
         subjects: &Subjects,
         lineage: &[(String, String)],
     ) -> Result<PurgeReport, ConnectorError>;
+
+    /// Counts what the store holds of `subjects`, found as [`Connector::purge`] finds it (by
+    /// stamp and by the lineage ids given), changing nothing: the dry-run inventory shown before
+    /// an erasure is filed.
+    async fn count(
+        &self,
+        subjects: &Subjects,
+        lineage: &[(String, String)],
+    ) -> Result<u64, ConnectorError>;
 
     /// Deletes items whose retention lineage says has run out (the retention sweeper's work);
     /// answers how many the store deleted. Where items carry their stamp, an item the store holds
@@ -110,6 +121,7 @@ pub fn route_connectors(config: &Config) -> Result<Vec<RouteConnector>, String> 
 }
 
 /// A purge target: its connector, and the lineage store whose item ids it is given.
+#[derive(Clone)]
 pub struct Target {
     pub connector: Arc<dyn Connector>,
     pub lineage_store: String,
@@ -119,13 +131,67 @@ pub struct Target {
 }
 
 impl Target {
-    fn own(store: &str, connector: Arc<dyn Connector>) -> Target {
+    /// A target whose lineage rows are its own, in the lineage store `store`.
+    pub fn own(store: &str, connector: Arc<dyn Connector>) -> Target {
         Target {
             connector,
             lineage_store: store.to_owned(),
             owns_lineage: true,
         }
     }
+
+    /// The lineage ids the store is searched by. A store that follows another's ids needs them
+    /// all, even those its owner has purged already.
+    async fn lineage(
+        &self,
+        store: &dyn Store,
+        subjects: &Subjects,
+    ) -> Result<Vec<(String, String)>, crate::store::StoreError> {
+        store
+            .lineage_items(
+                subjects.tenant(),
+                &self.lineage_store,
+                subjects.names(),
+                !self.owns_lineage,
+            )
+            .await
+    }
+}
+
+/// One purge target per erasure target of the config, in the config's order: its routes, then
+/// the PostgreSQL databases, Redis servers and SQLite files of `[erasure]`.
+pub fn targets(config: &Config) -> Result<Vec<(String, Target)>, String> {
+    let mut targets = Vec::new();
+    for c in route_connectors(config)? {
+        targets.push((c.target, Target::own(&c.route, c.connector)));
+    }
+    let governed = config.postgres.iter().map(|db| db.erasure_target());
+    for target in config.erasure.postgres.iter().cloned().chain(governed) {
+        let url = target
+            .url
+            .resolve()
+            .map_err(|e| format!("erasure.postgres {}: url: {e}", target.name))?;
+        let url = String::from_utf8(url)
+            .map_err(|_| format!("erasure.postgres {}: url is not text", target.name))?;
+        let name = format!("postgres:{}", target.name);
+        let connector: Arc<dyn Connector> = Arc::new(PostgresConnector::new(url, target));
+        targets.push((name.clone(), Target::own(&name, connector)));
+    }
+    for target in &config.erasure.redis {
+        let name = format!("redis:{}", target.name);
+        let connector = Arc::new(RedisConnector::new(target.clone()));
+        targets.push((name.clone(), Target::own(&name, connector)));
+    }
+    for target in &config.erasure.sqlite {
+        let connector: Arc<dyn Connector> = Arc::new(SqliteFileConnector::new(target.clone()));
+        let follows = Target {
+            connector,
+            lineage_store: target.lineage_store.clone(),
+            owns_lineage: false,
+        };
+        targets.push((format!("sqlite:{}", target.name), follows));
+    }
+    Ok(targets)
 }
 
 /// When jobs run and how often they are tried.
@@ -172,41 +238,9 @@ impl Worker {
         store: Arc<dyn Store>,
         audit_key: Arc<[u8]>,
     ) -> Result<Worker, String> {
-        let mut connectors: HashMap<String, Target> = HashMap::new();
-        for c in route_connectors(config)? {
-            connectors.insert(c.target, Target::own(&c.route, c.connector));
-        }
-        let governed = config.postgres.iter().map(|db| db.erasure_target());
-        for target in config.erasure.postgres.iter().cloned().chain(governed) {
-            let url = target
-                .url
-                .resolve()
-                .map_err(|e| format!("erasure.postgres {}: url: {e}", target.name))?;
-            let url = String::from_utf8(url)
-                .map_err(|_| format!("erasure.postgres {}: url is not text", target.name))?;
-            let name = format!("postgres:{}", target.name);
-            let connector: Arc<dyn Connector> = Arc::new(PostgresConnector::new(url, target));
-            connectors.insert(name.clone(), Target::own(&name, connector));
-        }
-        for target in &config.erasure.redis {
-            let name = format!("redis:{}", target.name);
-            connectors.insert(
-                name.clone(),
-                Target::own(&name, Arc::new(RedisConnector::new(target.clone()))),
-            );
-        }
-        for target in &config.erasure.sqlite {
-            let connector: Arc<dyn Connector> = Arc::new(SqliteFileConnector::new(target.clone()));
-            let follows = Target {
-                connector,
-                lineage_store: target.lineage_store.clone(),
-                owns_lineage: false,
-            };
-            connectors.insert(format!("sqlite:{}", target.name), follows);
-        }
         Ok(Worker::new(
             store,
-            connectors,
+            targets(config)?.into_iter().collect(),
             Schedule::from_config(config),
             audit_key,
         ))
@@ -345,17 +379,7 @@ impl Worker {
             record.keys().map(str::to_owned).collect(),
             Arc::clone(&self.audit_key),
         );
-        // A store that follows another's ids needs them all, even those its owner has purged already.
-        let lineage = self
-            .store
-            .lineage_items(
-                &record.tenant,
-                &target.lineage_store,
-                subjects.names(),
-                !target.owns_lineage,
-            )
-            .await;
-        let lineage = match lineage {
+        let lineage = match target.lineage(self.store.as_ref(), &subjects).await {
             Ok(items) => items,
             Err(e) => return failed(e.to_string()),
         };

@@ -20,8 +20,14 @@ impl PostgresConnector {
         PostgresConnector { url, target }
     }
 
+    async fn connect(&self) -> Result<PgConnection, ConnectorError> {
+        PgConnection::connect(&self.url)
+            .await
+            .map_err(|e| ConnectorError::from_sqlx(&self.target.name, &e))
+    }
+
     /// Sum of the configured count statement over every key.
-    async fn count(
+    async fn rows_of(
         &self,
         conn: &mut PgConnection,
         tenant: &str,
@@ -335,6 +341,16 @@ fn quote(name: &str) -> String {
 
 #[async_trait]
 impl Connector for PostgresConnector {
+    async fn count(
+        &self,
+        subjects: &Subjects,
+        _lineage: &[(String, String)],
+    ) -> Result<u64, ConnectorError> {
+        let mut conn = self.connect().await?;
+        let keys = self.keys_of(&mut conn, subjects).await?;
+        self.rows_of(&mut conn, subjects.tenant(), &keys).await
+    }
+
     async fn purge(
         &self,
         subjects: &Subjects,
@@ -345,10 +361,10 @@ impl Connector for PostgresConnector {
             let what = format!("{name}{what}");
             move |e: sqlx::Error| ConnectorError::from_sqlx(&what, &e)
         };
-        let mut conn = PgConnection::connect(&self.url).await.map_err(failed(""))?;
+        let mut conn = self.connect().await?;
         let tenant = subjects.tenant();
         let keys = &self.keys_of(&mut conn, subjects).await?;
-        let before = self.count(&mut conn, tenant, keys).await?;
+        let before = self.rows_of(&mut conn, tenant, keys).await?;
         let mut deleted = 0;
         // All statements for all keys in one transaction: a purge is never half-applied.
         let mut tx = conn.begin().await.map_err(failed(""))?;
@@ -368,7 +384,7 @@ impl Connector for PostgresConnector {
             .fetch_one(&mut conn)
             .await
             .map_err(failed(": current WAL position"))?;
-        let remaining = self.count(&mut conn, tenant, keys).await?;
+        let remaining = self.rows_of(&mut conn, tenant, keys).await?;
         let physical = self.physical(&mut conn, &deletion, keys).await;
         Ok(PurgeReport {
             probe_hits: None,
@@ -437,15 +453,19 @@ mod tests {
         };
         assert!(sampled_before.contains("u2"), "{sampled_before}");
         let connector = PostgresConnector::new(url.clone(), target);
-        let report = connector
-            .purge(&crate::testing::subjects("acme", &["u2", "u2-old"]), &[])
-            .await
-            .unwrap();
+        let subjects = crate::testing::subjects("acme", &["u2", "u2-old"]);
+        assert_eq!(
+            connector.count(&subjects, &[]).await.unwrap(),
+            15,
+            "the dry run counts what the purge will find"
+        );
+        let report = connector.purge(&subjects, &[]).await.unwrap();
         assert_eq!(
             (report.before, report.deleted, report.remaining),
             (15, 15, 0),
             "{report:?}"
         );
+        assert_eq!(connector.count(&subjects, &[]).await.unwrap(), 0);
         let done = report.physical.done.join("; ");
         assert!(
             done.contains("index memories_by_user rebuilt")

@@ -276,8 +276,46 @@ fn server_of(url: &str) -> String {
     }
 }
 
+impl RedisConnector {
+    /// A connection to one server, and the patterns of the subjects' keys there.
+    async fn patterns_at(
+        &self,
+        url: &str,
+        subjects: &Subjects,
+    ) -> Result<(MultiplexedConnection, Vec<String>), ConnectorError> {
+        let failed = |e: redis::RedisError| ConnectorError::from_redis(&self.target.name, &e);
+        let client = redis::Client::open(url).map_err(failed)?;
+        let mut con = client
+            .get_multiplexed_async_connection()
+            .await
+            .map_err(failed)?;
+        let keys = keys_of(&mut con, &self.target, subjects)
+            .await
+            .map_err(failed)?;
+        Ok((con, patterns(&self.target, subjects.tenant(), &keys)))
+    }
+}
+
 #[async_trait]
 impl Connector for RedisConnector {
+    async fn count(
+        &self,
+        subjects: &Subjects,
+        _lineage: &[(String, String)],
+    ) -> Result<u64, ConnectorError> {
+        let mut held = 0;
+        for url in &self.target.urls {
+            let (mut con, patterns) = self.patterns_at(url, subjects).await?;
+            for pattern in &patterns {
+                held += scan(&mut con, pattern)
+                    .await
+                    .map_err(|e| ConnectorError::from_redis(&self.target.name, &e))?
+                    .len() as u64;
+            }
+        }
+        Ok(held)
+    }
+
     async fn purge(
         &self,
         subjects: &Subjects,
@@ -293,15 +331,8 @@ impl Connector for RedisConnector {
         };
         for url in &self.target.urls {
             let failed = |e: redis::RedisError| ConnectorError::from_redis(name, &e);
-            let client = redis::Client::open(url.as_str()).map_err(failed)?;
-            let mut con = client
-                .get_multiplexed_async_connection()
-                .await
-                .map_err(failed)?;
-            let keys = keys_of(&mut con, &self.target, subjects)
-                .await
-                .map_err(failed)?;
-            for pattern in &patterns(&self.target, subjects.tenant(), &keys) {
+            let (mut con, patterns) = self.patterns_at(url, subjects).await?;
+            for pattern in &patterns {
                 let found = scan(&mut con, pattern).await.map_err(failed)?;
                 report.before += found.len() as u64;
                 for batch in found.chunks(500) {
@@ -439,15 +470,19 @@ mod tests {
             ],
         };
         let connector = RedisConnector::new(target.clone());
-        let report = connector
-            .purge(&crate::testing::subjects(&tenant, &["u1", "u1-old"]), &[])
-            .await
-            .unwrap();
+        let subjects = crate::testing::subjects(&tenant, &["u1", "u1-old"]);
+        assert_eq!(
+            connector.count(&subjects, &[]).await.unwrap(),
+            1502,
+            "the dry run counts what the purge will find"
+        );
+        let report = connector.purge(&subjects, &[]).await.unwrap();
         assert_eq!(
             (report.before, report.deleted, report.remaining),
             (1502, 1502, 0),
             "{report:?}"
         );
+        assert_eq!(connector.count(&subjects, &[]).await.unwrap(), 0);
         assert_eq!(
             report.physical.done,
             [

@@ -26,6 +26,21 @@ impl SqliteFileConnector {
     }
 
     /// Runs `verb` (`SELECT count(*)` or `DELETE`) over the rows naming any of `ids`.
+    /// The file, which must exist: a store Lethe purges is never created by it.
+    async fn open(&self) -> Result<SqliteConnection, ConnectorError> {
+        let name = &self.target.name;
+        let options =
+            SqliteConnectOptions::from_str(&format!("sqlite://{}", self.target.path.display()))
+                .map_err(|e| ConnectorError::from_sqlx(name, &e))?
+                .create_if_missing(false);
+        options.connect().await.map_err(|e| {
+            ConnectorError::from_sqlx(
+                &format!("{name}: cannot open {}", self.target.path.display()),
+                &e,
+            )
+        })
+    }
+
     async fn over_ids(
         &self,
         conn: &mut SqliteConnection,
@@ -67,8 +82,26 @@ impl SqliteFileConnector {
     }
 }
 
+/// The item ids lineage names, each once.
+fn ids_of(lineage: &[(String, String)]) -> Vec<String> {
+    let mut ids: Vec<String> = lineage.iter().map(|(_, id)| id.clone()).collect();
+    ids.sort();
+    ids.dedup();
+    ids
+}
+
 #[async_trait]
 impl Connector for SqliteFileConnector {
+    async fn count(
+        &self,
+        _subjects: &Subjects,
+        lineage: &[(String, String)],
+    ) -> Result<u64, ConnectorError> {
+        let mut conn = self.open().await?;
+        self.over_ids(&mut conn, "SELECT count(*)", &ids_of(lineage))
+            .await
+    }
+
     async fn purge(
         &self,
         subjects: &Subjects,
@@ -76,19 +109,8 @@ impl Connector for SqliteFileConnector {
     ) -> Result<PurgeReport, ConnectorError> {
         let name = &self.target.name;
         let failed = |e: sqlx::Error| ConnectorError::from_sqlx(name, &e);
-        let options =
-            SqliteConnectOptions::from_str(&format!("sqlite://{}", self.target.path.display()))
-                .map_err(failed)?
-                .create_if_missing(false);
-        let mut conn = options.connect().await.map_err(|e| {
-            ConnectorError::from_sqlx(
-                &format!("{name}: cannot open {}", self.target.path.display()),
-                &e,
-            )
-        })?;
-        let mut ids: Vec<String> = lineage.iter().map(|(_, id)| id.clone()).collect();
-        ids.sort();
-        ids.dedup();
+        let mut conn = self.open().await?;
+        let ids = ids_of(lineage);
         sqlx::query("PRAGMA secure_delete = ON")
             .execute(&mut conn)
             .await
@@ -211,15 +233,20 @@ mod tests {
             ("c".to_owned(), "m1".to_owned()),
             ("c".to_owned(), "m2".to_owned()),
         ];
-        let report = SqliteFileConnector::new(target)
-            .purge(&crate::testing::subjects("acme", &["u1"]), &lineage)
-            .await
-            .unwrap();
+        let connector = SqliteFileConnector::new(target);
+        let subjects = crate::testing::subjects("acme", &["u1"]);
+        assert_eq!(
+            connector.count(&subjects, &lineage).await.unwrap(),
+            3,
+            "the dry run counts what the purge will find"
+        );
+        let report = connector.purge(&subjects, &lineage).await.unwrap();
         assert_eq!(
             (report.before, report.deleted, report.remaining),
             (3, 3, 0),
             "{report:?}"
         );
+        assert_eq!(connector.count(&subjects, &lineage).await.unwrap(), 0);
         assert!(
             report.physical.remaining.is_empty(),
             "{:?}",

@@ -34,6 +34,13 @@ impl Connector for Flaky {
             physical: Physical::done(["test".to_owned()]),
         })
     }
+    async fn count(
+        &self,
+        _: &crate::erasure::Subjects,
+        lineage: &[(String, String)],
+    ) -> Result<u64, ConnectorError> {
+        Ok(lineage.len() as u64)
+    }
 }
 
 fn audit() -> AuditEntry {
@@ -96,6 +103,16 @@ impl Connector for Refusing {
         _: &[(String, String)],
     ) -> Result<PurgeReport, ConnectorError> {
         self.calls.fetch_add(1, Ordering::SeqCst);
+        Err(ConnectorError::from_status(
+            "chroma",
+            hyper::StatusCode::UNAUTHORIZED,
+        ))
+    }
+    async fn count(
+        &self,
+        _: &crate::erasure::Subjects,
+        _: &[(String, String)],
+    ) -> Result<u64, ConnectorError> {
         Err(ConnectorError::from_status(
             "chroma",
             hyper::StatusCode::UNAUTHORIZED,

@@ -32,6 +32,11 @@ pub const SQLITE: &[Migration] = &[
         name: "erasure_list",
         sql: include_str!("../../../migrations/sqlite/0005_erasure_list.sql"),
     },
+    Migration {
+        version: 6,
+        name: "deadline_extensions",
+        sql: include_str!("../../../migrations/sqlite/0006_deadline_extensions.sql"),
+    },
 ];
 
 pub const POSTGRES: &[Migration] = &[
@@ -59,6 +64,11 @@ pub const POSTGRES: &[Migration] = &[
         version: 5,
         name: "erasure_list",
         sql: include_str!("../../../migrations/postgres/0005_erasure_list.sql"),
+    },
+    Migration {
+        version: 6,
+        name: "deadline_extensions",
+        sql: include_str!("../../../migrations/postgres/0006_deadline_extensions.sql"),
     },
 ];
 

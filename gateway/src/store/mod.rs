@@ -33,6 +33,8 @@ pub enum StoreError {
     AlreadyRevoked,
     #[error("the legal hold is already released")]
     AlreadyReleased,
+    #[error("the deadline is already extended, or the request is closed")]
+    NotExtendable,
     #[error("the subject is suppressed or erased")]
     SubjectNotActive,
     #[error("{0}")]
@@ -95,9 +97,29 @@ pub struct ErasureFilter {
     pub state: Option<lethe_policy::ErasureState>,
     /// Only open requests (neither completed nor rejected).
     pub open: bool,
-    /// Only requests received at or after this, and before that.
-    pub received_after: Option<DateTime<Utc>>,
-    pub received_before: Option<DateTime<Utc>>,
+    /// Only requests whose deadline falls in this window.
+    pub due: Option<DueWindow>,
+}
+
+/// Requests whose deadline (receipt + `months` + their extension) is at or after `from` and
+/// before `to`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DueWindow {
+    pub months: u32,
+    pub from: Option<DateTime<Utc>>,
+    pub to: Option<DateTime<Utc>>,
+}
+
+impl DueWindow {
+    /// For a request extended by `extended` months, the window on its receipt: receipt + M
+    /// months falls in the window when receipt falls in the window moved back by M months.
+    pub fn received(&self, extended: u32) -> (Option<DateTime<Utc>>, Option<DateTime<Utc>>) {
+        let back = |at: DateTime<Utc>| {
+            at.checked_sub_months(chrono::Months::new(self.months.saturating_add(extended)))
+                .unwrap_or(at)
+        };
+        (self.from.map(back), self.to.map(back))
+    }
 }
 
 /// Open requests by state, overdue ones, and the latencies of recent ones.
@@ -128,6 +150,21 @@ pub struct ErasureRecord {
     pub suppressed_at: Option<DateTime<Utc>>,
     pub completed_at: Option<DateTime<Utc>>,
     pub updated_at: DateTime<Utc>,
+    /// The statutory deadline's extension, once made.
+    pub extension: Option<DeadlineExtension>,
+}
+
+/// Months a request's deadline may be extended by, once (GDPR art. 12(3): "by two further
+/// months where necessary, taking into account the complexity and number of the requests").
+pub const MAX_EXTENSION_MONTHS: u32 = 2;
+
+/// Who extended a request's deadline, by how much, when and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DeadlineExtension {
+    pub months: u32,
+    pub reason: String,
+    pub by: String,
+    pub at: DateTime<Utc>,
 }
 
 impl ErasureRecord {
@@ -135,6 +172,26 @@ impl ErasureRecord {
     pub fn keys(&self) -> impl Iterator<Item = &str> {
         std::iter::once(self.subject.as_str()).chain(self.aliases.iter().map(String::as_str))
     }
+
+    /// The statutory deadline: `months` from receipt (GDPR art. 12(3): one), and the extension.
+    pub fn deadline(&self, months: u32) -> DateTime<Utc> {
+        let extended = self.extension.as_ref().map_or(0, |e| e.months);
+        deadline(self.requested_at, months.saturating_add(extended))
+    }
+
+    /// Whether the deadline no longer runs.
+    pub fn closed(&self) -> bool {
+        matches!(
+            self.state,
+            lethe_policy::ErasureState::Completed | lethe_policy::ErasureState::Rejected
+        )
+    }
+}
+
+/// `months` after `at` (the last day of a shorter month when the day is past its end).
+pub fn deadline(at: DateTime<Utc>, months: u32) -> DateTime<Utc> {
+    at.checked_add_months(chrono::Months::new(months))
+        .unwrap_or(at)
 }
 
 /// One store's share of an erasure: waiting for the flip, then pending, running, done or failed.
@@ -386,14 +443,22 @@ pub trait Store: Send + Sync + 'static {
         offset: u32,
         limit: u32,
     ) -> Result<Vec<ErasureRecord>, StoreError>;
-    /// Where a tenant's requests stand: open ones by state, how many were received before
-    /// `overdue_before` and are still open, and the timestamps of those received since `since`.
+    /// Where a tenant's requests stand: open ones by state, how many are still open past their
+    /// deadline (`overdue.to`), and the timestamps of those received since `since`.
     async fn erasure_stats(
         &self,
         tenant: &str,
-        overdue_before: DateTime<Utc>,
+        overdue: DueWindow,
         since: DateTime<Utc>,
     ) -> Result<ErasureStats, StoreError>;
+    /// Extends a request's deadline, once, while it is open; the extension and its event are
+    /// written together.
+    async fn extend_erasure(
+        &self,
+        id: &str,
+        extension: &DeadlineExtension,
+        audit: AuditEntry,
+    ) -> Result<ErasureRecord, StoreError>;
     async fn erasure(&self, id: &str) -> Result<ErasureRecord, StoreError>;
     async fn purge_jobs(&self, request_id: &str) -> Result<Vec<PurgeJob>, StoreError>;
     /// Records `actor`'s approval. Once the request is authorised it is held (an active legal

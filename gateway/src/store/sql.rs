@@ -18,7 +18,7 @@ macro_rules! impl_store {
             use sqlx::Row as _;
 
             use super::*;
-            use crate::store::{ErasureFilter, ErasureRecord, ErasureStats, ExpiredItem, Feed, FeedEvent, HoldRecord, ItemRecord, JobOutcome, PolicyChange, PurgeJob, RetentionVersion, Store, StoreError, Tombstone};
+            use crate::store::{DeadlineExtension, DueWindow, ErasureFilter, ErasureRecord, MAX_EXTENSION_MONTHS, ErasureStats, ExpiredItem, Feed, FeedEvent, HoldRecord, ItemRecord, JobOutcome, PolicyChange, PurgeJob, RetentionVersion, Store, StoreError, Tombstone};
 
             type Row = <$db as sqlx::Database>::Row;
             type Tx = sqlx::Transaction<'static, $db>;
@@ -182,7 +182,28 @@ macro_rules! impl_store {
                 Ok(())
             }
 
-            const ERASURE_COLUMNS: &str = "id, tenant, subject, aliases, ticket, reason, state, requested_by, requested_at, approvals, suppressed_at, completed_at, updated_at";
+            const ERASURE_COLUMNS: &str = "id, tenant, subject, aliases, ticket, reason, state, requested_by, requested_at, approvals, suppressed_at, completed_at, updated_at, extended_months, extension_reason, extended_by, extended_at";
+
+            /// Adds to `select` the condition that a request's deadline falls in `due`: one
+            /// window on receipt per extension a request can have.
+            fn push_due(select: &mut sqlx::QueryBuilder<$db>, due: &DueWindow) {
+                select.push(" AND (");
+                for extended in 0..=MAX_EXTENSION_MONTHS {
+                    if extended > 0 {
+                        select.push(" OR ");
+                    }
+                    let (from, to) = due.received(extended);
+                    select.push("(extended_months = ").push_bind(extended as i32);
+                    if let Some(from) = from {
+                        select.push(" AND requested_at >= ").push_bind(from);
+                    }
+                    if let Some(to) = to {
+                        select.push(" AND requested_at < ").push_bind(to);
+                    }
+                    select.push(")");
+                }
+                select.push(")");
+            }
 
             fn erasure_from_row(row: &Row) -> Result<ErasureRecord, StoreError> {
                 let state: String = row.try_get("state")?;
@@ -202,7 +223,19 @@ macro_rules! impl_store {
                     suppressed_at: row.try_get("suppressed_at")?,
                     completed_at: row.try_get("completed_at")?,
                     updated_at: row.try_get("updated_at")?,
+                    extension: extension_from_row(row)?,
                 })
+            }
+
+            fn extension_from_row(row: &Row) -> Result<Option<DeadlineExtension>, StoreError> {
+                let months: i32 = row.try_get("extended_months")?;
+                let Ok(months @ 1..) = u32::try_from(months) else {
+                    return Ok(None);
+                };
+                let (Some(reason), Some(by), Some(at)) = (row.try_get("extension_reason")?, row.try_get("extended_by")?, row.try_get("extended_at")?) else {
+                    return Err(StoreError::Corrupt("an extended deadline without its reason, author or date".into()));
+                };
+                Ok(Some(DeadlineExtension { months, reason, by, at }))
             }
 
             /// Moves a request along the state machine; an illegal step is refused, never written.
@@ -723,11 +756,8 @@ macro_rules! impl_store {
                                         if filter.open {
                         select.push(" AND state NOT IN ('completed', 'rejected')");
                     }
-                    if let Some(from) = filter.received_after {
-                        select.push(" AND requested_at >= ").push_bind(from);
-                    }
-                    if let Some(to) = filter.received_before {
-                        select.push(" AND requested_at < ").push_bind(to);
+                    if let Some(due) = &filter.due {
+                        push_due(&mut select, due);
                     }
                     select.push(" ORDER BY requested_at DESC, id LIMIT ").push_bind(i64::from(limit));
                     select.push(" OFFSET ").push_bind(i64::from(offset));
@@ -735,7 +765,7 @@ macro_rules! impl_store {
                     rows.iter().map(erasure_from_row).collect()
                 }
 
-                async fn erasure_stats(&self, tenant: &str, overdue_before: DateTime<Utc>, since: DateTime<Utc>) -> Result<ErasureStats, StoreError> {
+                async fn erasure_stats(&self, tenant: &str, overdue: DueWindow, since: DateTime<Utc>) -> Result<ErasureStats, StoreError> {
                     let mut stats = ErasureStats::default();
                     let rows = sqlx::query("SELECT state, count(*) AS n FROM erasure_requests WHERE tenant = $1 AND state NOT IN ('completed', 'rejected') GROUP BY state")
                         .bind(tenant)
@@ -744,11 +774,10 @@ macro_rules! impl_store {
                     for row in &rows {
                         stats.open.insert(row.try_get("state")?, row.try_get("n")?);
                     }
-                    stats.overdue = sqlx::query_scalar("SELECT count(*) FROM erasure_requests WHERE tenant = $1 AND state NOT IN ('completed', 'rejected') AND requested_at < $2")
-                        .bind(tenant)
-                        .bind(overdue_before)
-                        .fetch_one(&self.pool)
-                        .await?;
+                    let mut count = sqlx::QueryBuilder::<$db>::new("SELECT count(*) FROM erasure_requests WHERE state NOT IN ('completed', 'rejected') AND tenant = ");
+                    count.push_bind(tenant.to_owned());
+                    push_due(&mut count, &overdue);
+                    stats.overdue = count.build_query_scalar().fetch_one(&self.pool).await?;
                     let rows = sqlx::query("SELECT requested_at, suppressed_at, completed_at FROM erasure_requests WHERE tenant = $1 AND requested_at >= $2")
                         .bind(tenant)
                         .bind(since)
@@ -762,6 +791,28 @@ macro_rules! impl_store {
                         stats.completion_s.extend(completed.map(|at| (at - requested).num_seconds()));
                     }
                     Ok(stats)
+                }
+
+                async fn extend_erasure(&self, id: &str, extension: &DeadlineExtension, audit: AuditEntry) -> Result<ErasureRecord, StoreError> {
+                    let mut tx = self.write_tx().await?;
+                    // Once, and only while the deadline runs: a concurrent extension or closing wins.
+                    let updated = sqlx::query("UPDATE erasure_requests SET extended_months = $1, extension_reason = $2, extended_by = $3, extended_at = $4, updated_at = $4 WHERE id = $5 AND extended_months = 0 AND state NOT IN ('completed', 'rejected')")
+                        .bind(extension.months as i32)
+                        .bind(&extension.reason)
+                        .bind(&extension.by)
+                        .bind(extension.at)
+                        .bind(id)
+                        .execute(&mut *tx)
+                        .await?
+                        .rows_affected();
+                    if updated == 0 {
+                        return Err(StoreError::NotExtendable);
+                    }
+                    append_in(&mut tx, audit).await?;
+                    let sql = sqlx::AssertSqlSafe(format!("SELECT {ERASURE_COLUMNS} FROM erasure_requests WHERE id = $1"));
+                    let record = erasure_from_row(&sqlx::query(sql).bind(id).fetch_one(&mut *tx).await?)?;
+                    tx.commit().await?;
+                    Ok(record)
                 }
 
                 async fn erasure(&self, id: &str) -> Result<ErasureRecord, StoreError> {

@@ -4,7 +4,7 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use chrono::TimeDelta;
+use chrono::{Months, TimeDelta};
 use lethe_policy::audit::{AuditEntry, subject_ref};
 use lethe_policy::{
     Action, ConsentGrant, Layer, LegalHold, RetentionPolicy, RetentionRule, SubjectStatus,
@@ -994,9 +994,14 @@ async fn erasure_requests_are_listed_a_page_at_a_time_and_summed_up(store: &Arc<
             .is_empty()
     );
     let month_ago = at - TimeDelta::days(30);
+    let past_due = DueWindow {
+        months: 1,
+        from: None,
+        to: Some(at),
+    };
     let overdue = ErasureFilter {
         open: true,
-        received_before: Some(month_ago),
+        due: Some(past_due),
         ..ErasureFilter::default()
     };
     assert_eq!(
@@ -1004,7 +1009,7 @@ async fn erasure_requests_are_listed_a_page_at_a_time_and_summed_up(store: &Arc<
         ["er-a"]
     );
     let stats = store
-        .erasure_stats("acme", month_ago, at - TimeDelta::days(30))
+        .erasure_stats("acme", past_due, month_ago)
         .await
         .unwrap();
     assert_eq!(
@@ -1014,6 +1019,84 @@ async fn erasure_requests_are_listed_a_page_at_a_time_and_summed_up(store: &Arc<
     assert!(
         stats.online_ms.is_empty() && stats.completion_s.is_empty(),
         "none flipped yet"
+    );
+    // Extended by two months, a request falls due two months later, once; its overdue peer
+    // extended by one is no longer overdue (the console refuses that, the store does not judge).
+    let extension = |months| DeadlineExtension {
+        months,
+        reason: "complex: five stores, two processors".into(),
+        by: "dpo".into(),
+        at,
+    };
+    let extended = store
+        .extend_erasure(
+            "er-b",
+            &extension(2),
+            audit("erasure.extend_deadline", Some("er-b")),
+        )
+        .await
+        .unwrap();
+    assert_eq!(extended.extension, Some(extension(2)));
+    assert_eq!(
+        extended.deadline(1),
+        extended.requested_at + Months::new(3),
+        "receipt, one month, two more"
+    );
+    assert_eq!(store.erasure("er-b").await.unwrap(), extended);
+    assert!(matches!(
+        store
+            .extend_erasure(
+                "er-b",
+                &extension(1),
+                audit("erasure.extend_deadline", Some("er-b"))
+            )
+            .await,
+        Err(StoreError::NotExtendable)
+    ));
+    let in_three_months = ErasureFilter {
+        due: Some(DueWindow {
+            months: 1,
+            from: Some(at + TimeDelta::days(80)),
+            to: Some(at + TimeDelta::days(100)),
+        }),
+        ..ErasureFilter::default()
+    };
+    assert_eq!(
+        ids(store
+            .erasures("acme", &in_three_months, 0, 10)
+            .await
+            .unwrap()),
+        ["er-b"]
+    );
+    store
+        .extend_erasure(
+            "er-a",
+            &extension(1),
+            audit("erasure.extend_deadline", Some("er-a")),
+        )
+        .await
+        .unwrap();
+    assert!(
+        store
+            .erasures("acme", &overdue, 0, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let stats = store
+        .erasure_stats("acme", past_due, month_ago)
+        .await
+        .unwrap();
+    assert_eq!(stats.overdue, 0);
+    assert!(
+        store
+            .extend_erasure(
+                "er-nope",
+                &extension(1),
+                audit("erasure.extend_deadline", None)
+            )
+            .await
+            .is_err()
     );
     // The timeline of a request: the tenant's events naming it (the test audits them all as
     // acme's; another tenant's would not be found).
@@ -1025,7 +1108,13 @@ async fn erasure_requests_are_listed_a_page_at_a_time_and_summed_up(store: &Arc<
         .iter()
         .map(|e| (e.entry.action.as_str(), e.entry.target_ref.as_deref()))
         .collect();
-    assert_eq!(named, [("erasure.request", Some("er-a"))]);
+    assert_eq!(
+        named,
+        [
+            ("erasure.request", Some("er-a")),
+            ("erasure.extend_deadline", Some("er-a"))
+        ]
+    );
     assert!(
         store
             .audit_of("globex", &["er-a".to_owned()], 10)

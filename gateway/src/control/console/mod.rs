@@ -8,6 +8,7 @@
 //! for OIDC sign-in is [`signed_in`]: a session is a verified [`Caller`], whatever made it.
 
 mod audit;
+mod filing;
 mod html;
 mod policy;
 
@@ -17,16 +18,15 @@ use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
-use chrono::{DateTime, Months, Utc};
 use hmac::{Hmac, KeyInit, Mac};
 use lethe_policy::ErasureState;
 use sha2::Sha256;
 
 use super::ControlState;
 use super::consents::{GrantRequest, grant_as, revoke_as};
-use super::erasures::{ErasureView, FileRequest, approve_as, file_as, view, visible};
+use super::erasures::{ErasureView, ExtendRequest, approve_as, extend_as, view, visible};
 use super::extract::Caller;
-use crate::store::{ErasureFilter, ErasureStats};
+use crate::store::{DueWindow, ErasureFilter, ErasureStats, MAX_EXTENSION_MONTHS};
 use html::{deadline_badge, escape, nav, page};
 
 const COOKIE: &str = "lethe_console";
@@ -41,11 +41,13 @@ pub fn routes() -> Router<ControlState> {
         )
         .route("/console/sign-in", get(sign_in_form).post(sign_in))
         .route("/console/sign-out", post(sign_out))
-        .route("/console/requests", get(requests).post(file))
+        .route("/console/requests", get(requests).post(filing::file))
+        .route("/console/requests/dry-run", post(filing::dry_run))
         .route("/console/requests/{id}", get(request))
         .route("/console/requests/{id}/approve", post(approve))
         .route("/console/requests/{id}/review", post(review))
         .route("/console/requests/{id}/resume", post(resume))
+        .route("/console/requests/{id}/extend", post(extend))
         .route("/console/requests/{id}/certificate", get(certificate))
         .route("/console/subjects", get(subject))
         .route("/console/subjects/grant", post(grant))
@@ -56,13 +58,6 @@ pub fn routes() -> Router<ControlState> {
         .route("/console/holds/place", post(policy::place_hold))
         .route("/console/holds/release", post(policy::release_hold))
         .route("/console/audit/export", get(audit::export))
-}
-
-/// The statutory deadline: `months` (by default one, GDPR art. 12(3)) from receipt.
-pub fn deadline(requested_at: DateTime<Utc>, months: u32) -> DateTime<Utc> {
-    requested_at
-        .checked_add_months(Months::new(months))
-        .unwrap_or(requested_at)
 }
 
 fn html(status: StatusCode, body: String) -> Response {
@@ -248,11 +243,6 @@ async fn sign_out(State(state): State<ControlState>, request: Request) -> Respon
     response
 }
 
-/// Whether a request's deadline no longer runs.
-fn closed(state: ErasureState) -> bool {
-    matches!(state, ErasureState::Completed | ErasureState::Rejected)
-}
-
 /// Every erasure request of the caller's tenant, with its deadline.
 async fn requests(
     State(state): State<ControlState>,
@@ -272,22 +262,25 @@ async fn requests(
         .get("due")
         .map(String::as_str)
         .filter(|d| !d.is_empty());
-    // Received before this, a request still open is overdue.
     let months = state.erasure.deadline_months;
-    let overdue_before = now.checked_sub_months(Months::new(months)).unwrap_or(now);
-    let (received_after, received_before) = match due_filter {
-        Some("overdue") => (None, Some(overdue_before)),
-        Some("week") => (
-            Some(overdue_before),
-            Some(overdue_before + chrono::TimeDelta::days(7)),
-        ),
-        _ => (None, None),
+    let past_due = DueWindow {
+        months,
+        from: None,
+        to: Some(now),
+    };
+    let due = match due_filter {
+        Some("overdue") => Some(past_due),
+        Some("week") => Some(DueWindow {
+            months,
+            from: Some(now),
+            to: Some(now + chrono::TimeDelta::days(7)),
+        }),
+        _ => None,
     };
     let filter = ErasureFilter {
         state: state_filter,
-        open: received_before.is_some(),
-        received_after,
-        received_before,
+        open: due.is_some(),
+        due,
     };
     let page_number: u32 = query.get("page").and_then(|p| p.parse().ok()).unwrap_or(0);
     let listed = state
@@ -301,7 +294,7 @@ async fn requests(
         .await;
     let stats = state
         .store
-        .erasure_stats(&tenant, overdue_before, now - chrono::TimeDelta::days(30))
+        .erasure_stats(&tenant, past_due, now - chrono::TimeDelta::days(30))
         .await;
     let (mut records, stats) = match (listed, stats) {
         (Ok(records), Ok(stats)) => (records, stats),
@@ -320,19 +313,24 @@ async fn requests(
     records.truncate(LIST_LIMIT as usize);
     let mut rows = String::new();
     for r in &records {
-        let due = deadline(r.requested_at, months);
+        let due = r.deadline(months);
         rows.push_str(&format!(
-            "<tr><td><a href=\"/console/requests/{id}\">{id}</a></td><td><code>{subject}</code></td><td>{ticket}</td><td>{state}</td><td>{requested}</td><td>{due}</td><td>{badge}</td></tr>",
+            "<tr><td><a href=\"/console/requests/{id}\">{id}</a></td><td><code>{subject}</code></td><td>{ticket}</td><td>{state}</td><td>{requested}</td><td>{due}{extended}</td><td>{badge}</td></tr>",
             id = escape(&r.id),
             subject = escape(&short_ref(&session.caller, &r.tenant, &r.subject)),
             ticket = escape(&r.ticket),
             state = escape(&r.state.to_string()),
             requested = r.requested_at.format("%Y-%m-%d"),
             due = due.format("%Y-%m-%d"),
-            badge = deadline_badge(due, now, closed(r.state)),
+            extended = if r.extension.is_some() { " (extended)" } else { "" },
+            badge = deadline_badge(due, now, r.closed()),
         ));
     }
     let mut body = summary(stats);
+    body.push_str(&format!(
+        "<details><summary>File a new request</summary>{}</details>",
+        filing::start_form(&session, None)
+    ));
     let chosen_state = state_filter.map(|s| s.to_string());
     body.push_str(&filters(chosen_state.as_deref(), due_filter));
     body.push_str(&if records.is_empty() {
@@ -457,7 +455,7 @@ async fn request(
                 .audit_of(&v.record.tenant, &refs, 500)
                 .await
                 .unwrap_or_default();
-            let mut body = request_body(&session, &v, &holds, state.erasure.deadline_months);
+            let mut body = request_body(&session, &v, &holds);
             body.push_str(&timeline(&events));
             session.page(&format!("Erasure request {}", v.record.id), &body)
         }
@@ -481,10 +479,27 @@ fn action_form(session: &Session, id: &str, action: &str, label: &str) -> String
     )
 }
 
-fn request_body(session: &Session, v: &ErasureView, holds: &[String], months: u32) -> String {
+/// The form extending a request's deadline, once, by up to two months, with a reason.
+fn extend_form(session: &Session, id: &str) -> String {
+    let months: String = (1..=MAX_EXTENSION_MONTHS)
+        .map(|m| {
+            format!(
+                "<option value=\"{m}\">{m} month{}</option>",
+                if m == 1 { "" } else { "s" }
+            )
+        })
+        .collect();
+    format!(
+        "<details><summary>Extend the deadline</summary><form method=\"post\" action=\"/console/requests/{}/extend\"><input type=\"hidden\" name=\"csrf\" value=\"{}\"><label for=\"months\">By</label><select id=\"months\" name=\"months\">{months}</select><label for=\"extension-reason\">Reason (told to the data subject within the first deadline)</label><input id=\"extension-reason\" name=\"reason\" required><p><button type=\"submit\">Extend the deadline</button></p></form></details>",
+        escape(id),
+        escape(&session.csrf)
+    )
+}
+
+fn request_body(session: &Session, v: &ErasureView, holds: &[String]) -> String {
     let r = &v.record;
     let now = crate::now();
-    let due = deadline(r.requested_at, months);
+    let due = v.deadline;
     let mut out = format!(
         "<dl><dt>State</dt><dd>{state}</dd><dt>Subject reference</dt><dd><code>{subject}</code></dd><dt>Ticket</dt><dd>{ticket}</dd><dt>Reason</dt><dd>{reason}</dd><dt>Received</dt><dd>{requested}</dd><dt>Deadline</dt><dd>{due} {badge}</dd><dt>Approvals</dt><dd>{approvals} of {required}: {who}</dd><dt>Online latency</dt><dd>{online}</dd></dl>",
         state = escape(&r.state.to_string()),
@@ -493,7 +508,7 @@ fn request_body(session: &Session, v: &ErasureView, holds: &[String], months: u3
         reason = escape(&r.reason),
         requested = r.requested_at.format("%Y-%m-%d %H:%M UTC"),
         due = due.format("%Y-%m-%d"),
-        badge = deadline_badge(due, now, closed(r.state)),
+        badge = deadline_badge(due, now, r.closed()),
         approvals = r.approvals.len(),
         required = v.approvals_required,
         who = if r.approvals.is_empty() {
@@ -507,6 +522,18 @@ fn request_body(session: &Session, v: &ErasureView, holds: &[String], months: u3
                 "{ms} ms from the request to the flip"
             )),
     );
+    match &r.extension {
+        Some(e) => out.push_str(&format!(
+            "<p>The deadline was extended by {} month{} on {} by {}: {}</p>",
+            e.months,
+            if e.months == 1 { "" } else { "s" },
+            e.at.format("%Y-%m-%d"),
+            escape(&e.by),
+            escape(&e.reason)
+        )),
+        None if !r.closed() && due > now => out.push_str(&extend_form(session, &r.id)),
+        None => {}
+    }
     if let Some(done) = r.completed_at {
         out.push_str(&format!(
             "<p>Completed {} ({} s after the request).</p>",
@@ -646,7 +673,7 @@ async fn subject(
     let found = super::subjects::view(
         State(state.clone()),
         session.caller.clone(),
-        Path((tenant, asked.to_owned())),
+        Path((tenant.clone(), asked.to_owned())),
     )
     .await;
     let csrf = escape(&session.csrf);
@@ -699,6 +726,11 @@ async fn subject(
                 }
                 body.push_str("</tbody></table>");
             }
+            body.push_str("<h3>Legal holds covering this subject</h3>");
+            match state.store.holds(&tenant, Some(asked)).await {
+                Ok(holds) => body.push_str(&policy::holds_section(&session, &holds, Some(asked))),
+                Err(_) => body.push_str("<p class=\"error\">The state store cannot be read.</p>"),
+            }
             body.push_str("<h3>Processors</h3>");
             let processors = v["processors"].as_array().cloned().unwrap_or_default();
             if processors.is_empty() {
@@ -718,8 +750,9 @@ async fn subject(
                 .filter_map(serde_json::Value::as_u64)
                 .sum();
             body.push_str(&format!(
-                "<h3>File an erasure</h3><p>The erasure covers every store; lineage knows {total} items of this subject in {} stores (above), and each store is also searched by the subject's stamp.</p><form method=\"post\" action=\"/console/requests\"><input type=\"hidden\" name=\"csrf\" value=\"{csrf}\">{subject_field}<label for=\"aliases\">Aliases (comma-separated)</label><input id=\"aliases\" name=\"aliases\"><label for=\"ticket\">Ticket</label><input id=\"ticket\" name=\"ticket\" required><label for=\"reason\">Reason</label><input id=\"reason\" name=\"reason\" required><p><button type=\"submit\">File the erasure request</button></p></form>",
-                inventory.len()
+                "<h3>File an erasure</h3><p>The erasure covers every store; lineage knows {total} items of this subject in {} stores (above). Before it is filed, every store counts what it holds of the subject.</p>{}",
+                inventory.len(),
+                filing::start_form(&session, Some(asked))
             ));
         }
         Err(e) if e.status == StatusCode::NOT_FOUND => {
@@ -793,31 +826,6 @@ async fn revoke(State(state): State<ControlState>, request: Request) -> Response
         &subject_uri(&subject),
         "Not revoked",
     )
-}
-
-async fn file(State(state): State<ControlState>, request: Request) -> Response {
-    let (session, fields) = match posted(&state, request).await {
-        Ok(posted) => posted,
-        Err(refused) => return *refused,
-    };
-    let aliases = field(&fields, "aliases")
-        .unwrap_or("")
-        .split(',')
-        .map(str::trim)
-        .filter(|a| !a.is_empty())
-        .map(str::to_owned)
-        .collect();
-    let req = FileRequest {
-        tenant: None,
-        subject: field(&fields, "subject").unwrap_or("").to_owned(),
-        aliases,
-        ticket: field(&fields, "ticket").unwrap_or("").to_owned(),
-        reason: field(&fields, "reason").unwrap_or("").to_owned(),
-    };
-    match file_as(&state, &session.caller, req).await {
-        Ok(record) => Redirect::to(&request_uri(&record.id)).into_response(),
-        Err(e) => refused_page(&session, "Not filed", &e),
-    }
 }
 
 /// The signed certificate, as the JSON document to keep (and verify with `lethe certificate
@@ -907,6 +915,29 @@ fn physical(v: &ErasureView) -> String {
         }
     }
     out
+}
+
+async fn extend(
+    State(state): State<ControlState>,
+    Path(id): Path<String>,
+    request: Request,
+) -> Response {
+    let (session, fields) = match posted(&state, request).await {
+        Ok(posted) => posted,
+        Err(refused) => return *refused,
+    };
+    let req = ExtendRequest {
+        months: field(&fields, "months")
+            .and_then(|m| m.parse().ok())
+            .unwrap_or(0),
+        reason: field(&fields, "reason").unwrap_or("").to_owned(),
+    };
+    then_to(
+        &session,
+        extend_as(&state, &session.caller, &id, req).await,
+        &request_uri(&id),
+        "Not extended",
+    )
 }
 
 async fn review(state: State<ControlState>, id: Path<String>, request: Request) -> Response {

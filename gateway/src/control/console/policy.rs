@@ -81,8 +81,29 @@ pub async fn policy(State(state): State<ControlState>, parts: Parts) -> Response
         "<h2>Edit as a new version</h2><form method=\"post\" action=\"/console/policy/preview\"><input type=\"hidden\" name=\"csrf\" value=\"{csrf}\"><label for=\"rules\">Rules (JSON, as the API takes them)</label><textarea id=\"rules\" name=\"rules\" rows=\"12\" cols=\"80\">{}</textarea><p><button type=\"submit\">Preview the change</button></p></form>",
         escape(&text)
     ));
-    body.push_str("<h2>Legal holds</h2><table><thead><tr><th scope=\"col\">Covers</th><th scope=\"col\">Reason</th><th scope=\"col\">Placed</th><th scope=\"col\">State</th><th scope=\"col\"></th></tr></thead><tbody>");
-    for h in &holds {
+    body.push_str("<h2>Legal holds</h2>");
+    body.push_str(&holds_section(&session, &holds, None));
+    session.page("Policy", &body)
+}
+
+/// Legal holds with their release buttons, and the form placing one: the tenant's, or on a
+/// subject's page (`subject`) those covering the subject and a hold on it, coming back there.
+pub(super) fn holds_section(
+    session: &Session,
+    holds: &[crate::store::HoldRecord],
+    subject: Option<&str>,
+) -> String {
+    let csrf = escape(&session.csrf);
+    let back = subject.map_or(String::new(), |s| {
+        format!(
+            "<input type=\"hidden\" name=\"back\" value=\"subject\"><input type=\"hidden\" name=\"subject\" value=\"{}\">",
+            escape(s)
+        )
+    });
+    let mut out = String::from(
+        "<table><thead><tr><th scope=\"col\">Covers</th><th scope=\"col\">Reason</th><th scope=\"col\">Placed</th><th scope=\"col\">State</th><th scope=\"col\"></th></tr></thead><tbody>",
+    );
+    for h in holds {
         let active = h.hold.is_active(crate::now());
         let covers = h
             .hold
@@ -93,13 +114,13 @@ pub async fn policy(State(state): State<ControlState>, parts: Parts) -> Response
             });
         let release = if active {
             format!(
-                "<form method=\"post\" action=\"/console/holds/release\"><input type=\"hidden\" name=\"csrf\" value=\"{csrf}\"><input type=\"hidden\" name=\"hold\" value=\"{}\"><button type=\"submit\">Release</button></form>",
+                "<form method=\"post\" action=\"/console/holds/release\"><input type=\"hidden\" name=\"csrf\" value=\"{csrf}\">{back}<input type=\"hidden\" name=\"hold\" value=\"{}\"><button type=\"submit\">Release</button></form>",
                 escape(&h.hold.id)
             )
         } else {
             String::new()
         };
-        body.push_str(&format!(
+        out.push_str(&format!(
             "<tr><td>{covers}</td><td>{}</td><td>{} by {}</td><td>{}</td><td>{release}</td></tr>",
             escape(&h.hold.reason),
             h.hold.placed_at.format("%Y-%m-%d"),
@@ -107,10 +128,26 @@ pub async fn policy(State(state): State<ControlState>, parts: Parts) -> Response
             if active { "active" } else { "released" },
         ));
     }
-    body.push_str(&format!(
-        "</tbody></table><h3>Place a hold</h3><form method=\"post\" action=\"/console/holds/place\"><input type=\"hidden\" name=\"csrf\" value=\"{csrf}\"><label for=\"hold-subject\">Subject (empty: the whole tenant)</label><input id=\"hold-subject\" name=\"subject\"><label for=\"hold-reason\">Reason</label><input id=\"hold-reason\" name=\"reason\" required><p><button type=\"submit\">Place the hold</button></p></form>"
+    if holds.is_empty() {
+        out.push_str("<tr><td colspan=\"5\">No legal holds.</td></tr>");
+    }
+    out.push_str("</tbody></table><h3>Place a hold</h3>");
+    let covers = match subject {
+        Some(_) => back.clone(),
+        None => "<label for=\"hold-subject\">Subject (empty: the whole tenant)</label><input id=\"hold-subject\" name=\"subject\">".to_owned(),
+    };
+    out.push_str(&format!(
+        "<form method=\"post\" action=\"/console/holds/place\"><input type=\"hidden\" name=\"csrf\" value=\"{csrf}\">{covers}<label for=\"hold-reason\">Reason</label><input id=\"hold-reason\" name=\"reason\" required><p><button type=\"submit\">Place the hold</button></p></form>"
     ));
-    session.page("Policy", &body)
+    out
+}
+
+/// Where a hold's form goes back to: the subject's page it came from, or the policy page.
+fn back_to(fields: &[(String, String)]) -> String {
+    match (field(fields, "back"), field(fields, "subject")) {
+        (Some("subject"), Some(subject)) => super::subject_uri(subject),
+        _ => "/console/policy".to_owned(),
+    }
 }
 
 fn parsed(session: &Session, text: &str) -> Result<RetentionPolicy, Box<Response>> {
@@ -220,7 +257,7 @@ pub async fn place_hold(State(state): State<ControlState>, request: Request) -> 
         }),
     )
     .await;
-    then_to(&session, placed, "/console/policy", "No hold placed")
+    then_to(&session, placed, &back_to(&fields), "No hold placed")
 }
 
 pub async fn release_hold(State(state): State<ControlState>, request: Request) -> Response {
@@ -235,5 +272,5 @@ pub async fn release_hold(State(state): State<ControlState>, request: Request) -
         axum::extract::Path(id),
     )
     .await;
-    then_to(&session, released, "/console/policy", "Not released")
+    then_to(&session, released, &back_to(&fields), "Not released")
 }

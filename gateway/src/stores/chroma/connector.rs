@@ -281,6 +281,15 @@ impl ChromaConnector {
     }
 }
 
+/// The ids lineage holds in the collection.
+fn known_in(place: &Place, lineage: &[(String, String)]) -> Vec<String> {
+    lineage
+        .iter()
+        .filter(|(c, _)| *c == place.id)
+        .map(|(_, id)| id.clone())
+        .collect()
+}
+
 fn ids(answer: &Value) -> Vec<String> {
     answer
         .get("ids")
@@ -308,11 +317,7 @@ impl Connector for ChromaConnector {
             probe_hits: (!self.probes.is_empty()).then_some(0),
         };
         for place in &self.collections().await? {
-            let known: Vec<String> = lineage
-                .iter()
-                .filter(|(c, _)| *c == place.id)
-                .map(|(_, id)| id.clone())
-                .collect();
+            let known = known_in(place, lineage);
             let subjects = &self.found_again(place, subjects).await?;
             let doomed = self.subjects_records(place, &known, subjects).await?;
             report.before += doomed.len() as u64;
@@ -330,6 +335,20 @@ impl Connector for ChromaConnector {
             }
         }
         Ok(report)
+    }
+
+    async fn count(
+        &self,
+        subjects: &Subjects,
+        lineage: &[(String, String)],
+    ) -> Result<u64, ConnectorError> {
+        let mut held = 0;
+        for place in &self.collections().await? {
+            let known = known_in(place, lineage);
+            let subjects = &self.found_again(place, subjects).await?;
+            held += self.subjects_records(place, &known, subjects).await?.len() as u64;
+        }
+        Ok(held)
     }
 
     /// Deletes the expired items wherever their collection is (one that no longer exists holds

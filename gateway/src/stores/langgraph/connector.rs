@@ -271,24 +271,31 @@ impl LangGraphConnector {
             .map(|_| ())
     }
 
-    /// What is left of the subject: registered threads that still exist, stamped threads,
-    /// registered items that still exist, and items under its namespaces.
+    /// What is left of the subject: threads lineage registered that still exist, stamped
+    /// threads, items lineage registered that still exist, and items under its namespaces.
     async fn left(
         &self,
         subjects: &Subjects,
-        prefixes: &[Vec<String>],
-        registered_threads: &BTreeSet<String>,
-        registered_items: &BTreeSet<Item>,
+        lineage: &[(String, String)],
     ) -> Result<(BTreeSet<String>, BTreeSet<Item>), ConnectorError> {
         let mut threads = self.stamped_threads(subjects).await?;
-        for id in registered_threads {
+        for (_, id) in lineage.iter().filter(|(c, _)| c == THREADS) {
             if !threads.contains(id) && self.thread_exists(id).await? {
                 threads.insert(id.clone());
             }
         }
-        let mut items = self.namespace_items(prefixes).await?;
+        let prefixes: Vec<Vec<String>> = subjects
+            .keys()
+            .iter()
+            .map(|key| self.namespace.render(subjects.tenant(), key))
+            .collect();
+        let mut items = self.namespace_items(&prefixes).await?;
+        let registered_items = lineage
+            .iter()
+            .filter(|(c, _)| c == STORE)
+            .filter_map(|(_, id)| parse_item_id(id));
         for item in registered_items {
-            if !items.contains(item) && self.item_exists(item).await? {
+            if !items.contains(&item) && self.item_exists(&item).await? {
                 items.insert(item.clone());
             }
         }
@@ -304,24 +311,7 @@ impl Connector for LangGraphConnector {
         lineage: &[(String, String)],
     ) -> Result<PurgeReport, ConnectorError> {
         let subjects = &self.found_again(subjects).await?;
-        let registered_threads: BTreeSet<String> = lineage
-            .iter()
-            .filter(|(c, _)| c == THREADS)
-            .map(|(_, id)| id.clone())
-            .collect();
-        let registered_items: BTreeSet<Item> = lineage
-            .iter()
-            .filter(|(c, _)| c == STORE)
-            .filter_map(|(_, id)| parse_item_id(id))
-            .collect();
-        let prefixes: Vec<Vec<String>> = subjects
-            .keys()
-            .iter()
-            .map(|key| self.namespace.render(subjects.tenant(), key))
-            .collect();
-        let (threads, items) = self
-            .left(subjects, &prefixes, &registered_threads, &registered_items)
-            .await?;
+        let (threads, items) = self.left(subjects, lineage).await?;
         let mut deleted = 0;
         for id in &threads {
             if self.delete_thread(id).await? {
@@ -332,9 +322,7 @@ impl Connector for LangGraphConnector {
             self.delete_item(item).await?;
             deleted += 1;
         }
-        let (threads_left, items_left) = self
-            .left(subjects, &prefixes, &registered_threads, &registered_items)
-            .await?;
+        let (threads_left, items_left) = self.left(subjects, lineage).await?;
         let probe_hits = if self.probe.queries.is_empty() {
             None
         } else {
@@ -347,6 +335,16 @@ impl Connector for LangGraphConnector {
             remaining: (threads_left.len() + items_left.len()) as u64,
             physical: physical(),
         })
+    }
+
+    async fn count(
+        &self,
+        subjects: &Subjects,
+        lineage: &[(String, String)],
+    ) -> Result<u64, ConnectorError> {
+        let subjects = &self.found_again(subjects).await?;
+        let (threads, items) = self.left(subjects, lineage).await?;
+        Ok((threads.len() + items.len()) as u64)
     }
 
     async fn delete_items(

@@ -39,6 +39,17 @@ impl OpenAiConnector {
     }
 }
 
+/// The provider's paths of the objects lineage names, items first: a conversation's deletion
+/// takes its items with it.
+fn paths_of(lineage: &[(String, String)]) -> Vec<String> {
+    let mut paths: Vec<String> = lineage
+        .iter()
+        .filter_map(|(collection, id)| object_path(collection, id))
+        .collect();
+    paths.sort_by_key(|p| !p.contains("/items/"));
+    paths
+}
+
 #[async_trait]
 impl Connector for OpenAiConnector {
     async fn purge(
@@ -46,12 +57,7 @@ impl Connector for OpenAiConnector {
         _subjects: &Subjects,
         lineage: &[(String, String)],
     ) -> Result<PurgeReport, ConnectorError> {
-        // Items first: a conversation's deletion takes its items with it.
-        let mut paths: Vec<String> = lineage
-            .iter()
-            .filter_map(|(collection, id)| object_path(collection, id))
-            .collect();
-        paths.sort_by_key(|p| !p.contains("/items/"));
+        let paths = paths_of(lineage);
         let mut report = PurgeReport {
             before: 0,
             deleted: 0,
@@ -82,6 +88,22 @@ impl Connector for OpenAiConnector {
             }
         }
         Ok(report)
+    }
+
+    /// The stored objects lineage names that the provider still has (the provider is searched
+    /// by no other key).
+    async fn count(
+        &self,
+        _subjects: &Subjects,
+        lineage: &[(String, String)],
+    ) -> Result<u64, ConnectorError> {
+        let mut held = 0;
+        for path in &paths_of(lineage) {
+            if self.exists(path).await? {
+                held += 1;
+            }
+        }
+        Ok(held)
     }
 
     async fn delete_items(

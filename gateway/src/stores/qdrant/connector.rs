@@ -372,6 +372,15 @@ impl QdrantConnector {
     }
 }
 
+/// The points lineage holds in the collection.
+fn known_in(collection: &str, lineage: &[(String, String)]) -> Vec<PointId> {
+    lineage
+        .iter()
+        .filter(|(c, _)| c == collection)
+        .filter_map(|(_, id)| PointId::from_key(id))
+        .collect()
+}
+
 #[async_trait]
 impl Connector for QdrantConnector {
     async fn purge(
@@ -387,11 +396,7 @@ impl Connector for QdrantConnector {
             probe_hits: self.probes().then_some(0),
         };
         for collection in self.collections().await? {
-            let known: Vec<PointId> = lineage
-                .iter()
-                .filter(|(c, _)| *c == collection)
-                .filter_map(|(_, id)| PointId::from_key(id))
-                .collect();
+            let known = known_in(&collection, lineage);
             let subjects = &self.found_again(&collection, subjects).await?;
             let doomed = self.subjects_points(&collection, &known, subjects).await?;
             report.before += doomed.len() as u64;
@@ -418,6 +423,23 @@ impl Connector for QdrantConnector {
         self.snapshots("/snapshots", "full storage:", &mut report.physical)
             .await?;
         Ok(report)
+    }
+
+    async fn count(
+        &self,
+        subjects: &Subjects,
+        lineage: &[(String, String)],
+    ) -> Result<u64, ConnectorError> {
+        let mut held = 0;
+        for collection in self.collections().await? {
+            let known = known_in(&collection, lineage);
+            let subjects = &self.found_again(&collection, subjects).await?;
+            held += self
+                .subjects_points(&collection, &known, subjects)
+                .await?
+                .len() as u64;
+        }
+        Ok(held)
     }
 
     /// Deletes the expired items, but not a point Qdrant holds under another owner's stamp than
