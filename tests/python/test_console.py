@@ -143,6 +143,8 @@ def test_two_people_work_an_erasure_through_the_console_to_a_verified_certificat
         bob.refresh()
         return "State\ncompleted" in text(bob)
     wait_for("the erasure to complete", completed, deadline=60)
+    current = bob.find_element(By.CSS_SELECTOR, "ol.steps [aria-current=step]").text
+    assert current == "completed", current
     assert "alice@dpo, bob@dpo" in text(bob)
     page = text(bob)
     assert "s after the request" in page and "chroma:chroma: physical status" in page, page
@@ -169,6 +171,7 @@ def test_two_people_work_an_erasure_through_the_console_to_a_verified_certificat
     path = tmp_path / "certificate.json"
     path.write_bytes(document)
     key = lethe.cli("certificate", "public-key").stdout.decode().strip()
+    assert f"--key {key}" in text(bob), "the page shows the key and the command that verifies it"
     verified = lethe.cli("certificate", "verify", str(path), "--key", key)
     assert verified.returncode == 0, verified.stdout + verified.stderr
 

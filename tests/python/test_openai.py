@@ -86,7 +86,8 @@ def test_stored_responses_are_rewritten_unless_consent_covers_provider_retention
     assert http("GET", f"{provider}/v1/chat/completions/{chat_stored.id}")[0] == 404
     kept = lethe_ai.openai(keeper).responses.create(model="gpt-test", input="remember my address")
     assert kept.store is True and http("GET", f"{provider}/v1/responses/{kept.id}")[0] == 200
-    assert lethe_ai.call("GET", f"/v1/subjects/{TENANT}/{keeper}")[1]["inventory"] == {"openai": 1}
+    wait_for("the stored response's lineage",
+             lambda: lethe_ai.call("GET", f"/v1/subjects/{TENANT}/{keeper}")[1]["inventory"] == {"openai": 1}, deadline=10)
     assert lethe_ai.openai(keeper).responses.retrieve(kept.id).id == kept.id
     # Conversations are stored by definition.
     assert refused(lambda: lethe_ai.openai(plain).conversations.create()) == (403, "consent_required")
@@ -179,7 +180,9 @@ def test_embeddings_are_recorded_by_fingerprint_and_uploads_need_their_consent(l
     lethe_ai.grant_provider(trainer, ("send_to_provider", "provider_retention", "train"))
     vectors = lethe_ai.openai(s).embeddings.create(model="emb-test", input=["likes tea", "lives in Lyon"])
     assert len(vectors.data) == 2
-    assert lethe_ai.call("GET", f"/v1/subjects/{TENANT}/{s}")[1]["inventory"] == {"openai": 2}
+    # Lineage is written a moment after the answer, in batches.
+    wait_for("the embeddings' lineage",
+             lambda: lethe_ai.call("GET", f"/v1/subjects/{TENANT}/{s}")[1]["inventory"] == {"openai": 2}, deadline=10)
     upload = lambda who, purpose: lethe_ai.openai(who).files.create(file=("data.jsonl", b'{"text": "x"}\n'), purpose=purpose)
     assert refused(lambda: upload(s, "fine-tune")) == (403, "consent_required")
     assert upload(trainer, "fine-tune").purpose == "fine-tune"

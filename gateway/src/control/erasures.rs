@@ -278,7 +278,7 @@ pub(crate) async fn extend_as(
     problems.into_result()?;
     let now = crate::now();
     let refused = |why: String| ApiError::new(StatusCode::CONFLICT, Code::NotExtendable, why);
-    if record.closed() {
+    if record.state.is_final() {
         return Err(refused(format!("the erasure is {}", record.state)));
     }
     if record.extension.is_some() {

@@ -178,14 +178,6 @@ impl ErasureRecord {
         let extended = self.extension.as_ref().map_or(0, |e| e.months);
         deadline(self.requested_at, months.saturating_add(extended))
     }
-
-    /// Whether the deadline no longer runs.
-    pub fn closed(&self) -> bool {
-        matches!(
-            self.state,
-            lethe_policy::ErasureState::Completed | lethe_policy::ErasureState::Rejected
-        )
-    }
 }
 
 /// `months` after `at` (the last day of a shorter month when the day is past its end).

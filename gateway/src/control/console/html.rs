@@ -4,6 +4,7 @@
 use std::fmt::Write as _;
 
 use chrono::{DateTime, Utc};
+use lethe_policy::ErasureState;
 
 /// Text made safe to place in HTML, in an element or a quoted attribute.
 pub fn escape(text: &str) -> String {
@@ -32,6 +33,8 @@ table{border-collapse:collapse;width:100%}th,td{text-align:left;padding:.4rem .6
 button{font:inherit;padding:.35rem .9rem;border:1px solid #1f3a5f;background:#1f3a5f;color:#fff;border-radius:.25rem;cursor:pointer}
 button:focus,a:focus,input:focus{outline:3px solid #f0a500;outline-offset:2px}
 label{display:block;margin:.6rem 0 .2rem}input{font:inherit;padding:.35rem;width:100%;max-width:40rem}
+.steps{display:flex;flex-wrap:wrap;gap:.3rem;list-style:none;padding:0}.steps li{padding:.2rem .6rem;border:1px solid #ccc;border-radius:.8rem;color:#555}
+.steps .done{color:#13521d;border-color:#13521d}.steps .now{color:#fff;background:#1f3a5f;border-color:#1f3a5f;font-weight:600}.steps .detour{background:#8a1111;border-color:#8a1111}
 .error{color:#8a1111}dl{display:grid;grid-template-columns:max-content 1fr;gap:.2rem 1rem}dt{font-weight:600}
 ";
 
@@ -55,6 +58,66 @@ pub fn nav(actor: &str, csrf: &str) -> String {
         escape(csrf),
         escape(actor)
     )
+}
+
+/// Where a request stands on the way from receipt to completion: the steps behind it, the one
+/// it is at, those ahead; a detour (a hold, a failure, a rejection) is shown where it leaves it.
+pub fn steps(state: ErasureState) -> String {
+    use ErasureState as S;
+    const WAY: [ErasureState; 6] = [
+        S::Requested,
+        S::Authorized,
+        S::Suppressed,
+        S::Propagating,
+        S::Verifying,
+        S::Completed,
+    ];
+    let at = match state {
+        S::Rejected => 1,
+        S::Held => 2,
+        S::Retrying | S::Exception | S::ManualReview => 3,
+        s => WAY.iter().position(|w| *w == s).unwrap_or(0),
+    };
+    let mut shown: Vec<(ErasureState, &str)> = WAY
+        .iter()
+        .enumerate()
+        .map(|(i, step)| {
+            (
+                *step,
+                if i < at {
+                    "done"
+                } else if i == at {
+                    "now"
+                } else {
+                    ""
+                },
+            )
+        })
+        .collect();
+    let detour = (state, "now detour");
+    match state {
+        S::Rejected => {
+            shown.truncate(at);
+            shown.push(detour);
+        }
+        S::Held => {
+            shown[at].1 = "";
+            shown.insert(at, detour);
+        }
+        S::Retrying | S::Exception | S::ManualReview => shown[at] = detour,
+        _ => {}
+    }
+    let mut out = String::from("<ol class=\"steps\" aria-label=\"Where the request stands\">");
+    for (step, class) in shown {
+        let current = if class.starts_with("now") {
+            " aria-current=\"step\""
+        } else {
+            ""
+        };
+        let _ = write!(out, "<li class=\"{class}\"{current}>{step}</li>");
+    }
+    out.push_str("</ol>");
+    out
 }
 
 /// The statutory deadline's badge: days left, due today, or days overdue.
@@ -124,5 +187,57 @@ mod tests {
             );
         }
         assert!(deadline_badge(now - TimeDelta::days(9), now, true).contains("closed"));
+    }
+
+    #[test]
+    fn the_steps_show_where_a_request_stands_and_its_detours() {
+        let shown = |state| {
+            let html = steps(state);
+            html.split("<li ")
+                .skip(1)
+                .map(|li| {
+                    let class = li.split('"').nth(1).unwrap_or("");
+                    let label = li.split('>').nth(1).unwrap_or("").trim_end_matches("</li");
+                    match class {
+                        "done" => format!("+{label}"),
+                        "now" | "now detour" => format!("[{label}]"),
+                        _ => label.to_owned(),
+                    }
+                })
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        let cases = [
+            (
+                ErasureState::Requested,
+                "[requested] authorized suppressed propagating verifying completed",
+            ),
+            (
+                ErasureState::Propagating,
+                "+requested +authorized +suppressed [propagating] verifying completed",
+            ),
+            (
+                ErasureState::Held,
+                "+requested +authorized [held] suppressed propagating verifying completed",
+            ),
+            (
+                ErasureState::Exception,
+                "+requested +authorized +suppressed [exception] verifying completed",
+            ),
+            (ErasureState::Rejected, "+requested [rejected]"),
+            (
+                ErasureState::Completed,
+                "+requested +authorized +suppressed +propagating +verifying [completed]",
+            ),
+        ];
+        for (state, want) in cases {
+            assert_eq!(shown(state), want, "{state}");
+        }
+        assert_eq!(
+            steps(ErasureState::Verifying)
+                .matches("aria-current=\"step\"")
+                .count(),
+            1
+        );
     }
 }

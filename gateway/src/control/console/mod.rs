@@ -27,7 +27,7 @@ use super::consents::{GrantRequest, grant_as, revoke_as};
 use super::erasures::{ErasureView, ExtendRequest, approve_as, extend_as, view, visible};
 use super::extract::Caller;
 use crate::store::{DueWindow, ErasureFilter, ErasureStats, MAX_EXTENSION_MONTHS};
-use html::{deadline_badge, escape, nav, page};
+use html::{deadline_badge, escape, nav, page, steps};
 
 const COOKIE: &str = "lethe_console";
 /// The requests one page of the list shows.
@@ -323,7 +323,7 @@ async fn requests(
             requested = r.requested_at.format("%Y-%m-%d"),
             due = due.format("%Y-%m-%d"),
             extended = if r.extension.is_some() { " (extended)" } else { "" },
-            badge = deadline_badge(due, now, r.closed()),
+            badge = deadline_badge(due, now, r.state.is_final()),
         ));
     }
     let mut body = summary(stats);
@@ -455,7 +455,8 @@ async fn request(
                 .audit_of(&v.record.tenant, &refs, 500)
                 .await
                 .unwrap_or_default();
-            let mut body = request_body(&session, &v, &holds);
+            let key = state.erasure.certifier.public_key_hex();
+            let mut body = request_body(&session, &v, &holds, &key);
             body.push_str(&timeline(&events));
             session.page(&format!("Erasure request {}", v.record.id), &body)
         }
@@ -496,11 +497,13 @@ fn extend_form(session: &Session, id: &str) -> String {
     )
 }
 
-fn request_body(session: &Session, v: &ErasureView, holds: &[String]) -> String {
+/// `public_key`: the certificates' verification key.
+fn request_body(session: &Session, v: &ErasureView, holds: &[String], public_key: &str) -> String {
     let r = &v.record;
     let now = crate::now();
     let due = v.deadline;
-    let mut out = format!(
+    let mut out = steps(r.state);
+    out.push_str(&format!(
         "<dl><dt>State</dt><dd>{state}</dd><dt>Subject reference</dt><dd><code>{subject}</code></dd><dt>Ticket</dt><dd>{ticket}</dd><dt>Reason</dt><dd>{reason}</dd><dt>Received</dt><dd>{requested}</dd><dt>Deadline</dt><dd>{due} {badge}</dd><dt>Approvals</dt><dd>{approvals} of {required}: {who}</dd><dt>Online latency</dt><dd>{online}</dd></dl>",
         state = escape(&r.state.to_string()),
         subject = escape(&session.caller.subject_ref(&r.tenant, &r.subject)),
@@ -508,7 +511,7 @@ fn request_body(session: &Session, v: &ErasureView, holds: &[String]) -> String 
         reason = escape(&r.reason),
         requested = r.requested_at.format("%Y-%m-%d %H:%M UTC"),
         due = due.format("%Y-%m-%d"),
-        badge = deadline_badge(due, now, r.closed()),
+        badge = deadline_badge(due, now, r.state.is_final()),
         approvals = r.approvals.len(),
         required = v.approvals_required,
         who = if r.approvals.is_empty() {
@@ -521,7 +524,7 @@ fn request_body(session: &Session, v: &ErasureView, holds: &[String]) -> String 
             .map_or("not suppressed yet".to_owned(), |ms| format!(
                 "{ms} ms from the request to the flip"
             )),
-    );
+    ));
     match &r.extension {
         Some(e) => out.push_str(&format!(
             "<p>The deadline was extended by {} month{} on {} by {}: {}</p>",
@@ -531,7 +534,7 @@ fn request_body(session: &Session, v: &ErasureView, holds: &[String]) -> String 
             escape(&e.by),
             escape(&e.reason)
         )),
-        None if !r.closed() && due > now => out.push_str(&extend_form(session, &r.id)),
+        None if !r.state.is_final() && due > now => out.push_str(&extend_form(session, &r.id)),
         None => {}
     }
     if let Some(done) = r.completed_at {
@@ -601,8 +604,9 @@ fn request_body(session: &Session, v: &ErasureView, holds: &[String]) -> String 
     out.push_str(&physical(v));
     if r.state == ErasureState::Completed {
         out.push_str(&format!(
-                        "<p><a href=\"/console/requests/{id}/certificate\">The signed certificate</a> (JSON; verify it with <code>lethe certificate verify FILE --key KEY</code>, KEY from <code>lethe certificate public-key</code>) · <a href=\"/console/requests/{id}/certificate?page\">as a page</a></p>",
-            id = escape(&r.id)
+            "<h2>Certificate</h2><p><a href=\"/console/requests/{id}/certificate\">The signed certificate</a> (JSON, to keep) · <a href=\"/console/requests/{id}/certificate?page\">as a page</a></p><p>It is signed with Ed25519 by this Lethe, whose public key is <code>{key}</code> (compare it with the key your organisation publishes, from <code>lethe certificate public-key</code>). Anyone can verify the download:</p><pre><code>lethe certificate verify lethe-certificate-{id}.json --key {key}</code></pre>",
+            id = escape(&r.id),
+            key = escape(public_key),
         ));
     }
     out
