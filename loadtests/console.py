@@ -23,6 +23,24 @@ class NoRedirect(urllib.request.HTTPRedirectHandler):
         return None
 
 
+def spread(state_db):
+    """Receipts spread over the last 120 days and every tenth deadline extended, as a busy
+    tenant's would be: the deadline filters then have requests to find."""
+    import datetime
+    import sqlite3
+    db = sqlite3.connect(state_db)
+    now = datetime.datetime.now(datetime.timezone.utc)
+    ids = [row[0] for row in db.execute("SELECT id FROM erasure_requests ORDER BY requested_at")]
+    for i, request_id in enumerate(ids):
+        # sqlx's text form of a timestamp, which the store compares as text.
+        at = (now - datetime.timedelta(days=i % 120, minutes=i)).strftime("%Y-%m-%dT%H:%M:%S.%f+00:00")
+        extended = 2 if i % 10 == 0 else 0
+        db.execute("UPDATE erasure_requests SET requested_at = ?, extended_months = ?, extension_reason = ?, extended_by = ?, extended_at = ? WHERE id = ?",
+                   (at, extended, "load" if extended else None, "dpo" if extended else None, at if extended else None, request_id))
+    db.commit()
+    db.close()
+
+
 def main():
     lethe = Lethe(pathlib.Path(tempfile.mkdtemp()), "")
     control, token = lethe.control, lethe.token
@@ -39,6 +57,7 @@ def main():
             filed = api("POST", "/v1/erasures", {"subject": f"subject-{i}", "ticket": f"DSR-{i}", "reason": "load"})
             first = first or filed["id"]
         seeded = time.perf_counter() - started
+        spread(lethe.work / "state.db")
         opener = urllib.request.build_opener(NoRedirect)
         try:
             opener.open(urllib.request.Request(f"http://{control}/console/sign-in", method="POST",
@@ -48,18 +67,27 @@ def main():
         pages = {
             "requests (first page)": "/console/requests",
             "requests, filtered (overdue)": "/console/requests?due=overdue",
+            "requests, due within 7 days": "/console/requests?due=week",
             "requests, page 50": "/console/requests?page=50",
             "a request": f"/console/requests/{first}",
             "a subject": "/console/subjects?subject=subject-1",
             "audit (first page)": "/console/audit",
         }
+        with urllib.request.urlopen(urllib.request.Request(f"http://{control}/console/requests", headers={"Cookie": cookie})) as answer:
+            page = answer.read().decode()
+        csrf = page.split('name="csrf" value="', 1)[1].split('"', 1)[0]
+        # A POST: the dry run (with no store configured here, lineage and its audit event only).
+        forms = {"dry run (lineage only)": ("/console/requests/dry-run",
+                                            urllib.parse.urlencode({"csrf": csrf, "subject": "subject-1"}).encode())}
         print(f"\n{REQUESTS} erasure requests in the state store (seeded in {seeded:.0f} s), {N} fetches of each page\n")
         print(f"{'page':<30} {'p50':>9} {'p99':>9} {'bytes':>8}")
-        for name, path in pages.items():
+        fetches = {name: (path, None) for name, path in pages.items()} | forms
+        for name, (path, form) in fetches.items():
             times, size = [], 0
             for _ in range(N):
                 t = time.perf_counter()
-                with urllib.request.urlopen(urllib.request.Request(f"http://{control}{path}", headers={"Cookie": cookie})) as answer:
+                with urllib.request.urlopen(urllib.request.Request(f"http://{control}{path}", data=form,
+                                                                   headers={"Cookie": cookie})) as answer:
                     size = len(answer.read())
                     assert answer.status == 200
                 times.append((time.perf_counter() - t) * 1000)

@@ -20,6 +20,7 @@ class Lethe:
     """`serve` with `config` (TOML, without the listeners and the state store, which are added)."""
 
     def __init__(self, work, config):
+        self.work = work
         self.control = f"127.0.0.1:{port()}"
         (work / "lethe.toml").write_text(f'''
 [data_plane]

@@ -4,3 +4,9 @@ ALTER TABLE erasure_requests ADD COLUMN extended_months INTEGER NOT NULL DEFAULT
 ALTER TABLE erasure_requests ADD COLUMN extension_reason TEXT;
 ALTER TABLE erasure_requests ADD COLUMN extended_by TEXT;
 ALTER TABLE erasure_requests ADD COLUMN extended_at TEXT;
+-- The console's summary and deadline filters read open requests only, from this index alone;
+-- its list pages walk the tenant's requests newest first without sorting them.
+CREATE INDEX erasure_requests_open ON erasure_requests (tenant, extended_months, requested_at, state)
+    WHERE state NOT IN ('completed', 'rejected');
+DROP INDEX erasure_requests_by_received;
+CREATE INDEX erasure_requests_by_received ON erasure_requests (tenant, requested_at, id);

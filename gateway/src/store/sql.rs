@@ -759,7 +759,7 @@ macro_rules! impl_store {
                     if let Some(due) = &filter.due {
                         push_due(&mut select, due);
                     }
-                    select.push(" ORDER BY requested_at DESC, id LIMIT ").push_bind(i64::from(limit));
+                    select.push(" ORDER BY requested_at DESC, id DESC LIMIT ").push_bind(i64::from(limit));
                     select.push(" OFFSET ").push_bind(i64::from(offset));
                     let rows = select.build().fetch_all(&self.pool).await?;
                     rows.iter().map(erasure_from_row).collect()
@@ -778,7 +778,7 @@ macro_rules! impl_store {
                     count.push_bind(tenant.to_owned());
                     push_due(&mut count, &overdue);
                     stats.overdue = count.build_query_scalar().fetch_one(&self.pool).await?;
-                    let rows = sqlx::query("SELECT requested_at, suppressed_at, completed_at FROM erasure_requests WHERE tenant = $1 AND requested_at >= $2")
+                    let rows = sqlx::query("SELECT requested_at, suppressed_at, completed_at FROM erasure_requests WHERE tenant = $1 AND requested_at >= $2 AND suppressed_at IS NOT NULL")
                         .bind(tenant)
                         .bind(since)
                         .fetch_all(&self.pool)
