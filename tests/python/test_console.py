@@ -68,8 +68,12 @@ def sign_in(driver, lethe, with_token):
 
 
 def shot(driver, name):
+    """The whole page, at a laptop's width."""
     SHOTS.mkdir(parents=True, exist_ok=True)
+    height = driver.execute_script("return document.documentElement.scrollHeight")
+    driver.set_window_size(1280, max(900, height))
     driver.save_screenshot(str(SHOTS / f"{name}.png"))
+    driver.set_window_size(1280, 900)
 
 
 def text(driver):
@@ -155,7 +159,7 @@ def test_two_people_work_an_erasure_through_the_console_to_a_verified_certificat
     shot(bob, "certificate")
     bob.back()
     bob.get(f"http://{lethe.control}/console/requests")
-    assert request_id in text(bob) and "closed" in text(bob)
+    assert request_id in text(bob) and "closed" in text(bob) and "(extended)" in text(bob)
     shot(bob, "requests")
 
     # The certificate, downloaded with the session, verifies as a third party would check it.
@@ -174,6 +178,14 @@ def test_two_people_work_an_erasure_through_the_console_to_a_verified_certificat
     assert f"--key {key}" in text(bob), "the page shows the key and the command that verifies it"
     verified = lethe.cli("certificate", "verify", str(path), "--key", key)
     assert verified.returncode == 0, verified.stdout + verified.stderr
+
+    # The other main pages.
+    bob.get(f"http://{lethe.control}/console/policy")
+    assert "Retention rules" in text(bob) and "Place a hold" in text(bob), text(bob)
+    shot(bob, "policy")
+    bob.get(f"http://{lethe.control}/console/audit?verify")
+    assert "is intact" in text(bob) and "erasure.extend_deadline" in text(bob), text(bob)
+    shot(bob, "audit")
 
 
 def test_an_agent_token_cannot_sign_in_and_a_tenant_sees_only_its_own(lethe, browsers):

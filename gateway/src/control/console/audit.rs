@@ -74,9 +74,9 @@ pub async fn audit(
             .take(12)
             .collect();
         body.push_str(&format!(
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{} {}</td><td><code>{}</code></td><td>{}</td></tr>",
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{} <span class=\"id\">{}</span></td><td><code>{}</code></td><td>{}</td></tr>",
             e.seq,
-            e.entry.at.format("%Y-%m-%d %H:%M:%S"),
+            e.entry.at.format("<time>%Y-%m-%d</time> <time>%H:%M:%S</time>"),
             escape(&e.entry.actor),
             escape(&e.entry.action),
             escape(&e.entry.target),

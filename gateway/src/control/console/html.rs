@@ -31,10 +31,12 @@ table{border-collapse:collapse;width:100%}th,td{text-align:left;padding:.4rem .6
 .badge{padding:.1rem .5rem;border-radius:.8rem;font-size:.85rem;white-space:nowrap}
 .ok{background:#e3f1e5;color:#13521d}.due{background:#fff1d6;color:#6b4500}.late{background:#fde2e2;color:#8a1111}
 button{font:inherit;padding:.35rem .9rem;border:1px solid #1f3a5f;background:#1f3a5f;color:#fff;border-radius:.25rem;cursor:pointer}
-button:focus,a:focus,input:focus{outline:3px solid #f0a500;outline-offset:2px}
+button:focus,a:focus,input:focus,select:focus,textarea:focus,summary:focus{outline:3px solid #f0a500;outline-offset:2px}
+select{font:inherit;padding:.3rem}summary{cursor:pointer;margin:.6rem 0}time{white-space:nowrap}.id{overflow-wrap:anywhere}
 label{display:block;margin:.6rem 0 .2rem}input{font:inherit;padding:.35rem;width:100%;max-width:40rem}
 .steps{display:flex;flex-wrap:wrap;gap:.3rem;list-style:none;padding:0}.steps li{padding:.2rem .6rem;border:1px solid #ccc;border-radius:.8rem;color:#555}
 .steps .done{color:#13521d;border-color:#13521d}.steps .now{color:#fff;background:#1f3a5f;border-color:#1f3a5f;font-weight:600}.steps .detour{background:#8a1111;border-color:#8a1111}
+pre{white-space:pre-wrap;overflow-wrap:anywhere;background:#f4f4f4;padding:.6rem}
 .error{color:#8a1111}dl{display:grid;grid-template-columns:max-content 1fr;gap:.2rem 1rem}dt{font-weight:600}
 ";
 

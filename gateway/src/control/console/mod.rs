@@ -315,7 +315,7 @@ async fn requests(
     for r in &records {
         let due = r.deadline(months);
         rows.push_str(&format!(
-            "<tr><td><a href=\"/console/requests/{id}\">{id}</a></td><td><code>{subject}</code></td><td>{ticket}</td><td>{state}</td><td>{requested}</td><td>{due}{extended}</td><td>{badge}</td></tr>",
+            "<tr><td><a href=\"/console/requests/{id}\">{id}</a></td><td><code>{subject}</code></td><td>{ticket}</td><td>{state}</td><td><time>{requested}</time></td><td><time>{due}</time>{extended}</td><td>{badge}</td></tr>",
             id = escape(&r.id),
             subject = escape(&short_ref(&session.caller, &r.tenant, &r.subject)),
             ticket = escape(&r.ticket),
@@ -1002,7 +1002,9 @@ fn timeline(events: &[lethe_policy::audit::AuditRecord]) -> String {
         out.push_str(&format!(
             "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             e.seq,
-            e.entry.at.format("%Y-%m-%d %H:%M:%S"),
+            e.entry
+                .at
+                .format("<time>%Y-%m-%d</time> <time>%H:%M:%S</time>"),
             escape(&e.entry.actor),
             escape(&e.entry.action),
             escape(&e.entry.target),
