@@ -79,6 +79,7 @@ pub fn erasure_request(
         completed_at: None,
         updated_at: at,
         extension: None,
+        rejection: None,
     }
 }
 

@@ -100,6 +100,7 @@ def test_another_tenants_control_plane_objects_are_out_of_reach(gate):
         "extend": control(gate, "POST", f"/v1/erasures/{filed['id']}/extend", {"months": 2, "reason": "x"},
                           token=globex_dpo),
         "dry run": control(gate, "POST", "/v1/erasures/dry-run", {"tenant": TENANT, "subject": victim}, token=globex_dpo),
+        "reject": control(gate, "POST", f"/v1/erasures/{filed['id']}/reject", {"reason": "x"}, token=globex_dpo),
         "subject": control(gate, "GET", f"/v1/subjects/{TENANT}/{victim}", token=globex_dpo),
         "consents": control(gate, "GET", f"/v1/consents?tenant={TENANT}&subject={victim}", token=globex_dpo),
         "revoke": control(gate, "POST", f"/v1/consents/{grant}/revoke", token=globex_dpo),

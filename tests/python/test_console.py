@@ -123,7 +123,7 @@ def test_two_people_work_an_erasure_through_the_console_to_a_verified_certificat
 
     # The deadline, extended once with the reason told to the subject.
     alice.find_element(By.XPATH, "//summary[normalize-space()='Extend the deadline']").click()
-    alice.find_element(By.NAME, "reason").send_keys("two processors to hear from")
+    alice.find_element(By.ID, "extension-reason").send_keys("two processors to hear from")
     press(alice, "Extend the deadline")
     assert "The deadline was extended by 1 month" in text(alice), text(alice)
     filed = lethe.call("GET", f"/v1/erasures/{request_id}")[1]

@@ -13,7 +13,7 @@ use super::extract::{ApiJson, Caller};
 use super::{ControlState, Problems};
 use crate::erasure::certificate::render_html;
 use crate::erasure::inventory::StoreCount;
-use crate::store::{DeadlineExtension, ErasureRecord, MAX_EXTENSION_MONTHS, PurgeJob};
+use crate::store::{DeadlineExtension, ErasureRecord, MAX_EXTENSION_MONTHS, PurgeJob, Rejection};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -180,6 +180,7 @@ pub(crate) async fn file_as(
         completed_at: None,
         updated_at: now,
         extension: None,
+        rejection: None,
     };
     let audit = caller.audit(
         &record.tenant,
@@ -306,6 +307,49 @@ pub(crate) async fn extend_as(
         Some(id),
     );
     Ok(state.store.extend_erasure(id, &extension, audit).await?)
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RejectRequest {
+    /// Why (identity not confirmed, an exemption of art. 17(3)), as the data subject is told.
+    pub(crate) reason: String,
+}
+
+pub async fn reject(
+    State(state): State<ControlState>,
+    caller: Caller,
+    Path(id): Path<String>,
+    ApiJson(req): ApiJson<RejectRequest>,
+) -> Result<Json<ErasureView>, ApiError> {
+    let rejected = reject_as(&state, &caller, &id, req).await?;
+    Ok(Json(view(&state, rejected).await?))
+}
+
+/// Refuses a request not flipped yet, with the reason (the API's and the console's).
+pub(crate) async fn reject_as(
+    state: &ControlState,
+    caller: &Caller,
+    id: &str,
+    req: RejectRequest,
+) -> Result<ErasureRecord, ApiError> {
+    let record = visible(state, caller, id).await?;
+    let mut problems = Problems::default();
+    problems.text("reason", &req.reason);
+    problems.into_result()?;
+    let rejection = Rejection {
+        reason: req.reason,
+        by: caller.claims.sub.clone(),
+        at: crate::now(),
+    };
+    let audit = caller.audit(
+        &record.tenant,
+        "erasure.reject",
+        Some(&record.subject),
+        "erasure",
+        Some(id),
+    );
+    Ok(state.store.reject_erasure(id, &rejection, audit).await?)
 }
 
 /// `exception` -> `manual_review`: a person has taken the request.

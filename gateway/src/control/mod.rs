@@ -85,6 +85,7 @@ pub fn app(state: ControlState) -> Router {
         .route("/v1/erasures/{id}/review", post(erasures::review))
         .route("/v1/erasures/{id}/resume", post(erasures::resume))
         .route("/v1/erasures/{id}/extend", post(erasures::extend))
+        .route("/v1/erasures/{id}/reject", post(erasures::reject))
         .route("/v1/erasures/{id}/certificate", get(erasures::certificate))
         .route("/v1/audit", get(audit::page))
         .route("/v1/audit/verify", get(audit::verify))

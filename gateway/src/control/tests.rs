@@ -781,8 +781,8 @@ async fn the_openapi_document_matches_the_routes() {
         }
     }
     assert_eq!(
-        operations, 23,
-        "the document and the router list the same 23 operations"
+        operations, 24,
+        "the document and the router list the same 24 operations"
     );
 }
 
@@ -1836,4 +1836,121 @@ fn audit_entry(id: &str) -> lethe_policy::audit::AuditEntry {
         result: "ok".into(),
         attempt: 1,
     }
+}
+
+#[tokio::test]
+async fn a_request_is_refused_with_its_reason_only_before_its_flip() {
+    let h = harness().await;
+    let (_, filed) = h
+        .as_dpo(Method::POST, "/v1/erasures", Some(erasure_body("u1")))
+        .await;
+    let id = filed["id"].as_str().unwrap().to_owned();
+    let reject = format!("/v1/erasures/{id}/reject");
+    assert_error(
+        &h.as_dpo(Method::POST, &reject, Some(json!({"reason": " "})))
+            .await,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "validation_failed",
+    );
+    let elsewhere = h
+        .send(
+            Method::POST,
+            &reject,
+            Some(&token(Role::Compliance, "globex")),
+            Some(Body::from(json!({"reason": "x"}).to_string())),
+        )
+        .await;
+    assert_error(&elsewhere, StatusCode::NOT_FOUND, "not_found");
+    let reason = "identity not confirmed after two requests";
+    let (status, refused) = h
+        .as_dpo(Method::POST, &reject, Some(json!({"reason": reason})))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{refused}");
+    assert_eq!(
+        (
+            refused["state"].as_str(),
+            refused["rejection"]["reason"].as_str()
+        ),
+        (Some("rejected"), Some(reason))
+    );
+    assert_eq!(
+        refused["targets"][0]["state"], "cancelled",
+        "nothing was flipped, nothing is purged"
+    );
+    assert_error(
+        &h.as_dpo(Method::POST, &reject, Some(json!({"reason": reason})))
+            .await,
+        StatusCode::CONFLICT,
+        "illegal_state",
+    );
+    assert_error(
+        &h.as_dpo(Method::POST, &format!("/v1/erasures/{id}/approve"), None)
+            .await,
+        StatusCode::CONFLICT,
+        "not_awaiting_approval",
+    );
+    let (_, subject) = h.as_dpo(Method::GET, "/v1/subjects/acme/u1", None).await;
+    assert_ne!(subject["state"], "suppressed", "{subject}");
+
+    // Flipped, a request can no longer be refused: the subject stays unreadable.
+    let (_, flipped) = h
+        .as_dpo(Method::POST, "/v1/erasures", Some(erasure_body("u2")))
+        .await;
+    let flipped = flipped["id"].as_str().unwrap().to_owned();
+    for actor in ["alice", "bob"] {
+        h.as_actor(
+            actor,
+            Method::POST,
+            &format!("/v1/erasures/{flipped}/approve"),
+            None,
+        )
+        .await;
+    }
+    assert_error(
+        &h.as_dpo(
+            Method::POST,
+            &format!("/v1/erasures/{flipped}/reject"),
+            Some(json!({"reason": reason})),
+        )
+        .await,
+        StatusCode::CONFLICT,
+        "illegal_state",
+    );
+
+    // In the console: the form, refused without its CSRF token, then the refusal shown.
+    let (_, third) = h
+        .as_dpo(Method::POST, "/v1/erasures", Some(erasure_body("u3")))
+        .await;
+    let uri = format!("/console/requests/{}", third["id"].as_str().unwrap());
+    let session = sign_in(&h, &token(Role::Compliance, "acme")).await;
+    let (_, _, page) = console(&h, Method::GET, &uri, Some(&session), None).await;
+    assert!(page.contains("Refuse the request"), "{page}");
+    let form = "reason=an+exemption+of+art.+17%283%29%28e%29";
+    let (status, _, _) = console(
+        &h,
+        Method::POST,
+        &format!("{uri}/reject"),
+        Some(&session),
+        Some(form),
+    )
+    .await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    let signed = format!("csrf={}&{form}", csrf_in(&page));
+    let (status, _, _) = console(
+        &h,
+        Method::POST,
+        &format!("{uri}/reject"),
+        Some(&session),
+        Some(&signed),
+    )
+    .await;
+    assert_eq!(status, StatusCode::SEE_OTHER);
+    let (_, _, page) = console(&h, Method::GET, &uri, Some(&session), None).await;
+    assert!(
+        page.contains("an exemption of art. 17(3)(e)")
+            && page.contains("aria-current=\"step\">rejected")
+            && !page.contains("Refuse the request")
+            && !page.contains("Approve the erasure"),
+        "{page}"
+    );
 }

@@ -375,6 +375,7 @@ mod tests {
             completed_at: Some(at + chrono::TimeDelta::seconds(3)),
             updated_at: at,
             extension: None,
+            rejection: None,
         };
         let job = PurgeJob {
             id: "pj".into(),

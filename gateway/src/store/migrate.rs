@@ -34,8 +34,8 @@ pub const SQLITE: &[Migration] = &[
     },
     Migration {
         version: 6,
-        name: "deadline_extensions",
-        sql: include_str!("../../../migrations/sqlite/0006_deadline_extensions.sql"),
+        name: "deadlines_and_rejections",
+        sql: include_str!("../../../migrations/sqlite/0006_deadlines_and_rejections.sql"),
     },
 ];
 
@@ -67,8 +67,8 @@ pub const POSTGRES: &[Migration] = &[
     },
     Migration {
         version: 6,
-        name: "deadline_extensions",
-        sql: include_str!("../../../migrations/postgres/0006_deadline_extensions.sql"),
+        name: "deadlines_and_rejections",
+        sql: include_str!("../../../migrations/postgres/0006_deadlines_and_rejections.sql"),
     },
 ];
 

@@ -152,6 +152,8 @@ pub struct ErasureRecord {
     pub updated_at: DateTime<Utc>,
     /// The statutory deadline's extension, once made.
     pub extension: Option<DeadlineExtension>,
+    /// Why the request was refused, once it is.
+    pub rejection: Option<Rejection>,
 }
 
 /// Months a request's deadline may be extended by, once (GDPR art. 12(3): "by two further
@@ -162,6 +164,14 @@ pub const MAX_EXTENSION_MONTHS: u32 = 2;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct DeadlineExtension {
     pub months: u32,
+    pub reason: String,
+    pub by: String,
+    pub at: DateTime<Utc>,
+}
+
+/// Who refused a request before its flip, when and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Rejection {
     pub reason: String,
     pub by: String,
     pub at: DateTime<Utc>,
@@ -443,6 +453,14 @@ pub trait Store: Send + Sync + 'static {
         overdue: DueWindow,
         since: DateTime<Utc>,
     ) -> Result<ErasureStats, StoreError>;
+    /// Refuses a request that is not flipped yet (`requested`, `held`): it is `rejected`, its
+    /// purge jobs cancelled, with its event.
+    async fn reject_erasure(
+        &self,
+        id: &str,
+        rejection: &Rejection,
+        audit: AuditEntry,
+    ) -> Result<ErasureRecord, StoreError>;
     /// Extends a request's deadline, once, while it is open; the extension and its event are
     /// written together.
     async fn extend_erasure(

@@ -18,7 +18,7 @@ macro_rules! impl_store {
             use sqlx::Row as _;
 
             use super::*;
-            use crate::store::{DeadlineExtension, DueWindow, ErasureFilter, ErasureRecord, MAX_EXTENSION_MONTHS, ErasureStats, ExpiredItem, Feed, FeedEvent, HoldRecord, ItemRecord, JobOutcome, PolicyChange, PurgeJob, RetentionVersion, Store, StoreError, Tombstone};
+            use crate::store::{DeadlineExtension, DueWindow, Rejection, ErasureFilter, ErasureRecord, MAX_EXTENSION_MONTHS, ErasureStats, ExpiredItem, Feed, FeedEvent, HoldRecord, ItemRecord, JobOutcome, PolicyChange, PurgeJob, RetentionVersion, Store, StoreError, Tombstone};
 
             type Row = <$db as sqlx::Database>::Row;
             type Tx = sqlx::Transaction<'static, $db>;
@@ -182,7 +182,7 @@ macro_rules! impl_store {
                 Ok(())
             }
 
-            const ERASURE_COLUMNS: &str = "id, tenant, subject, aliases, ticket, reason, state, requested_by, requested_at, approvals, suppressed_at, completed_at, updated_at, extended_months, extension_reason, extended_by, extended_at";
+            const ERASURE_COLUMNS: &str = "id, tenant, subject, aliases, ticket, reason, state, requested_by, requested_at, approvals, suppressed_at, completed_at, updated_at, extended_months, extension_reason, extended_by, extended_at, rejection_reason, rejected_by, rejected_at";
 
             /// Adds to `select` the condition that a request's deadline falls in `due`: one
             /// window on receipt per extension a request can have.
@@ -224,6 +224,18 @@ macro_rules! impl_store {
                     completed_at: row.try_get("completed_at")?,
                     updated_at: row.try_get("updated_at")?,
                     extension: extension_from_row(row)?,
+                    rejection: rejection_from_row(row)?,
+                })
+            }
+
+            fn rejection_from_row(row: &Row) -> Result<Option<Rejection>, StoreError> {
+                let reason: Option<String> = row.try_get("rejection_reason")?;
+                let by: Option<String> = row.try_get("rejected_by")?;
+                let at: Option<DateTime<Utc>> = row.try_get("rejected_at")?;
+                Ok(match (reason, by, at) {
+                    (Some(reason), Some(by), Some(at)) => Some(Rejection { reason, by, at }),
+                    (None, None, None) => None,
+                    _ => return Err(StoreError::Corrupt("a rejection without its reason, author or date".into())),
                 })
             }
 
@@ -791,6 +803,33 @@ macro_rules! impl_store {
                         stats.completion_s.extend(completed.map(|at| (at - requested).num_seconds()));
                     }
                     Ok(stats)
+                }
+
+                async fn reject_erasure(&self, id: &str, rejection: &Rejection, audit: AuditEntry) -> Result<ErasureRecord, StoreError> {
+                    let mut tx = self.write_tx().await?;
+                    let sql = sqlx::AssertSqlSafe(format!("SELECT {ERASURE_COLUMNS} FROM erasure_requests WHERE id = $1{}", <$store>::FOR_UPDATE));
+                    let mut record = erasure_from_row(&sqlx::query(sql).bind(id).fetch_one(&mut *tx).await?)?;
+                    // Refused once flipped: a suppressed subject is never made readable again.
+                    record.state = lethe_policy::erasure::transition(record.state, ErasureEvent::Reject)?;
+                    record.updated_at = rejection.at;
+                    save_erasure(&mut tx, &record).await?;
+                    sqlx::query("UPDATE erasure_requests SET rejection_reason = $1, rejected_by = $2, rejected_at = $3 WHERE id = $4")
+                        .bind(&rejection.reason)
+                        .bind(&rejection.by)
+                        .bind(rejection.at)
+                        .bind(id)
+                        .execute(&mut *tx)
+                        .await?;
+                    // Nothing was flipped, so nothing is purged: the jobs end here.
+                    sqlx::query("UPDATE purge_jobs SET state = 'cancelled', updated_at = $1 WHERE request_id = $2 AND state = 'waiting'")
+                        .bind(rejection.at)
+                        .bind(id)
+                        .execute(&mut *tx)
+                        .await?;
+                    append_in(&mut tx, audit).await?;
+                    tx.commit().await?;
+                    record.rejection = Some(rejection.clone());
+                    Ok(record)
                 }
 
                 async fn extend_erasure(&self, id: &str, extension: &DeadlineExtension, audit: AuditEntry) -> Result<ErasureRecord, StoreError> {

@@ -40,6 +40,7 @@ on_both_backends!(
     an_approved_erasure_flips_its_keys_and_tells_every_cache,
     expired_and_revoked_items_are_found_for_the_sweeper_unless_held,
     erasure_requests_are_listed_a_page_at_a_time_and_summed_up,
+    a_refused_request_keeps_its_reason_and_cancels_its_jobs,
 );
 
 /// The raw keys of the erased subject in the test below: distinct enough that no hash, id or
@@ -1122,4 +1123,38 @@ async fn erasure_requests_are_listed_a_page_at_a_time_and_summed_up(store: &Arc<
             .unwrap()
             .is_empty()
     );
+}
+
+async fn a_refused_request_keeps_its_reason_and_cancels_its_jobs(store: &Arc<dyn Store>) {
+    let at = now();
+    let record = crate::testing::erasure_request("er1", "u1", at);
+    store
+        .create_erasure(
+            &record,
+            &["chroma:chroma".into()],
+            audit("erasure.request", Some("er1")),
+        )
+        .await
+        .unwrap();
+    let rejection = Rejection {
+        reason: "identity not confirmed".into(),
+        by: "dpo".into(),
+        at,
+    };
+    let refused = store
+        .reject_erasure("er1", &rejection, audit("erasure.reject", Some("er1")))
+        .await
+        .unwrap();
+    assert_eq!(
+        (refused.state, refused.rejection.as_ref()),
+        (lethe_policy::ErasureState::Rejected, Some(&rejection))
+    );
+    assert_eq!(store.erasure("er1").await.unwrap(), refused, "as stored");
+    assert_eq!(store.purge_jobs("er1").await.unwrap()[0].state, "cancelled");
+    assert!(matches!(
+        store
+            .reject_erasure("er1", &rejection, audit("erasure.reject", Some("er1")))
+            .await,
+        Err(StoreError::Transition(_))
+    ));
 }

@@ -24,7 +24,9 @@ use sha2::Sha256;
 
 use super::ControlState;
 use super::consents::{GrantRequest, grant_as, revoke_as};
-use super::erasures::{ErasureView, ExtendRequest, approve_as, extend_as, view, visible};
+use super::erasures::{
+    ErasureView, ExtendRequest, RejectRequest, approve_as, extend_as, reject_as, view, visible,
+};
 use super::extract::Caller;
 use crate::store::{DueWindow, ErasureFilter, ErasureStats, MAX_EXTENSION_MONTHS};
 use html::{deadline_badge, escape, nav, page, steps};
@@ -48,6 +50,7 @@ pub fn routes() -> Router<ControlState> {
         .route("/console/requests/{id}/review", post(review))
         .route("/console/requests/{id}/resume", post(resume))
         .route("/console/requests/{id}/extend", post(extend))
+        .route("/console/requests/{id}/reject", post(reject))
         .route("/console/requests/{id}/certificate", get(certificate))
         .route("/console/subjects", get(subject))
         .route("/console/subjects/grant", post(grant))
@@ -537,6 +540,14 @@ fn request_body(session: &Session, v: &ErasureView, holds: &[String], public_key
         None if !r.state.is_final() && due > now => out.push_str(&extend_form(session, &r.id)),
         None => {}
     }
+    if let Some(no) = &r.rejection {
+        out.push_str(&format!(
+            "<p role=\"status\">Refused on {} by {}: {}</p>",
+            no.at.format("%Y-%m-%d %H:%M UTC"),
+            escape(&no.by),
+            escape(&no.reason)
+        ));
+    }
     if let Some(done) = r.completed_at {
         out.push_str(&format!(
             "<p>Completed {} ({} s after the request).</p>",
@@ -580,6 +591,13 @@ fn request_body(session: &Session, v: &ErasureView, holds: &[String], public_key
                 "Approve the erasure",
             ));
         }
+    }
+    if matches!(r.state, ErasureState::Requested | ErasureState::Held) {
+        out.push_str(&format!(
+            "<details><summary>Refuse the request</summary><form method=\"post\" action=\"/console/requests/{}/reject\"><input type=\"hidden\" name=\"csrf\" value=\"{}\"><label for=\"rejection-reason\">Reason (identity not confirmed, an exemption of art. 17(3); told to the data subject)</label><input id=\"rejection-reason\" name=\"reason\" required><p><button type=\"submit\">Refuse the request</button></p></form></details>",
+            escape(&r.id),
+            escape(&session.csrf)
+        ));
     }
     out.push_str("<h2>Stores</h2><table><thead><tr><th scope=\"col\">Store</th><th scope=\"col\">State</th><th scope=\"col\">Before</th><th scope=\"col\">Deleted</th><th scope=\"col\">Remaining</th><th scope=\"col\">Attempts</th><th scope=\"col\">Last error</th></tr></thead><tbody>");
     for job in &v.targets {
@@ -941,6 +959,26 @@ async fn extend(
         extend_as(&state, &session.caller, &id, req).await,
         &request_uri(&id),
         "Not extended",
+    )
+}
+
+async fn reject(
+    State(state): State<ControlState>,
+    Path(id): Path<String>,
+    request: Request,
+) -> Response {
+    let (session, fields) = match posted(&state, request).await {
+        Ok(posted) => posted,
+        Err(refused) => return *refused,
+    };
+    let req = RejectRequest {
+        reason: field(&fields, "reason").unwrap_or("").to_owned(),
+    };
+    then_to(
+        &session,
+        reject_as(&state, &session.caller, &id, req).await,
+        &request_uri(&id),
+        "Not refused",
     )
 }
 

@@ -3,7 +3,12 @@
 ALTER TABLE erasure_requests ADD COLUMN extended_months INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE erasure_requests ADD COLUMN extension_reason TEXT;
 ALTER TABLE erasure_requests ADD COLUMN extended_by TEXT;
-ALTER TABLE erasure_requests ADD COLUMN extended_at TEXT;
+ALTER TABLE erasure_requests ADD COLUMN extended_at TIMESTAMPTZ;
+-- A request refused before its flip (identity not confirmed, an exemption of art. 17(3)): who
+-- refused it, when and why, as the data subject is told (art. 12(4)).
+ALTER TABLE erasure_requests ADD COLUMN rejection_reason TEXT;
+ALTER TABLE erasure_requests ADD COLUMN rejected_by TEXT;
+ALTER TABLE erasure_requests ADD COLUMN rejected_at TIMESTAMPTZ;
 -- The console's summary and deadline filters read open requests only, from this index alone;
 -- its list pages walk the tenant's requests newest first without sorting them.
 CREATE INDEX erasure_requests_open ON erasure_requests (tenant, extended_months, requested_at, state)
