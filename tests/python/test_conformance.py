@@ -295,6 +295,7 @@ def test_a_connector_purges_one_subject_and_nothing_else_again_and_again_and_say
         for s in (gone, kept, later):
             case.seed(lethe, s)
         assert [case.count(s) for s in (gone, kept, later)] == [SEEDED] * 3, "seeded, counted in the store"
+        assert lethe.dry_run(gone)[case.target] == SEEDED, "the dry run counts what the store holds"
 
         request = erase(lethe, gone)
         done = wait_for("the erasure to complete", lambda: (e := erasure(lethe, request))["state"] == "completed" and e, deadline=30)
@@ -318,5 +319,8 @@ def test_a_connector_purges_one_subject_and_nothing_else_again_and_again_and_say
         assert failed.get("result") is None, "no count was claimed"
         assert erasure(lethe, request)["state"] != "completed"
         assert case.count(later) == SEEDED, "nothing was touched"
+        status, run = lethe.call("POST", "/v1/erasures/dry-run", {"subject": later})
+        counted = next(s for s in run["stores"] if s["target"] == case.target)
+        assert status == 200 and "held" not in counted and counted["unknown"], ("a store out of reach is unknown, never 0", counted)
     finally:
         lethe.stop()
