@@ -26,17 +26,26 @@ class NoRedirect(urllib.request.HTTPRedirectHandler):
 def spread(state_db):
     """Receipts spread over the last 120 days and every tenth deadline extended, as a busy
     tenant's would be: the deadline filters then have requests to find."""
+    import calendar
     import datetime
     import sqlite3
+
+    def months_after(at, months):
+        year, month = divmod(at.month - 1 + months, 12)
+        year, month = at.year + year, month + 1
+        return at.replace(year=year, month=month, day=min(at.day, calendar.monthrange(year, month)[1]))
+
     db = sqlite3.connect(state_db)
     now = datetime.datetime.now(datetime.timezone.utc)
     ids = [row[0] for row in db.execute("SELECT id FROM erasure_requests ORDER BY requested_at")]
     for i, request_id in enumerate(ids):
-        # sqlx's text form of a timestamp, which the store compares as text.
-        at = (now - datetime.timedelta(days=i % 120, minutes=i)).strftime("%Y-%m-%dT%H:%M:%S.%f+00:00")
+        received = now - datetime.timedelta(days=i % 120, minutes=i)
         extended = 2 if i % 10 == 0 else 0
-        db.execute("UPDATE erasure_requests SET requested_at = ?, extended_months = ?, extension_reason = ?, extended_by = ?, extended_at = ? WHERE id = ?",
-                   (at, extended, "load" if extended else None, "dpo" if extended else None, at if extended else None, request_id))
+        # sqlx's text form of a timestamp, which the store compares as text.
+        text = lambda at: at.strftime("%Y-%m-%dT%H:%M:%S.%f+00:00")
+        at, due = text(received), text(months_after(received, 1 + extended))
+        db.execute("UPDATE erasure_requests SET requested_at = ?, due_at = ?, extended_months = ?, extension_reason = ?, extended_by = ?, extended_at = ? WHERE id = ?",
+                   (at, due, extended, "load" if extended else None, "dpo" if extended else None, at if extended else None, request_id))
     db.commit()
     db.close()
 

@@ -74,6 +74,7 @@ pub fn erasure_request(
         state: lethe_policy::ErasureState::Requested,
         requested_by: "dpo".into(),
         requested_at: at,
+        deadline: store::deadline(at, 1),
         approvals: vec![],
         suppressed_at: None,
         completed_at: None,

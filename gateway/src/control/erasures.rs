@@ -32,8 +32,6 @@ pub struct ErasureView {
     #[serde(flatten)]
     pub(crate) record: ErasureRecord,
     pub(crate) approvals_required: usize,
-    /// The statutory deadline: receipt + `[erasure] deadline_months` + the extension.
-    pub(crate) deadline: chrono::DateTime<chrono::Utc>,
     /// From the request to the flip: how long the subject stayed readable.
     pub(crate) online_latency_ms: Option<i64>,
     pub(crate) targets: Vec<PurgeJob>,
@@ -57,7 +55,6 @@ pub(crate) async fn view(
         .suppressed_at
         .map(|at| (at - record.requested_at).num_milliseconds());
     Ok(ErasureView {
-        deadline: record.deadline(state.erasure.deadline_months),
         record,
         approvals_required: state.erasure.approvals_required,
         online_latency_ms,
@@ -175,6 +172,7 @@ pub(crate) async fn file_as(
         state: ErasureState::Requested,
         requested_by: caller.claims.sub.clone(),
         requested_at: now,
+        deadline: crate::store::deadline(now, state.erasure.deadline_months),
         approvals: Vec::new(),
         suppressed_at: None,
         completed_at: None,
@@ -285,7 +283,7 @@ pub(crate) async fn extend_as(
     if record.extension.is_some() {
         return Err(refused("the deadline was extended already".into()));
     }
-    let due = record.deadline(state.erasure.deadline_months);
+    let due = record.deadline;
     if due <= now {
         // An extension is made, and told to the subject, within the first deadline.
         return Err(refused(format!(

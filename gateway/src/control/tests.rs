@@ -1572,7 +1572,10 @@ async fn an_erasures_deadline_is_extended_once_with_a_reason_before_it_passes() 
         )
         .await;
     assert_eq!(status, StatusCode::OK, "{extended}");
-    assert_eq!(deadline(&extended), requested + chrono::Months::new(3));
+    assert_eq!(
+        deadline(&extended),
+        deadline(&filed) + chrono::Months::new(2)
+    );
     assert_eq!(
         (
             extended["extension"]["months"].as_u64(),

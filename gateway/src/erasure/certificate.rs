@@ -370,6 +370,7 @@ mod tests {
             state: ErasureState::Completed,
             requested_by: "dpo".into(),
             requested_at: at,
+            deadline: at + chrono::Months::new(1),
             approvals: vec!["dpo".into(), "counsel".into()],
             suppressed_at: Some(at + chrono::TimeDelta::milliseconds(12)),
             completed_at: Some(at + chrono::TimeDelta::seconds(3)),

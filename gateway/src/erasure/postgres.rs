@@ -347,8 +347,18 @@ impl Connector for PostgresConnector {
         _lineage: &[(String, String)],
     ) -> Result<u64, ConnectorError> {
         let mut conn = self.connect().await?;
-        let keys = self.keys_of(&mut conn, subjects).await?;
-        self.rows_of(&mut conn, subjects.tenant(), &keys).await
+        // The configured statements run read-only here: a dry run changes nothing, whatever
+        // they say.
+        let mut tx = conn
+            .begin()
+            .await
+            .map_err(|e| ConnectorError::from_sqlx(&self.target.name, &e))?;
+        sqlx::query("SET TRANSACTION READ ONLY")
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| ConnectorError::from_sqlx(&self.target.name, &e))?;
+        let keys = self.keys_of(&mut tx, subjects).await?;
+        self.rows_of(&mut tx, subjects.tenant(), &keys).await
     }
 
     async fn purge(
@@ -413,6 +423,36 @@ mod tests {
             Some(std::time::Duration::from_secs(86_400))
         );
         assert_eq!(pg_interval("soon"), None);
+    }
+
+    /// Even a count statement that deletes (a data-modifying CTE) changes nothing in a dry run.
+    #[tokio::test]
+    async fn the_dry_run_is_read_only_whatever_the_count_statement_says() {
+        let url = fresh_postgres_database().await.unwrap();
+        execute_raw(
+            &url,
+            "CREATE TABLE memories (tenant text, user_id text); INSERT INTO memories VALUES ('acme', 'u1'), ('acme', 'u1');",
+        )
+        .await
+        .unwrap();
+        let target = PostgresTarget {
+            name: "app".into(),
+            url: crate::config::Secret::Value(url.clone()),
+            count: "WITH gone AS (DELETE FROM memories WHERE tenant = $1 AND user_id = $2 RETURNING 1) SELECT count(*) FROM gone".into(),
+            delete: vec![],
+            subjects: None,
+            reindex: vec![],
+            vacuum: vec![],
+            vector_tables: vec![],
+        };
+        let counted = PostgresConnector::new(url.clone(), target)
+            .count(&crate::testing::subjects("acme", &["u1"]), &[])
+            .await;
+        assert!(counted.is_err(), "{counted:?}");
+        let left = execute_raw(&url, "UPDATE memories SET user_id = user_id")
+            .await
+            .unwrap();
+        assert_eq!(left, 2, "both rows are still there");
     }
 
     #[tokio::test]

@@ -26,13 +26,15 @@ impl SqliteFileConnector {
     }
 
     /// Runs `verb` (`SELECT count(*)` or `DELETE`) over the rows naming any of `ids`.
-    /// The file, which must exist: a store Lethe purges is never created by it.
-    async fn open(&self) -> Result<SqliteConnection, ConnectorError> {
+    /// The file, which must exist: a store Lethe purges is never created by it. `read_only`
+    /// for a dry run.
+    async fn open(&self, read_only: bool) -> Result<SqliteConnection, ConnectorError> {
         let name = &self.target.name;
         let options =
             SqliteConnectOptions::from_str(&format!("sqlite://{}", self.target.path.display()))
                 .map_err(|e| ConnectorError::from_sqlx(name, &e))?
-                .create_if_missing(false);
+                .create_if_missing(false)
+                .read_only(read_only);
         options.connect().await.map_err(|e| {
             ConnectorError::from_sqlx(
                 &format!("{name}: cannot open {}", self.target.path.display()),
@@ -97,7 +99,7 @@ impl Connector for SqliteFileConnector {
         _subjects: &Subjects,
         lineage: &[(String, String)],
     ) -> Result<u64, ConnectorError> {
-        let mut conn = self.open().await?;
+        let mut conn = self.open(true).await?;
         self.over_ids(&mut conn, "SELECT count(*)", &ids_of(lineage))
             .await
     }
@@ -109,7 +111,7 @@ impl Connector for SqliteFileConnector {
     ) -> Result<PurgeReport, ConnectorError> {
         let name = &self.target.name;
         let failed = |e: sqlx::Error| ConnectorError::from_sqlx(name, &e);
-        let mut conn = self.open().await?;
+        let mut conn = self.open(false).await?;
         let ids = ids_of(lineage);
         sqlx::query("PRAGMA secure_delete = ON")
             .execute(&mut conn)

@@ -33,7 +33,7 @@ pub enum StoreError {
     AlreadyRevoked,
     #[error("the legal hold is already released")]
     AlreadyReleased,
-    #[error("the deadline is already extended, or the request is closed")]
+    #[error("the deadline is already extended or has passed, or the request is closed")]
     NotExtendable,
     #[error("the subject is suppressed or erased")]
     SubjectNotActive,
@@ -101,25 +101,11 @@ pub struct ErasureFilter {
     pub due: Option<DueWindow>,
 }
 
-/// Requests whose deadline (receipt + `months` + their extension) is at or after `from` and
-/// before `to`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Requests whose deadline is at or after `from` and before `to`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct DueWindow {
-    pub months: u32,
     pub from: Option<DateTime<Utc>>,
     pub to: Option<DateTime<Utc>>,
-}
-
-impl DueWindow {
-    /// For a request extended by `extended` months, the window on its receipt: receipt + M
-    /// months falls in the window when receipt falls in the window moved back by M months.
-    pub fn received(&self, extended: u32) -> (Option<DateTime<Utc>>, Option<DateTime<Utc>>) {
-        let back = |at: DateTime<Utc>| {
-            at.checked_sub_months(chrono::Months::new(self.months.saturating_add(extended)))
-                .unwrap_or(at)
-        };
-        (self.from.map(back), self.to.map(back))
-    }
 }
 
 /// Open requests by state, overdue ones, and the latencies of recent ones.
@@ -146,6 +132,8 @@ pub struct ErasureRecord {
     pub state: lethe_policy::ErasureState,
     pub requested_by: String,
     pub requested_at: DateTime<Utc>,
+    /// The statutory deadline, set at receipt and moved only by the extension.
+    pub deadline: DateTime<Utc>,
     pub approvals: Vec<String>,
     pub suppressed_at: Option<DateTime<Utc>>,
     pub completed_at: Option<DateTime<Utc>>,
@@ -181,12 +169,6 @@ impl ErasureRecord {
     /// The subject and its aliases.
     pub fn keys(&self) -> impl Iterator<Item = &str> {
         std::iter::once(self.subject.as_str()).chain(self.aliases.iter().map(String::as_str))
-    }
-
-    /// The statutory deadline: `months` from receipt (GDPR art. 12(3): one), and the extension.
-    pub fn deadline(&self, months: u32) -> DateTime<Utc> {
-        let extended = self.extension.as_ref().map_or(0, |e| e.months);
-        deadline(self.requested_at, months.saturating_add(extended))
     }
 }
 
@@ -445,12 +427,12 @@ pub trait Store: Send + Sync + 'static {
         offset: u32,
         limit: u32,
     ) -> Result<Vec<ErasureRecord>, StoreError>;
-    /// Where a tenant's requests stand: open ones by state, how many are still open past their
-    /// deadline (`overdue.to`), and the timestamps of those received since `since`.
+    /// Where a tenant's requests stand: open ones by state, how many are still open with their
+    /// deadline before `overdue_at`, and the latencies of those received since `since`.
     async fn erasure_stats(
         &self,
         tenant: &str,
-        overdue: DueWindow,
+        overdue_at: DateTime<Utc>,
         since: DateTime<Utc>,
     ) -> Result<ErasureStats, StoreError>;
     /// Refuses a request that is not flipped yet (`requested`, `held`): it is `rejected`, its
@@ -461,8 +443,9 @@ pub trait Store: Send + Sync + 'static {
         rejection: &Rejection,
         audit: AuditEntry,
     ) -> Result<ErasureRecord, StoreError>;
-    /// Extends a request's deadline, once, while it is open; the extension and its event are
-    /// written together.
+    /// Extends a request's deadline by `extension.months`, once, while it is open and its
+    /// deadline has not passed (at `extension.at`); the extension and its event are written
+    /// together.
     async fn extend_erasure(
         &self,
         id: &str,

@@ -18,7 +18,7 @@ macro_rules! impl_store {
             use sqlx::Row as _;
 
             use super::*;
-            use crate::store::{DeadlineExtension, DueWindow, Rejection, ErasureFilter, ErasureRecord, MAX_EXTENSION_MONTHS, ErasureStats, ExpiredItem, Feed, FeedEvent, HoldRecord, ItemRecord, JobOutcome, PolicyChange, PurgeJob, RetentionVersion, Store, StoreError, Tombstone};
+            use crate::store::{deadline, DeadlineExtension, DueWindow, Rejection, ErasureFilter, ErasureRecord, MAX_EXTENSION_MONTHS, ErasureStats, ExpiredItem, Feed, FeedEvent, HoldRecord, ItemRecord, JobOutcome, PolicyChange, PurgeJob, RetentionVersion, Store, StoreError, Tombstone};
 
             type Row = <$db as sqlx::Database>::Row;
             type Tx = sqlx::Transaction<'static, $db>;
@@ -182,27 +182,16 @@ macro_rules! impl_store {
                 Ok(())
             }
 
-            const ERASURE_COLUMNS: &str = "id, tenant, subject, aliases, ticket, reason, state, requested_by, requested_at, approvals, suppressed_at, completed_at, updated_at, extended_months, extension_reason, extended_by, extended_at, rejection_reason, rejected_by, rejected_at";
+            const ERASURE_COLUMNS: &str = "id, tenant, subject, aliases, ticket, reason, state, requested_by, requested_at, due_at, approvals, suppressed_at, completed_at, updated_at, extended_months, extension_reason, extended_by, extended_at, rejection_reason, rejected_by, rejected_at";
 
-            /// Adds to `select` the condition that a request's deadline falls in `due`: one
-            /// window on receipt per extension a request can have.
+            /// Adds to `select` the condition that a request's deadline falls in `due`.
             fn push_due(select: &mut sqlx::QueryBuilder<$db>, due: &DueWindow) {
-                select.push(" AND (");
-                for extended in 0..=MAX_EXTENSION_MONTHS {
-                    if extended > 0 {
-                        select.push(" OR ");
-                    }
-                    let (from, to) = due.received(extended);
-                    select.push("(extended_months = ").push_bind(extended as i32);
-                    if let Some(from) = from {
-                        select.push(" AND requested_at >= ").push_bind(from);
-                    }
-                    if let Some(to) = to {
-                        select.push(" AND requested_at < ").push_bind(to);
-                    }
-                    select.push(")");
+                if let Some(from) = due.from {
+                    select.push(" AND due_at >= ").push_bind(from);
                 }
-                select.push(")");
+                if let Some(to) = due.to {
+                    select.push(" AND due_at < ").push_bind(to);
+                }
             }
 
             fn erasure_from_row(row: &Row) -> Result<ErasureRecord, StoreError> {
@@ -219,6 +208,7 @@ macro_rules! impl_store {
                     state: ErasureState::parse(&state).ok_or_else(|| StoreError::Corrupt(format!("unknown erasure state {state:?}")))?,
                     requested_by: row.try_get("requested_by")?,
                     requested_at: row.try_get("requested_at")?,
+                    deadline: row.try_get("due_at")?,
                     approvals: approvals.0,
                     suppressed_at: row.try_get("suppressed_at")?,
                     completed_at: row.try_get("completed_at")?,
@@ -438,7 +428,20 @@ macro_rules! impl_store {
                 }
 
                 async fn migrate(&self) -> Result<Vec<i64>, StoreError> {
-                    self.run_migrations().await
+                    let applied = self.run_migrations().await?;
+                    if applied.contains(&6) {
+                        // Requests filed before deadlines were kept get the default month.
+                        let rows = sqlx::query("SELECT id, requested_at FROM erasure_requests WHERE due_at IS NULL").fetch_all(&self.pool).await?;
+                        for row in &rows {
+                            let requested: DateTime<Utc> = row.try_get("requested_at")?;
+                            sqlx::query("UPDATE erasure_requests SET due_at = $1 WHERE id = $2")
+                                .bind(deadline(requested, 1))
+                                .bind(row.try_get::<String, _>("id")?)
+                                .execute(&self.pool)
+                                .await?;
+                        }
+                    }
+                    Ok(applied)
                 }
 
                 async fn ping(&self) -> Result<(), StoreError> {
@@ -725,8 +728,8 @@ macro_rules! impl_store {
                 async fn create_erasure(&self, request: &ErasureRecord, targets: &[String], audit: AuditEntry) -> Result<(), StoreError> {
                     let mut tx = self.write_tx().await?;
                     sqlx::query(
-                        "INSERT INTO erasure_requests (id, tenant, subject, aliases, ticket, reason, state, requested_by, requested_at, approvals, suppressed_at, completed_at, updated_at)
-                         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
+                        "INSERT INTO erasure_requests (id, tenant, subject, aliases, ticket, reason, state, requested_by, requested_at, approvals, suppressed_at, completed_at, updated_at, due_at)
+                         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)",
                     )
                     .bind(&request.id)
                     .bind(&request.tenant)
@@ -741,6 +744,7 @@ macro_rules! impl_store {
                     .bind(request.suppressed_at)
                     .bind(request.completed_at)
                     .bind(request.updated_at)
+                    .bind(request.deadline)
                     .execute(&mut *tx)
                     .await?;
                     for target in targets {
@@ -777,7 +781,7 @@ macro_rules! impl_store {
                     rows.iter().map(erasure_from_row).collect()
                 }
 
-                async fn erasure_stats(&self, tenant: &str, overdue: DueWindow, since: DateTime<Utc>) -> Result<ErasureStats, StoreError> {
+                async fn erasure_stats(&self, tenant: &str, overdue_at: DateTime<Utc>, since: DateTime<Utc>) -> Result<ErasureStats, StoreError> {
                     let mut stats = ErasureStats::default();
                     let rows = sqlx::query("SELECT state, count(*) AS n FROM erasure_requests WHERE tenant = $1 AND state NOT IN ('completed', 'rejected') GROUP BY state")
                         .bind(tenant)
@@ -788,7 +792,7 @@ macro_rules! impl_store {
                     }
                     let mut count = sqlx::QueryBuilder::<$db>::new("SELECT count(*) FROM erasure_requests WHERE state NOT IN ('completed', 'rejected') AND tenant = ");
                     count.push_bind(tenant.to_owned());
-                    push_due(&mut count, &overdue);
+                    push_due(&mut count, &DueWindow { from: None, to: Some(overdue_at) });
                     stats.overdue = count.build_query_scalar().fetch_one(&self.pool).await?;
                     let rows = sqlx::query("SELECT requested_at, suppressed_at, completed_at FROM erasure_requests WHERE tenant = $1 AND requested_at >= $2 AND suppressed_at IS NOT NULL")
                         .bind(tenant)
@@ -834,22 +838,25 @@ macro_rules! impl_store {
 
                 async fn extend_erasure(&self, id: &str, extension: &DeadlineExtension, audit: AuditEntry) -> Result<ErasureRecord, StoreError> {
                     let mut tx = self.write_tx().await?;
-                    // Once, and only while the deadline runs: a concurrent extension or closing wins.
-                    let updated = sqlx::query("UPDATE erasure_requests SET extended_months = $1, extension_reason = $2, extended_by = $3, extended_at = $4, updated_at = $4 WHERE id = $5 AND extended_months = 0 AND state NOT IN ('completed', 'rejected')")
+                    let sql = sqlx::AssertSqlSafe(format!("SELECT {ERASURE_COLUMNS} FROM erasure_requests WHERE id = $1{}", <$store>::FOR_UPDATE));
+                    let mut record = erasure_from_row(&sqlx::query(sql).bind(id).fetch_one(&mut *tx).await?)?;
+                    // Once, while the request is open and within its first deadline.
+                    if record.extension.is_some() || record.state.is_final() || record.deadline <= extension.at || !(1..=MAX_EXTENSION_MONTHS).contains(&extension.months) {
+                        return Err(StoreError::NotExtendable);
+                    }
+                    record.deadline = deadline(record.deadline, extension.months);
+                    record.extension = Some(extension.clone());
+                    record.updated_at = extension.at;
+                    sqlx::query("UPDATE erasure_requests SET due_at = $1, extended_months = $2, extension_reason = $3, extended_by = $4, extended_at = $5, updated_at = $5 WHERE id = $6")
+                        .bind(record.deadline)
                         .bind(extension.months as i32)
                         .bind(&extension.reason)
                         .bind(&extension.by)
                         .bind(extension.at)
                         .bind(id)
                         .execute(&mut *tx)
-                        .await?
-                        .rows_affected();
-                    if updated == 0 {
-                        return Err(StoreError::NotExtendable);
-                    }
+                        .await?;
                     append_in(&mut tx, audit).await?;
-                    let sql = sqlx::AssertSqlSafe(format!("SELECT {ERASURE_COLUMNS} FROM erasure_requests WHERE id = $1"));
-                    let record = erasure_from_row(&sqlx::query(sql).bind(id).fetch_one(&mut *tx).await?)?;
                     tx.commit().await?;
                     Ok(record)
                 }

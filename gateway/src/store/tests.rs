@@ -4,7 +4,7 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use chrono::{Months, TimeDelta};
+use chrono::{DateTime, Months, TimeDelta, Utc};
 use lethe_policy::audit::{AuditEntry, subject_ref};
 use lethe_policy::{
     Action, ConsentGrant, Layer, LegalHold, RetentionPolicy, RetentionRule, SubjectStatus,
@@ -996,7 +996,6 @@ async fn erasure_requests_are_listed_a_page_at_a_time_and_summed_up(store: &Arc<
     );
     let month_ago = at - TimeDelta::days(30);
     let past_due = DueWindow {
-        months: 1,
         from: None,
         to: Some(at),
     };
@@ -1009,10 +1008,7 @@ async fn erasure_requests_are_listed_a_page_at_a_time_and_summed_up(store: &Arc<
         ids(store.erasures("acme", &overdue, 0, 10).await.unwrap()),
         ["er-a"]
     );
-    let stats = store
-        .erasure_stats("acme", past_due, month_ago)
-        .await
-        .unwrap();
+    let stats = store.erasure_stats("acme", at, month_ago).await.unwrap();
     assert_eq!(
         (stats.open, stats.overdue),
         (BTreeMap::from([("requested".to_owned(), 3)]), 1)
@@ -1021,42 +1017,43 @@ async fn erasure_requests_are_listed_a_page_at_a_time_and_summed_up(store: &Arc<
         stats.online_ms.is_empty() && stats.completion_s.is_empty(),
         "none flipped yet"
     );
-    // Extended by two months, a request falls due two months later, once; its overdue peer
-    // extended by one is no longer overdue (the console refuses that, the store does not judge).
+    // Extended by two months, a request falls due two months later; once, and never after its
+    // deadline passed: the overdue one stays overdue.
     let extension = |months| DeadlineExtension {
         months,
         reason: "complex: five stores, two processors".into(),
         by: "dpo".into(),
         at,
     };
-    let extended = store
-        .extend_erasure(
-            "er-b",
-            &extension(2),
-            audit("erasure.extend_deadline", Some("er-b")),
-        )
-        .await
-        .unwrap();
-    assert_eq!(extended.extension, Some(extension(2)));
+    let extend = |id: &'static str, months| {
+        let extension = extension(months);
+        async move {
+            store
+                .extend_erasure(id, &extension, audit("erasure.extend_deadline", Some(id)))
+                .await
+        }
+    };
+    let before = store.erasure("er-b").await.unwrap().deadline;
+    let extended = extend("er-b", 2).await.unwrap();
     assert_eq!(
-        extended.deadline(1),
-        extended.requested_at + Months::new(3),
-        "receipt, one month, two more"
+        (extended.extension.clone(), extended.deadline),
+        (Some(extension(2)), before + Months::new(2))
     );
     assert_eq!(store.erasure("er-b").await.unwrap(), extended);
-    assert!(matches!(
-        store
-            .extend_erasure(
-                "er-b",
-                &extension(1),
-                audit("erasure.extend_deadline", Some("er-b"))
-            )
-            .await,
-        Err(StoreError::NotExtendable)
-    ));
+    for (id, months, why) in [
+        ("er-b", 1, "extended already"),
+        ("er-a", 1, "past its deadline"),
+        ("er-c", 3, "beyond two months"),
+        ("er-c", 0, "by nothing"),
+    ] {
+        assert!(
+            matches!(extend(id, months).await, Err(StoreError::NotExtendable)),
+            "{why}"
+        );
+    }
+    assert!(extend("er-nope", 1).await.is_err());
     let in_three_months = ErasureFilter {
         due: Some(DueWindow {
-            months: 1,
             from: Some(at + TimeDelta::days(80)),
             to: Some(at + TimeDelta::days(100)),
         }),
@@ -1069,35 +1066,46 @@ async fn erasure_requests_are_listed_a_page_at_a_time_and_summed_up(store: &Arc<
             .unwrap()),
         ["er-b"]
     );
-    store
-        .extend_erasure(
-            "er-a",
-            &extension(1),
-            audit("erasure.extend_deadline", Some("er-a")),
-        )
-        .await
-        .unwrap();
-    assert!(
+    assert_eq!(
         store
-            .erasures("acme", &overdue, 0, 10)
+            .erasure_stats("acme", at, month_ago)
             .await
             .unwrap()
-            .is_empty()
+            .overdue,
+        1
     );
-    let stats = store
-        .erasure_stats("acme", past_due, month_ago)
-        .await
-        .unwrap();
-    assert_eq!(stats.overdue, 0);
-    assert!(
+    // At the end of a month the deadline is the month's last day, and the filters agree with it.
+    let utc = |text: &str| text.parse::<DateTime<Utc>>().unwrap();
+    for (id, received) in [
+        ("er-jan31", "2025-01-31T10:00:00Z"),
+        ("er-feb28", "2025-02-28T10:00:00Z"),
+    ] {
+        let record = ErasureRecord {
+            tenant: "initech".into(),
+            ..crate::testing::erasure_request(id, id, utc(received))
+        };
         store
-            .extend_erasure(
-                "er-nope",
-                &extension(1),
-                audit("erasure.extend_deadline", None)
-            )
+            .create_erasure(&record, &[], audit("erasure.request", Some(id)))
             .await
-            .is_err()
+            .unwrap();
+    }
+    let overdue_at = |when: &str| {
+        let due = ErasureFilter {
+            open: true,
+            due: Some(DueWindow {
+                from: None,
+                to: Some(utc(when)),
+            }),
+            ..ErasureFilter::default()
+        };
+        async move { ids(store.erasures("initech", &due, 0, 10).await.unwrap()) }
+    };
+    assert!(overdue_at("2025-02-28T09:00:00Z").await.is_empty());
+    assert_eq!(overdue_at("2025-02-28T11:00:00Z").await, ["er-jan31"]);
+    assert_eq!(
+        overdue_at("2025-03-29T09:00:00Z").await,
+        ["er-feb28", "er-jan31"],
+        "due on 28 March, overdue the next day"
     );
     // The timeline of a request: the tenant's events naming it (the test audits them all as
     // acme's; another tenant's would not be found).
@@ -1111,10 +1119,8 @@ async fn erasure_requests_are_listed_a_page_at_a_time_and_summed_up(store: &Arc<
         .collect();
     assert_eq!(
         named,
-        [
-            ("erasure.request", Some("er-a")),
-            ("erasure.extend_deadline", Some("er-a"))
-        ]
+        [("erasure.request", Some("er-a"))],
+        "its refused extension wrote nothing"
     );
     assert!(
         store
@@ -1157,4 +1163,49 @@ async fn a_refused_request_keeps_its_reason_and_cancels_its_jobs(store: &Arc<dyn
             .await,
         Err(StoreError::Transition(_))
     ));
+}
+
+/// A state store as migration 5 left it, with a request filed then; the given migration list's
+/// sixth migration has not run.
+async fn before_deadlines_were_kept(
+    url: &str,
+    migrations: &[migrate::Migration],
+) -> Arc<dyn Store> {
+    let store = connect(url).await.unwrap();
+    let mut sql = format!("{};\n", migrate::BOOKKEEPING);
+    for m in &migrations[..5] {
+        sql.push_str(m.sql);
+        sql.push_str(&format!(
+            ";\nINSERT INTO lethe_migrations (version, name, applied_at) VALUES ({}, '{}', 'then');\n",
+            m.version, m.name
+        ));
+    }
+    sql.push_str("INSERT INTO erasure_requests (id, tenant, subject, aliases, ticket, reason, state, requested_by, requested_at, approvals, updated_at) VALUES ('er_old', 'acme', 'u1', '[]', 'DSR-1', 'art. 17', 'requested', 'dpo', '2025-01-31T10:00:00+00:00', '[]', '2025-01-31T10:00:00+00:00')");
+    crate::testing::execute_raw(url, &sql).await.unwrap();
+    store
+}
+
+/// Requests filed before deadlines were kept get the default month, to the month's last day.
+async fn the_deadline_of_an_earlier_request_is_its_default_month(store: Arc<dyn Store>) {
+    assert_eq!(store.migrate().await.unwrap(), [6]);
+    let old = store.erasure("er_old").await.unwrap();
+    assert_eq!(
+        old.deadline,
+        "2025-02-28T10:00:00Z".parse::<DateTime<Utc>>().unwrap()
+    );
+    assert_eq!(old.extension, None);
+}
+
+#[tokio::test]
+async fn sqlite_requests_filed_before_deadlines_were_kept_get_the_default_month() {
+    let url = crate::testing::fresh_sqlite_url();
+    let store = before_deadlines_were_kept(&url, migrate::SQLITE).await;
+    the_deadline_of_an_earlier_request_is_its_default_month(store).await;
+}
+
+#[tokio::test]
+async fn postgres_requests_filed_before_deadlines_were_kept_get_the_default_month() {
+    let url = crate::testing::fresh_postgres_database().await.unwrap();
+    let store = before_deadlines_were_kept(&url, migrate::POSTGRES).await;
+    the_deadline_of_an_earlier_request_is_its_default_month(store).await;
 }

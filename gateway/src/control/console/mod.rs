@@ -265,16 +265,12 @@ async fn requests(
         .get("due")
         .map(String::as_str)
         .filter(|d| !d.is_empty());
-    let months = state.erasure.deadline_months;
-    let past_due = DueWindow {
-        months,
-        from: None,
-        to: Some(now),
-    };
     let due = match due_filter {
-        Some("overdue") => Some(past_due),
+        Some("overdue") => Some(DueWindow {
+            from: None,
+            to: Some(now),
+        }),
         Some("week") => Some(DueWindow {
-            months,
             from: Some(now),
             to: Some(now + chrono::TimeDelta::days(7)),
         }),
@@ -297,7 +293,7 @@ async fn requests(
         .await;
     let stats = state
         .store
-        .erasure_stats(&tenant, past_due, now - chrono::TimeDelta::days(30))
+        .erasure_stats(&tenant, now, now - chrono::TimeDelta::days(30))
         .await;
     let (mut records, stats) = match (listed, stats) {
         (Ok(records), Ok(stats)) => (records, stats),
@@ -316,7 +312,7 @@ async fn requests(
     records.truncate(LIST_LIMIT as usize);
     let mut rows = String::new();
     for r in &records {
-        let due = r.deadline(months);
+        let due = r.deadline;
         rows.push_str(&format!(
             "<tr><td><a href=\"/console/requests/{id}\">{id}</a></td><td><code>{subject}</code></td><td>{ticket}</td><td>{state}</td><td><time>{requested}</time></td><td><time>{due}</time>{extended}</td><td>{badge}</td></tr>",
             id = escape(&r.id),
@@ -504,7 +500,7 @@ fn extend_form(session: &Session, id: &str) -> String {
 fn request_body(session: &Session, v: &ErasureView, holds: &[String], public_key: &str) -> String {
     let r = &v.record;
     let now = crate::now();
-    let due = v.deadline;
+    let due = r.deadline;
     let mut out = steps(r.state);
     out.push_str(&format!(
         "<dl><dt>State</dt><dd>{state}</dd><dt>Subject reference</dt><dd><code>{subject}</code></dd><dt>Ticket</dt><dd>{ticket}</dd><dt>Reason</dt><dd>{reason}</dd><dt>Received</dt><dd>{requested}</dd><dt>Deadline</dt><dd>{due} {badge}</dd><dt>Approvals</dt><dd>{approvals} of {required}: {who}</dd><dt>Online latency</dt><dd>{online}</dd></dl>",

@@ -279,7 +279,12 @@ impl LangGraphConnector {
         lineage: &[(String, String)],
     ) -> Result<(BTreeSet<String>, BTreeSet<Item>), ConnectorError> {
         let mut threads = self.stamped_threads(subjects).await?;
-        for (_, id) in lineage.iter().filter(|(c, _)| c == THREADS) {
+        let registered: BTreeSet<&String> = lineage
+            .iter()
+            .filter(|(c, _)| c == THREADS)
+            .map(|(_, id)| id)
+            .collect();
+        for id in registered {
             if !threads.contains(id) && self.thread_exists(id).await? {
                 threads.insert(id.clone());
             }
@@ -290,10 +295,11 @@ impl LangGraphConnector {
             .map(|key| self.namespace.render(subjects.tenant(), key))
             .collect();
         let mut items = self.namespace_items(&prefixes).await?;
-        let registered_items = lineage
+        let registered_items: BTreeSet<Item> = lineage
             .iter()
             .filter(|(c, _)| c == STORE)
-            .filter_map(|(_, id)| parse_item_id(id));
+            .filter_map(|(_, id)| parse_item_id(id))
+            .collect();
         for item in registered_items {
             if !items.contains(&item) && self.item_exists(&item).await? {
                 items.insert(item.clone());
