@@ -11,9 +11,9 @@ ALTER TABLE erasure_requests ADD COLUMN extended_at TEXT;
 ALTER TABLE erasure_requests ADD COLUMN rejection_reason TEXT;
 ALTER TABLE erasure_requests ADD COLUMN rejected_by TEXT;
 ALTER TABLE erasure_requests ADD COLUMN rejected_at TEXT;
--- The console's summary and deadline filters read open requests only, from this index alone;
+-- The console's summary and deadline filters read open requests, newest first, from this index;
 -- its list pages walk the tenant's requests newest first without sorting them.
-CREATE INDEX erasure_requests_open ON erasure_requests (tenant, due_at, state)
+CREATE INDEX erasure_requests_open ON erasure_requests (tenant, requested_at, id, due_at, state)
     WHERE state NOT IN ('completed', 'rejected');
 DROP INDEX erasure_requests_by_received;
 CREATE INDEX erasure_requests_by_received ON erasure_requests (tenant, requested_at, id);
