@@ -429,17 +429,16 @@ macro_rules! impl_store {
 
                 async fn migrate(&self) -> Result<Vec<i64>, StoreError> {
                     let applied = self.run_migrations().await?;
-                    if applied.contains(&6) {
-                        // Requests filed before deadlines were kept get the default month.
-                        let rows = sqlx::query("SELECT id, requested_at FROM erasure_requests WHERE due_at IS NULL").fetch_all(&self.pool).await?;
-                        for row in &rows {
-                            let requested: DateTime<Utc> = row.try_get("requested_at")?;
-                            sqlx::query("UPDATE erasure_requests SET due_at = $1 WHERE id = $2")
-                                .bind(deadline(requested, 1))
-                                .bind(row.try_get::<String, _>("id")?)
-                                .execute(&self.pool)
-                                .await?;
-                        }
+                    // Requests filed before deadlines were kept (migration 6) get the default
+                    // month; looked for every time, so an interrupted start finishes the job.
+                    let rows = sqlx::query("SELECT id, requested_at FROM erasure_requests WHERE due_at IS NULL").fetch_all(&self.pool).await?;
+                    for row in &rows {
+                        let requested: DateTime<Utc> = row.try_get("requested_at")?;
+                        sqlx::query("UPDATE erasure_requests SET due_at = $1 WHERE id = $2")
+                            .bind(deadline(requested, 1))
+                            .bind(row.try_get::<String, _>("id")?)
+                            .execute(&self.pool)
+                            .await?;
                     }
                     Ok(applied)
                 }
@@ -790,10 +789,11 @@ macro_rules! impl_store {
                     for row in &rows {
                         stats.open.insert(row.try_get("state")?, row.try_get("n")?);
                     }
-                    let mut count = sqlx::QueryBuilder::<$db>::new("SELECT count(*) FROM erasure_requests WHERE state NOT IN ('completed', 'rejected') AND tenant = ");
-                    count.push_bind(tenant.to_owned());
-                    push_due(&mut count, &DueWindow { from: None, to: Some(overdue_at) });
-                    stats.overdue = count.build_query_scalar().fetch_one(&self.pool).await?;
+                    stats.overdue = sqlx::query_scalar("SELECT count(*) FROM erasure_requests WHERE tenant = $1 AND state NOT IN ('completed', 'rejected') AND due_at < $2")
+                        .bind(tenant)
+                        .bind(overdue_at)
+                        .fetch_one(&self.pool)
+                        .await?;
                     let rows = sqlx::query("SELECT requested_at, suppressed_at, completed_at FROM erasure_requests WHERE tenant = $1 AND requested_at >= $2 AND suppressed_at IS NOT NULL")
                         .bind(tenant)
                         .bind(since)
