@@ -1020,6 +1020,15 @@ async fn bad_erasure_requests_are_refused() {
     );
 }
 
+/// Files an erasure of `subject` as the tenant's DPO; its id.
+async fn filed(h: &Harness, subject: &str) -> String {
+    let (status, filed) = h
+        .as_dpo(Method::POST, "/v1/erasures", Some(erasure_body(subject)))
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{filed}");
+    filed["id"].as_str().unwrap().to_owned()
+}
+
 /// A console request: its status, headers and page.
 async fn console(
     h: &Harness,
@@ -1123,10 +1132,7 @@ async fn the_console_shows_a_tenants_requests_only_and_refuses_forms_without_the
     let h = harness().await;
     h.as_dpo(Method::POST, "/v1/consents", Some(grant_body("u1")))
         .await;
-    let (_, filed) = h
-        .as_dpo(Method::POST, "/v1/erasures", Some(erasure_body("u1")))
-        .await;
-    let id = filed["id"].as_str().unwrap().to_owned();
+    let id = filed(&h, "u1").await;
     let other = h
         .send(
             Method::POST,
@@ -1428,10 +1434,7 @@ async fn the_console_takes_a_failed_erasure_for_review_and_resumes_it() {
     let h = harness().await;
     h.as_dpo(Method::POST, "/v1/consents", Some(grant_body("u1")))
         .await;
-    let (_, filed) = h
-        .as_dpo(Method::POST, "/v1/erasures", Some(erasure_body("u1")))
-        .await;
-    let id = filed["id"].as_str().unwrap().to_owned();
+    let id = filed(&h, "u1").await;
     for actor in ["alice", "bob"] {
         h.as_actor(
             actor,
@@ -1844,10 +1847,7 @@ fn audit_entry(id: &str) -> lethe_policy::audit::AuditEntry {
 #[tokio::test]
 async fn a_request_is_refused_with_its_reason_only_before_its_flip() {
     let h = harness().await;
-    let (_, filed) = h
-        .as_dpo(Method::POST, "/v1/erasures", Some(erasure_body("u1")))
-        .await;
-    let id = filed["id"].as_str().unwrap().to_owned();
+    let id = filed(&h, "u1").await;
     let reject = format!("/v1/erasures/{id}/reject");
     assert_error(
         &h.as_dpo(Method::POST, &reject, Some(json!({"reason": " "})))
@@ -1896,10 +1896,7 @@ async fn a_request_is_refused_with_its_reason_only_before_its_flip() {
     assert_ne!(subject["state"], "suppressed", "{subject}");
 
     // Flipped, a request can no longer be refused: the subject stays unreadable.
-    let (_, flipped) = h
-        .as_dpo(Method::POST, "/v1/erasures", Some(erasure_body("u2")))
-        .await;
-    let flipped = flipped["id"].as_str().unwrap().to_owned();
+    let flipped = filed(&h, "u2").await;
     for actor in ["alice", "bob"] {
         h.as_actor(
             actor,
