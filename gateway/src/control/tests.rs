@@ -1954,3 +1954,72 @@ async fn a_request_is_refused_with_its_reason_only_before_its_flip() {
         "{page}"
     );
 }
+
+#[tokio::test]
+async fn a_subjects_page_places_and_releases_its_holds_and_comes_back_to_itself_only() {
+    let h = harness().await;
+    h.as_dpo(Method::POST, "/v1/consents", Some(grant_body("u1")))
+        .await;
+    let session = sign_in(&h, &token(Role::Compliance, "acme")).await;
+    let uri = "/console/subjects?subject=u1";
+    let (_, _, page) = console(&h, Method::GET, uri, Some(&session), None).await;
+    assert!(
+        page.contains("Legal holds covering this subject") && page.contains("No legal holds."),
+        "{page}"
+    );
+    let csrf = csrf_in(&page);
+    let place = |back: &str| {
+        form_urlencoded::Serializer::new(String::new())
+            .append_pair("csrf", &csrf)
+            .append_pair("back", back)
+            .append_pair("subject", "u1")
+            .append_pair("reason", "litigation 12")
+            .finish()
+    };
+    let (status, headers, _) = console(
+        &h,
+        Method::POST,
+        "/console/holds/place",
+        Some(&session),
+        Some(&place("subject")),
+    )
+    .await;
+    assert_eq!(
+        (status, headers[header::LOCATION].to_str().unwrap()),
+        (StatusCode::SEE_OTHER, uri)
+    );
+    let (_, view) = h.as_dpo(Method::GET, "/v1/subjects/acme/u1", None).await;
+    assert_eq!(view["held"], true, "{view}");
+    let (_, _, page) = console(&h, Method::GET, uri, Some(&session), None).await;
+    assert!(
+        page.contains("litigation 12") && page.contains(">active<"),
+        "{page}"
+    );
+    // Anywhere else the form says to go, it goes back to the policy page.
+    let (_, headers, _) = console(
+        &h,
+        Method::POST,
+        "/console/holds/place",
+        Some(&session),
+        Some(&place("https://elsewhere.example")),
+    )
+    .await;
+    assert_eq!(headers[header::LOCATION], "/console/policy");
+    let at = page.find("name=\"hold\" value=\"").unwrap() + 19;
+    let hold = page[at..].split('"').next().unwrap();
+    let release = format!("csrf={csrf}&back=subject&subject=u1&hold={hold}");
+    let (status, headers, _) = console(
+        &h,
+        Method::POST,
+        "/console/holds/release",
+        Some(&session),
+        Some(&release),
+    )
+    .await;
+    assert_eq!(
+        (status, headers[header::LOCATION].to_str().unwrap()),
+        (StatusCode::SEE_OTHER, uri)
+    );
+    let (_, _, page) = console(&h, Method::GET, uri, Some(&session), None).await;
+    assert!(page.contains(">released<"), "{page}");
+}
