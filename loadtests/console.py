@@ -1,7 +1,8 @@
 """Page timings of the compliance console with REQUESTS erasure requests in the state store
-(SQLite): each page fetched N times, one after another, by a signed-in person; p50 and p99 of
-the whole exchange on the loopback (the server's time plus a few tens of microseconds). Started
-by loadtests/console.sh."""
+(SQLite, or with STATE=postgres://... a fresh database on that PostgreSQL server): each page
+fetched N times, one after another, by a signed-in person; p50 and p99 of the whole exchange on
+the loopback (the server's time plus a few tens of microseconds). Started by
+loadtests/console.sh."""
 
 import json
 import os
@@ -16,6 +17,7 @@ from lethe_process import Lethe
 
 REQUESTS = int(os.environ.get("REQUESTS", 10_000))
 N = int(os.environ.get("N", 200))
+STATE = os.environ.get("STATE")
 
 
 class NoRedirect(urllib.request.HTTPRedirectHandler):
@@ -23,35 +25,49 @@ class NoRedirect(urllib.request.HTTPRedirectHandler):
         return None
 
 
-def spread(state_db):
+def spread(state):
     """Receipts spread over the last 120 days and every tenth deadline extended, as a busy
-    tenant's would be: the deadline filters then have requests to find."""
+    tenant's would be: the deadline filters then have requests to find. `state`: the SQLite
+    file, or the PostgreSQL database's URL."""
     import calendar
     import datetime
-    import sqlite3
 
     def months_after(at, months):
         year, month = divmod(at.month - 1 + months, 12)
         year, month = at.year + year, month + 1
         return at.replace(year=year, month=month, day=min(at.day, calendar.monthrange(year, month)[1]))
 
-    db = sqlite3.connect(state_db)
+    if str(state).startswith("postgres"):
+        import psycopg
+        db, mark, stamp = psycopg.connect(state), "%s", lambda at: at
+    else:
+        import sqlite3
+        # sqlx's text form of a timestamp, which the store compares as text.
+        db, mark, stamp = sqlite3.connect(state), "?", lambda at: at.strftime("%Y-%m-%dT%H:%M:%S.%f+00:00")
     now = datetime.datetime.now(datetime.timezone.utc)
-    ids = [row[0] for row in db.execute("SELECT id FROM erasure_requests ORDER BY requested_at")]
+    ids = [row[0] for row in db.execute("SELECT id FROM erasure_requests ORDER BY requested_at").fetchall()]
+    rows = []
     for i, request_id in enumerate(ids):
         received = now - datetime.timedelta(days=i % 120, minutes=i)
         extended = 2 if i % 10 == 0 else 0
-        # sqlx's text form of a timestamp, which the store compares as text.
-        text = lambda at: at.strftime("%Y-%m-%dT%H:%M:%S.%f+00:00")
-        at, due = text(received), text(months_after(received, 1 + extended))
-        db.execute("UPDATE erasure_requests SET requested_at = ?, due_at = ?, extended_months = ?, extension_reason = ?, extended_by = ?, extended_at = ? WHERE id = ?",
-                   (at, due, extended, "load" if extended else None, "dpo" if extended else None, at if extended else None, request_id))
+        at, due = stamp(received), stamp(months_after(received, 1 + extended))
+        rows.append((at, due, extended, "load" if extended else None, "dpo" if extended else None, at if extended else None, request_id))
+    db.cursor().executemany("UPDATE erasure_requests SET requested_at = {0}, due_at = {0}, extended_months = {0}, extension_reason = {0}, extended_by = {0}, extended_at = {0} WHERE id = {0}".format(mark), rows)
     db.commit()
     db.close()
 
 
 def main():
-    lethe = Lethe(pathlib.Path(tempfile.mkdtemp()), "")
+    work = pathlib.Path(tempfile.mkdtemp())
+    database = None
+    if STATE:
+        import uuid
+        import psycopg
+        database = f"lethe_console_load_{uuid.uuid4().hex[:8]}"
+        with psycopg.connect(STATE, autocommit=True) as admin:
+            admin.execute(f"CREATE DATABASE {database}")
+    state = STATE and STATE.rsplit("/", 1)[0] + "/" + database
+    lethe = Lethe(work, "", state)
     control, token = lethe.control, lethe.token
     try:
         def api(method, path, body):
@@ -66,7 +82,7 @@ def main():
             filed = api("POST", "/v1/erasures", {"subject": f"subject-{i}", "ticket": f"DSR-{i}", "reason": "load"})
             first = first or filed["id"]
         seeded = time.perf_counter() - started
-        spread(lethe.work / "state.db")
+        spread(state or lethe.work / "state.db")
         opener = urllib.request.build_opener(NoRedirect)
         try:
             opener.open(urllib.request.Request(f"http://{control}/console/sign-in", method="POST",
@@ -88,7 +104,8 @@ def main():
         # A POST: the dry run (with no store configured here, lineage and its audit event only).
         forms = {"dry run (lineage only)": ("/console/requests/dry-run",
                                             urllib.parse.urlencode({"csrf": csrf, "subject": "subject-1"}).encode())}
-        print(f"\n{REQUESTS} erasure requests in the state store (seeded in {seeded:.0f} s), {N} fetches of each page\n")
+        backend = "PostgreSQL" if STATE else "SQLite"
+        print(f"\n{REQUESTS} erasure requests in the {backend} state store (seeded in {seeded:.0f} s), {N} fetches of each page\n")
         print(f"{'page':<30} {'p50':>9} {'p99':>9} {'bytes':>8}")
         fetches = {name: (path, None) for name, path in pages.items()} | forms
         for name, (path, form) in fetches.items():
@@ -104,6 +121,10 @@ def main():
             print(f"{name:<30} {times[len(times) // 2]:>7.2f}ms {times[int(len(times) * 0.99)]:>7.2f}ms {size:>8}")
     finally:
         lethe.stop()
+        if database:
+            import psycopg
+            with psycopg.connect(STATE, autocommit=True) as admin:
+                admin.execute(f"DROP DATABASE {database} WITH (FORCE)")
 
 
 if __name__ == "__main__":

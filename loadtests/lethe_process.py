@@ -17,9 +17,10 @@ def port():
 
 
 class Lethe:
-    """`serve` with `config` (TOML, without the listeners and the state store, which are added)."""
+    """`serve` with `config` (TOML, without the listeners and the state store, which are added);
+    the state store is a SQLite file in `work`, or the database at `state`."""
 
-    def __init__(self, work, config):
+    def __init__(self, work, config, state=None):
         self.work = work
         self.control = f"127.0.0.1:{port()}"
         (work / "lethe.toml").write_text(f'''
@@ -28,7 +29,7 @@ listen = "127.0.0.1:{port()}"
 [control_plane]
 listen = "{self.control}"
 [state]
-url = "sqlite://{work}/state.db"
+url = "{state or f'sqlite://{work}/state.db'}"
 {config}''')
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("LETHE_")}
         self.env.update({"LETHE_CONFIG": str(work / "lethe.toml"), "LETHE_LOG": "warn"})
