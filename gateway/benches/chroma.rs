@@ -55,6 +55,7 @@ fn snapshot() -> PolicySnapshot {
                 purpose_ends: vec![],
             },
         )]),
+        hidden: Default::default(),
     }
 }
 
@@ -119,6 +120,7 @@ fn adapter(c: &mut Criterion) {
     .to_string();
     let ctx = ReadContext {
         tenant: "acme",
+        store: "chroma",
         bound_subject: Some("u1"),
         purpose: None,
     };

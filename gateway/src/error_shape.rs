@@ -66,6 +66,7 @@ codes! {
     Expired = "expired", Data;
     UnstampedItem = "unstamped_item", Data;
     AlreadyExists = "already_exists", Data;
+    DerivedFromErased = "derived_from_erased", Data;
     InvalidJson = "invalid_json", Control;
     ValidationFailed = "validation_failed", Control;
     UnsupportedMediaType = "unsupported_media_type", Control;
@@ -93,6 +94,7 @@ impl From<lethe_policy::Refusal> for Code {
             R::Expired => Code::Expired,
             R::UnstampedItem => Code::UnstampedItem,
             R::AlreadyExists => Code::AlreadyExists,
+            R::DerivedFromErased => Code::DerivedFromErased,
         }
     }
 }

@@ -1,11 +1,12 @@
 //! The two decisions every request goes through: may this item be written, may this item be read.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use crate::consent::{Action, ConsentGrant, coverage_end};
+use crate::derivation::ItemRef;
 use crate::retention::{Layer, RetentionBounds, RetentionPolicy, retain_until};
 use crate::subject::SubjectState;
 
@@ -23,13 +24,22 @@ pub trait PolicyView {
     fn subject(&self, tenant: &str, subject: &str) -> Option<&SubjectPolicy>;
     /// `None` when the tenant has no retention rules (then nothing may be written).
     fn retention(&self, tenant: &str) -> Option<&RetentionPolicy>;
+    /// Whether `item` of `tenant` is hidden as part of an erasure's closure (derived from a
+    /// subject under erasure, and not released).
+    fn derivative_suppressed(&self, tenant: &str, item: &ItemRef<'_>) -> bool {
+        let _ = (tenant, item);
+        false
+    }
 }
 
-/// A plain, owned policy: tenant -> subject -> policy, and tenant -> retention rules.
+/// A plain, owned policy: tenant -> subject -> policy, tenant -> retention rules, and the items
+/// hidden by erasures' closures.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PolicySnapshot {
     pub subjects: BTreeMap<String, BTreeMap<String, SubjectPolicy>>,
     pub retention: BTreeMap<String, RetentionPolicy>,
+    /// (tenant, store, collection, id).
+    pub hidden: BTreeSet<(String, String, String, String)>,
 }
 
 impl PolicyView for PolicySnapshot {
@@ -38,6 +48,15 @@ impl PolicyView for PolicySnapshot {
     }
     fn retention(&self, tenant: &str) -> Option<&RetentionPolicy> {
         self.retention.get(tenant)
+    }
+    fn derivative_suppressed(&self, tenant: &str, item: &ItemRef<'_>) -> bool {
+        let key = (
+            tenant.to_owned(),
+            item.store.to_owned(),
+            item.collection.to_owned(),
+            item.id.to_owned(),
+        );
+        self.hidden.contains(&key)
     }
 }
 
@@ -70,10 +89,12 @@ pub struct WriteFacts<'a> {
     pub requested_expires_at: Option<DateTime<Utc>>,
 }
 
-/// Who is reading, and for what.
+/// Who is reading, from which store, and for what.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ReadContext<'a> {
     pub tenant: &'a str,
+    /// The store read from (a route's name): where the items it decides are kept.
+    pub store: &'a str,
     /// Set when the caller's token is bound to one subject.
     pub bound_subject: Option<&'a str>,
     /// Set when the caller declared a purpose; items kept for another purpose are not served.
@@ -99,10 +120,12 @@ pub enum Refusal {
     UnstampedItem,
     #[error("the id is taken: an add never overwrites a stored item")]
     AlreadyExists,
+    #[error("the request derives from data under erasure")]
+    DerivedFromErased,
 }
 
 impl Refusal {
-    pub const ALL: [Refusal; 8] = [
+    pub const ALL: [Refusal; 9] = [
         Refusal::ScopeViolation,
         Refusal::SubjectSuppressed,
         Refusal::StaleEpoch,
@@ -111,6 +134,7 @@ impl Refusal {
         Refusal::Expired,
         Refusal::UnstampedItem,
         Refusal::AlreadyExists,
+        Refusal::DerivedFromErased,
     ];
 
     pub fn code(self) -> &'static str {
@@ -123,6 +147,7 @@ impl Refusal {
             Refusal::Expired => "expired",
             Refusal::UnstampedItem => "unstamped_item",
             Refusal::AlreadyExists => "already_exists",
+            Refusal::DerivedFromErased => "derived_from_erased",
         }
     }
 }
@@ -353,6 +378,28 @@ pub fn decide_read(
     .is_none()
     {
         return Err(Refusal::ConsentRequired);
+    }
+    Ok(())
+}
+
+/// May the stored item `id` of `collection` (in the store the caller reads) be served? As
+/// [`decide_read`] on its stamp, and not while an erasure's closure hides it.
+pub fn decide_read_item(
+    view: &impl PolicyView,
+    ctx: &ReadContext<'_>,
+    collection: &str,
+    id: &str,
+    stamp: Option<&Stamp>,
+    now: DateTime<Utc>,
+) -> Result<(), Refusal> {
+    decide_read(view, ctx, stamp, now)?;
+    let item = ItemRef {
+        store: ctx.store,
+        collection,
+        id,
+    };
+    if view.derivative_suppressed(ctx.tenant, &item) {
+        return Err(Refusal::SubjectSuppressed);
     }
     Ok(())
 }

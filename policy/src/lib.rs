@@ -17,6 +17,7 @@
 pub mod audit;
 pub mod consent;
 pub mod decision;
+pub mod derivation;
 pub mod erasure;
 pub mod hold;
 pub mod progress;
@@ -26,9 +27,10 @@ pub mod subject;
 pub use consent::{Action, ConsentGrant, ConsentStatus};
 pub use decision::{
     Held, Overwrite, PolicySnapshot, PolicyView, ProviderGrant, ReadContext, Refusal, Stamp,
-    SubjectPolicy, WriteFacts, decide_provider, decide_read, decide_write, decide_write_over,
-    still_current,
+    SubjectPolicy, WriteFacts, decide_provider, decide_read, decide_read_item, decide_write,
+    decide_write_over, still_current,
 };
+pub use derivation::{How, ItemRef, Parent, TraceId, decide_derivation};
 pub use erasure::{ApprovalError, ErasureEvent, ErasureState, IllegalTransition};
 pub use hold::LegalHold;
 pub use retention::{Layer, MaxAge, RetentionBounds, RetentionPolicy, RetentionRule, retain_until};

@@ -91,24 +91,37 @@ impl Progress {
 }
 
 /// Verification is due once every job is done: then the caller finds the stores where lineage
-/// still holds a live row of the subject, for [`progress`].
+/// still holds a live row of the subject (or an erased derivative is still held), and the
+/// derivatives still waiting for a person, for [`progress`].
 pub fn verification_due(jobs: &[(String, JobState)]) -> bool {
     jobs.iter().all(|(_, s)| *s == JobState::Done)
 }
 
+/// What verification found, once every job was done.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Verification {
+    /// Stores where the subject, or a derivative decided for erasure, is still found.
+    #[serde(default)]
+    pub unverified: BTreeSet<String>,
+    /// Derivatives stamped to other subjects that a person has yet to erase or release.
+    #[serde(default)]
+    pub undecided: usize,
+}
+
 /// The request's next steps, given its state, every job's state (the one just finished
-/// included) and the stores verification found not clean (`unverified`; only read when every
-/// job is done).
+/// included) and what verification found (only read when every job is done).
 ///
 /// - A job in `exception`: the request goes to `exception` for a person (through `retrying`).
-/// - Every job done: verification; clean, the request is `completed`; not clean, back to
-///   `propagating` with the unclean stores' purges run again.
+/// - Every job done: verification. Not clean: back to `propagating` with the unclean stores'
+///   purges run again. Clean, but derivatives of other subjects undecided: the request waits in
+///   `verifying` until a person decides them. Clean and decided: `completed`.
 /// - A job retrying: the request is `retrying`.
 /// - Otherwise (jobs still running): nothing changes.
 pub fn progress(
     state: ErasureState,
     jobs: &[(String, JobState)],
-    unverified: &BTreeSet<String>,
+    found: &Verification,
 ) -> Result<Progress, IllegalTransition> {
     use ErasureEvent as E;
     let any = |s: JobState| jobs.iter().any(|(_, j)| *j == s);
@@ -130,18 +143,26 @@ pub fn progress(
             audit.push("erasure.exception");
         }
     } else if verification_due(jobs) {
-        go(E::PurgeDone, &mut now)?;
-        if unverified.is_empty() {
-            go(E::Verified, &mut now)?;
-            audit.push("erasure.complete");
-        } else {
+        // A request waiting in `verifying` is looked at again as decisions come in.
+        let waiting = now == ErasureState::Verifying;
+        if !waiting {
+            go(E::PurgeDone, &mut now)?;
+        }
+        if !found.unverified.is_empty() {
             go(E::VerificationFailed, &mut now)?;
             rerun = jobs
                 .iter()
-                .filter(|(target, _)| unverified.contains(target))
+                .filter(|(target, _)| found.unverified.contains(target))
                 .map(|(target, _)| target.clone())
                 .collect();
             audit.push("erasure.verification_failed");
+        } else if found.undecided > 0 {
+            if !waiting {
+                audit.push("erasure.awaiting_review");
+            }
+        } else {
+            go(E::Verified, &mut now)?;
+            audit.push("erasure.complete");
         }
     } else if any(JobState::Retrying) && now == ErasureState::Propagating {
         go(E::PurgeFailed, &mut now)?;
@@ -164,13 +185,14 @@ mod tests {
     }
 
     proptest! {
-        /// Nothing but a clean verification of every store completes a request; a failure never
-        /// makes it less suppressed than it was.
+        /// Nothing but a clean verification of every store, with every derivative decided,
+        /// completes a request; a failure never makes it less suppressed than it was.
         #[test]
         fn only_every_store_done_and_clean_completes(
             state in proptest::sample::select(vec![ErasureState::Propagating, ErasureState::Retrying]),
             jobs in proptest::collection::vec(any_job(), 1..5),
             dirty in proptest::collection::vec(any::<bool>(), 5),
+            undecided in 0usize..3,
         ) {
             let jobs: Vec<(String, JobState)> =
                 jobs.into_iter().enumerate().map(|(i, j)| (format!("t{i}"), j)).collect();
@@ -180,10 +202,12 @@ mod tests {
                 .filter(|(_, d)| **d)
                 .map(|((t, _), _)| t.clone())
                 .collect();
-            let next = progress(state, &jobs, &unverified).unwrap();
+            let found = Verification { unverified: unverified.clone(), undecided };
+            let next = progress(state, &jobs, &found).unwrap();
             if next.completed() {
                 prop_assert!(jobs.iter().all(|(_, j)| *j == JobState::Done));
                 prop_assert!(unverified.is_empty());
+                prop_assert_eq!(undecided, 0);
             }
             prop_assert!(next.state.is_suppressed());
             prop_assert!(next.rerun.iter().all(|t| unverified.contains(t)));

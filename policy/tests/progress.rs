@@ -3,7 +3,7 @@
 use std::collections::BTreeSet;
 
 use lethe_policy::erasure::{ErasureEvent, ErasureState};
-use lethe_policy::progress::{JobState, progress};
+use lethe_policy::progress::{JobState, Verification, progress};
 use serde::Deserialize;
 
 #[derive(Deserialize)]
@@ -13,6 +13,8 @@ struct Case {
     state: ErasureState,
     jobs: std::collections::BTreeMap<String, JobState>,
     unverified: BTreeSet<String>,
+    #[serde(default)]
+    undecided: usize,
     events: Vec<ErasureEvent>,
     then: ErasureState,
     #[serde(default)]
@@ -33,8 +35,12 @@ fn every_case_of_the_rules_holds() {
     assert!(cases.case.len() >= 9);
     for case in cases.case {
         let jobs: Vec<(String, JobState)> = case.jobs.into_iter().collect();
-        let next = progress(case.state, &jobs, &case.unverified)
-            .unwrap_or_else(|e| panic!("{}: {e}", case.rule));
+        let found = Verification {
+            unverified: case.unverified,
+            undecided: case.undecided,
+        };
+        let next =
+            progress(case.state, &jobs, &found).unwrap_or_else(|e| panic!("{}: {e}", case.rule));
         assert_eq!(next.events, case.events, "{}", case.rule);
         assert_eq!(next.state, case.then, "{}", case.rule);
         assert_eq!(next.audit, case.audit, "{}", case.rule);

@@ -73,6 +73,7 @@ pub fn view() -> PolicySnapshot {
     PolicySnapshot {
         subjects: BTreeMap::from([("acme".to_owned(), subjects)]),
         retention: BTreeMap::from([("acme".to_owned(), retention)]),
+        hidden: Default::default(),
     }
 }
 

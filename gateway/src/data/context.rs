@@ -18,6 +18,8 @@ pub const SOURCE_HEADER: &str = "x-lethe-source";
 pub struct RequestContext {
     pub request_id: String,
     pub claims: Arc<Claims>,
+    /// The route's name: the store its items are kept in, as lineage names it.
+    pub store: String,
     /// The token's `subject`, else `X-Lethe-Subject`.
     pub subject: Option<String>,
     /// Whether the token itself binds the subject.
@@ -51,6 +53,7 @@ impl RequestContext {
     pub fn new(
         request_id: String,
         claims: Arc<Claims>,
+        store: &str,
         headers: &HeaderMap,
     ) -> Result<Self, DataError> {
         if claims.role == Role::Compliance {
@@ -74,6 +77,7 @@ impl RequestContext {
         };
         Ok(RequestContext {
             request_id,
+            store: store.to_owned(),
             bound: claims.subject.is_some(),
             subject,
             purpose: header(headers, PURPOSE_HEADER)?,
@@ -102,6 +106,7 @@ impl RequestContext {
     pub fn read_context(&self) -> lethe_policy::ReadContext<'_> {
         lethe_policy::ReadContext {
             tenant: self.tenant(),
+            store: &self.store,
             bound_subject: self.subject.as_deref(),
             purpose: self.purpose.as_deref(),
         }

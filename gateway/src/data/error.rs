@@ -65,7 +65,9 @@ pub fn json_response(status: StatusCode, body: &Value) -> Response<Full<Bytes>> 
 
 fn refusal_status(refusal: Refusal) -> StatusCode {
     match refusal {
-        Refusal::StaleEpoch | Refusal::AlreadyExists => StatusCode::CONFLICT,
+        Refusal::StaleEpoch | Refusal::AlreadyExists | Refusal::DerivedFromErased => {
+            StatusCode::CONFLICT
+        }
         _ => StatusCode::FORBIDDEN,
     }
 }

@@ -236,9 +236,6 @@ async fn run(
             e.to_string(),
         )
     })?;
-    let mut ctx = RequestContext::new(id.to_owned(), claims, &parts.headers)?;
-    seen.subject = ctx.subject.clone().map(|s| (ctx.tenant().to_owned(), s));
-
     let path = parts.uri.path();
     let (route, rest) = state
         .routes
@@ -252,6 +249,8 @@ async fn run(
             )
         })?;
     seen.route = Some(route.name.clone());
+    let mut ctx = RequestContext::new(id.to_owned(), claims, &route.name, &parts.headers)?;
+    seen.subject = ctx.subject.clone().map(|s| (ctx.tenant().to_owned(), s));
     let rest = canonical_path(rest)?.to_owned();
     // A route's defaults stand in for the headers a client cannot send.
     if ctx.purpose.is_none() {

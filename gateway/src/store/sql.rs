@@ -12,7 +12,7 @@ macro_rules! impl_store {
             use async_trait::async_trait;
             use chrono::{DateTime, Utc};
             use lethe_policy::audit::{seal, AuditEntry, AuditRecord, ChainHead, TenantLink};
-            use lethe_policy::progress::{progress, verification_due, Attempt, JobState};
+            use lethe_policy::progress::{progress, verification_due, Attempt, JobState, Verification};
             use lethe_policy::{Action, ConsentGrant, ErasureEvent, ErasureState, LegalHold, RetentionPolicy, SubjectPolicy, SubjectState, SubjectStatus};
             use sqlx::types::Json;
             use sqlx::Row as _;
@@ -1061,7 +1061,8 @@ macro_rules! impl_store {
                             }
                         }
                     }
-                    let next = progress(record.state, &jobs, &unverified).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+                    let found = Verification { unverified, undecided: 0 };
+                    let next = progress(record.state, &jobs, &found).map_err(|e| StoreError::Corrupt(e.to_string()))?;
                     for event in &next.events {
                         step(&mut record, *event, now)?;
                     }

@@ -1,3 +1,5 @@
+use std::collections::BTreeSet;
+
 use super::*;
 use crate::consent::ConsentGrant;
 use crate::retention::{PurposeEnd, RetentionRule};
@@ -126,6 +128,7 @@ fn fixture() -> PolicySnapshot {
     PolicySnapshot {
         subjects: BTreeMap::from([("acme".to_owned(), subjects)]),
         retention: BTreeMap::from([("acme".to_owned(), retention)]),
+        hidden: BTreeSet::new(),
     }
 }
 
@@ -374,9 +377,47 @@ fn a_write_stays_current_only_while_its_subject_and_epoch_do() {
 }
 
 #[test]
+fn an_item_a_closure_hides_is_not_read_in_that_store_only() {
+    let mut view = fixture();
+    view.hidden.insert((
+        "acme".into(),
+        "chroma".into(),
+        "memories".into(),
+        "m1".into(),
+    ));
+    let ctx = ReadContext {
+        tenant: "acme",
+        store: "chroma",
+        bound_subject: None,
+        purpose: None,
+    };
+    let alice = stamp("alice", "personalization", 20, 0);
+    let read = |ctx: &ReadContext<'_>, collection, id, stamp: Option<&Stamp>| {
+        decide_read_item(&view, ctx, collection, id, stamp, day(3))
+    };
+    assert_eq!(
+        read(&ctx, "memories", "m1", Some(&alice)),
+        Err(Refusal::SubjectSuppressed)
+    );
+    assert_eq!(read(&ctx, "memories", "m2", Some(&alice)), Ok(()));
+    assert_eq!(read(&ctx, "notes", "m1", Some(&alice)), Ok(()));
+    let qdrant = ReadContext {
+        store: "qdrant",
+        ..ctx
+    };
+    assert_eq!(read(&qdrant, "memories", "m1", Some(&alice)), Ok(()));
+    // The stamp decides first: an unstamped item stays unstamped.
+    assert_eq!(
+        read(&ctx, "memories", "m1", None),
+        Err(Refusal::UnstampedItem)
+    );
+}
+
+#[test]
 fn read_decisions() {
     let all = ReadContext {
         tenant: "acme",
+        store: "chroma",
         bound_subject: None,
         purpose: None,
     };
@@ -582,6 +623,7 @@ fn any_snapshot() -> impl Strategy<Value = PolicySnapshot> {
                         .collect(),
                 )]),
                 retention: BTreeMap::from([("acme".to_owned(), retention)]),
+                hidden: BTreeSet::new(),
             }
         })
 }
@@ -604,7 +646,7 @@ proptest! {
         now_day in 1u32..28,
         bound in proptest::option::of(proptest::sample::select(SUBJECTS.to_vec())),
     ) {
-        let ctx = ReadContext { tenant: "acme", bound_subject: bound, purpose: None };
+        let ctx = ReadContext { tenant: "acme", store: "chroma", bound_subject: bound, purpose: None };
         let decided = decide_read(&view, &ctx, Some(&stamp), day(now_day));
         let policy = view.subject("acme", &stamp.subject).unwrap();
         if !policy.state.is_active() {

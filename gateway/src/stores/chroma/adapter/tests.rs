@@ -450,6 +450,7 @@ fn get_answers_lose_refused_records_and_stay_aligned() {
     });
     let ctx = ReadContext {
         tenant: "acme",
+        store: "chroma",
         bound_subject: None,
         purpose: None,
     };
@@ -495,6 +496,7 @@ fn query_answers_are_filtered_per_query() {
     });
     let ctx = ReadContext {
         tenant: "acme",
+        store: "chroma",
         bound_subject: None,
         purpose: None,
     };
@@ -513,6 +515,7 @@ fn query_answers_are_filtered_per_query() {
 fn misaligned_answers_are_not_passed_on() {
     let ctx = ReadContext {
         tenant: "acme",
+        store: "chroma",
         bound_subject: None,
         purpose: None,
     };
@@ -619,7 +622,7 @@ proptest! {
         let _ = narrow_read(&bytes, nested, "acme", None, now());
         let _ = parse_delete(&bytes);
         let _ = ids_of(&bytes);
-        let ctx = ReadContext { tenant: "acme", bound_subject: None, purpose: None };
+        let ctx = ReadContext { tenant: "acme", store: "chroma", bound_subject: None, purpose: None };
         if let Ok(out) = filter_read(body, &ReadPlan { nested, strip_metadatas: false }, &view(), &ctx, now()) {
             let text = out.to_string();
             prop_assert!(subjects_in(&out).iter().all(|(_, s)| s != "carol"), "{}", text);
@@ -628,7 +631,7 @@ proptest! {
 
     #[test]
     fn no_suppressed_or_unconsented_record_survives_a_read((answer, nested) in arb_answer(), bound in proptest::option::of(proptest::sample::select(vec!["alice", "bob"]))) {
-        let ctx = ReadContext { tenant: "acme", bound_subject: bound, purpose: None };
+        let ctx = ReadContext { tenant: "acme", store: "chroma", bound_subject: bound, purpose: None };
         let out = filter_read(answer, &ReadPlan { nested, strip_metadatas: false }, &view(), &ctx, now()).unwrap();
         let metas: Vec<Value> = match out["metadatas"].as_array() {
             Some(m) if nested => m.iter().flat_map(|q| q.as_array().cloned().unwrap_or_default()).collect(),

@@ -24,6 +24,7 @@ fn stamp(subject: &str, expires_in: i64) -> Stamp {
 fn read_ctx(bound: Option<&'static str>) -> ReadContext<'static> {
     ReadContext {
         tenant: "acme",
+        store: "langgraph",
         bound_subject: bound,
         purpose: None,
     }

@@ -151,6 +151,7 @@ fn stamped(s: &str, days: i64) -> Value {
 fn reader() -> ReadContext<'static> {
     ReadContext {
         tenant: "acme",
+        store: "qdrant",
         bound_subject: None,
         purpose: None,
     }
@@ -344,6 +345,7 @@ fn answers_keep_only_readable_points_cut_to_the_payload_asked_for() {
     ] }, "status": "ok" });
     let ctx = ReadContext {
         tenant: "acme",
+        store: "qdrant",
         bound_subject: None,
         purpose: None,
     };
@@ -411,6 +413,7 @@ fn a_query_batch_is_narrowed_and_answered_query_by_query() {
     );
     let ctx = ReadContext {
         tenant: "acme",
+        store: "qdrant",
         bound_subject: None,
         purpose: None,
     };
