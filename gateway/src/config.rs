@@ -22,6 +22,7 @@ pub struct Config {
     pub auth: AuthConfig,
     pub audit: AuditConfig,
     pub erasure: ErasureConfig,
+    pub lineage: LineageConfig,
     pub routes: Vec<RouteConfig>,
     /// PostgreSQL databases whose memory tables Lethe governs in the database itself.
     pub postgres: Vec<GovernedDatabase>,
@@ -352,6 +353,83 @@ impl Default for ErasureConfig {
             probe_min_similarity: 40,
             deadline_months: 1,
         }
+    }
+}
+
+/// Derivative lineage: what traffic derives from what, learnt as it passes (`[lineage]`).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LineageConfig {
+    /// Whether writes and prompts are checked for what they derive from (a trace that read
+    /// items, quotes of served or written text, a model's answer). Off: every item is raw, and an
+    /// erasure reaches only the subject's own items.
+    pub derivatives: bool,
+    /// How long what Lethe served or accepted is remembered: a write derives from what its trace
+    /// read, or what it quotes, within this window; after a flip, writes that would re-derive
+    /// the subject's data are refused for as long.
+    pub window: ConfigDuration,
+    /// How many consecutive normalised words make a quote (4 to 64); shorter overlaps never
+    /// count.
+    pub quote_words: usize,
+    /// What an erasure does with derivatives stamped to other subjects.
+    pub cross_subject: CrossSubject,
+    /// The most distinct traces remembered (then the oldest are forgotten first).
+    pub max_traces: usize,
+    /// The most fingerprints (runs of words) remembered.
+    pub max_fingerprints: usize,
+    /// The most memory (bytes) both memories together may take.
+    pub max_bytes: u64,
+}
+
+/// What happens to another subject's item derived from an erased subject's data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CrossSubject {
+    /// Hidden at the flip, then erased or released by a person; the request completes once all
+    /// are decided.
+    #[default]
+    Review,
+    /// Hidden at the flip and erased with the subject's own items.
+    Erase,
+}
+
+impl Default for LineageConfig {
+    fn default() -> Self {
+        LineageConfig {
+            derivatives: true,
+            window: ConfigDuration(Duration::from_secs(15 * 60)),
+            quote_words: 12,
+            cross_subject: CrossSubject::Review,
+            max_traces: 100_000,
+            max_fingerprints: 1_000_000,
+            max_bytes: 16 * 1024 * 1024,
+        }
+    }
+}
+
+impl LineageConfig {
+    fn problems(&self) -> Vec<String> {
+        let mut problems = Vec::new();
+        let window = self.window.0;
+        if window < Duration::from_secs(60) || window > Duration::from_secs(24 * 3600) {
+            problems.push("lineage.window: 1m to 24h".to_owned());
+        }
+        if !(4..=lethe_policy::derivation::MAX_QUOTE_WORDS).contains(&self.quote_words) {
+            problems.push(format!(
+                "lineage.quote_words: 4 to {} (fewer would make common phrases quotes)",
+                lethe_policy::derivation::MAX_QUOTE_WORDS
+            ));
+        }
+        if self.max_traces == 0 || self.max_fingerprints == 0 {
+            problems.push(
+                "lineage.max_traces and lineage.max_fingerprints: must be greater than zero"
+                    .to_owned(),
+            );
+        }
+        if self.max_bytes < 1024 * 1024 {
+            problems.push("lineage.max_bytes: at least 1048576 (1 MiB)".to_owned());
+        }
+        problems
     }
 }
 
@@ -758,6 +836,7 @@ impl Config {
         let auth = section(&mut table, "auth", &mut problems);
         let audit = section(&mut table, "audit", &mut problems);
         let erasure = section(&mut table, "erasure", &mut problems);
+        let lineage = section(&mut table, "lineage", &mut problems);
         let postgres = section(&mut table, "postgres", &mut problems);
         let mut routes = Vec::new();
         match table.remove("routes") {
@@ -781,7 +860,7 @@ impl Config {
         }
         for key in table.keys() {
             problems.push(format!(
-                "unknown section `{key}` (expected data_plane, control_plane, state, auth, audit, erasure, routes or postgres)"
+                "unknown section `{key}` (expected data_plane, control_plane, state, auth, audit, erasure, lineage, routes or postgres)"
             ));
         }
         Ok((
@@ -792,6 +871,7 @@ impl Config {
                 auth,
                 audit,
                 erasure,
+                lineage,
                 routes,
                 postgres,
             },
@@ -835,6 +915,7 @@ impl Config {
                 ));
             }
         }
+        problems.extend(self.lineage.problems());
         if self.data_plane.listen == self.control_plane.listen {
             problems.push(format!(
                 "data_plane.listen and control_plane.listen are both {}",

@@ -79,6 +79,7 @@ codes! {
     NotAwaitingApproval = "not_awaiting_approval", Control;
     IllegalState = "illegal_state", Control;
     NotCompleted = "not_completed", Control;
+    NotDecidable = "not_decidable", Control;
 }
 
 /// A refusal of the decision core reaches the client under its own code.

@@ -89,6 +89,9 @@ impl From<StoreError> for ApiError {
             StoreError::Transition(_) => {
                 ApiError::new(StatusCode::CONFLICT, Code::IllegalState, e.to_string())
             }
+            StoreError::NotDecidable(_) => {
+                ApiError::new(StatusCode::CONFLICT, Code::NotDecidable, e.to_string())
+            }
             StoreError::SubjectNotActive => ApiError::new(
                 StatusCode::CONFLICT,
                 Code::SubjectSuppressed,

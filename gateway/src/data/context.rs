@@ -13,6 +13,8 @@ pub const SUBJECT_HEADER: &str = "x-lethe-subject";
 pub const PURPOSE_HEADER: &str = "x-lethe-purpose";
 pub const CATEGORY_HEADER: &str = "x-lethe-category";
 pub const SOURCE_HEADER: &str = "x-lethe-source";
+/// W3C Trace Context: OpenTelemetry's HTTP instrumentation sends it on its own.
+pub const TRACEPARENT_HEADER: &str = "traceparent";
 
 #[derive(Debug, Clone)]
 pub struct RequestContext {
@@ -28,6 +30,8 @@ pub struct RequestContext {
     pub category: Option<String>,
     /// `X-Lethe-Source`, recorded with lineage.
     pub source: Option<String>,
+    /// The W3C trace the request belongs to (`traceparent`), if it names a valid one.
+    pub trace: Option<lethe_policy::TraceId>,
 }
 
 fn header(headers: &HeaderMap, name: &str) -> Result<Option<String>, DataError> {
@@ -83,6 +87,10 @@ impl RequestContext {
             purpose: header(headers, PURPOSE_HEADER)?,
             category: header(headers, CATEGORY_HEADER)?,
             source: header(headers, SOURCE_HEADER)?,
+            trace: headers
+                .get(TRACEPARENT_HEADER)
+                .and_then(|v| v.to_str().ok())
+                .and_then(lethe_policy::TraceId::from_traceparent),
             claims,
         })
     }

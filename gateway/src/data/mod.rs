@@ -7,6 +7,7 @@
 //! JSON error.
 
 pub mod context;
+pub mod derivation;
 pub mod error;
 pub mod forward;
 pub mod lineage;
@@ -46,6 +47,7 @@ pub struct DataState {
     pub store: Arc<dyn Store>,
     pub upstreams: Upstreams,
     pub lineage: LineageWriter,
+    pub derivation: derivation::Derivation,
     pub audit_key: Arc<[u8]>,
     pub max_body_bytes: usize,
 }
@@ -70,7 +72,12 @@ impl DataState {
         let state = DataState {
             routes,
             tokens: TokenCache::new(verifier),
-            policy: PolicyCache::new(Arc::clone(&store), 100_000),
+            policy: PolicyCache::new(Arc::clone(&store), 100_000, config.lineage.window.0),
+            derivation: derivation::Derivation::new(
+                &config.lineage,
+                Arc::clone(&store),
+                Arc::clone(&audit_key),
+            ),
             store,
             // Answers may be larger than requests (a query returns many records).
             upstreams: Upstreams::from_config(config, max_body_bytes.saturating_mul(8))?,

@@ -1,12 +1,13 @@
-//! Policy snapshots per (tenant, subject) and retention rules per tenant, cached in moka and
-//! invalidated by the store's change feed. While the feed is down the cache is bypassed and every
-//! decision reads the state store; when that fails too, the request is refused.
+//! Policy snapshots per (tenant, subject), retention rules per tenant and the items erasures'
+//! closures hide per tenant, cached in moka and invalidated by the store's change feed. While the
+//! feed is down the cache is bypassed and every decision reads the state store; when that fails
+//! too, the request is refused.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use lethe_policy::{PolicyView, RetentionPolicy, SubjectPolicy};
+use lethe_policy::{ItemRef, PolicyView, RetentionPolicy, SubjectPolicy};
 use moka::sync::Cache;
 
 use crate::store::{FeedEvent, PolicyChange, Store, StoreError};
@@ -15,10 +16,26 @@ pub struct PolicyCache {
     store: Arc<dyn Store>,
     subjects: Cache<(String, String), Arc<SubjectPolicy>>,
     retention: Cache<String, Arc<RetentionPolicy>>,
+    hidden: Cache<String, Arc<Hidden>>,
+    /// How long after its flip what a completed erasure hid still counts (`[lineage] window`).
+    window: chrono::TimeDelta,
+}
+
+/// The items a tenant's erasures' closures hide: store -> collection -> ids.
+#[derive(Debug, Default)]
+pub struct Hidden(HashMap<String, HashMap<String, HashSet<String>>>);
+
+impl Hidden {
+    fn contains(&self, item: &ItemRef<'_>) -> bool {
+        self.0
+            .get(item.store)
+            .and_then(|c| c.get(item.collection))
+            .is_some_and(|ids| ids.contains(item.id))
+    }
 }
 
 impl PolicyCache {
-    pub fn new(store: Arc<dyn Store>, capacity: u64) -> Arc<Self> {
+    pub fn new(store: Arc<dyn Store>, capacity: u64, window: Duration) -> Arc<Self> {
         // Entries also age out, a backstop should a change notification ever be missed unnoticed.
         let ttl = Duration::from_secs(300);
         let cache = Arc::new(PolicyCache {
@@ -30,6 +47,11 @@ impl PolicyCache {
                 .max_capacity(10_000)
                 .time_to_live(ttl)
                 .build(),
+            hidden: Cache::builder()
+                .max_capacity(10_000)
+                .time_to_live(ttl)
+                .build(),
+            window: chrono::TimeDelta::from_std(window).unwrap_or(chrono::TimeDelta::MAX),
             store: Arc::clone(&store),
         });
         let weak = Arc::downgrade(&cache);
@@ -45,17 +67,25 @@ impl PolicyCache {
         match event {
             FeedEvent::Changed(PolicyChange {
                 tenant,
+                derivatives: true,
+                ..
+            }) => self.hidden.invalidate(tenant),
+            FeedEvent::Changed(PolicyChange {
+                tenant,
                 subject: Some(subject),
+                ..
             }) => {
                 self.subjects.invalidate(&(tenant.clone(), subject.clone()));
             }
             FeedEvent::Changed(PolicyChange {
                 tenant,
                 subject: None,
+                ..
             }) => self.retention.invalidate(tenant),
             FeedEvent::Lost | FeedEvent::Restored => {
                 self.subjects.invalidate_all();
                 self.retention.invalidate_all();
+                self.hidden.invalidate_all();
             }
         }
     }
@@ -113,6 +143,25 @@ impl PolicyCache {
         self.cached(&self.retention, tenant.to_owned(), load).await
     }
 
+    /// The items the tenant's erasures' closures hide now.
+    pub async fn hidden(&self, tenant: &str) -> Result<Arc<Hidden>, StoreError> {
+        let load = async {
+            let since = crate::now() - self.window;
+            let mut hidden = Hidden::default();
+            for item in self.store.hidden_items(tenant, since).await? {
+                hidden
+                    .0
+                    .entry(item.store)
+                    .or_default()
+                    .entry(item.collection)
+                    .or_default()
+                    .insert(item.item);
+            }
+            Ok(hidden)
+        };
+        self.cached(&self.hidden, tenant.to_owned(), load).await
+    }
+
     /// The policy of `subjects` in `tenant`, for one decision.
     pub async fn view<'a>(
         &self,
@@ -129,6 +178,7 @@ impl PolicyCache {
             tenant: tenant.to_owned(),
             subjects: loaded,
             retention: self.retention(tenant).await?,
+            hidden: self.hidden(tenant).await?,
         })
     }
 
@@ -154,6 +204,7 @@ pub struct View {
     tenant: String,
     subjects: HashMap<String, Arc<SubjectPolicy>>,
     retention: Arc<RetentionPolicy>,
+    hidden: Arc<Hidden>,
 }
 
 impl PolicyView for View {
@@ -164,6 +215,9 @@ impl PolicyView for View {
     }
     fn retention(&self, tenant: &str) -> Option<&RetentionPolicy> {
         (tenant == self.tenant).then_some(self.retention.as_ref())
+    }
+    fn derivative_suppressed(&self, tenant: &str, item: &ItemRef<'_>) -> bool {
+        tenant == self.tenant && self.hidden.contains(item)
     }
 }
 

@@ -253,26 +253,10 @@ async fn copy_all(db: &Database, store: &dyn Store) -> Result<(), String> {
     let subjects = store.known_subjects().await.map_err(|e| e.to_string())?;
     let tenants = store.retention_tenants().await.map_err(|e| e.to_string())?;
     for (tenant, subject) in subjects {
-        apply(
-            db,
-            store,
-            &PolicyChange {
-                tenant,
-                subject: Some(subject),
-            },
-        )
-        .await?;
+        apply(db, store, &PolicyChange::of_subject(&tenant, &subject)).await?;
     }
     for tenant in tenants {
-        apply(
-            db,
-            store,
-            &PolicyChange {
-                tenant,
-                subject: None,
-            },
-        )
-        .await?;
+        apply(db, store, &PolicyChange::of(&tenant, None)).await?;
     }
     Ok(())
 }
@@ -309,6 +293,10 @@ async fn apply_changes(
 /// One change: a subject's state and consent coverage, or a tenant's retention rules, read from
 /// the state store and written whole in one transaction.
 async fn apply(db: &Database, store: &dyn Store, change: &PolicyChange) -> Result<(), String> {
+    // Lineage is not kept in the governed databases: their rows are not written through Lethe.
+    if change.derivatives {
+        return Ok(());
+    }
     let failed = |e: sqlx::Error| e.to_string();
     let mut tx = db.pool.begin().await.map_err(failed)?;
     match &change.subject {

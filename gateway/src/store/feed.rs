@@ -7,11 +7,38 @@ use std::sync::{Arc, RwLock};
 
 use serde::{Deserialize, Serialize};
 
-/// What changed. `subject: None` means tenant-wide (retention rules).
+/// What changed: one subject's policy, something tenant-wide (`subject: None`: retention rules,
+/// tenant holds), or the items erasures' closures hide in the tenant (`derivatives`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PolicyChange {
     pub tenant: String,
     pub subject: Option<String>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub derivatives: bool,
+}
+
+impl PolicyChange {
+    pub fn of_subject(tenant: &str, subject: &str) -> PolicyChange {
+        PolicyChange::of(tenant, Some(subject))
+    }
+
+    /// A subject's, or with `None` the tenant's.
+    pub fn of(tenant: &str, subject: Option<&str>) -> PolicyChange {
+        PolicyChange {
+            tenant: tenant.to_owned(),
+            subject: subject.map(str::to_owned),
+            derivatives: false,
+        }
+    }
+
+    /// The items hidden by closures in the tenant changed.
+    pub fn of_derivatives(tenant: &str) -> PolicyChange {
+        PolicyChange {
+            tenant: tenant.to_owned(),
+            subject: None,
+            derivatives: true,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -93,10 +120,7 @@ mod tests {
             let healthy = feed2.upgrade().map(|f| f.is_healthy());
             seen2.lock().unwrap().push((e.clone(), healthy));
         });
-        let change = PolicyChange {
-            tenant: "acme".into(),
-            subject: Some("u1".into()),
-        };
+        let change = PolicyChange::of_subject("acme", "u1");
         feed.publish(FeedEvent::Changed(change.clone()));
         feed.publish(FeedEvent::Lost);
         assert!(!feed.is_healthy());

@@ -37,6 +37,11 @@ pub const SQLITE: &[Migration] = &[
         name: "deadlines_and_rejections",
         sql: include_str!("../../../migrations/sqlite/0006_deadlines_and_rejections.sql"),
     },
+    Migration {
+        version: 7,
+        name: "derivatives",
+        sql: include_str!("../../../migrations/sqlite/0007_derivatives.sql"),
+    },
 ];
 
 pub const POSTGRES: &[Migration] = &[
@@ -69,6 +74,11 @@ pub const POSTGRES: &[Migration] = &[
         version: 6,
         name: "deadlines_and_rejections",
         sql: include_str!("../../../migrations/postgres/0006_deadlines_and_rejections.sql"),
+    },
+    Migration {
+        version: 7,
+        name: "derivatives",
+        sql: include_str!("../../../migrations/postgres/0007_derivatives.sql"),
     },
 ];
 

@@ -4,6 +4,7 @@
 //! file) and PostgreSQL (shared by many replicas). Every change is written in one transaction
 //! together with its audit event, so nothing is ever half-applied or unaudited.
 
+mod derivatives;
 pub mod feed;
 mod migrate;
 mod postgres;
@@ -18,7 +19,9 @@ use chrono::{DateTime, Utc};
 use lethe_policy::audit::{
     AuditEntry, AuditRecord, ChainBreak, ChainHead, ChainVerifier, TenantChainVerifier,
 };
-use lethe_policy::{ConsentGrant, Layer, LegalHold, RetentionPolicy, SubjectPolicy, SubjectState};
+use lethe_policy::{
+    ConsentGrant, How, Layer, LegalHold, RetentionPolicy, SubjectPolicy, SubjectState,
+};
 use serde::Serialize;
 
 pub use feed::{Feed, FeedEvent, PolicyChange};
@@ -37,6 +40,8 @@ pub enum StoreError {
     NotExtendable,
     #[error("the subject is suppressed or erased")]
     SubjectNotActive,
+    #[error("{0}")]
+    NotDecidable(String),
     #[error("{0}")]
     Approval(#[from] lethe_policy::ApprovalError),
     #[error("{0}")]
@@ -274,6 +279,187 @@ pub struct ItemRecord {
     pub epoch: i64,
     pub source_ref: Option<String>,
     pub parents: Vec<String>,
+}
+
+/// An item where it is kept: the store (a route's name), the collection, the id.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, serde::Deserialize)]
+pub struct ItemKey {
+    pub store: String,
+    pub collection: String,
+    pub item: String,
+}
+
+impl ItemKey {
+    pub fn new(store: &str, collection: &str, item: &str) -> ItemKey {
+        ItemKey {
+            store: store.to_owned(),
+            collection: collection.to_owned(),
+            item: item.to_owned(),
+        }
+    }
+
+    /// A stable, opaque reference to the item (a hash of where it is kept).
+    pub fn reference(&self) -> String {
+        use sha2::{Digest, Sha256};
+        let mut hash = Sha256::new();
+        for part in [&self.store, &self.collection, &self.item] {
+            hash.update(part.as_bytes());
+            hash.update([0]);
+        }
+        format!("dv_{}", &hex::encode(hash.finalize())[..24])
+    }
+
+    pub fn as_ref(&self) -> lethe_policy::ItemRef<'_> {
+        lethe_policy::ItemRef {
+            store: &self.store,
+            collection: &self.collection,
+            id: &self.item,
+        }
+    }
+}
+
+/// One edge of derivative lineage: `child` was derived from `parent`, each owned (stamped to)
+/// the subject named when the edge was recorded.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Edge {
+    pub child: ItemKey,
+    pub child_owner: String,
+    pub parent: ItemKey,
+    pub parent_owner: String,
+    pub how: How,
+    pub at: DateTime<Utc>,
+}
+
+/// What was derived from an item and is kept in `tenant`: its edges to its parents, which
+/// replace the ones it had (a rewritten item derives from what its new content does).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Derived {
+    pub tenant: String,
+    pub child: ItemKey,
+    pub edges: Vec<Edge>,
+}
+
+/// How an erasure reaches what was derived from its subject's data (`[lineage]`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Closure {
+    /// Derivative lineage is off: an erasure reaches the subject's own items only.
+    Off,
+    /// Derivatives stamped to other subjects are hidden, then erased or released by a person.
+    #[default]
+    Review,
+    /// Derivatives stamped to other subjects are hidden and erased with the subject's items.
+    Erase,
+}
+
+/// What became of an item an erasure's closure reached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Decision {
+    /// Nothing is kept to decide on (a model's answer its provider did not store, an item
+    /// deleted already, a store this request does not purge): it is hidden, and writes that
+    /// would derive from it are refused, until the request completes and the window passes.
+    Guard,
+    /// Another subject's: a person erases or releases it.
+    Undecided,
+    Erase,
+    /// Readable again for its own subject, its edges to the closure dropped.
+    Release,
+}
+
+impl Decision {
+    pub const ALL: [Decision; 4] = [
+        Decision::Guard,
+        Decision::Undecided,
+        Decision::Erase,
+        Decision::Release,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Decision::Guard => "guard",
+            Decision::Undecided => "undecided",
+            Decision::Erase => "erase",
+            Decision::Release => "release",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Decision> {
+        Decision::ALL.into_iter().find(|d| d.as_str() == s)
+    }
+}
+
+/// An item an erasure's closure reached beyond the subject's own: derived from its data,
+/// directly or through other derivatives.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Derivative {
+    /// [`ItemKey::reference`].
+    pub reference: String,
+    pub item: ItemKey,
+    /// Whose it is, as lineage names it; `None` when lineage keeps no row of it.
+    pub subject: Option<String>,
+    /// Stamped to the subject (or an alias): purged with the subject's items.
+    pub own: bool,
+    /// How it was reached from its parents in the closure.
+    pub how: Vec<How>,
+    /// Its parents in the closure.
+    pub parents: Vec<ItemKey>,
+    pub decision: Decision,
+    pub decided_by: Option<String>,
+    pub decided_at: Option<DateTime<Utc>>,
+    pub reason: Option<String>,
+    /// When its store was verified not to hold it any more.
+    pub erased_at: Option<DateTime<Utc>>,
+}
+
+/// What a replica remembers of the window and shares with the others (a PostgreSQL state
+/// store): an item it served under a trace, or the fingerprints of a text it served or accepted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Shared {
+    pub tenant: String,
+    pub item: ItemKey,
+    pub owner: String,
+    /// A model's answer.
+    pub answer: bool,
+    pub at: DateTime<Utc>,
+    pub what: Sharing,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Sharing {
+    /// Served under this trace (hex).
+    Trace(String),
+    Text {
+        digest: u64,
+        runs: Vec<u64>,
+    },
+}
+
+/// An item another replica remembered: read under the trace asked about, or holding some of the
+/// runs asked about (`runs`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Recalled {
+    pub item: ItemKey,
+    pub owner: String,
+    pub answer: bool,
+    /// Empty: read under the trace.
+    pub runs: Vec<u64>,
+}
+
+/// The window's memory the replicas of one state store share.
+#[async_trait]
+pub trait SharedMemory: Send + Sync {
+    async fn share(&self, rows: &[Shared]) -> Result<(), StoreError>;
+    /// Items of `tenant` remembered since `since`: served under `trace`, or holding one of
+    /// `runs`.
+    async fn recall(
+        &self,
+        tenant: &str,
+        trace: Option<&str>,
+        runs: &[u64],
+        since: DateTime<Utc>,
+    ) -> Result<Vec<Recalled>, StoreError>;
+    /// Drops what was remembered before `before`; answers how many rows went.
+    async fn forget_before(&self, before: DateTime<Utc>) -> Result<u64, StoreError>;
 }
 
 /// A model provider that received a subject's data, first and last time.
@@ -568,6 +754,59 @@ pub trait Store: Send + Sync + 'static {
         tenant: &str,
         subject: &str,
     ) -> Result<BTreeMap<String, i64>, StoreError>;
+
+    /// What the replicas share of the window's memory: `None` where one process owns the store
+    /// (SQLite) and its memory is all there is.
+    fn shared_memory(&self) -> Option<&dyn SharedMemory>;
+
+    /// How flips reach what was derived from their subjects; set once, right after opening
+    /// (unset: [`Closure::Review`]).
+    fn use_closure(&self, closure: Closure);
+    /// Replaces what each of `derived` was derived from (its edges), in one transaction.
+    async fn record_derived(&self, derived: &[Derived]) -> Result<(), StoreError>;
+    /// The edges to an item's parents and those from its children, oldest first.
+    async fn edges_of(
+        &self,
+        tenant: &str,
+        item: &ItemKey,
+    ) -> Result<(Vec<Edge>, Vec<Edge>), StoreError>;
+    /// The items closures hide in `tenant`: of requests still open, and of requests flipped at
+    /// or after `since` (for a window after a flip, what would derive from them is refused).
+    async fn hidden_items(
+        &self,
+        tenant: &str,
+        since: DateTime<Utc>,
+    ) -> Result<std::collections::HashSet<ItemKey>, StoreError>;
+    /// A request's derivatives, as its flip and its purge's later looks found them.
+    async fn derivatives(&self, request_id: &str) -> Result<Vec<Derivative>, StoreError>;
+    /// What a flip of `keys` would reach now, with the decision it would take, where
+    /// `targets` are purged; nothing is recorded (the dry run).
+    async fn closure_of(
+        &self,
+        tenant: &str,
+        keys: &[String],
+        targets: &[String],
+    ) -> Result<Vec<Derivative>, StoreError>;
+    /// A person's decision on undecided derivatives `refs` of a flipped request: erased, or
+    /// released (readable again for their own subject, their edges to the closure dropped). One
+    /// audit event each, from the `audit` template; the request moves on, and completes once
+    /// nothing is left to do.
+    async fn decide_derivatives(
+        &self,
+        request_id: &str,
+        refs: &[String],
+        decision: Decision,
+        reason: &str,
+        at: DateTime<Utc>,
+        audit: AuditEntry,
+    ) -> Result<ErasureRecord, StoreError>;
+    /// Records that derivatives of a request were verified gone from their store.
+    async fn derivatives_erased(
+        &self,
+        request_id: &str,
+        refs: &[String],
+        at: DateTime<Utc>,
+    ) -> Result<(), StoreError>;
 
     /// The certificate kept for an erasure request, if one was issued.
     async fn certificate(&self, request_id: &str) -> Result<Option<String>, StoreError>;

@@ -18,6 +18,7 @@ pub struct PgStore {
     pool: PgPool,
     feed: Arc<Feed>,
     subject_key: std::sync::OnceLock<Vec<u8>>,
+    closure: std::sync::OnceLock<super::Closure>,
     /// Dropped with the store, which stops the listener.
     _stop_listener: oneshot::Sender<()>,
 }
@@ -53,6 +54,7 @@ impl PgStore {
             pool,
             feed,
             subject_key: std::sync::OnceLock::new(),
+            closure: std::sync::OnceLock::new(),
             _stop_listener: stop,
         })
     }
@@ -81,6 +83,37 @@ impl PgStore {
         sqlx::query("VACUUM subjects, consent_grants, legal_holds, items, threads, processors, erasure_requests")
             .execute(&self.pool)
             .await?;
+        Ok(())
+    }
+
+    fn shared(&self) -> Option<&dyn super::SharedMemory> {
+        Some(self)
+    }
+
+    fn closure(&self) -> super::Closure {
+        self.closure.get().copied().unwrap_or_default()
+    }
+
+    /// An erased subject's key in what the replicas share of the window: its reference instead,
+    /// as everywhere else in the store (its rows still keep writes that would re-derive its data
+    /// refused until they age out).
+    async fn forget_shared(
+        tx: &mut sqlx::Transaction<'static, sqlx::Postgres>,
+        tenant: &str,
+        key: &str,
+        name: &str,
+    ) -> Result<(), StoreError> {
+        for table in ["lineage_traces", "lineage_texts"] {
+            let sql = sqlx::AssertSqlSafe(format!(
+                "UPDATE {table} SET owner = $3, item_id = REPLACE(item_id, $2, $3) WHERE tenant = $1 AND owner = $2"
+            ));
+            sqlx::query(sql)
+                .bind(tenant)
+                .bind(key)
+                .bind(name)
+                .execute(&mut **tx)
+                .await?;
+        }
         Ok(())
     }
 
@@ -157,3 +190,137 @@ async fn connect_listener(pool: &PgPool) -> Result<PgListener, sqlx::Error> {
 }
 
 impl_store!(PgStore, sqlx::Postgres);
+
+/// Fingerprints are kept as `BIGINT`: the same 64 bits, read as signed.
+fn signed(runs: &[u64]) -> Vec<i64> {
+    runs.iter()
+        .map(|r| i64::from_ne_bytes(r.to_ne_bytes()))
+        .collect()
+}
+
+fn unsigned(runs: &[i64]) -> Vec<u64> {
+    runs.iter()
+        .map(|r| u64::from_ne_bytes(r.to_ne_bytes()))
+        .collect()
+}
+
+#[async_trait::async_trait]
+impl super::SharedMemory for PgStore {
+    async fn share(&self, rows: &[super::Shared]) -> Result<(), StoreError> {
+        use super::Sharing;
+        let traces: Vec<(&super::Shared, &String)> = rows
+            .iter()
+            .filter_map(|r| match &r.what {
+                Sharing::Trace(trace) => Some((r, trace)),
+                Sharing::Text { .. } => None,
+            })
+            .collect();
+        let texts: Vec<(&super::Shared, u64, &Vec<u64>)> = rows
+            .iter()
+            .filter_map(|r| match &r.what {
+                Sharing::Text { digest, runs } => Some((r, *digest, runs)),
+                Sharing::Trace(_) => None,
+            })
+            .collect();
+        let mut tx = self.pool.begin().await?;
+        // One row per key in a statement (PostgreSQL refuses to update a row twice in one).
+        let mut traces = traces;
+        traces.sort_by(|a, b| (&a.0.tenant, a.1, &a.0.item).cmp(&(&b.0.tenant, b.1, &b.0.item)));
+        traces.dedup_by(|a, b| (&a.0.tenant, a.1, &a.0.item) == (&b.0.tenant, b.1, &b.0.item));
+        for chunk in traces.chunks(1000) {
+            let mut insert = sqlx::QueryBuilder::<sqlx::Postgres>::new(
+                "INSERT INTO lineage_traces (tenant, trace_id, store, collection, item_id, owner, answer, at) ",
+            );
+            insert.push_values(chunk, |mut row, (r, trace)| {
+                row.push_bind(r.tenant.clone())
+                    .push_bind((*trace).clone())
+                    .push_bind(r.item.store.clone())
+                    .push_bind(r.item.collection.clone())
+                    .push_bind(r.item.item.clone())
+                    .push_bind(r.owner.clone())
+                    .push_bind(r.answer)
+                    .push_bind(r.at);
+            });
+            insert.push(" ON CONFLICT (tenant, trace_id, store, collection, item_id) DO UPDATE SET at = excluded.at, owner = excluded.owner");
+            insert.build().execute(&mut *tx).await?;
+        }
+        let mut texts = texts;
+        texts.sort_by(|a, b| (&a.0.tenant, &a.0.item, a.1).cmp(&(&b.0.tenant, &b.0.item, b.1)));
+        texts.dedup_by(|a, b| (&a.0.tenant, &a.0.item, a.1) == (&b.0.tenant, &b.0.item, b.1));
+        for chunk in texts.chunks(200) {
+            let mut insert = sqlx::QueryBuilder::<sqlx::Postgres>::new(
+                "INSERT INTO lineage_texts (tenant, store, collection, item_id, owner, answer, digest, runs, at) ",
+            );
+            insert.push_values(chunk, |mut row, (r, digest, runs)| {
+                row.push_bind(r.tenant.clone())
+                    .push_bind(r.item.store.clone())
+                    .push_bind(r.item.collection.clone())
+                    .push_bind(r.item.item.clone())
+                    .push_bind(r.owner.clone())
+                    .push_bind(r.answer)
+                    .push_bind(signed(&[*digest])[0])
+                    .push_bind(signed(runs))
+                    .push_bind(r.at);
+            });
+            insert.push(" ON CONFLICT (tenant, store, collection, item_id, digest) DO UPDATE SET at = excluded.at, owner = excluded.owner");
+            insert.build().execute(&mut *tx).await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn recall(
+        &self,
+        tenant: &str,
+        trace: Option<&str>,
+        runs: &[u64],
+        since: chrono::DateTime<chrono::Utc>,
+    ) -> Result<Vec<super::Recalled>, StoreError> {
+        use sqlx::Row as _;
+        let rows = sqlx::query(
+            "SELECT store, collection, item_id, owner, answer, '{}'::bigint[] AS matched FROM lineage_traces
+             WHERE tenant = $1 AND trace_id = $2 AND at >= $4
+             UNION ALL
+             SELECT store, collection, item_id, owner, answer,
+                    ARRAY(SELECT unnest(runs) INTERSECT SELECT unnest($3::bigint[])) FROM lineage_texts
+             WHERE tenant = $1 AND runs && $3::bigint[] AND at >= $4",
+        )
+        .bind(tenant)
+        .bind(trace)
+        .bind(signed(runs))
+        .bind(since)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                let matched: Vec<i64> = row.try_get("matched")?;
+                Ok(super::Recalled {
+                    item: super::ItemKey {
+                        store: row.try_get("store")?,
+                        collection: row.try_get("collection")?,
+                        item: row.try_get("item_id")?,
+                    },
+                    owner: row.try_get("owner")?,
+                    answer: row.try_get("answer")?,
+                    runs: unsigned(&matched),
+                })
+            })
+            .collect()
+    }
+
+    async fn forget_before(
+        &self,
+        before: chrono::DateTime<chrono::Utc>,
+    ) -> Result<u64, StoreError> {
+        let mut gone = 0;
+        for table in ["lineage_traces", "lineage_texts"] {
+            let sql = sqlx::AssertSqlSafe(format!("DELETE FROM {table} WHERE at < $1"));
+            gone += sqlx::query(sql)
+                .bind(before)
+                .execute(&self.pool)
+                .await?
+                .rows_affected();
+        }
+        Ok(gone)
+    }
+}

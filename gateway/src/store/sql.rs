@@ -18,7 +18,9 @@ macro_rules! impl_store {
             use sqlx::Row as _;
 
             use super::*;
-            use crate::store::{deadline, DeadlineExtension, DueWindow, Rejection, ErasureFilter, ErasureRecord, MAX_EXTENSION_MONTHS, ErasureStats, ExpiredItem, Feed, FeedEvent, HoldRecord, ItemRecord, JobOutcome, PolicyChange, PurgeJob, RetentionVersion, Store, StoreError, Tombstone};
+            use crate::store::{deadline, Closure, DeadlineExtension, Decision, Derivative, Derived, DueWindow, Edge, ItemKey, Rejection, ErasureFilter, ErasureRecord, MAX_EXTENSION_MONTHS, ErasureStats, ExpiredItem, Feed, FeedEvent, HoldRecord, ItemRecord, JobOutcome, PolicyChange, PurgeJob, RetentionVersion, Store, StoreError, Tombstone};
+
+            crate::store::derivatives::derivative_sql!($db);
 
             type Row = <$db as sqlx::Database>::Row;
             type Tx = sqlx::Transaction<'static, $db>;
@@ -271,9 +273,10 @@ macro_rules! impl_store {
                 Ok(record.keys().any(|key| lethe_policy::hold::is_held(&holds, &record.tenant, key, at)))
             }
 
-            /// The flip, inside the caller's transaction: every key suppressed in a new epoch, the
-            /// request suppressed, its purge jobs released. Returns the changes to broadcast.
-            async fn flip(tx: &mut Tx, record: &mut ErasureRecord, at: DateTime<Utc>) -> Result<Vec<PolicyChange>, StoreError> {
+            /// The flip, inside the caller's transaction: every key suppressed in a new epoch,
+            /// everything derived from the subject's items (its closure) hidden, the request
+            /// suppressed, its purge jobs released. Returns the changes to broadcast.
+            async fn flip(tx: &mut Tx, record: &mut ErasureRecord, closure: Closure, at: DateTime<Utc>) -> Result<Vec<PolicyChange>, StoreError> {
                 let mut changes = Vec::new();
                 for key in record.keys() {
                     sqlx::query(
@@ -285,7 +288,7 @@ macro_rules! impl_store {
                     .bind(at)
                     .execute(&mut **tx)
                     .await?;
-                    changes.push(PolicyChange { tenant: record.tenant.clone(), subject: Some(key.to_owned()) });
+                    changes.push(PolicyChange::of_subject(&record.tenant, key));
                 }
                 step(record, ErasureEvent::Suppress, at)?;
                 record.suppressed_at = Some(at);
@@ -295,6 +298,9 @@ macro_rules! impl_store {
                     .bind(&record.id)
                     .execute(&mut **tx)
                     .await?;
+                if extend_closure(tx, record, closure, at).await? {
+                    changes.push(PolicyChange::of_derivatives(&record.tenant));
+                }
                 Ok(changes)
             }
 
@@ -302,6 +308,7 @@ macro_rules! impl_store {
             async fn hold_or_flip(
                 tx: &mut Tx,
                 record: &mut ErasureRecord,
+                closure: Closure,
                 at: DateTime<Utc>,
                 audit: &AuditEntry,
             ) -> Result<Vec<PolicyChange>, StoreError> {
@@ -311,7 +318,7 @@ macro_rules! impl_store {
                     append_in(tx, AuditEntry { action: "erasure.hold".into(), target: "erasure".into(), target_ref: Some(record.id.clone()), ..audit.clone() }).await?;
                     return Ok(Vec::new());
                 }
-                let changes = flip(tx, record, at).await?;
+                let changes = flip(tx, record, closure, at).await?;
                 append_in(tx, AuditEntry { action: "erasure.suppress".into(), target: "erasure".into(), target_ref: Some(record.id.clone()), ..audit.clone() }).await?;
                 Ok(changes)
             }
@@ -359,6 +366,7 @@ macro_rules! impl_store {
                     .bind(name)
                     .fetch_all(&mut **tx)
                     .await?;
+                let mut renamed = Vec::new();
                 for row in &rows {
                     let item_id: String = row.try_get("item_id")?;
                     let source_ref: Option<String> = row.try_get("source_ref")?;
@@ -367,16 +375,23 @@ macro_rules! impl_store {
                     if !holds(&item_id) && !source_ref.as_deref().is_some_and(holds) && !parents.0.iter().any(|p| holds(p)) {
                         continue;
                     }
+                    let (store, collection): (String, String) = (row.try_get("store")?, row.try_get("collection")?);
                     sqlx::query("UPDATE items SET item_id = $4, source_ref = $5, parents = $6 WHERE store = $1 AND collection = $2 AND item_id = $3")
-                        .bind(row.try_get::<String, _>("store")?)
-                        .bind(row.try_get::<String, _>("collection")?)
+                        .bind(&store)
+                        .bind(&collection)
                         .bind(&item_id)
                         .bind(item_id.replace(key, name))
                         .bind(source_ref.map(|r| r.replace(key, name)))
                         .bind(Json(parents.0.iter().map(|p| p.replace(key, name)).collect::<Vec<_>>()))
                         .execute(&mut **tx)
                         .await?;
+                    if holds(&item_id) {
+                        renamed.push((ItemKey { store, collection, item: item_id.clone() }, item_id.replace(key, name)));
+                    }
                 }
+                rename_in_lineage(tx, tenant, &renamed).await?;
+                forget_in_lineage(tx, tenant, key, name).await?;
+                <$store>::forget_shared(tx, tenant, key, name).await?;
                 sqlx::query("UPDATE threads SET thread_id = REPLACE(thread_id, $2, $3) WHERE tenant = $1 AND subject = $3")
                     .bind(tenant)
                     .bind(key)
@@ -408,13 +423,105 @@ macro_rules! impl_store {
                 for key in record.keys() {
                     let name = forgotten_name(subject_key, &record.tenant, key)?;
                     forget(tx, &record.tenant, key, &name, at).await?;
-                    changes.push(PolicyChange { tenant: record.tenant.clone(), subject: Some(key.to_owned()) });
+                    changes.push(PolicyChange::of_subject(&record.tenant, key));
                     names.push(name);
                 }
                 let mut names = names.into_iter();
                 record.subject = names.next().unwrap_or_default();
                 record.aliases = names.collect();
                 Ok(changes)
+            }
+
+            /// Moves a request on from where its purge jobs and its derivatives stand, inside the
+            /// caller's transaction: once every job is done, what the closure reaches now is
+            /// recorded and verification looks for the subject's live lineage rows and for
+            /// derivatives decided for erasure but not verified gone, in every purged store; a
+            /// clean request whose derivatives are all decided completes (its keys forgotten, a
+            /// tombstone kept). Answers the changes to broadcast and whether it completed.
+            async fn advance(
+                tx: &mut Tx,
+                subject_key: &std::sync::OnceLock<Vec<u8>>,
+                closure: Closure,
+                record: &mut ErasureRecord,
+                now: DateTime<Utc>,
+                audit: &AuditEntry,
+            ) -> Result<(Vec<PolicyChange>, bool), StoreError> {
+                let rows = sqlx::query("SELECT target, state FROM purge_jobs WHERE request_id = $1 AND state <> 'cancelled'").bind(&record.id).fetch_all(&mut **tx).await?;
+                let jobs: Vec<(String, JobState)> = rows
+                    .iter()
+                    .map(|r| {
+                        let state: String = r.try_get("state")?;
+                        let state = JobState::parse(&state).ok_or_else(|| StoreError::Corrupt(format!("purge job state {state:?}")))?;
+                        Ok((r.try_get("target")?, state))
+                    })
+                    .collect::<Result<_, StoreError>>()?;
+                let mut changes = Vec::new();
+                let mut found = Verification::default();
+                if verification_due(&jobs) {
+                    // A write that landed after the flip on a replica slow to hear of it may have
+                    // derived from the subject since: the closure is looked at again.
+                    if extend_closure(tx, record, closure, now).await? {
+                        changes.push(PolicyChange::of_derivatives(&record.tenant));
+                    }
+                    for (target, _) in &jobs {
+                        let store_name = target.split_once(':').map_or(target.as_str(), |(_, name)| name);
+                        for key in record.keys() {
+                            let live: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM items WHERE tenant = $1 AND subject = $2 AND store = $3 AND deleted_at IS NULL")
+                                .bind(&record.tenant)
+                                .bind(key)
+                                .bind(store_name)
+                                .fetch_one(&mut **tx)
+                                .await?;
+                            if live > 0 {
+                                found.unverified.insert(target.clone());
+                            }
+                        }
+                    }
+                    let targets: Vec<String> = jobs.iter().map(|(t, _)| t.clone()).collect();
+                    let (unverified, undecided) = derivatives_left(tx, &record.id, &targets).await?;
+                    found.unverified.extend(unverified);
+                    found.undecided = undecided;
+                }
+                let next = progress(record.state, &jobs, &found).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+                for event in &next.events {
+                    step(record, *event, now)?;
+                }
+                if next.completed() {
+                    record.completed_at = Some(now);
+                    // From here on the store knows the subject only by its reference.
+                    changes.extend(forget_request(tx, subject_key, record, now).await?);
+                    let scope = serde_json::json!({ "keys": record.keys().collect::<Vec<_>>(), "targets": jobs.iter().map(|(t, _)| t).collect::<Vec<_>>() });
+                    sqlx::query("INSERT INTO tombstones (request_id, tenant, subject, scope, erased_at) VALUES ($1, $2, $3, $4, $5)")
+                        .bind(&record.id)
+                        .bind(&record.tenant)
+                        .bind(&record.subject)
+                        .bind(Json(scope))
+                        .bind(now)
+                        .execute(&mut **tx)
+                        .await?;
+                }
+                for target in &next.rerun {
+                    sqlx::query("UPDATE purge_jobs SET state = $1, next_attempt_at = $2, updated_at = $2 WHERE request_id = $3 AND target = $4")
+                        .bind(JobState::Retrying.as_str())
+                        .bind(now)
+                        .bind(&record.id)
+                        .bind(target)
+                        .execute(&mut **tx)
+                        .await?;
+                }
+                for action in &next.audit {
+                    let event = AuditEntry { action: (*action).into(), target: "erasure".into(), target_ref: Some(record.id.clone()), ..audit.clone() };
+                    append_in(tx, event).await?;
+                }
+                save_erasure(tx, record).await?;
+                Ok((changes, next.completed()))
+            }
+
+            /// After a completion: the erased keys' old row versions are scrubbed from the files.
+            async fn scrubbed(store: &$store) {
+                if let Err(e) = store.scrub().await {
+                    tracing::warn!(error = %e, "the state store's files may still hold the erased keys until its next scrub");
+                }
             }
 
             fn status_of(text: &str) -> Result<SubjectStatus, StoreError> {
@@ -538,7 +645,7 @@ macro_rules! impl_store {
                     .execute(&mut *tx)
                     .await?;
                     append_in(&mut tx, audit).await?;
-                    let change = PolicyChange { tenant: grant.tenant.clone(), subject: Some(grant.subject.clone()) };
+                    let change = PolicyChange::of_subject(&grant.tenant, &grant.subject);
                     commit_change(self, tx, change).await
                 }
 
@@ -580,7 +687,7 @@ macro_rules! impl_store {
                         .await?;
                     }
                     append_in(&mut tx, audit).await?;
-                    let change = PolicyChange { tenant: grant.tenant.clone(), subject: Some(grant.subject.clone()) };
+                    let change = PolicyChange::of_subject(&grant.tenant, &grant.subject);
                     commit_change(self, tx, change).await?;
                     Ok(grant)
                 }
@@ -651,7 +758,7 @@ macro_rules! impl_store {
                     .execute(&mut *tx)
                     .await?;
                     append_in(&mut tx, AuditEntry { target_ref: Some(version.to_string()), ..audit }).await?;
-                    commit_change(self, tx, PolicyChange { tenant: tenant.to_owned(), subject: None }).await?;
+                    commit_change(self, tx, PolicyChange::of(tenant, None)).await?;
                     Ok(RetentionVersion { version, policy: policy.clone(), created_at: at, created_by: actor.to_owned() })
                 }
 
@@ -674,7 +781,7 @@ macro_rules! impl_store {
                     .await?;
                     append_in(&mut tx, audit).await?;
                     // Governed databases keep held rows from their sweep.
-                    commit_change(self, tx, PolicyChange { tenant: h.tenant.clone(), subject: h.subject.clone() }).await
+                    commit_change(self, tx, PolicyChange::of(&h.tenant, h.subject.as_deref())).await
                 }
 
                 async fn hold(&self, id: &str) -> Result<HoldRecord, StoreError> {
@@ -700,7 +807,7 @@ macro_rules! impl_store {
                     // Held erasures this hold covered continue, unless another hold still covers them.
                     let sql = sqlx::AssertSqlSafe(format!("SELECT {ERASURE_COLUMNS} FROM erasure_requests WHERE tenant = $1 AND state = 'held' ORDER BY requested_at"));
                     let rows = sqlx::query(sql).bind(&hold.hold.tenant).fetch_all(&mut *tx).await?;
-                    let mut changes = vec![PolicyChange { tenant: hold.hold.tenant.clone(), subject: hold.hold.subject.clone() }];
+                    let mut changes = vec![PolicyChange::of(&hold.hold.tenant, hold.hold.subject.as_deref())];
                     for row in &rows {
                         let mut record = erasure_from_row(row)?;
                         if held(&mut tx, &record, at).await? {
@@ -709,7 +816,7 @@ macro_rules! impl_store {
                         step(&mut record, ErasureEvent::HoldReleased, at)?;
                         let subject_ref = audit.subject_ref.clone();
                         let resumed = AuditEntry { subject_ref, ..audit.clone() };
-                        changes.extend(hold_or_flip(&mut tx, &mut record, at, &resumed).await?);
+                        changes.extend(hold_or_flip(&mut tx, &mut record, self.closure(), at, &resumed).await?);
                     }
                     commit_changes(self, tx, changes).await?;
                     Ok(hold)
@@ -910,7 +1017,7 @@ macro_rules! impl_store {
                     let mut changes = Vec::new();
                     if authorised {
                         step(&mut record, ErasureEvent::Authorize, at)?;
-                        changes = hold_or_flip(&mut tx, &mut record, at, &audit).await?;
+                        changes = hold_or_flip(&mut tx, &mut record, self.closure(), at, &audit).await?;
                     }
                     commit_changes(self, tx, changes).await?;
                     Ok(record)
@@ -978,11 +1085,17 @@ macro_rules! impl_store {
                         ErasureState::Retrying => Some(ErasureEvent::RetryStarted),
                         _ => None,
                     };
+                    let mut changes = Vec::new();
                     if let Some(event) = event {
+                        // The settle period is over: writes that overtook the flip on a slow
+                        // replica have landed, and what they derived from the subject is found.
+                        if record.state == ErasureState::Suppressed && extend_closure(&mut tx, &record, self.closure(), now).await? {
+                            changes.push(PolicyChange::of_derivatives(&record.tenant));
+                        }
                         step(&mut record, event, now)?;
                         save_erasure(&mut tx, &record).await?;
                     }
-                    tx.commit().await?;
+                    commit_changes(self, tx, changes).await?;
                     Ok(self.purge_jobs(&request_id).await?.into_iter().find(|j| j.id == job_id))
                 }
 
@@ -1034,72 +1147,10 @@ macro_rules! impl_store {
                     .bind(job_id)
                     .execute(&mut *tx)
                     .await?;
-                    let rows = sqlx::query("SELECT target, state FROM purge_jobs WHERE request_id = $1").bind(&request_id).fetch_all(&mut *tx).await?;
-                    let jobs: Vec<(String, JobState)> = rows
-                        .iter()
-                        .map(|r| {
-                            let state: String = r.try_get("state")?;
-                            let state = JobState::parse(&state).ok_or_else(|| StoreError::Corrupt(format!("purge job state {state:?}")))?;
-                            Ok((r.try_get("target")?, state))
-                        })
-                        .collect::<Result<_, StoreError>>()?;
-                    // Verification: no live lineage row of any key in any purged store.
-                    let mut unverified = BTreeSet::new();
-                    if verification_due(&jobs) {
-                        for (target, _) in &jobs {
-                            let store_name = target.split_once(':').map_or(target.as_str(), |(_, name)| name);
-                            for key in record.keys() {
-                                let live: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM items WHERE tenant = $1 AND subject = $2 AND store = $3 AND deleted_at IS NULL")
-                                    .bind(&record.tenant)
-                                    .bind(key)
-                                    .bind(store_name)
-                                    .fetch_one(&mut *tx)
-                                    .await?;
-                                if live > 0 {
-                                    unverified.insert(target.clone());
-                                }
-                            }
-                        }
-                    }
-                    let found = Verification { unverified, undecided: 0 };
-                    let next = progress(record.state, &jobs, &found).map_err(|e| StoreError::Corrupt(e.to_string()))?;
-                    for event in &next.events {
-                        step(&mut record, *event, now)?;
-                    }
-                    let mut changes = Vec::new();
-                    if next.completed() {
-                        record.completed_at = Some(now);
-                        // From here on the store knows the subject only by its reference.
-                        changes = forget_request(&mut tx, &self.subject_key, &mut record, now).await?;
-                        let scope = serde_json::json!({ "keys": record.keys().collect::<Vec<_>>(), "targets": jobs.iter().map(|(t, _)| t).collect::<Vec<_>>() });
-                        sqlx::query("INSERT INTO tombstones (request_id, tenant, subject, scope, erased_at) VALUES ($1, $2, $3, $4, $5)")
-                            .bind(&record.id)
-                            .bind(&record.tenant)
-                            .bind(&record.subject)
-                            .bind(Json(scope))
-                            .bind(now)
-                            .execute(&mut *tx)
-                            .await?;
-                    }
-                    for target in &next.rerun {
-                        sqlx::query("UPDATE purge_jobs SET state = $1, next_attempt_at = $2, updated_at = $2 WHERE request_id = $3 AND target = $4")
-                            .bind(JobState::Retrying.as_str())
-                            .bind(now)
-                            .bind(&record.id)
-                            .bind(target)
-                            .execute(&mut *tx)
-                            .await?;
-                    }
-                    for action in &next.audit {
-                        let event = AuditEntry { action: (*action).into(), target: "erasure".into(), target_ref: Some(request_id.clone()), ..audit.clone() };
-                        append_in(&mut tx, event).await?;
-                    }
-                    save_erasure(&mut tx, &record).await?;
+                    let (changes, completed) = advance(&mut tx, &self.subject_key, self.closure(), &mut record, now, &audit).await?;
                     commit_changes(self, tx, changes).await?;
-                    if next.completed()
-                        && let Err(e) = self.scrub().await
-                    {
-                        tracing::warn!(error = %e, "the state store's files may still hold the erased keys until its next scrub");
+                    if completed {
+                        scrubbed(self).await;
                     }
                     Ok(record)
                 }
@@ -1385,6 +1436,116 @@ macro_rules! impl_store {
                     .fetch_all(&self.pool)
                     .await?;
                     rows.iter().map(|r| Ok((r.try_get("store")?, r.try_get("n")?))).collect()
+                }
+
+                fn shared_memory(&self) -> Option<&dyn crate::store::SharedMemory> {
+                    <$store>::shared(self)
+                }
+
+                fn use_closure(&self, closure: Closure) {
+                    // The first stays: a store is opened with one configuration.
+                    let _ = self.closure.set(closure);
+                }
+
+                async fn record_derived(&self, derived: &[Derived]) -> Result<(), StoreError> {
+                    if derived.is_empty() {
+                        return Ok(());
+                    }
+                    let mut tx = self.write_tx().await?;
+                    record_derived_in(&mut tx, derived).await?;
+                    tx.commit().await?;
+                    Ok(())
+                }
+
+                async fn edges_of(&self, tenant: &str, item: &ItemKey) -> Result<(Vec<Edge>, Vec<Edge>), StoreError> {
+                    let mut c = self.pool.acquire().await?;
+                    edges_of_in(&mut c, tenant, item).await
+                }
+
+                async fn hidden_items(&self, tenant: &str, since: DateTime<Utc>) -> Result<std::collections::HashSet<ItemKey>, StoreError> {
+                    let mut c = self.pool.acquire().await?;
+                    hidden_items_in(&mut c, tenant, since).await
+                }
+
+                async fn derivatives(&self, request_id: &str) -> Result<Vec<Derivative>, StoreError> {
+                    let mut c = self.pool.acquire().await?;
+                    derivatives_in(&mut c, request_id).await
+                }
+
+                async fn closure_of(&self, tenant: &str, keys: &[String], targets: &[String]) -> Result<Vec<Derivative>, StoreError> {
+                    let stores: BTreeSet<String> = targets.iter().map(|t| t.split_once(':').map_or(t.as_str(), |(_, s)| s).to_owned()).collect();
+                    let mut c = self.pool.acquire().await?;
+                    closure_in(&mut c, tenant, keys, &stores, self.closure(), crate::now()).await
+                }
+
+                async fn decide_derivatives(
+                    &self,
+                    request_id: &str,
+                    refs: &[String],
+                    decision: Decision,
+                    reason: &str,
+                    at: DateTime<Utc>,
+                    audit: AuditEntry,
+                ) -> Result<ErasureRecord, StoreError> {
+                    if !matches!(decision, Decision::Erase | Decision::Release) {
+                        return Err(StoreError::NotDecidable("a derivative is erased or released".into()));
+                    }
+                    let mut tx = self.write_tx().await?;
+                    let sql = sqlx::AssertSqlSafe(format!("SELECT {ERASURE_COLUMNS} FROM erasure_requests WHERE id = $1{}", <$store>::FOR_UPDATE));
+                    let mut record = erasure_from_row(&sqlx::query(sql).bind(request_id).fetch_one(&mut *tx).await?)?;
+                    if !record.state.is_suppressed() || record.state.is_final() {
+                        return Err(StoreError::NotDecidable(format!("the request is {}: only a flipped, open request's derivatives are decided", record.state)));
+                    }
+                    let known = derivatives_in(&mut tx, request_id).await?;
+                    let keys: Vec<String> = record.keys().map(str::to_owned).collect();
+                    for reference in refs {
+                        let Some(derivative) = known.iter().find(|d| d.reference == *reference) else {
+                            return Err(StoreError::NotDecidable(format!("{reference} is not a derivative of this request")));
+                        };
+                        if derivative.decision != Decision::Undecided {
+                            return Err(StoreError::NotDecidable(format!("{reference} is not undecided: {}", derivative.decision.as_str())));
+                        }
+                        sqlx::query("UPDATE erasure_derivatives SET decision = $3, decided_by = $4, decided_at = $5, reason = $6 WHERE request_id = $1 AND ref = $2")
+                            .bind(request_id)
+                            .bind(reference)
+                            .bind(decision.as_str())
+                            .bind(&audit.actor)
+                            .bind(at)
+                            .bind(reason)
+                            .execute(&mut *tx)
+                            .await?;
+                        if decision == Decision::Release {
+                            drop_closure_edges(&mut tx, &record.tenant, &keys, &derivative.item).await?;
+                        }
+                        let event = AuditEntry {
+                            action: format!("erasure.derivative_{}", decision.as_str()),
+                            target: format!("derivative/{reference}"),
+                            target_ref: Some(request_id.to_owned()),
+                            ..audit.clone()
+                        };
+                        append_in(&mut tx, event).await?;
+                    }
+                    let (mut changes, completed) = advance(&mut tx, &self.subject_key, self.closure(), &mut record, at, &audit).await?;
+                    changes.push(PolicyChange::of_derivatives(&record.tenant));
+                    commit_changes(self, tx, changes).await?;
+                    if completed {
+                        scrubbed(self).await;
+                    }
+                    Ok(record)
+                }
+
+                async fn derivatives_erased(&self, request_id: &str, refs: &[String], at: DateTime<Utc>) -> Result<(), StoreError> {
+                    let mut tx = self.write_tx().await?;
+                    for reference in refs {
+                        sqlx::query("UPDATE erasure_derivatives SET erased_at = $3 WHERE request_id = $1 AND ref = $2 AND erased_at IS NULL")
+                            .bind(request_id)
+                            .bind(reference)
+                            .bind(at)
+                            .execute(&mut *tx)
+                            .await?;
+                    }
+                    tx.commit().await?;
+                    Ok(())
                 }
 
                 async fn certificate(&self, request_id: &str) -> Result<Option<String>, StoreError> {

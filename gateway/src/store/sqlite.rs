@@ -16,6 +16,7 @@ pub struct SqliteStore {
     /// One process owns the file, so the feed is in-process only and always healthy.
     feed: std::sync::Arc<super::Feed>,
     subject_key: std::sync::OnceLock<Vec<u8>>,
+    closure: std::sync::OnceLock<super::Closure>,
 }
 
 impl SqliteStore {
@@ -55,6 +56,7 @@ impl SqliteStore {
             pool,
             feed: std::sync::Arc::new(super::Feed::new(true)),
             subject_key: std::sync::OnceLock::new(),
+            closure: std::sync::OnceLock::new(),
         })
     }
 
@@ -78,6 +80,24 @@ impl SqliteStore {
         sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)")
             .execute(&self.pool)
             .await?;
+        Ok(())
+    }
+
+    fn shared(&self) -> Option<&dyn super::SharedMemory> {
+        None
+    }
+
+    fn closure(&self) -> super::Closure {
+        self.closure.get().copied().unwrap_or_default()
+    }
+
+    /// Nothing to forget: one process keeps what it served in memory, not here.
+    async fn forget_shared(
+        _tx: &mut sqlx::Transaction<'static, sqlx::Sqlite>,
+        _tenant: &str,
+        _key: &str,
+        _name: &str,
+    ) -> Result<(), StoreError> {
         Ok(())
     }
 

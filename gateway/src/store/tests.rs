@@ -14,6 +14,8 @@ use super::*;
 use crate::now;
 use crate::testing::{fresh_postgres_database, fresh_sqlite_url, migrated};
 
+mod derivatives;
+
 macro_rules! on_both_backends {
     ($($name:ident),* $(,)?) => {
         mod sqlite {
@@ -1187,7 +1189,7 @@ async fn before_deadlines_were_kept(
 
 /// Requests filed before deadlines were kept get the default month, to the month's last day.
 async fn the_deadline_of_an_earlier_request_is_its_default_month(store: Arc<dyn Store>) {
-    assert_eq!(store.migrate().await.unwrap(), [6]);
+    assert_eq!(store.migrate().await.unwrap(), [6, 7]);
     let old = store.erasure("er_old").await.unwrap();
     assert_eq!(
         old.deadline,

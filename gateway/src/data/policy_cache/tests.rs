@@ -56,7 +56,7 @@ async fn until(what: &str, limit: Duration, mut check: impl AsyncFnMut() -> bool
 #[tokio::test]
 async fn a_change_in_this_process_is_seen_by_the_very_next_decision() {
     let store = migrated(&fresh_sqlite_url()).await;
-    let cache = PolicyCache::new(Arc::clone(&store), 100);
+    let cache = PolicyCache::new(Arc::clone(&store), 100, Duration::from_secs(900));
     assert!(cache.subject("acme", "u1").await.unwrap().grants.is_empty());
     let g = grant("u1");
     store.create_grant(&g, audit()).await.unwrap();
@@ -77,7 +77,7 @@ async fn a_change_in_this_process_is_seen_by_the_very_next_decision() {
 async fn replica(url: &str) -> (Arc<dyn Store>, Arc<PolicyCache>) {
     let b = store::connect(url).await.unwrap();
     b.use_subject_key(crate::testing::AUDIT_KEY);
-    let cache = PolicyCache::new(Arc::clone(&b), 1000);
+    let cache = PolicyCache::new(Arc::clone(&b), 1000, Duration::from_secs(900));
     until(
         "replica B's feed to connect",
         Duration::from_secs(10),

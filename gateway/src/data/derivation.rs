@@ -1,0 +1,414 @@
+//! Derivative lineage in flight (`[lineage]`): what each request serves is remembered by its
+//! trace and by the fingerprints of its text (in this replica's memory and, on a PostgreSQL state
+//! store, where the other replicas find it before the request is answered); every write and
+//! prompt is checked against what it derives from, refused when that is under erasure, and its
+//! edges recorded before it is kept.
+
+pub mod memory;
+
+use std::collections::BTreeSet;
+use std::hash::BuildHasher;
+use std::sync::Arc;
+use std::time::Instant;
+
+use lethe_policy::derivation::{Fingerprints, QuoteKey};
+use lethe_policy::{How, Layer, Parent, PolicyView, Refusal, decide_derivation};
+
+use super::RequestContext;
+use super::error::DataError;
+use crate::config::LineageConfig;
+use crate::store::{Derived, Edge, ItemKey, Shared, Sharing, Store};
+use memory::{Limits, Memory, Remembered};
+
+/// The data plane's derivative lineage; `None` settings: it is off.
+pub struct Derivation {
+    settings: Option<Settings>,
+    memory: Memory,
+    store: Arc<dyn Store>,
+    audit_key: Arc<[u8]>,
+    keys: moka::sync::Cache<String, Arc<QuoteKey>>,
+    /// Keys the text seen test; random per process, so nobody can aim at a collision.
+    texts: std::hash::RandomState,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Settings {
+    quote_words: usize,
+    window: chrono::TimeDelta,
+}
+
+/// Something a read served: an item, whose it is, and the text it carried (if any).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Served {
+    pub collection: String,
+    pub id: String,
+    pub owner: String,
+    pub text: String,
+    /// A model's answer (a write that quotes it derives from it `provider`-wise).
+    pub answer: bool,
+}
+
+/// One record a write (or a prompt) carries: the item it writes, whose it is, and its text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Writing<'a> {
+    pub collection: &'a str,
+    pub id: &'a str,
+    pub owner: &'a str,
+    pub text: &'a str,
+}
+
+/// One parent of a record: the item, whose it is, and how the record came from it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParentLink {
+    pub item: ItemKey,
+    pub owner: String,
+    pub how: How,
+}
+
+/// What one record derives from, and the fingerprints of its text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordDerivation {
+    pub item: ItemKey,
+    pub owner: String,
+    pub parents: Vec<ParentLink>,
+    fingerprints: Fingerprints,
+}
+
+/// What a write's records derive from, in their order.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Derivations {
+    pub records: Vec<RecordDerivation>,
+}
+
+impl Derivations {
+    /// The layer a record is stamped with: derived when it has parents.
+    pub fn layer(&self, index: usize) -> Layer {
+        match self.records.get(index) {
+            Some(r) if !r.parents.is_empty() => Layer::Derived,
+            _ => Layer::Raw,
+        }
+    }
+
+    /// The owners of every parent: their policy decides whether the write may derive from them.
+    pub fn owners(&self) -> impl Iterator<Item = &str> {
+        self.records
+            .iter()
+            .flat_map(|r| r.parents.iter().map(|p| p.owner.as_str()))
+    }
+
+    /// Refused when a parent of any record is under erasure (`derived_from_erased`).
+    pub fn check(&self, view: &impl PolicyView, tenant: &str) -> Result<(), Refusal> {
+        self.records.iter().try_for_each(|r| r.check(view, tenant))
+    }
+
+    pub fn of(&self, item: &str) -> Option<&RecordDerivation> {
+        self.records.iter().find(|r| r.item.item == item)
+    }
+}
+
+impl RecordDerivation {
+    pub fn check(&self, view: &impl PolicyView, tenant: &str) -> Result<(), Refusal> {
+        let parents: Vec<Parent<'_>> = self
+            .parents
+            .iter()
+            .map(|p| Parent {
+                item: p.item.as_ref(),
+                owner: &p.owner,
+                how: p.how,
+            })
+            .collect();
+        decide_derivation(view, tenant, &parents)
+    }
+}
+
+/// The lineage collection of a model's answer that its provider does not keep.
+pub const ANSWERS: &str = "answers";
+
+impl Derivation {
+    pub fn new(config: &LineageConfig, store: Arc<dyn Store>, audit_key: Arc<[u8]>) -> Derivation {
+        let settings = config.derivatives.then(|| Settings {
+            quote_words: config.quote_words,
+            window: chrono::TimeDelta::from_std(config.window.0).unwrap_or(chrono::TimeDelta::MAX),
+        });
+        Derivation {
+            settings,
+            memory: Memory::new(
+                Limits {
+                    window: config.window.0,
+                    max_traces: config.max_traces,
+                    max_fingerprints: config.max_fingerprints,
+                    max_bytes: config.max_bytes,
+                },
+                Instant::now(),
+            ),
+            store,
+            audit_key,
+            keys: moka::sync::Cache::builder().max_capacity(10_000).build(),
+            texts: std::hash::RandomState::new(),
+        }
+    }
+
+    pub fn enabled(&self) -> bool {
+        self.settings.is_some()
+    }
+
+    pub fn stats(&self) -> memory::Stats {
+        self.memory.stats()
+    }
+
+    fn key(&self, tenant: &str) -> Arc<QuoteKey> {
+        self.keys.get_with(tenant.to_owned(), || {
+            Arc::new(QuoteKey::of_tenant(&self.audit_key, tenant))
+        })
+    }
+
+    fn remembered(
+        ctx: &RequestContext,
+        collection: &str,
+        id: &str,
+        owner: &str,
+        answer: bool,
+    ) -> Remembered {
+        Remembered {
+            tenant: ctx.tenant().to_owned(),
+            store: ctx.store.clone(),
+            collection: collection.to_owned(),
+            id: id.to_owned(),
+            owner: owner.to_owned(),
+            answer,
+        }
+    }
+
+    /// Remembers what a read served: each item under the request's trace, and its text as
+    /// something a later write or prompt may quote.
+    pub async fn served(&self, ctx: &RequestContext, served: Vec<Served>) -> Result<(), DataError> {
+        let Some(settings) = self.settings else {
+            return Ok(());
+        };
+        let now = Instant::now();
+        let key = self.key(ctx.tenant());
+        let mut shared = Vec::new();
+        for s in served {
+            let item = Arc::new(Self::remembered(
+                ctx,
+                &s.collection,
+                &s.id,
+                &s.owner,
+                s.answer,
+            ));
+            if let Some(trace) = ctx.trace {
+                self.memory.traced_item(&item, trace, now);
+                shared.push(self.shared(&item, Sharing::Trace(trace.to_hex())));
+            }
+            if let Some(fingerprints) = self.fingerprint(&key, &item, &s.text, settings, now) {
+                self.memory.quotable(&item, &fingerprints.runs, now);
+                shared.push(self.shared(
+                    &item,
+                    Sharing::Text {
+                        digest: fingerprints.digest,
+                        runs: fingerprints.runs,
+                    },
+                ));
+            }
+        }
+        self.share(shared).await
+    }
+
+    /// The fingerprints of an item's text, unless the text is too short to quote or was
+    /// remembered in this generation already.
+    fn fingerprint(
+        &self,
+        key: &QuoteKey,
+        item: &Remembered,
+        text: &str,
+        settings: Settings,
+        now: Instant,
+    ) -> Option<Fingerprints> {
+        if text.is_empty()
+            || !self
+                .memory
+                .first_sight(self.texts.hash_one((item, text)), now)
+        {
+            return None;
+        }
+        let fingerprints = key.fingerprints(text, settings.quote_words);
+        (!fingerprints.runs.is_empty()).then_some(fingerprints)
+    }
+
+    fn shared(&self, item: &Remembered, what: Sharing) -> Shared {
+        Shared {
+            tenant: item.tenant.clone(),
+            item: ItemKey::new(&item.store, &item.collection, &item.id),
+            owner: item.owner.clone(),
+            answer: item.answer,
+            at: crate::now(),
+            what,
+        }
+    }
+
+    /// Hands what the replicas share to the state store, before the request is answered: a
+    /// write on another replica under the same trace, or quoting the same text, finds it.
+    async fn share(&self, rows: Vec<Shared>) -> Result<(), DataError> {
+        let Some(shared) = self.store.shared_memory() else {
+            return Ok(());
+        };
+        if rows.is_empty() {
+            return Ok(());
+        }
+        shared.share(&rows).await?;
+        Ok(())
+    }
+
+    /// What each of `writes` derives from: the items its trace read within the window, and
+    /// the items and model answers its text quotes (a run of `quote_words` words of theirs);
+    /// never the record itself.
+    pub async fn parents(
+        &self,
+        ctx: &RequestContext,
+        writes: &[Writing<'_>],
+    ) -> Result<Derivations, DataError> {
+        let Some(settings) = self.settings else {
+            return Ok(Derivations::default());
+        };
+        let now = Instant::now();
+        let key = self.key(ctx.tenant());
+        let traced = match ctx.trace {
+            Some(trace) => self.memory.traced(ctx.tenant(), trace, now),
+            None => Vec::new(),
+        };
+        let fingerprints: Vec<Fingerprints> = writes
+            .iter()
+            .map(|w| key.fingerprints(w.text, settings.quote_words))
+            .collect();
+        let recalled = match self.store.shared_memory() {
+            Some(shared) => {
+                let runs: Vec<u64> = fingerprints
+                    .iter()
+                    .flat_map(|f| f.runs.iter().copied())
+                    .collect::<BTreeSet<_>>()
+                    .into_iter()
+                    .collect();
+                let trace = ctx.trace.map(|t| t.to_hex());
+                let since = crate::now() - settings.window;
+                shared
+                    .recall(ctx.tenant(), trace.as_deref(), &runs, since)
+                    .await?
+            }
+            None => Vec::new(),
+        };
+        let mut records = Vec::with_capacity(writes.len());
+        for (write, fingerprints) in writes.iter().zip(fingerprints) {
+            let me = ItemKey::new(&ctx.store, write.collection, write.id);
+            let mut parents: Vec<ParentLink> = Vec::new();
+            let mut add = |item: ItemKey, owner: &str, how: How| {
+                if item != me && !parents.iter().any(|p| p.item == item && p.how == how) {
+                    parents.push(ParentLink {
+                        item,
+                        owner: owner.to_owned(),
+                        how,
+                    });
+                }
+            };
+            let quoted_how = |answer: bool| if answer { How::Provider } else { How::Quote };
+            for item in &traced {
+                add(key_of(item), &item.owner, How::Trace);
+            }
+            for item in self.memory.quoted(ctx.tenant(), &fingerprints.runs, now) {
+                add(key_of(&item), &item.owner, quoted_how(item.answer));
+            }
+            for r in &recalled {
+                if r.runs.is_empty() {
+                    add(r.item.clone(), &r.owner, How::Trace);
+                } else if r.runs.iter().any(|run| fingerprints.runs.contains(run)) {
+                    add(r.item.clone(), &r.owner, quoted_how(r.answer));
+                }
+            }
+            records.push(RecordDerivation {
+                item: me,
+                owner: write.owner.to_owned(),
+                parents,
+                fingerprints,
+            });
+        }
+        Ok(Derivations { records })
+    }
+
+    /// Records what the written records derive from, before the write is kept: their edges
+    /// (replacing those of `rewritten` items, whose old content derived from something else),
+    /// at once, so that a flip from now on reaches them.
+    pub async fn record(
+        &self,
+        ctx: &RequestContext,
+        derivations: &Derivations,
+        written: &BTreeSet<&str>,
+        rewritten: &BTreeSet<&str>,
+    ) -> Result<(), DataError> {
+        if !self.enabled() {
+            return Ok(());
+        }
+        let at = crate::now();
+        let derived: Vec<Derived> = derivations
+            .records
+            .iter()
+            .filter(|r| written.contains(r.item.item.as_str()))
+            .filter(|r| !r.parents.is_empty() || rewritten.contains(r.item.item.as_str()))
+            .map(|r| Derived {
+                tenant: ctx.tenant().to_owned(),
+                child: r.item.clone(),
+                edges: r
+                    .parents
+                    .iter()
+                    .map(|p| Edge {
+                        child: r.item.clone(),
+                        child_owner: r.owner.clone(),
+                        parent: p.item.clone(),
+                        parent_owner: p.owner.clone(),
+                        how: p.how,
+                        at,
+                    })
+                    .collect(),
+            })
+            .collect();
+        self.store.record_derived(&derived).await?;
+        Ok(())
+    }
+
+    /// Remembers the texts of the records a write kept, as something later writes may quote.
+    pub async fn accepted(
+        &self,
+        ctx: &RequestContext,
+        derivations: Derivations,
+        kept: &BTreeSet<&str>,
+    ) -> Result<(), DataError> {
+        if !self.enabled() {
+            return Ok(());
+        }
+        let now = Instant::now();
+        let mut shared = Vec::new();
+        for r in derivations.records {
+            if !kept.contains(r.item.item.as_str()) || r.fingerprints.runs.is_empty() {
+                continue;
+            }
+            let item = Arc::new(Self::remembered(
+                ctx,
+                &r.item.collection,
+                &r.item.item,
+                &r.owner,
+                false,
+            ));
+            self.memory.quotable(&item, &r.fingerprints.runs, now);
+            shared.push(self.shared(
+                &item,
+                Sharing::Text {
+                    digest: r.fingerprints.digest,
+                    runs: r.fingerprints.runs,
+                },
+            ));
+        }
+        self.share(shared).await
+    }
+}
+
+fn key_of(item: &Remembered) -> ItemKey {
+    ItemKey::new(&item.store, &item.collection, &item.id)
+}
