@@ -105,7 +105,9 @@ fn adapter(c: &mut Criterion) {
         .to_string()
         .into_bytes();
     c.bench_function("chroma query: narrow", |b| {
-        b.iter(|| narrow_read(black_box(&query), true, "acme", Some("u1"), now).expect("narrow"))
+        b.iter(|| {
+            narrow_read(black_box(&query), "c1", true, "acme", Some("u1"), now).expect("narrow")
+        })
     });
 
     let stamp = json!({"lethe_subject": "u1", "lethe_tenant": "acme", "lethe_purpose": "personalization",
@@ -126,7 +128,7 @@ fn adapter(c: &mut Criterion) {
     };
     let plan = ReadPlan {
         nested: true,
-        strip_metadatas: false,
+        ..ReadPlan::default()
     };
     c.bench_function(
         "chroma query answer: parse + decide + filter + serialise (10 x 2 KB)",

@@ -361,13 +361,22 @@ async fn open(config: &Config) -> Result<Arc<dyn Store>, Failure> {
     Ok(store)
 }
 
+/// The state store the configuration names, told how erasures reach derivatives.
 async fn connect(config: &Config) -> Result<Arc<dyn Store>, Failure> {
-    store::connect(&config.state.url).await.map_err(|e| {
+    let store = store::connect(&config.state.url).await.map_err(|e| {
         Failure(
             format!("state store {}: {e}", redact_url(&config.state.url)),
             2,
         )
-    })
+    })?;
+    store.use_closure(
+        match (config.lineage.derivatives, config.lineage.cross_subject) {
+            (false, _) => store::Closure::Off,
+            (true, crate::config::CrossSubject::Review) => store::Closure::Review,
+            (true, crate::config::CrossSubject::Erase) => store::Closure::Erase,
+        },
+    );
+    Ok(store)
 }
 
 /// The URL without its password, for messages.

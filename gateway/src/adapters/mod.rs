@@ -5,6 +5,7 @@
 pub(crate) mod fixtures;
 pub mod sse;
 pub mod stamp;
+pub mod text;
 pub mod write;
 
 use lethe_policy::Refusal;

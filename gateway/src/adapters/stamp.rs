@@ -13,8 +13,10 @@ pub const PURPOSE: &str = "lethe_purpose";
 pub const CATEGORY: &str = "lethe_category";
 pub const EXPIRES_AT: &str = "lethe_expires_at";
 pub const EPOCH: &str = "lethe_epoch";
+/// `raw`, or `derived` for an item made from other items (absent: raw).
+pub const LAYER: &str = "lethe_layer";
 /// Every key of the stamp.
-pub const STAMP_KEYS: [&str; 6] = [SUBJECT, TENANT, PURPOSE, CATEGORY, EXPIRES_AT, EPOCH];
+pub const STAMP_KEYS: [&str; 7] = [SUBJECT, TENANT, PURPOSE, CATEGORY, EXPIRES_AT, EPOCH, LAYER];
 
 /// A request body that must be a JSON object; an empty body is an empty object.
 pub fn parse_object(body: &[u8]) -> Result<Map<String, Value>, AdapterError> {
@@ -85,18 +87,24 @@ pub fn write_stamp(meta: &mut Map<String, Value>, stamp: &Stamp) {
     meta.insert(CATEGORY.into(), json!(stamp.category));
     meta.insert(EXPIRES_AT.into(), json!(stamp.expires_at.timestamp()));
     meta.insert(EPOCH.into(), json!(stamp.epoch));
+    meta.insert(LAYER.into(), json!(stamp.layer.as_str()));
 }
 
-/// The stamp in an item's metadata, if it carries a whole one.
+/// The stamp in an item's metadata, if it carries a whole one (one written before layers were
+/// stamped is raw).
 pub fn read_stamp(meta: &Value) -> Option<Stamp> {
     let m = meta.as_object()?;
     let text = |k: &str| m.get(k)?.as_str().map(str::to_owned);
+    let layer = match m.get(LAYER) {
+        None => Layer::Raw,
+        Some(layer) => layer.as_str()?.parse().ok()?,
+    };
     Some(Stamp {
         tenant: text(TENANT)?,
         subject: text(SUBJECT)?,
         purpose: text(PURPOSE)?,
         category: text(CATEGORY)?,
-        layer: Layer::Raw,
+        layer,
         expires_at: Utc
             .timestamp_opt(m.get(EXPIRES_AT)?.as_i64()?, 0)
             .single()?,

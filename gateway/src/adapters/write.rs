@@ -21,6 +21,8 @@ pub struct RecordFacts<Id> {
     pub purpose: String,
     pub category: String,
     pub requested_expires_at: Option<DateTime<Utc>>,
+    /// `derived` once the record is found to be made from other items (raw until then).
+    pub layer: Layer,
 }
 
 /// The facts of record `index`: subject, purpose and category from the request, else from the
@@ -57,6 +59,7 @@ pub fn record_facts<Id>(
         category: agree(index, scope.category, string_field(meta, CATEGORY, index)?)?
             .ok_or_else(|| missing("category", "Category"))?,
         requested_expires_at: requested_expiry(meta, index)?,
+        layer: Layer::Raw,
     })
 }
 
@@ -78,7 +81,7 @@ pub fn decide_records<Id: Ord>(
             subject: &r.subject,
             purpose: &r.purpose,
             category: &r.category,
-            layer: Layer::Raw,
+            layer: r.layer,
             action: Action::Store,
             authorised_epoch: None,
             requested_expires_at: r.requested_expires_at,

@@ -6,16 +6,18 @@
 
 pub mod memory;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::hash::BuildHasher;
 use std::sync::Arc;
 use std::time::Instant;
 
 use lethe_policy::derivation::{Fingerprints, QuoteKey};
-use lethe_policy::{How, Layer, Parent, PolicyView, Refusal, decide_derivation};
+use lethe_policy::{How, Layer, Parent, PolicyView, Refusal, Stamp, decide_derivation};
 
 use super::RequestContext;
 use super::error::DataError;
+use crate::adapters::write::RecordFacts;
+use crate::adapters::{AdapterError, RecordRefusal};
 use crate::config::LineageConfig;
 use crate::store::{Derived, Edge, ItemKey, Shared, Sharing, Store};
 use memory::{Limits, Memory, Remembered};
@@ -96,9 +98,23 @@ impl Derivations {
             .flat_map(|r| r.parents.iter().map(|p| p.owner.as_str()))
     }
 
-    /// Refused when a parent of any record is under erasure (`derived_from_erased`).
-    pub fn check(&self, view: &impl PolicyView, tenant: &str) -> Result<(), Refusal> {
-        self.records.iter().try_for_each(|r| r.check(view, tenant))
+    /// Refused when a parent of any record is under erasure (`derived_from_erased`), with
+    /// each such record's position.
+    pub fn check(&self, view: &impl PolicyView, tenant: &str) -> Result<(), AdapterError> {
+        let refused: Vec<RecordRefusal> = self
+            .records
+            .iter()
+            .enumerate()
+            .filter_map(|(index, r)| {
+                let refusal = r.check(view, tenant).err()?;
+                Some(RecordRefusal { index, refusal })
+            })
+            .collect();
+        if refused.is_empty() {
+            Ok(())
+        } else {
+            Err(AdapterError::Refused(refused))
+        }
     }
 
     pub fn of(&self, item: &str) -> Option<&RecordDerivation> {
@@ -333,15 +349,45 @@ impl Derivation {
         Ok(Derivations { records })
     }
 
-    /// Records what the written records derive from, before the write is kept: their edges
-    /// (replacing those of `rewritten` items, whose old content derived from something else),
-    /// at once, so that a flip from now on reaches them.
+    /// What the records of a write of `collection` derive from (`texts` in their order); each
+    /// record's layer is set from it.
+    pub async fn derive<Id: Sync>(
+        &self,
+        ctx: &RequestContext,
+        collection: &str,
+        records: &mut [RecordFacts<Id>],
+        id: impl Fn(&Id) -> String,
+        texts: &[&str],
+    ) -> Result<Derivations, DataError> {
+        let ids: Vec<String> = records.iter().map(|r| id(&r.id)).collect();
+        let writes: Vec<Writing<'_>> = records
+            .iter()
+            .zip(&ids)
+            .zip(texts.iter().copied().chain(std::iter::repeat("")))
+            .map(|((r, id), text)| Writing {
+                collection,
+                id,
+                owner: &r.subject,
+                text,
+            })
+            .collect();
+        let derivations = self.parents(ctx, &writes).await?;
+        for (i, record) in records.iter_mut().enumerate() {
+            record.layer = derivations.layer(i);
+        }
+        Ok(derivations)
+    }
+
+    /// Records what the records about to be written (`written`, by id) derive from, before the
+    /// store takes them: their edges (replacing those of `rewritten` ids, whose old content
+    /// derived from something else), so that a flip from now on reaches them. Recorded before the
+    /// write, so that a write that fails leaves at worst an edge of an item that holds nothing.
     pub async fn record(
         &self,
         ctx: &RequestContext,
         derivations: &Derivations,
-        written: &BTreeSet<&str>,
-        rewritten: &BTreeSet<&str>,
+        written: &[String],
+        rewritten: &[String],
     ) -> Result<(), DataError> {
         if !self.enabled() {
             return Ok(());
@@ -350,8 +396,8 @@ impl Derivation {
         let derived: Vec<Derived> = derivations
             .records
             .iter()
-            .filter(|r| written.contains(r.item.item.as_str()))
-            .filter(|r| !r.parents.is_empty() || rewritten.contains(r.item.item.as_str()))
+            .filter(|r| written.contains(&r.item.item))
+            .filter(|r| !r.parents.is_empty() || rewritten.contains(&r.item.item))
             .map(|r| Derived {
                 tenant: ctx.tenant().to_owned(),
                 child: r.item.clone(),
@@ -373,12 +419,13 @@ impl Derivation {
         Ok(())
     }
 
-    /// Remembers the texts of the records a write kept, as something later writes may quote.
+    /// Remembers the texts of the records a write kept (`kept`, by id), as something later
+    /// writes may quote.
     pub async fn accepted(
         &self,
         ctx: &RequestContext,
         derivations: Derivations,
-        kept: &BTreeSet<&str>,
+        kept: &[String],
     ) -> Result<(), DataError> {
         if !self.enabled() {
             return Ok(());
@@ -386,7 +433,7 @@ impl Derivation {
         let now = Instant::now();
         let mut shared = Vec::new();
         for r in derivations.records {
-            if !kept.contains(r.item.item.as_str()) || r.fingerprints.runs.is_empty() {
+            if !kept.contains(&r.item.item) || r.fingerprints.runs.is_empty() {
                 continue;
             }
             let item = Arc::new(Self::remembered(
@@ -407,6 +454,18 @@ impl Derivation {
         }
         self.share(shared).await
     }
+}
+
+/// The ids whose item the store held stamped as derived (a rewrite replaces what they derive
+/// from), as lineage names them.
+pub fn derived_before<K>(
+    held: &BTreeMap<K, Option<Stamp>>,
+    id: impl Fn(&K) -> String,
+) -> Vec<String> {
+    held.iter()
+        .filter(|(_, stamp)| stamp.as_ref().is_some_and(|s| s.layer == Layer::Derived))
+        .map(|(k, _)| id(k))
+        .collect()
 }
 
 fn key_of(item: &Remembered) -> ItemKey {

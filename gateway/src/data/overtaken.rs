@@ -1,12 +1,14 @@
 //! The step every route takes once a store has taken a write: a flip may have committed while
-//! the write was in flight (decided before it, landed after it). What it overtook is undone and
-//! the write refused, so that nothing lands behind an erasure's purge; the rest is recorded.
+//! the write was in flight (decided before it, landed after it), of the write's own subject or of
+//! a subject it derives from. What it overtook is undone and the write refused, so that nothing
+//! lands behind an erasure's purge; the rest is recorded.
 
 use std::future::Future;
 
 use lethe_policy::{Refusal, still_current};
 
 use super::Upstream;
+use super::derivation::Derivations;
 use super::error::DataError;
 use crate::store::ItemRecord;
 
@@ -24,13 +26,15 @@ pub enum Recording {
 }
 
 /// Keeps what the store took (`rows`, of one store and collection), or undoes what a flip
-/// overtook: `undo` is given the overtaken rows and answers those it could not undo, which stay recorded for the purge to find. Refuses
-/// with the overtaking flip's reason when anything was overtaken.
+/// overtook (of a row's subject, or of a subject one of its `derived` parents is of): `undo` is
+/// given the overtaken rows and answers those it could not undo, which stay recorded for the
+/// purge to find. Refuses with the overtaking flip's reason when anything was overtaken.
 pub async fn keep_unless_overtaken<F, Fut>(
     upstream: &Upstream<'_>,
     tenant: &str,
     rows: Vec<ItemRecord>,
     recording: Recording,
+    derived: Option<&Derivations>,
     undo: F,
 ) -> Result<(), DataError>
 where
@@ -41,18 +45,29 @@ where
     if recording == Recording::First {
         state.store.record_items(&rows).await?;
     }
-    let subjects: Vec<&str> = rows.iter().map(|r| r.subject.as_str()).collect();
+    // Collected first: iterator adaptors held across the await would make the future not Send.
+    let subjects: Vec<&str> = rows
+        .iter()
+        .map(|r| r.subject.as_str())
+        .chain(derived.into_iter().flat_map(Derivations::owners))
+        .collect();
     let view = state.policy.view(tenant, subjects).await?;
     let mut refusal: Option<Refusal> = None;
+    let still = |row: &ItemRecord| {
+        still_current(&view, &row.stamp())?;
+        match derived.and_then(|d| d.of(&row.item_id)) {
+            Some(derivation) => derivation.check(&view, tenant),
+            None => Ok(()),
+        }
+    };
     let (current, overtaken): (Vec<_>, Vec<_>) =
-        rows.into_iter()
-            .partition(|row| match still_current(&view, &row.stamp()) {
-                Ok(()) => true,
-                Err(r) => {
-                    refusal.get_or_insert(r);
-                    false
-                }
-            });
+        rows.into_iter().partition(|row| match still(row) {
+            Ok(()) => true,
+            Err(r) => {
+                refusal.get_or_insert(r);
+                false
+            }
+        });
     let left = if overtaken.is_empty() {
         Vec::new()
     } else {

@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use chrono::{DateTime, Utc};
 use hyper::Method;
-use lethe_policy::{Overwrite, PolicyView, ReadContext, Stamp, decide_read};
+use lethe_policy::{Overwrite, PolicyView, ReadContext, Stamp, decide_read_item};
 use serde_json::{Map, Value, json};
 
 use crate::adapters::stamp::{EXPIRES_AT, SUBJECT, TENANT, parse_object, read_stamp, write_stamp};
@@ -177,6 +177,19 @@ pub struct PlannedWrite {
 impl PlannedWrite {
     pub fn subjects(&self) -> BTreeSet<&str> {
         self.records.iter().map(|r| r.subject.as_str()).collect()
+    }
+
+    /// Each record's document (empty where it has none), in the records' order.
+    pub fn documents(&self) -> Vec<&str> {
+        let documents = self.body.get("documents").and_then(Value::as_array);
+        (0..self.records.len())
+            .map(|i| {
+                documents
+                    .and_then(|d| d.get(i))
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+            })
+            .collect()
     }
     pub fn ids(&self) -> Vec<String> {
         self.records.iter().map(|r| r.id.clone()).collect()
@@ -351,12 +364,22 @@ pub fn apply_write(
 }
 
 /// How a read's response must be cut back.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ReadPlan {
+    /// The collection read (its records are decided as the items they are).
+    pub collection: String,
     /// `query` answers arrays nested per query; `get` answers flat arrays.
     pub nested: bool,
     /// Lethe asked for metadatas the client did not; they are removed from the answer.
     pub strip_metadatas: bool,
+}
+
+/// A record a read answered with: its id, its stamp's subject, its document.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServedRecord {
+    pub id: String,
+    pub owner: String,
+    pub document: String,
 }
 
 /// The `where` that finds the records stamped as any of a subject's keys in a tenant (what an
@@ -395,9 +418,11 @@ fn narrowed_where(original: Option<Value>, mut conditions: Vec<Value>) -> Value 
     }
 }
 
-/// Rewrites a `get` or `query` body: narrowed `where`, and metadatas included (needed to decide).
+/// Rewrites a `get` or `query` body of `collection`: narrowed `where`, and metadatas included
+/// (needed to decide).
 pub fn narrow_read(
     body: &[u8],
+    collection: &str,
     nested: bool,
     tenant: &str,
     bound_subject: Option<&str>,
@@ -433,6 +458,7 @@ pub fn narrow_read(
     Ok((
         bytes,
         ReadPlan {
+            collection: collection.to_owned(),
             nested,
             strip_metadatas,
         },
@@ -530,8 +556,10 @@ fn retain_parallel(map: &mut Map<String, Value>, keep: &[bool]) {
     }
 }
 
-/// Drops every record `decide_read` refuses, keeping the parallel arrays aligned (per query for
-/// `query`). Fails closed: an answer whose arrays do not line up is not passed on.
+/// Drops every record the caller may not read (its stamp refused, or hidden by an erasure's
+/// closure), keeping the parallel arrays aligned (per query for `query`). Fails closed: an
+/// answer whose arrays do not line up is not passed on. The metadatas Lethe asked for stay until
+/// [`strip_added`].
 pub fn filter_read(
     response: Value,
     plan: &ReadPlan,
@@ -542,8 +570,10 @@ pub fn filter_read(
     let Value::Object(mut map) = response else {
         return Err(AdapterError::UpstreamInvalid("not a JSON object".into()));
     };
-    let decide = |meta: Option<&Value>| {
-        decide_read(view, ctx, meta.and_then(read_stamp).as_ref(), now).is_ok()
+    let decide = |id: Option<&Value>, meta: Option<&Value>| {
+        let stamp = meta.and_then(read_stamp);
+        let id = id.and_then(Value::as_str).unwrap_or_default();
+        decide_read_item(view, ctx, &plan.collection, id, stamp.as_ref(), now).is_ok()
     };
     let ids = map
         .get("ids")
@@ -562,14 +592,7 @@ pub fn filter_read(
                     slice.insert(key.into(), inner.take());
                 }
             }
-            let metas = slice.get("metadatas").and_then(Value::as_array);
-            let count = slice
-                .get("ids")
-                .and_then(Value::as_array)
-                .map_or(0, Vec::len);
-            let keep: Vec<bool> = (0..count)
-                .map(|i| decide(metas.and_then(|m| m.get(i))))
-                .collect();
+            let keep = kept(&slice, &decide);
             retain_parallel(&mut slice, &keep);
             for (key, value) in slice {
                 if let Some(Value::Array(outer)) = map.get_mut(&key)
@@ -580,19 +603,67 @@ pub fn filter_read(
             }
         }
     } else {
-        let metas = map.get("metadatas").and_then(Value::as_array);
-        let keep: Vec<bool> = (0..ids)
-            .map(|i| decide(metas.and_then(|m| m.get(i))))
-            .collect();
+        let keep = kept(&map, &decide);
         retain_parallel(&mut map, &keep);
     }
-    if plan.strip_metadatas {
+    Ok(Value::Object(map))
+}
+
+/// Which records of a flat answer `decide` keeps.
+fn kept(
+    flat: &Map<String, Value>,
+    decide: &impl Fn(Option<&Value>, Option<&Value>) -> bool,
+) -> Vec<bool> {
+    let ids = flat.get("ids").and_then(Value::as_array);
+    let metas = flat.get("metadatas").and_then(Value::as_array);
+    (0..ids.map_or(0, Vec::len))
+        .map(|i| decide(ids.and_then(|a| a.get(i)), metas.and_then(|m| m.get(i))))
+        .collect()
+}
+
+/// The records a filtered answer serves, every query's of a `query`.
+pub fn served(answer: &Value, plan: &ReadPlan) -> Vec<ServedRecord> {
+    let lists = |key: &str| -> Vec<Option<&Vec<Value>>> {
+        match answer.get(key).and_then(Value::as_array) {
+            Some(outer) if plan.nested => outer.iter().map(Value::as_array).collect(),
+            Some(flat) => vec![Some(flat)],
+            None => Vec::new(),
+        }
+    };
+    let (ids, metas, documents) = (lists("ids"), lists("metadatas"), lists("documents"));
+    let mut served = Vec::new();
+    fn at<'v>(lists: &[Option<&'v Vec<Value>>], q: usize, i: usize) -> Option<&'v Value> {
+        lists.get(q).copied().flatten().and_then(|l| l.get(i))
+    }
+    for (q, ids) in ids.iter().enumerate() {
+        let Some(ids) = ids else { continue };
+        for (i, id) in ids.iter().enumerate() {
+            let stamp = at(&metas, q, i).and_then(read_stamp);
+            let (Some(id), Some(stamp)) = (id.as_str(), stamp) else {
+                continue;
+            };
+            let document = at(&documents, q, i).and_then(Value::as_str);
+            served.push(ServedRecord {
+                id: id.to_owned(),
+                owner: stamp.subject,
+                document: document.unwrap_or_default().to_owned(),
+            });
+        }
+    }
+    served
+}
+
+/// Takes the metadatas Lethe asked for, and the client did not, out of a filtered answer.
+pub fn strip_added(answer: &mut Value, plan: &ReadPlan) {
+    if !plan.strip_metadatas {
+        return;
+    }
+    if let Value::Object(map) = answer {
         map.insert("metadatas".into(), Value::Null);
         if let Some(Value::Array(include)) = map.get_mut("include") {
             include.retain(|v| v != "metadatas");
         }
     }
-    Ok(Value::Object(map))
 }
 
 #[cfg(test)]

@@ -7,6 +7,7 @@ use hyper::{Method, Response, StatusCode};
 use serde_json::{Value, json};
 
 use crate::auth::Role;
+use crate::data::derivation::{Served, derived_before};
 use crate::data::error::{DataError, json_response};
 use crate::data::forward::Answer;
 use crate::data::overtaken::{Recording, keep_unless_overtaken};
@@ -41,9 +42,9 @@ pub(crate) async fn handle(
         Endpoint::Write { collection, kind } => {
             write(upstream, ctx, path, &collection, kind, body).await
         }
-        Endpoint::Get { .. } => read(upstream, ctx, path, body, false).await,
-        Endpoint::Query { .. } => read(upstream, ctx, path, body, true).await,
-        Endpoint::Count { .. } => count(upstream, ctx, path).await,
+        Endpoint::Get { collection } => read(upstream, ctx, path, &collection, body, false).await,
+        Endpoint::Query { collection } => read(upstream, ctx, path, &collection, body, true).await,
+        Endpoint::Count { collection } => count(upstream, ctx, path, &collection).await,
         Endpoint::Delete { collection } => delete(upstream, ctx, path, &collection, body).await,
     }
 }
@@ -59,9 +60,21 @@ async fn write(
     let Upstream { state, route, .. } = *upstream;
     let tenant = ctx.tenant();
     let scope = ctx.scope();
-    let planned = adapter::plan_write(&body, &scope)?;
-    let view = state.policy.view(tenant, planned.subjects()).await?;
+    let mut planned = adapter::plan_write(&body, &scope)?;
+    let documents: Vec<String> = planned.documents().into_iter().map(str::to_owned).collect();
+    let texts: Vec<&str> = documents.iter().map(String::as_str).collect();
+    let derivations = state
+        .derivation
+        .derive(ctx, collection, &mut planned.records, String::clone, &texts)
+        .await?;
+    let subjects: Vec<&str> = planned
+        .subjects()
+        .into_iter()
+        .chain(derivations.owners())
+        .collect();
+    let view = state.policy.view(tenant, subjects).await?;
     adapter::check_write(&planned, tenant, &view, crate::now())?;
+    derivations.check(&view, tenant)?;
     // The stamps Chroma holds under these ids decide who owns them, not lineage.
     let found = upstream
         .send(
@@ -80,6 +93,12 @@ async fn write(
         // An update of ids Chroma does not hold: Chroma would ignore them too.
         return Ok(json_response(StatusCode::OK, &json!({})));
     };
+    let written: Vec<String> = stamped.stamps.iter().map(|(id, _)| id.clone()).collect();
+    let rewritten = derived_before(&held, String::clone);
+    state
+        .derivation
+        .record(ctx, &derivations, &written, &rewritten)
+        .await?;
     let answer = upstream.send(Method::POST, path, Bytes::from(body)).await?;
     if !answer.is_success() {
         return Ok(answer.passed_on());
@@ -104,11 +123,17 @@ async fn write(
             overtaken
         }
     };
-    keep_unless_overtaken(upstream, tenant, rows, Recording::Batched, undo).await?;
+    let derived = Some(&derivations);
+    keep_unless_overtaken(upstream, tenant, rows, Recording::Batched, derived, undo).await?;
+    state
+        .derivation
+        .accepted(ctx, derivations, &written)
+        .await?;
     Ok(answer.passed_on())
 }
 
 /// Decides every record of a read answer; the policy of every subject in it is loaded first.
+/// What it serves is remembered for what the caller derives from it.
 async fn filter(
     state: &DataState,
     ctx: &RequestContext,
@@ -123,24 +148,35 @@ async fn filter(
         .view_of_owners(tenant, &adapter::subjects_in(&value))
         .await?;
     let read_ctx = ctx.read_context();
-    Ok(adapter::filter_read(
-        value,
-        plan,
-        &view,
-        &read_ctx,
-        crate::now(),
-    )?)
+    let mut filtered = adapter::filter_read(value, plan, &view, &read_ctx, crate::now())?;
+    if state.derivation.enabled() {
+        let served = adapter::served(&filtered, plan)
+            .into_iter()
+            .map(|r| Served {
+                collection: plan.collection.clone(),
+                id: r.id,
+                owner: r.owner,
+                text: r.document,
+                answer: false,
+            })
+            .collect();
+        state.derivation.served(ctx, served).await?;
+    }
+    adapter::strip_added(&mut filtered, plan);
+    Ok(filtered)
 }
 
 async fn read(
     upstream: &Upstream<'_>,
     ctx: &RequestContext,
     path: &str,
+    collection: &str,
     body: Bytes,
     nested: bool,
 ) -> Result<Response<Full<Bytes>>, DataError> {
     let (body, plan) = adapter::narrow_read(
         &body,
+        collection,
         nested,
         ctx.tenant(),
         ctx.subject.as_deref(),
@@ -159,6 +195,7 @@ async fn count(
     upstream: &Upstream<'_>,
     ctx: &RequestContext,
     path: &str,
+    collection: &str,
 ) -> Result<Response<Full<Bytes>>, DataError> {
     let get_path = sibling(path, "get");
     let body = adapter::scoped_get(
@@ -175,8 +212,8 @@ async fn count(
         return Ok(answer.passed_on());
     }
     let plan = ReadPlan {
-        nested: false,
-        strip_metadatas: false,
+        collection: collection.to_owned(),
+        ..ReadPlan::default()
     };
     let filtered = filter(upstream.state, ctx, &answer, &plan).await?;
     let n = filtered

@@ -183,7 +183,15 @@ async fn create_thread(
     let row = ItemRecord::stamped(&route.name, THREADS, id, stamp, now, ctx.source.clone());
     // Registered before the client learns the id: its next request is decided on it.
     let undo = |rows| undo_with(upstream, Method::DELETE, undo_path, Bytes::new(), rows);
-    keep_unless_overtaken(upstream, ctx.tenant(), vec![row], Recording::AtOnce, undo).await?;
+    keep_unless_overtaken(
+        upstream,
+        ctx.tenant(),
+        vec![row],
+        Recording::AtOnce,
+        None,
+        undo,
+    )
+    .await?;
     Ok(answer.passed_on())
 }
 
@@ -342,7 +350,15 @@ async fn put_item(
     let undo_body = Bytes::from(json!({ "namespace": namespace, "key": key }).to_string());
     let row = ItemRecord::stamped(&route.name, STORE, id, stamp, now, ctx.source.clone());
     let undo = |rows| undo_with(upstream, Method::DELETE, path.to_owned(), undo_body, rows);
-    keep_unless_overtaken(upstream, ctx.tenant(), vec![row], Recording::Batched, undo).await?;
+    keep_unless_overtaken(
+        upstream,
+        ctx.tenant(),
+        vec![row],
+        Recording::Batched,
+        None,
+        undo,
+    )
+    .await?;
     Ok(answer.passed_on())
 }
 

@@ -262,7 +262,7 @@ async fn keep(
         }
         left
     };
-    keep_unless_overtaken(upstream, about.tenant(), rows, Recording::First, undo).await
+    keep_unless_overtaken(upstream, about.tenant(), rows, Recording::First, None, undo).await
 }
 
 /// An object the request names must be recorded as the caller's subject's.

@@ -18,6 +18,7 @@ use serde_json::{Map, Value, json};
 use crate::adapters::stamp::{
     EXPIRES_AT, SUBJECT, TENANT, parse_object, read_stamp, string_field, write_stamp,
 };
+use crate::adapters::text::text_of_fields;
 use crate::adapters::write::{decide_records, record_facts};
 use crate::adapters::{AdapterError, Scope};
 use edit::EditKind;
@@ -327,6 +328,14 @@ impl PlannedUpsert {
     pub fn ids(&self) -> Vec<PointId> {
         self.facts.iter().map(|f| f.id.clone()).collect()
     }
+
+    /// Each point's text (its `text_fields`, or every string of its payload), in order.
+    pub fn texts(&self, text_fields: &[String]) -> Vec<String> {
+        self.points
+            .iter()
+            .map(|p| text_of_fields(p.get("payload").and_then(Value::as_object), text_fields))
+            .collect()
+    }
 }
 
 /// Parses `{"points": [{id, vector, payload}]}` and finds each point's subject, purpose and
@@ -402,6 +411,51 @@ fn plan_upsert_map(
         planned.points.push(point.clone());
     }
     Ok(planned)
+}
+
+/// Calls `each` with every point an answer names, wherever it sits: a list of points, under
+/// `points`, as a group's hits or looked-up point, in a batch's answers. A point is not looked
+/// into (its payload is the app's).
+fn each_point<'v>(value: &'v Value, each: &mut impl FnMut(&'v Value)) {
+    match value {
+        Value::Array(items) => items.iter().for_each(|v| each_point(v, each)),
+        Value::Object(map) if map.contains_key("id") && !map.contains_key("hits") => each(value),
+        Value::Object(map) => map.values().for_each(|v| each_point(v, each)),
+        _ => {}
+    }
+}
+
+/// Whose each point of an answer is (its stamp's subject), by id: read before the answer is cut
+/// to what the client asked for.
+pub fn owners_of(answer: &Value) -> BTreeMap<String, String> {
+    let mut owners = BTreeMap::new();
+    each_point(answer, &mut |point| {
+        let id = point.get("id").and_then(PointId::parse);
+        let stamp = point.get("payload").and_then(read_stamp);
+        if let (Some(id), Some(stamp)) = (id, stamp) {
+            owners.insert(id.key(), stamp.subject);
+        }
+    });
+    owners
+}
+
+/// The points a decided answer serves: (id, whose it is, the text it reached the client with).
+pub fn served_points(
+    decided: &Value,
+    owners: &BTreeMap<String, String>,
+    text_fields: &[String],
+) -> Vec<(String, String, String)> {
+    let mut served = Vec::new();
+    each_point(decided, &mut |point| {
+        let Some(id) = point.get("id").and_then(PointId::parse).map(|id| id.key()) else {
+            return;
+        };
+        if let Some(owner) = owners.get(&id) {
+            let payload = point.get("payload").and_then(Value::as_object);
+            served.push((id, owner.clone(), text_of_fields(payload, text_fields)));
+        }
+    });
+    served
 }
 
 /// The scroll that reads what Qdrant holds under `ids` (their payloads), just before a write.
@@ -597,13 +651,17 @@ impl PayloadWanted {
 /// What a read must decide before it is sent, and how its answer is cut back.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct ReadPlan {
+    /// The collection read: its points are decided as the items they are.
+    pub collection: String,
     /// Which of the points' payloads the client wanted.
     pub payload: PayloadWanted,
     /// The points the request names (as a query vector or an example), by collection (`None`:
     /// the request's own): each must be the caller's to read.
     pub refs: Vec<(Option<String>, PointId)>,
-    /// What the client wanted of each group's looked-up point, if it asked for one.
+    /// What the client wanted of each group's looked-up point, if it asked for one, and the
+    /// collection it is looked up in.
     pub lookup: Option<PayloadWanted>,
+    pub lookup_collection: String,
 }
 
 /// Narrows a `points/scroll` body.

@@ -96,7 +96,11 @@ impl RouteStore for Qdrant {
         path: &str,
         body: Bytes,
     ) -> Result<Response<Body>, DataError> {
-        route::handle(upstream, ctx, path, body, self.subject_field.as_deref())
+        let fields = route::Fields {
+            subject: self.subject_field.as_deref(),
+            text: &self.text_fields,
+        };
+        route::handle(upstream, ctx, path, body, fields)
             .await
             .map(whole)
     }

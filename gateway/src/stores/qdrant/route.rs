@@ -9,6 +9,7 @@ use serde_json::{Value, json};
 
 use crate::adapters::stamp::read_stamp;
 use crate::auth::Role;
+use crate::data::derivation::{Derivations, Served, derived_before};
 use crate::data::error::{DataError, json_response};
 use crate::data::forward::Answer;
 use crate::data::overtaken::{Recording, keep_unless_overtaken};
@@ -23,15 +24,23 @@ use crate::stores::qdrant::adapter::{self, Endpoint, PayloadWanted, PointId, Rea
 /// The most points one narrowed scroll page holds, when Lethe pages through a scope.
 const PAGE: usize = 1000;
 
+/// The payload keys a route reads: the one naming a point's subject, and those holding its text.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Fields<'a> {
+    pub subject: Option<&'a str>,
+    pub text: &'a [String],
+}
+
 /// One Qdrant request, from classification to the checked answer.
 pub(crate) async fn handle(
     upstream: &Upstream<'_>,
     ctx: &RequestContext,
     path: &str,
     body: Bytes,
-    subject_field: Option<&str>,
+    fields: Fields<'_>,
 ) -> Result<Response<Full<Bytes>>, DataError> {
     let parts = upstream.parts;
+    let subject_field = fields.subject;
     match adapter::classify(&parts.method, path) {
         Endpoint::Refused => Err(DataError::unknown_endpoint()),
         Endpoint::NonCanonical => Err(DataError::new(
@@ -58,31 +67,35 @@ pub(crate) async fn handle(
             Ok(answer.passed_on())
         }
         Endpoint::Upsert { collection } => {
-            upsert(upstream, ctx, path, &collection, body, subject_field).await
+            upsert(upstream, ctx, path, &collection, body, fields).await
         }
         Endpoint::Search { collection, shape } => {
-            let (body, plan) = read::narrow_search_body(
+            let (body, mut plan) = read::narrow_search_body(
                 &body,
                 shape,
                 ctx.tenant(),
                 ctx.subject.as_deref(),
                 crate::now(),
             )?;
+            plan.collection.clone_from(&collection);
             if let Some(refused) =
                 named_points_refused(upstream, ctx, &collection, &[&plan]).await?
             {
                 return Ok(refused);
             }
-            self::read(upstream, ctx, path, body, &plan).await
+            self::read(upstream, ctx, path, body, &plan, fields).await
         }
         Endpoint::SearchBatch { collection, shape } => {
-            let (body, plans) = read::narrow_search_batch_body(
+            let (body, mut plans) = read::narrow_search_batch_body(
                 &body,
                 shape,
                 ctx.tenant(),
                 ctx.subject.as_deref(),
                 crate::now(),
             )?;
+            for plan in &mut plans {
+                plan.collection.clone_from(&collection);
+            }
             let all: Vec<&ReadPlan> = plans.iter().collect();
             if let Some(refused) = named_points_refused(upstream, ctx, &collection, &all).await? {
                 return Ok(refused);
@@ -92,37 +105,49 @@ pub(crate) async fn handle(
                 return Ok(answer.passed_on());
             }
             let (value, view) = answer_and_view(upstream, ctx, &answer).await?;
+            let owners = adapter::owners_of(&value);
             let decided =
                 read::decide_batch(value, &plans, &view, &ctx.read_context(), crate::now())?;
+            remember_served(upstream, ctx, &collection, &owners, &decided, fields).await?;
             Ok(json_response(answer.status, &decided))
         }
-        Endpoint::Scroll { .. } => {
-            let (body, plan) = adapter::narrow_scroll_body(
+        Endpoint::Scroll { collection } => {
+            let (body, mut plan) = adapter::narrow_scroll_body(
                 &body,
                 ctx.tenant(),
                 ctx.subject.as_deref(),
                 crate::now(),
             )?;
-            self::read(upstream, ctx, path, body, &plan).await
+            plan.collection = collection;
+            self::read(upstream, ctx, path, body, &plan, fields).await
         }
         Endpoint::Matrix { collection, .. } => matrix(upstream, ctx, path, &collection, body).await,
         Endpoint::Facet { collection } => facet(upstream, ctx, &collection, body).await,
         Endpoint::Count { collection } => count(upstream, ctx, &collection, body).await,
         Endpoint::Retrieve { collection } => {
             let (ids, payload, with_vector) = adapter::parse_retrieve(&body)?;
-            match allowed(upstream, ctx, &collection, &ids, &payload, &with_vector).await? {
+            let wanted = Wanted {
+                payload: &payload,
+                vector: &with_vector,
+                served: Some(fields),
+            };
+            match allowed(upstream, ctx, &collection, &ids, wanted).await? {
                 Ok(points) => Ok(ok(json!(points))),
                 Err(refused) => Ok(refused.passed_on()),
             }
         }
         Endpoint::GetPoint { collection, id } => {
+            let wanted = Wanted {
+                payload: &PayloadWanted::All,
+                vector: &json!(true),
+                served: Some(fields),
+            };
             let points = allowed(
                 upstream,
                 ctx,
                 &collection,
                 std::slice::from_ref(&id),
-                &PayloadWanted::All,
-                &json!(true),
+                wanted,
             )
             .await?;
             let points = match points {
@@ -186,13 +211,25 @@ async fn upsert(
     path: &str,
     collection: &str,
     body: Bytes,
-    subject_field: Option<&str>,
+    fields: Fields<'_>,
 ) -> Result<Response<Full<Bytes>>, DataError> {
     let state = upstream.state;
     let tenant = ctx.tenant();
-    let planned = adapter::plan_upsert(&body, &ctx.scope(), subject_field)?;
-    let view = state.policy.view(tenant, planned.subjects()).await?;
+    let mut planned = adapter::plan_upsert(&body, &ctx.scope(), fields.subject)?;
+    let texts = planned.texts(fields.text);
+    let texts: Vec<&str> = texts.iter().map(String::as_str).collect();
+    let derivations = state
+        .derivation
+        .derive(ctx, collection, &mut planned.facts, PointId::key, &texts)
+        .await?;
+    let subjects: Vec<&str> = planned
+        .subjects()
+        .into_iter()
+        .chain(derivations.owners())
+        .collect();
+    let view = state.policy.view(tenant, subjects).await?;
     adapter::check_upsert(&planned, tenant, &view, crate::now())?;
+    derivations.check(&view, tenant)?;
     // The stamps Qdrant holds under these ids decide who owns them, not lineage.
     let held = match held(upstream, collection, &planned.ids()).await? {
         Ok(held) => held,
@@ -200,13 +237,31 @@ async fn upsert(
     };
     let now = crate::now();
     let stamped = adapter::apply_upsert(planned, tenant, &view, &held, now)?;
+    let written: Vec<String> = stamped.stamps.iter().map(|(id, _)| id.key()).collect();
+    let rewritten = derived_before(&held, PointId::key);
+    state
+        .derivation
+        .record(ctx, &derivations, &written, &rewritten)
+        .await?;
     let answer = upstream
         .send(Method::PUT, path, Bytes::from(stamped.body))
         .await?;
     if !answer.is_success() {
         return Ok(answer.passed_on());
     }
-    record_written(upstream, ctx, collection, stamped.stamps, now).await?;
+    record_written(
+        upstream,
+        ctx,
+        collection,
+        stamped.stamps,
+        now,
+        Some(&derivations),
+    )
+    .await?;
+    state
+        .derivation
+        .accepted(ctx, derivations, &written)
+        .await?;
     Ok(answer.passed_on())
 }
 
@@ -231,14 +286,15 @@ async fn held(
     Ok(Ok(adapter::held_stamps(&found.body)?))
 }
 
-/// Lineage of the points a write stamped. A point written after a flip of its subject (the
-/// policy changed while the write was in flight) is deleted again.
+/// Lineage of the points a write stamped. A point written after a flip of its subject, or of a
+/// subject it derives from (the policy changed while the write was in flight), is deleted again.
 async fn record_written(
     upstream: &Upstream<'_>,
     ctx: &RequestContext,
     collection: &str,
     stamps: Vec<(PointId, lethe_policy::Stamp)>,
     now: chrono::DateTime<chrono::Utc>,
+    derived: Option<&Derivations>,
 ) -> Result<(), DataError> {
     let rows = stamps
         .into_iter()
@@ -273,7 +329,15 @@ async fn record_written(
             overtaken
         }
     };
-    keep_unless_overtaken(upstream, ctx.tenant(), rows, Recording::Batched, undo).await
+    keep_unless_overtaken(
+        upstream,
+        ctx.tenant(),
+        rows,
+        Recording::Batched,
+        derived,
+        undo,
+    )
+    .await
 }
 
 /// An answer as JSON, with the policy of every subject of the caller's tenant in it.
@@ -293,21 +357,67 @@ async fn answer_and_view(
     Ok((value, view))
 }
 
-/// Decides every point of an answer.
+/// What a read through the caller's scope wants of each point, and, when the points reach the
+/// client, the fields that say whose they are and what text they carry (to remember as served).
+#[derive(Clone, Copy)]
+struct Wanted<'a> {
+    payload: &'a PayloadWanted,
+    vector: &'a Value,
+    served: Option<Fields<'a>>,
+}
+
+impl Wanted<'static> {
+    /// Ids and nothing else, for Lethe's own use.
+    const IDS: Wanted<'static> = Wanted {
+        payload: &PayloadWanted::None,
+        vector: &Value::Bool(false),
+        served: None,
+    };
+}
+
+/// Decides every point of an answer; with `served`, what reaches the client is remembered.
 async fn decided(
     upstream: &Upstream<'_>,
     ctx: &RequestContext,
     answer: &Answer,
     plan: &ReadPlan,
+    served: Option<Fields<'_>>,
 ) -> Result<Value, DataError> {
     let (value, view) = answer_and_view(upstream, ctx, answer).await?;
-    Ok(read::decide_answer(
-        value,
-        plan,
-        &view,
-        &ctx.read_context(),
-        crate::now(),
-    )?)
+    let owners = served.map(|_| adapter::owners_of(&value));
+    let decided = read::decide_answer(value, plan, &view, &ctx.read_context(), crate::now())?;
+    if let (Some(fields), Some(owners)) = (served, owners) {
+        remember_served(upstream, ctx, &plan.collection, &owners, &decided, fields).await?;
+    }
+    Ok(decided)
+}
+
+/// Remembers the points an answer serves (decided already), for what the caller derives from
+/// them: whose each is (its stamp before the answer was cut to what the client asked for) and
+/// the text it reached the client with.
+async fn remember_served(
+    upstream: &Upstream<'_>,
+    ctx: &RequestContext,
+    collection: &str,
+    owners: &BTreeMap<String, String>,
+    decided: &Value,
+    fields: Fields<'_>,
+) -> Result<(), DataError> {
+    let derivation = &upstream.state.derivation;
+    if !derivation.enabled() {
+        return Ok(());
+    }
+    let served = adapter::served_points(decided, owners, fields.text)
+        .into_iter()
+        .map(|(id, owner, text)| Served {
+            collection: collection.to_owned(),
+            id,
+            owner,
+            text,
+            answer: false,
+        })
+        .collect();
+    derivation.served(ctx, served).await
 }
 
 async fn read(
@@ -316,12 +426,13 @@ async fn read(
     path: &str,
     body: Vec<u8>,
     plan: &ReadPlan,
+    fields: Fields<'_>,
 ) -> Result<Response<Full<Bytes>>, DataError> {
     let answer = upstream.send(Method::POST, path, Bytes::from(body)).await?;
     if !answer.is_success() {
         return Ok(answer.passed_on());
     }
-    let filtered = decided(upstream, ctx, &answer, plan).await?;
+    let filtered = decided(upstream, ctx, &answer, plan, Some(fields)).await?;
     Ok(json_response(answer.status, &filtered))
 }
 
@@ -333,11 +444,11 @@ async fn in_scope(
     collection: &str,
     ids: Option<&[PointId]>,
     filter: Option<&Value>,
-    payload: &PayloadWanted,
-    with_vector: &Value,
+    wanted: Wanted<'_>,
 ) -> Result<Result<Vec<Value>, Answer>, DataError> {
     let plan = ReadPlan {
-        payload: payload.clone(),
+        collection: collection.to_owned(),
+        payload: wanted.payload.clone(),
         ..ReadPlan::default()
     };
     let mut points = Vec::new();
@@ -350,7 +461,7 @@ async fn in_scope(
             Some(crate::now()),
             PAGE,
             offset.as_ref(),
-            with_vector,
+            wanted.vector,
         )?;
         let answer = upstream
             .send_query(
@@ -367,7 +478,7 @@ async fn in_scope(
         let value: Value = serde_json::from_slice(&answer.body)
             .map_err(|_| crate::adapters::AdapterError::UpstreamInvalid("not JSON".into()))?;
         offset = adapter::next_page(&value);
-        let page = decided(upstream, ctx, &answer, &plan).await?;
+        let page = decided(upstream, ctx, &answer, &plan, wanted.served).await?;
         if let Some(Value::Array(found)) = page.get("result").and_then(|r| r.get("points")) {
             points.extend(found.iter().cloned());
         }
@@ -383,22 +494,12 @@ async fn allowed(
     ctx: &RequestContext,
     collection: &str,
     ids: &[PointId],
-    payload: &PayloadWanted,
-    with_vector: &Value,
+    wanted: Wanted<'_>,
 ) -> Result<Result<Vec<Value>, Answer>, DataError> {
     if ids.is_empty() {
         return Ok(Ok(Vec::new()));
     }
-    in_scope(
-        upstream,
-        ctx,
-        collection,
-        Some(ids),
-        None,
-        payload,
-        with_vector,
-    )
-    .await
+    in_scope(upstream, ctx, collection, Some(ids), None, wanted).await
 }
 
 /// A count of what the caller may read, never of what it may not.
@@ -415,8 +516,7 @@ async fn count(
         collection,
         None,
         filter.as_ref(),
-        &PayloadWanted::None,
-        &json!(false),
+        Wanted::IDS,
     )
     .await?;
     match points {
@@ -443,8 +543,7 @@ async fn delete(
         collection,
         ids.as_deref(),
         filter.as_ref(),
-        &PayloadWanted::None,
-        &json!(false),
+        Wanted::IDS,
     )
     .await?;
     let found = match found {
@@ -525,8 +624,10 @@ async fn batch(
             collection,
             Some(&named),
             None,
-            &stamp_only,
-            &json!(false),
+            Wanted {
+                payload: &stamp_only,
+                ..Wanted::IDS
+            },
         )
         .await?
         {
@@ -541,8 +642,10 @@ async fn batch(
             collection,
             None,
             Some(filter),
-            &stamp_only,
-            &json!(false),
+            Wanted {
+                payload: &stamp_only,
+                ..Wanted::IDS
+            },
         )
         .await?
         {
@@ -680,7 +783,7 @@ async fn record_batch(
             .mark_items_deleted(&upstream.route.name, collection, &deleted, now)
             .await?;
     }
-    record_written(upstream, ctx, collection, written, now).await
+    record_written(upstream, ctx, collection, written, now, None).await
 }
 
 /// Qdrant's answer to a request naming a point that does not exist, for one the caller may
@@ -710,16 +813,7 @@ async fn named_points_refused(
     for (named_in, mut ids) in by_collection {
         ids.sort();
         ids.dedup();
-        let found = match allowed(
-            upstream,
-            ctx,
-            named_in,
-            &ids,
-            &PayloadWanted::None,
-            &json!(false),
-        )
-        .await?
-        {
+        let found = match allowed(upstream, ctx, named_in, &ids, Wanted::IDS).await? {
             Ok(found) => found,
             Err(refused) => return Ok(Some(refused.passed_on())),
         };
@@ -751,16 +845,7 @@ async fn matrix(
     let value: Value = serde_json::from_slice(&answer.body)
         .map_err(|_| crate::adapters::AdapterError::UpstreamInvalid("not JSON".into()))?;
     let ids = read::matrix_ids(&value);
-    let readable = match allowed(
-        upstream,
-        ctx,
-        collection,
-        &ids,
-        &PayloadWanted::None,
-        &json!(false),
-    )
-    .await?
-    {
+    let readable = match allowed(upstream, ctx, collection, &ids, Wanted::IDS).await? {
         Ok(found) => found
             .iter()
             .filter_map(|p| p.get("id").and_then(PointId::parse))
@@ -787,8 +872,10 @@ async fn facet(
         collection,
         None,
         filter.as_ref(),
-        &PayloadWanted::All,
-        &json!(false),
+        Wanted {
+            payload: &PayloadWanted::All,
+            ..Wanted::IDS
+        },
     )
     .await?;
     match points {

@@ -4,7 +4,7 @@ use proptest::prelude::*;
 use super::*;
 use crate::adapters::RecordRefusal;
 use crate::adapters::fixtures::{self, now, scope, view};
-use crate::adapters::stamp::{CATEGORY, EPOCH, PURPOSE, may_be_subjects};
+use crate::adapters::stamp::{CATEGORY, EPOCH, LAYER, PURPOSE, may_be_subjects};
 use lethe_policy::Refusal;
 
 const C1: &str = "5bef18a2-3c1e-4d6f-9a0b-7c8d9e0f1a2b";
@@ -162,7 +162,7 @@ fn a_consented_write_is_stamped_record_by_record() {
     let expires = (now() + TimeDelta::days(30)).timestamp();
     assert_eq!(
         body["metadatas"][0],
-        json!({"topic": "drinks", SUBJECT: "alice", TENANT: "acme", PURPOSE: "personalization", CATEGORY: "preference", EXPIRES_AT: expires, EPOCH: 0})
+        json!({"topic": "drinks", SUBJECT: "alice", TENANT: "acme", PURPOSE: "personalization", CATEGORY: "preference", EXPIRES_AT: expires, EPOCH: 0, LAYER: "raw"})
     );
     assert_eq!(
         body["metadatas"][1][SUBJECT], "alice",
@@ -418,6 +418,7 @@ fn stamped(subject: &str, expires: i64) -> Value {
 fn reads_are_narrowed_in_the_store() {
     let (body, plan) = narrow_read(
         br#"{"where": {"topic": "x"}, "include": ["documents"]}"#,
+        C1,
         false,
         "acme",
         Some("alice"),
@@ -431,11 +432,11 @@ fn reads_are_narrowed_in_the_store() {
     );
     assert_eq!(body["include"], json!(["documents", "metadatas"]));
     assert!(plan.strip_metadatas);
-    let (body, plan) = narrow_read(b"{}", true, "acme", None, now()).unwrap();
+    let (body, plan) = narrow_read(b"{}", C1, true, "acme", None, now()).unwrap();
     let body: Value = serde_json::from_slice(&body).unwrap();
     assert_eq!(body["where"]["$and"].as_array().unwrap().len(), 2);
     assert!(!plan.strip_metadatas && plan.nested);
-    assert!(narrow_read(br#"{"where": [1]}"#, false, "acme", None, now()).is_err());
+    assert!(narrow_read(br#"{"where": [1]}"#, C1, false, "acme", None, now()).is_err());
 }
 
 #[test]
@@ -457,6 +458,7 @@ fn get_answers_lose_refused_records_and_stay_aligned() {
     let plan = ReadPlan {
         nested: false,
         strip_metadatas: false,
+        ..ReadPlan::default()
     };
     let out = filter_read(response, &plan, &view(), &ctx, now()).unwrap();
     assert_eq!(out["ids"], json!(["a", "b"]));
@@ -471,9 +473,11 @@ fn get_answers_lose_refused_records_and_stay_aligned() {
     let stripped = ReadPlan {
         nested: false,
         strip_metadatas: true,
+        ..ReadPlan::default()
     };
     let response = json!({"ids": ["a", "b"], "metadatas": [stamped("alice", later), stamped("bob", later)], "include": ["metadatas"]});
-    let out = filter_read(response, &stripped, &view(), &bound, now()).unwrap();
+    let mut out = filter_read(response, &stripped, &view(), &bound, now()).unwrap();
+    strip_added(&mut out, &stripped);
     assert_eq!(
         (
             out["ids"].clone(),
@@ -503,6 +507,7 @@ fn query_answers_are_filtered_per_query() {
     let plan = ReadPlan {
         nested: true,
         strip_metadatas: false,
+        ..ReadPlan::default()
     };
     let out = filter_read(response, &plan, &view(), &ctx, now()).unwrap();
     assert_eq!(out["ids"], json!([["a"], ["b", "a"]]));
@@ -522,10 +527,12 @@ fn misaligned_answers_are_not_passed_on() {
     let flat = ReadPlan {
         nested: false,
         strip_metadatas: false,
+        ..ReadPlan::default()
     };
     let nested = ReadPlan {
         nested: true,
         strip_metadatas: false,
+        ..ReadPlan::default()
     };
     let cases = [
         (json!({"ids": ["a", "b"], "documents": ["A"]}), &flat),
@@ -619,11 +626,11 @@ proptest! {
         if let Ok(planned) = plan_write(&bytes, &scope(Some("alice"))) {
             let _ = apply_write(planned, "acme", &view(), &BTreeMap::new(), WriteKind::Upsert, now());
         }
-        let _ = narrow_read(&bytes, nested, "acme", None, now());
+        let _ = narrow_read(&bytes, C1, nested, "acme", None, now());
         let _ = parse_delete(&bytes);
         let _ = ids_of(&bytes);
         let ctx = ReadContext { tenant: "acme", store: "chroma", bound_subject: None, purpose: None };
-        if let Ok(out) = filter_read(body, &ReadPlan { nested, strip_metadatas: false }, &view(), &ctx, now()) {
+        if let Ok(out) = filter_read(body, &ReadPlan { nested, ..ReadPlan::default() }, &view(), &ctx, now()) {
             let text = out.to_string();
             prop_assert!(subjects_in(&out).iter().all(|(_, s)| s != "carol"), "{}", text);
         }
@@ -632,7 +639,7 @@ proptest! {
     #[test]
     fn no_suppressed_or_unconsented_record_survives_a_read((answer, nested) in arb_answer(), bound in proptest::option::of(proptest::sample::select(vec!["alice", "bob"]))) {
         let ctx = ReadContext { tenant: "acme", store: "chroma", bound_subject: bound, purpose: None };
-        let out = filter_read(answer, &ReadPlan { nested, strip_metadatas: false }, &view(), &ctx, now()).unwrap();
+        let out = filter_read(answer, &ReadPlan { nested, ..ReadPlan::default() }, &view(), &ctx, now()).unwrap();
         let metas: Vec<Value> = match out["metadatas"].as_array() {
             Some(m) if nested => m.iter().flat_map(|q| q.as_array().cloned().unwrap_or_default()).collect(),
             Some(m) => m.clone(),
@@ -668,4 +675,64 @@ fn a_record_is_the_subjects_unless_its_stamp_names_another_owner() {
         stamped_by("acme", &keys),
         json!({"$and": [{TENANT: {"$eq": "acme"}}, {SUBJECT: {"$in": ["u1", "u1-old"]}}]})
     );
+}
+
+#[test]
+fn a_record_a_closure_hides_is_dropped_and_what_is_served_is_named() {
+    let later = now().timestamp() + 3600;
+    let mut view = view();
+    view.hidden
+        .insert(("acme".into(), "chroma".into(), C1.into(), "b".into()));
+    let ctx = ReadContext {
+        tenant: "acme",
+        store: "chroma",
+        bound_subject: None,
+        purpose: None,
+    };
+    let flat = ReadPlan {
+        collection: C1.into(),
+        ..ReadPlan::default()
+    };
+    let response = json!({"ids": ["a", "b"], "documents": ["A", "B"], "metadatas": [stamped("alice", later), stamped("bob", later)]});
+    let out = filter_read(response, &flat, &view, &ctx, now()).unwrap();
+    assert_eq!(out["ids"], json!(["a"]));
+    let served_a = ServedRecord {
+        id: "a".into(),
+        owner: "alice".into(),
+        document: "A".into(),
+    };
+    assert_eq!(served(&out, &flat), [served_a.clone()]);
+    // The same id in another collection is another item.
+    let other = ReadPlan {
+        collection: "c0ffee00-0000-4000-8000-000000000002".into(),
+        ..ReadPlan::default()
+    };
+    let response = json!({"ids": ["b"], "metadatas": [stamped("bob", later)]});
+    let out = filter_read(response, &other, &view, &ctx, now()).unwrap();
+    assert_eq!(out["ids"], json!(["b"]));
+    assert_eq!(
+        served(&out, &other)[0].document,
+        "",
+        "no document asked for"
+    );
+    let nested = ReadPlan {
+        nested: true,
+        ..flat
+    };
+    let response = json!({"ids": [["b", "a"], ["a"]], "documents": [["B", "A"], ["A"]], "metadatas": [[stamped("bob", later), stamped("alice", later)], [stamped("alice", later)]]});
+    let out = filter_read(response, &nested, &view, &ctx, now()).unwrap();
+    assert_eq!(out["ids"], json!([["a"], ["a"]]));
+    assert_eq!(served(&out, &nested), [served_a.clone(), served_a]);
+}
+
+#[test]
+fn a_writes_documents_line_up_with_its_records() {
+    let planned = plan_write(
+        br#"{"ids": ["a", "b", "c"], "documents": ["first", null, "third"]}"#,
+        &scope(Some("alice")),
+    )
+    .unwrap();
+    assert_eq!(planned.documents(), ["first", "", "third"]);
+    let planned = plan_write(br#"{"ids": ["a"]}"#, &scope(Some("alice"))).unwrap();
+    assert_eq!(planned.documents(), [""]);
 }

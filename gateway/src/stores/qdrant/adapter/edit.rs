@@ -552,6 +552,7 @@ fn decide_edit(
             purpose: scope.purpose.unwrap_or(&stamp.purpose).to_owned(),
             category: scope.category.unwrap_or(&stamp.category).to_owned(),
             requested_expires_at: None,
+            layer: stamp.layer,
         });
     }
     let held = found

@@ -7,7 +7,7 @@
 //! sent; a group's `with_lookup` point is decided in the answer like every hit.
 
 use chrono::{DateTime, Utc};
-use lethe_policy::{PolicyView, ReadContext, decide_read};
+use lethe_policy::{PolicyView, ReadContext, decide_read_item};
 use serde_json::{Map, Value, json};
 
 use super::{
@@ -360,6 +360,7 @@ fn with_lookup(
         )));
     }
     plan.lookup = Some(payload);
+    plan.lookup_collection = collection.clone();
     map.insert(
         "with_lookup".into(),
         json!({ "collection": collection, "with_payload": true, "with_vectors": vectors }),
@@ -415,25 +416,30 @@ pub fn narrow_search_batch_body(
     Ok((serde_json::to_vec(&map).unwrap_or_default(), plans))
 }
 
-/// Whether the reader may see a point of an answer (its stamp decides).
+/// Whether the reader may see a point of an answer of `collection` (its stamp decides, unless
+/// an erasure's closure hides it).
 fn readable(
     point: &Value,
+    collection: &str,
     view: &impl PolicyView,
     ctx: &ReadContext<'_>,
     now: DateTime<Utc>,
 ) -> bool {
     let stamp = point.get("payload").and_then(read_stamp);
-    decide_read(view, ctx, stamp.as_ref(), now).is_ok()
+    let id = point.get("id").and_then(PointId::parse).map(|id| id.key());
+    let id = id.as_deref().unwrap_or_default();
+    decide_read_item(view, ctx, collection, id, stamp.as_ref(), now).is_ok()
 }
 
 fn keep_readable(
     points: &mut Vec<Value>,
-    payload: &PayloadWanted,
+    plan: &ReadPlan,
     view: &impl PolicyView,
     ctx: &ReadContext<'_>,
     now: DateTime<Utc>,
 ) {
-    points.retain(|p| readable(p, view, ctx, now));
+    let payload = &plan.payload;
+    points.retain(|p| readable(p, &plan.collection, view, ctx, now));
     for p in points.iter_mut() {
         if let Value::Object(p) = p {
             payload.cut(p);
@@ -452,7 +458,7 @@ pub fn decide_found(
 ) -> Result<(), AdapterError> {
     let bad = |what: &str| AdapterError::UpstreamInvalid(what.into());
     match result {
-        Value::Array(points) => keep_readable(points, &plan.payload, view, ctx, now),
+        Value::Array(points) => keep_readable(points, plan, view, ctx, now),
         Value::Object(r) if r.contains_key("groups") => {
             let Some(Value::Array(groups)) = r.get_mut("groups") else {
                 return Err(bad("groups is not a list"));
@@ -461,11 +467,11 @@ pub fn decide_found(
                 let Some(Value::Array(hits)) = group.get_mut("hits") else {
                     return Err(bad("a group without hits"));
                 };
-                keep_readable(hits, &plan.payload, view, ctx, now);
+                keep_readable(hits, plan, view, ctx, now);
                 if let Value::Object(g) = group {
                     let lookup = g.remove("lookup").filter(|l| !l.is_null());
                     if let (Some(mut lookup), Some(wanted)) = (lookup, &plan.lookup)
-                        && readable(&lookup, view, ctx, now)
+                        && readable(&lookup, &plan.lookup_collection, view, ctx, now)
                     {
                         if let Value::Object(l) = &mut lookup {
                             wanted.cut(l);
@@ -477,7 +483,7 @@ pub fn decide_found(
             groups.retain(|g| g["hits"].as_array().is_some_and(|h| !h.is_empty()));
         }
         Value::Object(r) => match r.get_mut("points") {
-            Some(Value::Array(points)) => keep_readable(points, &plan.payload, view, ctx, now),
+            Some(Value::Array(points)) => keep_readable(points, plan, view, ctx, now),
             _ => return Err(bad("points missing")),
         },
         _ => return Err(bad("result is not a list")),
