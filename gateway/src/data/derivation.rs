@@ -389,6 +389,34 @@ impl Derivation {
         written: &[String],
         rewritten: &[String],
     ) -> Result<(), DataError> {
+        self.record_edges(ctx, derivations, written, Some(rewritten))
+            .await
+    }
+
+    /// Records what the records about to be added to (a thread a run writes into) derive from,
+    /// beside what they derived from before.
+    pub async fn record_added(
+        &self,
+        ctx: &RequestContext,
+        derivations: &Derivations,
+    ) -> Result<(), DataError> {
+        let all: Vec<String> = derivations
+            .records
+            .iter()
+            .map(|r| r.item.item.clone())
+            .collect();
+        self.record_edges(ctx, derivations, &all, None).await
+    }
+
+    /// `rewritten`: the items' edges are replaced, and those of the rewritten ones dropped when
+    /// they derive from nothing now; `None`: added to.
+    async fn record_edges(
+        &self,
+        ctx: &RequestContext,
+        derivations: &Derivations,
+        written: &[String],
+        rewritten: Option<&[String]>,
+    ) -> Result<(), DataError> {
         if !self.enabled() {
             return Ok(());
         }
@@ -397,9 +425,12 @@ impl Derivation {
             .records
             .iter()
             .filter(|r| written.contains(&r.item.item))
-            .filter(|r| !r.parents.is_empty() || rewritten.contains(&r.item.item))
+            .filter(|r| {
+                !r.parents.is_empty() || rewritten.is_some_and(|ids| ids.contains(&r.item.item))
+            })
             .map(|r| Derived {
                 tenant: ctx.tenant().to_owned(),
+                replace: rewritten.is_some(),
                 child: r.item.clone(),
                 edges: r
                     .parents

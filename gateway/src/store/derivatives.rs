@@ -55,16 +55,19 @@ macro_rules! derivative_sql {
 
         const EDGE_COLUMNS: &str = "child_store, child_collection, child_item, child_owner, parent_store, parent_collection, parent_item, parent_owner, how, at";
 
-        /// Replaces each child's edges, inside the caller's transaction.
+        /// Records each child's edges (replacing those it had, if so), inside the caller's
+        /// transaction.
         async fn record_derived_in(tx: &mut Tx, derived: &[Derived]) -> Result<(), StoreError> {
-            for d in derived {
-                sqlx::query("DELETE FROM item_edges WHERE tenant = $1 AND child_store = $2 AND child_collection = $3 AND child_item = $4")
-                    .bind(&d.tenant)
-                    .bind(&d.child.store)
-                    .bind(&d.child.collection)
-                    .bind(&d.child.item)
-                    .execute(&mut **tx)
-                    .await?;
+            for d in derived.iter() {
+                if d.replace {
+                    sqlx::query("DELETE FROM item_edges WHERE tenant = $1 AND child_store = $2 AND child_collection = $3 AND child_item = $4")
+                        .bind(&d.tenant)
+                        .bind(&d.child.store)
+                        .bind(&d.child.collection)
+                        .bind(&d.child.item)
+                        .execute(&mut **tx)
+                        .await?;
+                }
                 for edge in &d.edges {
                     sqlx::query(
                         "INSERT INTO item_edges (tenant, child_store, child_collection, child_item, child_owner, parent_store, parent_collection, parent_item, parent_owner, how, at)

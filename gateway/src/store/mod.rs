@@ -330,13 +330,15 @@ pub struct Edge {
     pub at: DateTime<Utc>,
 }
 
-/// What was derived from an item and is kept in `tenant`: its edges to its parents, which
-/// replace the ones it had (a rewritten item derives from what its new content does).
+/// What an item kept in `tenant` was derived from: its edges to its parents, which replace the
+/// ones it had (a rewritten item derives from what its new content does) or, for an item that
+/// grows (a thread), are added to them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Derived {
     pub tenant: String,
     pub child: ItemKey,
     pub edges: Vec<Edge>,
+    pub replace: bool,
 }
 
 /// How an erasure reaches what was derived from its subject's data (`[lineage]`).

@@ -52,6 +52,7 @@ fn derived(child: &ItemKey, child_owner: &str, parents: &[(&ItemKey, &str, How)]
                 at: now(),
             })
             .collect(),
+        replace: true,
     }
 }
 

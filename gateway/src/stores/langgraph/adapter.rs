@@ -12,7 +12,7 @@ use chrono::{DateTime, Utc};
 use hyper::Method;
 use lethe_policy::{
     Action, Held, Layer, Overwrite, PolicyView, ReadContext, Refusal, Stamp, WriteFacts,
-    decide_read, decide_write, decide_write_over,
+    decide_read_item, decide_write, decide_write_over,
 };
 use serde_json::{Map, Value, json};
 
@@ -20,6 +20,7 @@ use crate::adapters::stamp::{
     CATEGORY, PURPOSE, SUBJECT, TENANT, agree, parse_object, read_stamp, requested_expiry,
     string_field, write_stamp,
 };
+use crate::adapters::text::text_of;
 use crate::adapters::{AdapterError, RecordRefusal, Scope};
 
 /// Lineage collections of a LangGraph route: the thread registry, and store items.
@@ -298,6 +299,15 @@ pub struct PlannedItem {
     purpose: String,
     category: String,
     requested_expires_at: Option<DateTime<Utc>>,
+    /// `derived` once the item is found to be made from other items.
+    pub layer: Layer,
+}
+
+impl PlannedItem {
+    /// The text the item carries (a store item's value, a thread's metadata).
+    pub fn text(&self, field: &str) -> String {
+        self.body.get(field).map(text_of).unwrap_or_default()
+    }
 }
 
 /// Finds subject, purpose and category of an item from the request and the item's `lethe_*`
@@ -331,6 +341,7 @@ fn plan_item(
         subject,
         purpose,
         category,
+        layer: Layer::Raw,
     })
 }
 
@@ -423,7 +434,7 @@ fn decide_item(
         subject: &planned.subject,
         purpose: &planned.purpose,
         category: &planned.category,
-        layer: Layer::Raw,
+        layer: planned.layer,
         action: Action::Store,
         authorised_epoch: None,
         requested_expires_at: planned.requested_expires_at,
@@ -480,11 +491,11 @@ pub fn created_thread_id(
 }
 
 /// A run or state update must not send the thread's content elsewhere: webhooks are not
-/// governed by Lethe.
-pub fn check_thread_write(body: &[u8]) -> Result<(), AdapterError> {
+/// governed by Lethe. Answers the text the write carries.
+pub fn check_thread_write(body: &[u8]) -> Result<String, AdapterError> {
     let map = parse_object(body)?;
     match map.get("webhook") {
-        None | Some(Value::Null) => Ok(()),
+        None | Some(Value::Null) => Ok(text_of(&Value::Object(map))),
         Some(_) => Err(AdapterError::Invalid(
             "webhook is not allowed: a run's output may only go back to the caller".into(),
         )),
@@ -607,11 +618,10 @@ pub fn filter_threads(
         threads
             .into_iter()
             .filter(|t| {
-                let stamp = t
-                    .get("thread_id")
-                    .and_then(Value::as_str)
-                    .and_then(|id| registered.get(id));
-                decide_read(view, ctx, stamp, now).is_ok()
+                let id = t.get("thread_id").and_then(Value::as_str);
+                let stamp = id.and_then(|id| registered.get(id));
+                let id = id.unwrap_or_default();
+                decide_read_item(view, ctx, THREADS, id, stamp, now).is_ok()
             })
             .collect(),
     ))
@@ -678,7 +688,37 @@ fn item_readable(
     now: DateTime<Utc>,
 ) -> bool {
     let stamp = item.get("value").and_then(read_stamp);
-    decide_read(view, ctx, stamp.as_ref(), now).is_ok()
+    let id = served_id(item).unwrap_or_default();
+    decide_read_item(view, ctx, STORE, &id, stamp.as_ref(), now).is_ok()
+}
+
+/// The lineage id of a store item of an answer (`{namespace, key, value}`).
+fn served_id(item: &Value) -> Option<String> {
+    let namespace: Vec<String> = item
+        .get("namespace")?
+        .as_array()?
+        .iter()
+        .map(|l| l.as_str().map(str::to_owned))
+        .collect::<Option<_>>()?;
+    Some(item_id(&namespace, item.get("key")?.as_str()?))
+}
+
+/// The store items an answer (one item, or a search's) serves: (lineage id, whose it is, its
+/// value's text).
+pub fn served_items(answer: &Value) -> Vec<(String, String, String)> {
+    let single = std::slice::from_ref(answer);
+    let items = answer
+        .get("items")
+        .and_then(Value::as_array)
+        .map_or(single, Vec::as_slice);
+    items
+        .iter()
+        .filter_map(|item| {
+            let owner = item.get("value").and_then(read_stamp)?.subject;
+            let text = item.get("value").map(text_of).unwrap_or_default();
+            Some((served_id(item)?, owner, text))
+        })
+        .collect()
 }
 
 /// A single item answer (`null` when missing): an item the caller may not read is answered as

@@ -8,12 +8,15 @@ use crate::error_shape::Code;
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::{Method, Response, StatusCode};
-use lethe_policy::{Held, Refusal, Stamp, decide_read};
+use lethe_policy::{Held, Layer, Refusal, Stamp, decide_read_item};
 use serde_json::{Value, json};
 
 use crate::adapters::AdapterError;
+use crate::adapters::text::text_of;
 use crate::auth::Role;
+use crate::data::derivation::{Served, Writing};
 use crate::data::error::{DataError, json_response};
+use crate::data::forward::Answer;
 use crate::data::overtaken::{Recording, keep_unless_overtaken};
 use crate::data::stream::{Opened, Watch, open_events};
 use crate::data::{Body, RequestContext, Upstream, whole};
@@ -73,8 +76,20 @@ async fn answer(
         Endpoint::ThreadRead { thread } => {
             let stamp = registered(upstream, &thread).await?;
             let view = owner_view(upstream, ctx, stamp.as_ref()).await?;
-            decide_read(&view, &ctx.read_context(), stamp.as_ref(), crate::now())?;
-            pass(upstream, path, body).await
+            let now = crate::now();
+            decide_read_item(
+                &view,
+                &ctx.read_context(),
+                THREADS,
+                &thread,
+                stamp.as_ref(),
+                now,
+            )?;
+            let answer = send(upstream, path, body).await?;
+            if let Some(stamp) = &stamp {
+                served_thread(upstream, ctx, &thread, &stamp.subject, Some(&answer)).await?;
+            }
+            Ok(answer.passed_on())
         }
         // Dispatched by `handle`.
         Endpoint::ThreadWrite { .. } => Err(DataError::unknown_endpoint()),
@@ -88,7 +103,8 @@ async fn answer(
 }
 
 /// A write into a thread (a run, a state update, new metadata), decided on its registration. A
-/// streamed run is relayed event by event while its subject stays active.
+/// streamed run is relayed event by event while its subject stays active. What the write derives
+/// from is added to what the thread derives from.
 async fn thread_write(
     upstream: &Upstream<'_>,
     ctx: &RequestContext,
@@ -97,21 +113,59 @@ async fn thread_write(
     thread: &str,
     patch: bool,
 ) -> Result<Response<Body>, DataError> {
+    let state = upstream.state;
     let stamp = registered(upstream, thread).await?;
     let view = owner_view(upstream, ctx, stamp.as_ref()).await?;
     let now = crate::now();
-    let stamp = adapter::decide_thread_write(stamp.as_ref(), &ctx.scope(), &view, now)?;
+    let mut stamp = adapter::decide_thread_write(stamp.as_ref(), &ctx.scope(), &view, now)?;
     // Runs and metadata changes answer with the thread's content: a read, too.
-    decide_read(&view, &ctx.read_context(), Some(&stamp), now)?;
-    adapter::check_thread_write(&body)?;
+    decide_read_item(
+        &view,
+        &ctx.read_context(),
+        THREADS,
+        thread,
+        Some(&stamp),
+        now,
+    )?;
+    let text = adapter::check_thread_write(&body)?;
+    let writes = [Writing {
+        collection: THREADS,
+        id: thread,
+        owner: &stamp.subject,
+        text: &text,
+    }];
+    let derivations = state.derivation.parents(ctx, &writes).await?;
+    if derivations.layer(0) == Layer::Derived {
+        let owners: Vec<&str> = derivations.owners().collect();
+        let view = state.policy.view(ctx.tenant(), owners).await?;
+        derivations.check(&view, ctx.tenant())?;
+        state.derivation.record_added(ctx, &derivations).await?;
+        if stamp.layer != Layer::Derived {
+            // The thread's registration is its stamp.
+            stamp.layer = Layer::Derived;
+            let row = ItemRecord::stamped(
+                &upstream.route.name,
+                THREADS,
+                thread.to_owned(),
+                stamp.clone(),
+                now,
+                ctx.source.clone(),
+            );
+            state.store.record_items(&[row]).await?;
+        }
+    }
     let body = if patch {
         Bytes::from(adapter::restamp_patch(&body, &stamp)?)
     } else {
         body
     };
     if !path.ends_with("/runs/stream") {
-        return pass(upstream, path, body).await.map(whole);
+        let answer = send(upstream, path, body).await?;
+        served_thread(upstream, ctx, thread, &stamp.subject, Some(&answer)).await?;
+        return Ok(whole(answer.passed_on()));
     }
+    // A streamed run's output is not remembered as text; the thread is, under the trace.
+    served_thread(upstream, ctx, thread, &stamp.subject, None).await?;
     let watch = Watch::new(upstream.state, &stamp.tenant, &stamp.subject, stamp.epoch);
     Ok(match open_events(upstream, path, body).await? {
         Opened::Events(events) => events.relay(watch, None),
@@ -119,11 +173,42 @@ async fn thread_write(
     })
 }
 
-async fn pass(upstream: &Upstream<'_>, path: &str, body: Bytes) -> Answered {
-    let answer = upstream
+/// Remembers that a thread was served (its state, history, runs or a run's output), with the
+/// text of a successful answer.
+async fn served_thread(
+    upstream: &Upstream<'_>,
+    ctx: &RequestContext,
+    thread: &str,
+    owner: &str,
+    answer: Option<&Answer>,
+) -> Result<(), DataError> {
+    let derivation = &upstream.state.derivation;
+    if !derivation.enabled() || answer.is_some_and(|a| !a.is_success()) {
+        return Ok(());
+    }
+    let text = answer
+        .and_then(|a| serde_json::from_slice::<Value>(&a.body).ok())
+        .map(|v| text_of(&v))
+        .unwrap_or_default();
+    let served = Served {
+        collection: THREADS.to_owned(),
+        id: thread.to_owned(),
+        owner: owner.to_owned(),
+        text,
+        answer: false,
+    };
+    derivation.served(ctx, vec![served]).await
+}
+
+/// Sends the client's request as it is.
+async fn send(upstream: &Upstream<'_>, path: &str, body: Bytes) -> Result<Answer, DataError> {
+    upstream
         .send(upstream.parts.method.clone(), path, body)
-        .await?;
-    Ok(answer.passed_on())
+        .await
+}
+
+async fn pass(upstream: &Upstream<'_>, path: &str, body: Bytes) -> Answered {
+    Ok(send(upstream, path, body).await?.passed_on())
 }
 
 fn json_of(body: &[u8]) -> Result<Value, DataError> {
@@ -322,13 +407,23 @@ async fn put_item(
     body: Bytes,
 ) -> Answered {
     let Upstream { state, route, .. } = *upstream;
-    let planned = adapter::plan_put(&body, &ctx.scope(), ns)?;
-    let view = state
-        .policy
-        .view(ctx.tenant(), [planned.subject.as_str()])
-        .await?;
-    adapter::check_item(&planned, ctx.tenant(), &view, crate::now())?;
+    let mut planned = adapter::plan_put(&body, &ctx.scope(), ns)?;
     let id = planned.id.clone().unwrap_or_default();
+    let text = planned.text("value");
+    let writes = [Writing {
+        collection: STORE,
+        id: &id,
+        owner: &planned.subject,
+        text: &text,
+    }];
+    let derivations = state.derivation.parents(ctx, &writes).await?;
+    planned.layer = derivations.layer(0);
+    let subjects: Vec<&str> = std::iter::once(planned.subject.as_str())
+        .chain(derivations.owners())
+        .collect();
+    let view = state.policy.view(ctx.tenant(), subjects).await?;
+    adapter::check_item(&planned, ctx.tenant(), &view, crate::now())?;
+    derivations.check(&view, ctx.tenant())?;
     let (namespace, key) = adapter::parse_item_id(&id).unwrap_or_default();
     // The stamp the server holds for the item decides, not lineage.
     let query = adapter::item_query(&namespace, &key, None);
@@ -341,8 +436,17 @@ async fn put_item(
         _ => return Ok(found.passed_on()),
     };
     let now = crate::now();
+    let rewritten = match &held {
+        Some(Some(stamp)) if stamp.layer == Layer::Derived => vec![id.clone()],
+        _ => Vec::new(),
+    };
     let held = Held::of(held.as_ref().map(Option::as_ref));
     let (body, stamp) = adapter::stamp_item(planned, "value", ctx.tenant(), &view, held, now)?;
+    let written = [id.clone()];
+    state
+        .derivation
+        .record(ctx, &derivations, &written, &rewritten)
+        .await?;
     let answer = upstream.send(Method::PUT, path, Bytes::from(body)).await?;
     if !answer.is_success() {
         return Ok(answer.passed_on());
@@ -350,16 +454,44 @@ async fn put_item(
     let undo_body = Bytes::from(json!({ "namespace": namespace, "key": key }).to_string());
     let row = ItemRecord::stamped(&route.name, STORE, id, stamp, now, ctx.source.clone());
     let undo = |rows| undo_with(upstream, Method::DELETE, path.to_owned(), undo_body, rows);
+    let derived = Some(&derivations);
     keep_unless_overtaken(
         upstream,
         ctx.tenant(),
         vec![row],
         Recording::Batched,
-        None,
+        derived,
         undo,
     )
     .await?;
+    state
+        .derivation
+        .accepted(ctx, derivations, &written)
+        .await?;
     Ok(answer.passed_on())
+}
+
+/// Remembers the store items an answer serves.
+async fn served_items(
+    upstream: &Upstream<'_>,
+    ctx: &RequestContext,
+    answer: &Value,
+) -> Result<(), DataError> {
+    let derivation = &upstream.state.derivation;
+    if !derivation.enabled() {
+        return Ok(());
+    }
+    let served = adapter::served_items(answer)
+        .into_iter()
+        .map(|(id, owner, text)| Served {
+            collection: STORE.to_owned(),
+            id,
+            owner,
+            text,
+            answer: false,
+        })
+        .collect();
+    derivation.served(ctx, served).await
 }
 
 /// A read of one subject's namespace: refused outright when the subject is suppressed.
@@ -399,6 +531,7 @@ async fn get_item(
         &ctx.read_context(),
         crate::now(),
     );
+    served_items(upstream, ctx, &item).await?;
     Ok(json_response(answer.status, &item))
 }
 
@@ -419,6 +552,7 @@ async fn search_items(
     let subjects: Vec<&str> = subjects.iter().map(String::as_str).collect();
     let view = upstream.state.policy.view(ctx.tenant(), subjects).await?;
     let kept = adapter::filter_items(items, &view, &ctx.read_context(), now)?;
+    served_items(upstream, ctx, &kept).await?;
     Ok(json_response(answer.status, &kept))
 }
 

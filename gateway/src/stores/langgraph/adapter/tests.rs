@@ -341,8 +341,10 @@ fn an_existing_thread_is_never_handed_out_by_a_create() {
     );
     assert_eq!(created("[]".into(), None), Err("upstream_invalid"));
     assert_eq!(
-        check_thread_write(br#"{"input": {}}"#).map_err(code),
-        Ok(())
+        check_thread_write(br#"{"input": {"messages": [{"role": "user", "content": "hi"}]}}"#)
+            .map_err(code),
+        Ok("hi\nuser".to_owned()),
+        "the text a run carries"
     );
     assert_eq!(
         check_thread_write(br#"{"webhook": "https://elsewhere.example"}"#).map_err(code),
