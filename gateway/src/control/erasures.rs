@@ -35,6 +35,9 @@ pub struct ErasureView {
     /// From the request to the flip: how long the subject stayed readable.
     pub(crate) online_latency_ms: Option<i64>,
     pub(crate) targets: Vec<PurgeJob>,
+    /// What the closure of the subject reached beyond its own items, by decision (`undecided`
+    /// ones wait for a person: `GET .../derivatives`).
+    pub(crate) derivatives: std::collections::BTreeMap<&'static str, usize>,
     /// Each governed database with the policy changes it has yet to take: until 0, the flip
     /// may not have reached it.
     governed: Vec<GovernedLag>,
@@ -51,6 +54,10 @@ pub(crate) async fn view(
     record: ErasureRecord,
 ) -> Result<ErasureView, ApiError> {
     let targets = state.store.purge_jobs(&record.id).await?;
+    let mut derivatives = std::collections::BTreeMap::new();
+    for d in state.store.derivatives(&record.id).await? {
+        *derivatives.entry(d.decision.as_str()).or_default() += 1;
+    }
     let online_latency_ms = record
         .suppressed_at
         .map(|at| (at - record.requested_at).num_milliseconds());
@@ -59,6 +66,7 @@ pub(crate) async fn view(
         approvals_required: state.erasure.approvals_required,
         online_latency_ms,
         targets,
+        derivatives,
         governed: state
             .governed
             .pending()
@@ -107,6 +115,20 @@ pub struct DryRun {
     pub(crate) tenant: String,
     pub(crate) subject_ref: String,
     pub(crate) stores: Vec<StoreCount>,
+    /// What its flip would hide beyond the subject's own items: derived from them, per store.
+    pub(crate) derivatives: Vec<DerivativeCount>,
+}
+
+/// A store's derivatives of a subject, before the request is filed.
+#[derive(Debug, Default, Serialize)]
+pub struct DerivativeCount {
+    pub(crate) store: String,
+    /// Stamped to the subject: purged with its items.
+    pub(crate) own: u64,
+    /// Stamped to other subjects: erased or released by a person (or erased, by policy).
+    pub(crate) other: u64,
+    /// Holding nothing (a model's answer not kept, an item deleted) or out of every purge's reach.
+    pub(crate) guarded: u64,
 }
 
 pub async fn dry_run(
@@ -128,9 +150,28 @@ pub(crate) async fn dry_run_as(
     let mut problems = Problems::default();
     check_whom(&mut problems, &tenant, &req.subject, &req.aliases);
     problems.into_result()?;
-    let keys = std::iter::once(req.subject.clone())
+    let keys: Vec<String> = std::iter::once(req.subject.clone())
         .chain(req.aliases)
         .collect();
+    let closure = state
+        .store
+        .closure_of(&tenant, &keys, &state.erasure.targets)
+        .await?;
+    let mut derivatives: std::collections::BTreeMap<&str, DerivativeCount> = Default::default();
+    for d in &closure {
+        let count = derivatives
+            .entry(&d.item.store)
+            .or_insert_with(|| DerivativeCount {
+                store: d.item.store.clone(),
+                ..DerivativeCount::default()
+            });
+        match d.decision {
+            crate::store::Decision::Guard => count.guarded += 1,
+            _ if d.own => count.own += 1,
+            _ => count.other += 1,
+        }
+    }
+    let derivatives: Vec<DerivativeCount> = derivatives.into_values().collect();
     let stores = state.erasure.inventory.count(&tenant, keys).await?;
     state
         .store
@@ -146,6 +187,7 @@ pub(crate) async fn dry_run_as(
         subject_ref: caller.subject_ref(&tenant, &req.subject),
         tenant,
         stores,
+        derivatives,
     })
 }
 

@@ -3,6 +3,7 @@
 mod audit;
 mod consents;
 mod console;
+mod derivatives;
 mod erasures;
 pub mod error;
 mod extract;
@@ -87,6 +88,15 @@ pub fn app(state: ControlState) -> Router {
         .route("/v1/erasures/{id}/extend", post(erasures::extend))
         .route("/v1/erasures/{id}/reject", post(erasures::reject))
         .route("/v1/erasures/{id}/certificate", get(erasures::certificate))
+        .route("/v1/erasures/{id}/derivatives", get(derivatives::list))
+        .route(
+            "/v1/erasures/{id}/derivatives/decide",
+            post(derivatives::decide),
+        )
+        .route(
+            "/v1/lineage/{store}/{collection}/{*item}",
+            get(derivatives::lineage),
+        )
         .route("/v1/audit", get(audit::page))
         .route("/v1/audit/verify", get(audit::verify))
         .route("/healthz", get(ops::healthz))

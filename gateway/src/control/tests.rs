@@ -769,7 +769,10 @@ async fn the_openapi_document_matches_the_routes() {
             let concrete = path
                 .replace("{id}", "x")
                 .replace("{tenant}", "acme")
-                .replace("{subject}", "u1");
+                .replace("{subject}", "u1")
+                .replace("{store}", "chroma")
+                .replace("{collection}", "c1")
+                .replace("{item}", "m1");
             let method: Method = method.to_uppercase().parse().unwrap();
             let body = (method == Method::POST || method == Method::PUT).then(|| json!({}));
             let (status, body) = h.as_dpo(method.clone(), &concrete, body).await;
@@ -781,8 +784,8 @@ async fn the_openapi_document_matches_the_routes() {
         }
     }
     assert_eq!(
-        operations, 24,
-        "the document and the router list the same 24 operations"
+        operations, 27,
+        "the document and the router list the same 27 operations"
     );
 }
 
@@ -2022,4 +2025,235 @@ async fn a_subjects_page_places_and_releases_its_holds_and_comes_back_to_itself_
     );
     let (_, _, page) = console(&h, Method::GET, uri, Some(&session), None).await;
     assert!(page.contains(">released<"), "{page}");
+}
+
+/// alice's memory `a1`, bob's summary `s1` quoting it, and bob's note `b2` derived from
+/// nothing of hers.
+async fn derived_lineage(h: &Harness) {
+    use crate::store::{Derived, Edge, ItemKey};
+    let row = |id: &str, subject: &str| crate::store::ItemRecord {
+        store: "chroma".into(),
+        collection: "c1".into(),
+        item_id: id.into(),
+        tenant: "acme".into(),
+        subject: subject.into(),
+        purpose: "personalization".into(),
+        category: "preference".into(),
+        layer: lethe_policy::Layer::Raw,
+        created_at: crate::now(),
+        expires_at: crate::now() + chrono::TimeDelta::days(1),
+        epoch: 0,
+        source_ref: None,
+        parents: vec![],
+    };
+    h.store
+        .record_items(&[row("a1", "alice"), row("s1", "bob"), row("b2", "bob")])
+        .await
+        .unwrap();
+    let child = ItemKey::new("chroma", "c1", "s1");
+    h.store
+        .record_derived(&[Derived {
+            tenant: "acme".into(),
+            child: child.clone(),
+            edges: vec![Edge {
+                child,
+                child_owner: "bob".into(),
+                parent: ItemKey::new("chroma", "c1", "a1"),
+                parent_owner: "alice".into(),
+                how: lethe_policy::How::Quote,
+                at: crate::now(),
+            }],
+            replace: true,
+        }])
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn an_erasures_derivatives_are_listed_and_decided_by_a_person_of_its_tenant() {
+    let h = harness().await;
+    derived_lineage(&h).await;
+    // The dry run counts what the flip would hide.
+    let (status, dry) = h
+        .as_dpo(
+            Method::POST,
+            "/v1/erasures/dry-run",
+            Some(json!({"subject": "alice"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{dry}");
+    assert_eq!(
+        dry["derivatives"],
+        json!([{"store": "chroma", "own": 0, "other": 1, "guarded": 0}])
+    );
+    let id = filed(&h, "alice").await;
+    for actor in ["dpo-a", "dpo-b"] {
+        h.as_actor(
+            actor,
+            Method::POST,
+            &format!("/v1/erasures/{id}/approve"),
+            None,
+        )
+        .await;
+    }
+    let (status, listed) = h
+        .as_dpo(Method::GET, &format!("/v1/erasures/{id}/derivatives"), None)
+        .await;
+    assert_eq!(status, StatusCode::OK, "{listed}");
+    let derivatives = listed["derivatives"].as_array().unwrap();
+    assert_eq!(derivatives.len(), 1, "{listed}");
+    let s1 = &derivatives[0];
+    let s1_ref = s1["ref"].as_str().unwrap().to_owned();
+    assert_eq!(
+        (
+            &s1["store"],
+            &s1["collection"],
+            &s1["item"],
+            &s1["decision"]
+        ),
+        (
+            &json!("chroma"),
+            &json!("c1"),
+            &json!("s1"),
+            &json!("undecided")
+        )
+    );
+    assert_eq!(
+        s1["subject_ref"],
+        json!(lethe_policy::audit::subject_ref(
+            crate::testing::AUDIT_KEY,
+            "acme",
+            "bob"
+        ))
+    );
+    assert_eq!(s1["how"], json!(["quote"]));
+    assert_eq!(s1["parents"][0]["item"], "a1");
+    assert!(!listed.to_string().contains("\"bob\""), "no raw subject");
+    let (_, status_view) = h
+        .as_dpo(Method::GET, &format!("/v1/erasures/{id}"), None)
+        .await;
+    assert_eq!(status_view["derivatives"], json!({"undecided": 1}));
+
+    // Another tenant sees neither the request nor its derivatives, and cannot decide them.
+    let globex = token(Role::Compliance, "globex");
+    let decide = format!("/v1/erasures/{id}/derivatives/decide");
+    let body = json!({"refs": [s1_ref], "decision": "release", "reason": "not hers"});
+    let other = h
+        .send(
+            Method::POST,
+            &decide,
+            Some(&globex),
+            Some(Body::from(body.to_string())),
+        )
+        .await;
+    assert_error(&other, StatusCode::NOT_FOUND, "not_found");
+    let other = h
+        .send(
+            Method::GET,
+            &format!("/v1/erasures/{id}/derivatives"),
+            Some(&globex),
+            None,
+        )
+        .await;
+    assert_error(&other, StatusCode::NOT_FOUND, "not_found");
+    // Bad decisions are refused whole, and change nothing.
+    for (bad, status, code) in [
+        (
+            json!({"refs": [], "decision": "erase", "reason": "x"}),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "validation_failed",
+        ),
+        (
+            json!({"refs": [s1_ref, s1_ref], "decision": "erase", "reason": "x"}),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "validation_failed",
+        ),
+        (
+            json!({"refs": [s1_ref], "decision": "guard", "reason": "x"}),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "validation_failed",
+        ),
+        (
+            json!({"refs": ["dv_unknown"], "decision": "erase", "reason": "x"}),
+            StatusCode::CONFLICT,
+            "not_decidable",
+        ),
+    ] {
+        let answer = h.as_dpo(Method::POST, &decide, Some(bad)).await;
+        assert_error(&answer, status, code);
+    }
+    let (status, decided) = h.as_dpo(Method::POST, &decide, Some(body)).await;
+    assert_eq!(status, StatusCode::OK, "{decided}");
+    assert_eq!(decided["derivatives"], json!({"release": 1}));
+    let again = h
+        .as_dpo(
+            Method::POST,
+            &decide,
+            Some(json!({"refs": [s1_ref], "decision": "erase", "reason": "changed my mind"})),
+        )
+        .await;
+    assert_error(&again, StatusCode::CONFLICT, "not_decidable");
+    let (_, listed) = h
+        .as_dpo(Method::GET, &format!("/v1/erasures/{id}/derivatives"), None)
+        .await;
+    assert_eq!(listed["derivatives"][0]["decided_by"], "compliance@acme");
+    assert_eq!(listed["derivatives"][0]["reason"], "not hers");
+}
+
+#[tokio::test]
+async fn an_items_lineage_is_shown_to_its_tenant_only() {
+    let h = harness().await;
+    derived_lineage(&h).await;
+    let (status, lineage) = h
+        .as_dpo(Method::GET, "/v1/lineage/chroma/c1/s1", None)
+        .await;
+    assert_eq!(status, StatusCode::OK, "{lineage}");
+    assert_eq!(lineage["parents"][0]["item"], "a1");
+    assert_eq!(lineage["parents"][0]["how"], "quote");
+    assert_eq!(
+        lineage["parents"][0]["subject_ref"],
+        json!(lethe_policy::audit::subject_ref(
+            crate::testing::AUDIT_KEY,
+            "acme",
+            "alice"
+        ))
+    );
+    assert_eq!(lineage["children"], json!([]));
+    let (_, a1) = h
+        .as_dpo(Method::GET, "/v1/lineage/chroma/c1/a1", None)
+        .await;
+    assert_eq!(a1["children"][0]["item"], "s1");
+    // An item with no edges but lineage of the tenant has an empty lineage; one the tenant does
+    // not have is not found, for the tenant's own and for another's token alike.
+    let (status, b2) = h
+        .as_dpo(Method::GET, "/v1/lineage/chroma/c1/b2", None)
+        .await;
+    assert_eq!((status, &b2["parents"]), (StatusCode::OK, &json!([])));
+    let missing = h
+        .as_dpo(Method::GET, "/v1/lineage/chroma/c1/zz", None)
+        .await;
+    assert_error(&missing, StatusCode::NOT_FOUND, "not_found");
+    let globex = token(Role::Compliance, "globex");
+    let other = h
+        .send(Method::GET, "/v1/lineage/chroma/c1/s1", Some(&globex), None)
+        .await;
+    assert_error(&other, StatusCode::NOT_FOUND, "not_found");
+    let forbidden = h
+        .send(
+            Method::GET,
+            "/v1/lineage/chroma/c1/s1?tenant=acme",
+            Some(&globex),
+            None,
+        )
+        .await;
+    assert_error(&forbidden, StatusCode::FORBIDDEN, "forbidden");
+    // An item id holding slashes (a LangGraph store item's) is one path.
+    let (status, _) = h
+        .as_dpo(
+            Method::GET,
+            "/v1/lineage/langgraph/store/%5B%22acme%22%2C%22bob%22%2C%22k%22%5D",
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
 }

@@ -120,6 +120,21 @@ impl Derivations {
     pub fn of(&self, item: &str) -> Option<&RecordDerivation> {
         self.records.iter().find(|r| r.item.item == item)
     }
+
+    /// The first record's derivation, as that of `item` (a model's answer: the provider gives
+    /// its id once the prompt was decided).
+    pub fn for_item(&self, item: &ItemKey) -> Derivations {
+        let records = self
+            .records
+            .first()
+            .map(|r| RecordDerivation {
+                item: item.clone(),
+                ..r.clone()
+            })
+            .into_iter()
+            .collect();
+        Derivations { records }
+    }
 }
 
 impl RecordDerivation {

@@ -26,7 +26,7 @@ pub struct PolicyCache {
 pub struct Hidden(HashMap<String, HashMap<String, HashSet<String>>>);
 
 impl Hidden {
-    fn contains(&self, item: &ItemRef<'_>) -> bool {
+    pub fn contains(&self, item: &ItemRef<'_>) -> bool {
         self.0
             .get(item.store)
             .and_then(|c| c.get(item.collection))

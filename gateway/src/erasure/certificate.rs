@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 
 use super::Physical;
 use crate::config::Config;
-use crate::store::{ErasureRecord, PurgeJob, Store, StoreError};
+use crate::store::{Decision, Derivative, ErasureRecord, PurgeJob, Store, StoreError};
 
 pub struct Signer {
     key: Ed25519KeyPair,
@@ -91,10 +91,12 @@ impl Certifier {
             return Ok(kept);
         }
         let jobs = store.purge_jobs(&record.id).await?;
+        let derivatives = store.derivatives(&record.id).await?;
         let chain_head = store.audit_head(None).await?;
         let evidence = Evidence {
             record,
             jobs: &jobs,
+            derivatives: &derivatives,
             chain_head: &chain_head,
             backups: &self.backups,
             audit_key: &self.audit_key,
@@ -109,6 +111,8 @@ impl Certifier {
 pub struct Evidence<'a> {
     pub record: &'a ErasureRecord,
     pub jobs: &'a [PurgeJob],
+    /// What the closure of the subject reached, and what became of it.
+    pub derivatives: &'a [Derivative],
     pub chain_head: &'a ChainHead,
     /// How long each target's backups are kept.
     pub backups: &'a BTreeMap<String, MaxAge>,
@@ -167,12 +171,14 @@ pub fn issue(evidence: &Evidence<'_>, signer: &Signer) -> Vec<u8> {
                 "before": result.get("before"),
                 "deleted": result.get("deleted"),
                 "remaining": result.get("remaining"),
+                "derivatives": result.get("derivatives"),
                 "physical": result.get("physical"),
                 "backup_retention": retention.map(ToString::to_string),
                 "backup_expires_at": expires,
             })
         })
         .collect();
+    let derivatives = derivatives_by_store(evidence.derivatives, &mut exceptions);
     let ms =
         |from: DateTime<Utc>, to: Option<DateTime<Utc>>| to.map(|t| (t - from).num_milliseconds());
     let certificate = json!({
@@ -191,6 +197,7 @@ pub fn issue(evidence: &Evidence<'_>, signer: &Signer) -> Vec<u8> {
         "online_latency_ms": ms(r.requested_at, r.suppressed_at),
         "completion_latency_ms": ms(r.requested_at, r.completed_at),
         "stores": stores,
+        "derivatives": derivatives,
         "exceptions": exceptions,
         "final_backup_expiry": final_backup_expiry,
         "final_copy_expiry": final_copy_expiry.zip(final_backup_expiry).map(|(c, b)| c.max(b)),
@@ -203,6 +210,49 @@ pub fn issue(evidence: &Evidence<'_>, signer: &Signer) -> Vec<u8> {
         "signature": { "algorithm": "Ed25519", "public_key": signer.public_key_hex(), "value": signer.sign(&signed) },
     });
     canonical(&document)
+}
+
+/// What the closure reached in each store: found, the subject's own (purged with it), another
+/// subject's erased (verified gone) or released, and what only guards (nothing was held). A
+/// derivative kept where this request purges nothing remains, and says so.
+fn derivatives_by_store(derivatives: &[Derivative], exceptions: &mut Vec<String>) -> Value {
+    let mut stores: BTreeMap<&str, [u64; 5]> = BTreeMap::new();
+    for d in derivatives {
+        let counts = stores.entry(d.item.store.as_str()).or_default();
+        counts[0] += 1;
+        match d.decision {
+            Decision::Erase if d.erased_at.is_some() && d.own => counts[1] += 1,
+            Decision::Erase if d.erased_at.is_some() => counts[2] += 1,
+            Decision::Release => counts[3] += 1,
+            Decision::Guard => counts[4] += 1,
+            Decision::Erase | Decision::Undecided => exceptions.push(format!(
+                "{}: derivative {} is {}",
+                d.item.store,
+                d.reference,
+                if d.decision == Decision::Erase {
+                    "not verified gone"
+                } else {
+                    "undecided"
+                }
+            )),
+        }
+        if d.decision == Decision::Guard
+            && let Some(reason) = d.reason.as_deref().filter(|r| r.starts_with("no purge"))
+        {
+            exceptions.push(format!(
+                "{}: derivative {} remains: {reason}",
+                d.item.store, d.reference
+            ));
+        }
+    }
+    Value::Array(
+        stores
+            .into_iter()
+            .map(|(store, [found, own, erased, released, guarded])| {
+                json!({"store": store, "found": found, "own_erased": own, "erased": erased, "released": released, "guarded": guarded})
+            })
+            .collect(),
+    )
 }
 
 fn canonical(value: &Value) -> Vec<u8> {
@@ -323,6 +373,25 @@ pub fn render_html(document: &[u8]) -> String {
             ));
         }
     }
+    let derived: String = c["derivatives"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|d| {
+            let cells: String = [
+                "store",
+                "found",
+                "own_erased",
+                "erased",
+                "released",
+                "guarded",
+            ]
+            .iter()
+            .map(|k| format!("<td>{}</td>", field(&d[*k])))
+            .collect();
+            format!("<tr>{cells}</tr>\n")
+        })
+        .collect();
     let exceptions: String = c["exceptions"]
         .as_array()
         .into_iter()
@@ -335,6 +404,8 @@ pub fn render_html(document: &[u8]) -> String {
          th,td{{border:1px solid #ccc;padding:.3rem .6rem;text-align:left}}</style></head><body>\
          <h1>Erasure certificate</h1><table>{rows}</table><h2>Stores</h2><table><tr><th>store</th><th>before</th>\
          <th>deleted</th><th>remaining</th><th>removed from disk</th><th>verified on disk</th><th>backup retention</th><th>backups expire</th></tr>{stores}</table>\
+         <h2>Derivatives</h2><p>What was made from the subject's data (summaries, facts, model answers), per store.</p>\
+         <table><tr><th>store</th><th>found</th><th>the subject's own, erased</th><th>others', erased</th><th>released</th><th>held nothing</th></tr>{derived}</table>\
          <h2>Copies that remain</h2><table><tr><th>store</th><th>where</th><th>what</th><th>why</th><th>gone by</th></tr>{copies}</table>\
          <h2>Exceptions</h2><ul>{exceptions}</ul><h2>Audit chain head</h2><p>row {seq}, {hash}</p>\
          <h2>Signature</h2><p>Ed25519, public key <code>{key}</code>. Check the JSON document with \
@@ -418,6 +489,7 @@ mod tests {
         let evidence = Evidence {
             record: &record,
             jobs: &jobs,
+            derivatives: &[],
             chain_head: &head,
             backups: &backups,
             audit_key: b"k",
@@ -517,6 +589,7 @@ mod tests {
         let evidence = Evidence {
             record: &record,
             jobs: &jobs,
+            derivatives: &[],
             chain_head: &head,
             backups: &none,
             audit_key: b"k",
@@ -529,6 +602,82 @@ mod tests {
                 .as_str()
                 .unwrap()
                 .contains("no backup retention")
+        );
+    }
+
+    #[test]
+    fn the_derivatives_are_counted_per_store_and_what_remains_is_an_exception() {
+        use crate::store::ItemKey;
+        let signer = Signer::from_seed(&[7u8; 32]).unwrap();
+        let (record, jobs, head, backups) = evidence_parts();
+        let at = record.updated_at;
+        let derivative =
+            |store: &str, id: &str, own: bool, decision, erased: bool, reason: Option<&str>| {
+                let item = ItemKey::new(store, "memories", id);
+                Derivative {
+                    reference: item.reference(),
+                    item,
+                    subject: Some("bob".into()),
+                    own,
+                    how: vec![lethe_policy::How::Quote],
+                    parents: vec![],
+                    decision,
+                    decided_by: Some("dpo".into()),
+                    decided_at: Some(at),
+                    reason: reason.map(str::to_owned),
+                    erased_at: erased.then_some(at),
+                }
+            };
+        let derivatives = [
+            derivative("chroma", "own", true, Decision::Erase, true, None),
+            derivative("chroma", "bobs", false, Decision::Erase, true, None),
+            derivative("chroma", "kept", false, Decision::Release, false, None),
+            derivative(
+                "openai",
+                "answer",
+                false,
+                Decision::Guard,
+                false,
+                Some("lineage keeps no live item"),
+            ),
+            derivative(
+                "cache",
+                "note",
+                false,
+                Decision::Guard,
+                false,
+                Some("no purge of this request reaches store cache"),
+            ),
+        ];
+        let evidence = Evidence {
+            record: &record,
+            jobs: &jobs,
+            derivatives: &derivatives,
+            chain_head: &head,
+            backups: &backups,
+            audit_key: b"k",
+            issued_at: at,
+        };
+        let document = issue(&evidence, &signer);
+        let certificate = verify(&document, &signer.public_key_hex()).unwrap();
+        assert_eq!(
+            certificate["derivatives"],
+            json!([
+                {"store": "cache", "found": 1, "own_erased": 0, "erased": 0, "released": 0, "guarded": 1},
+                {"store": "chroma", "found": 3, "own_erased": 1, "erased": 1, "released": 1, "guarded": 0},
+                {"store": "openai", "found": 1, "own_erased": 0, "erased": 0, "released": 0, "guarded": 1},
+            ])
+        );
+        let note = ItemKey::new("cache", "memories", "note").reference();
+        assert_eq!(
+            certificate["exceptions"],
+            json!([format!(
+                "cache: derivative {note} remains: no purge of this request reaches store cache"
+            )])
+        );
+        assert!(
+            render_html(&document)
+                .contains("<td>chroma</td><td>3</td><td>1</td><td>1</td><td>1</td><td>0</td>")
         );
     }
 }

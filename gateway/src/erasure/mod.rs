@@ -88,6 +88,20 @@ pub trait Connector: Send + Sync {
             "{collection}: this store holds no items Lethe tracks"
         )))
     }
+
+    /// How many of `items` the store still holds for the owner lineage names (an item it holds
+    /// under another owner's stamp is not that owner's): how an erased derivative is verified
+    /// gone. Stores Lethe does not write items to hold none of them.
+    async fn held_items(
+        &self,
+        collection: &str,
+        items: &[ExpiredItem],
+    ) -> Result<u64, ConnectorError> {
+        let _ = items;
+        Err(ConnectorError::Misconfigured(format!(
+            "{collection}: this store holds no items Lethe tracks"
+        )))
+    }
 }
 
 /// The connector of a route to a store Lethe writes items to.
@@ -412,7 +426,12 @@ impl Worker {
                         }
                     }
                 }
-                JobOutcome::Done(serde_json::to_value(report).unwrap_or_default())
+                let mut result = serde_json::to_value(report).unwrap_or_default();
+                match self.purge_derivatives(&record, target).await {
+                    Ok(derivatives) => result["derivatives"] = derivatives,
+                    Err(e) => return failed(e),
+                }
+                JobOutcome::Done(result)
             }
             Ok(report) => failed(format!(
                 "{} records remain after deletion",
@@ -425,6 +444,79 @@ impl Worker {
             },
             Err(ConnectorError::Unavailable(e)) => failed(e),
         }
+    }
+}
+
+impl Worker {
+    /// Erases the request's derivatives kept in the target's store that are decided for
+    /// erasure: the subject's own went with its items (by their stamp); another subject's are
+    /// deleted by id, for the owner lineage names, and counted again in the store. Answers what
+    /// was done, for the certificate.
+    async fn purge_derivatives(
+        &self,
+        record: &crate::store::ErasureRecord,
+        target: &Target,
+    ) -> Result<serde_json::Value, String> {
+        use crate::store::Decision;
+        let derivatives = self
+            .store
+            .derivatives(&record.id)
+            .await
+            .map_err(|e| e.to_string())?;
+        let due: Vec<&crate::store::Derivative> = derivatives
+            .iter()
+            .filter(|d| d.item.store == target.lineage_store)
+            .filter(|d| d.decision == Decision::Erase && d.erased_at.is_none())
+            .collect();
+        let mut by_collection: HashMap<&str, Vec<ExpiredItem>> = HashMap::new();
+        for d in due.iter().filter(|d| !d.own) {
+            by_collection
+                .entry(d.item.collection.as_str())
+                .or_default()
+                .push(ExpiredItem {
+                    store: d.item.store.clone(),
+                    collection: d.item.collection.clone(),
+                    item_id: d.item.item.clone(),
+                    tenant: record.tenant.clone(),
+                    subject: d.subject.clone().unwrap_or_default(),
+                });
+        }
+        let (mut deleted, mut remaining) = (0, 0);
+        for (collection, items) in &by_collection {
+            deleted += target
+                .connector
+                .delete_items(collection, items)
+                .await
+                .map_err(|e| e.to_string())?;
+            remaining += target
+                .connector
+                .held_items(collection, items)
+                .await
+                .map_err(|e| e.to_string())?;
+        }
+        if remaining > 0 {
+            return Err(format!(
+                "{remaining} derivatives decided for erasure are still held"
+            ));
+        }
+        for (collection, items) in &by_collection {
+            let ids: Vec<String> = items.iter().map(|i| i.item_id.clone()).collect();
+            self.store
+                .mark_items_deleted(&target.lineage_store, collection, &ids, crate::now())
+                .await
+                .map_err(|e| e.to_string())?;
+        }
+        let refs: Vec<String> = due.iter().map(|d| d.reference.clone()).collect();
+        self.store
+            .derivatives_erased(&record.id, &refs, crate::now())
+            .await
+            .map_err(|e| e.to_string())?;
+        let own = due.iter().filter(|d| d.own).count();
+        Ok(serde_json::json!({
+            "own": own,
+            "others_deleted": deleted,
+            "others_remaining": remaining,
+        }))
     }
 }
 

@@ -354,7 +354,7 @@ pub enum Closure {
 }
 
 /// What became of an item an erasure's closure reached.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Decision {
     /// Nothing is kept to decide on (a model's answer its provider did not store, an item

@@ -359,12 +359,48 @@ impl Connector for ChromaConnector {
         collection: &str,
         items: &[ExpiredItem],
     ) -> Result<u64, ConnectorError> {
-        let collections = self.collections().await?;
-        let Some(place) = collections.iter().find(|p| p.id == collection) else {
+        let Some(place) = self.place(collection).await? else {
             return Ok(0);
         };
+        let expired = self.owned(&place, items).await?;
+        if expired.is_empty() {
+            return Ok(0);
+        }
+        self.delete_in(&place, &expired).await?;
+        let left = self.present(&place, &expired).await?.len();
+        Ok((expired.len() - left) as u64)
+    }
+
+    async fn held_items(
+        &self,
+        collection: &str,
+        items: &[ExpiredItem],
+    ) -> Result<u64, ConnectorError> {
+        match self.place(collection).await? {
+            Some(place) => Ok(self.owned(&place, items).await?.len() as u64),
+            None => Ok(0),
+        }
+    }
+}
+
+impl ChromaConnector {
+    /// The collection with this id, if it still exists.
+    async fn place(&self, collection: &str) -> Result<Option<Place>, ConnectorError> {
+        Ok(self
+            .collections()
+            .await?
+            .into_iter()
+            .find(|p| p.id == collection))
+    }
+
+    /// Of `items`, those the collection holds for the owner lineage names.
+    async fn owned(
+        &self,
+        place: &Place,
+        items: &[ExpiredItem],
+    ) -> Result<Vec<String>, ConnectorError> {
         let ids: Vec<String> = items.iter().map(|i| i.item_id.clone()).collect();
-        let expired: Vec<String> = self
+        Ok(self
             .present(place, &ids)
             .await?
             .into_iter()
@@ -374,12 +410,6 @@ impl Connector for ChromaConnector {
                 })
             })
             .map(|(id, _)| id)
-            .collect();
-        if expired.is_empty() {
-            return Ok(0);
-        }
-        self.delete_in(place, &expired).await?;
-        let left = self.present(place, &expired).await?.len();
-        Ok((expired.len() - left) as u64)
+            .collect())
     }
 }

@@ -375,4 +375,25 @@ impl Connector for LangGraphConnector {
         }
         Ok(deleted)
     }
+
+    async fn held_items(
+        &self,
+        collection: &str,
+        items: &[ExpiredItem],
+    ) -> Result<u64, ConnectorError> {
+        let mut held = 0;
+        for id in items.iter().map(|i| &i.item_id) {
+            let exists = if collection == THREADS {
+                self.thread_exists(id).await?
+            } else if let Some(item) = parse_item_id(id).filter(|_| collection == STORE) {
+                self.item_exists(&item).await?
+            } else {
+                return Err(
+                    format!("{collection}/{id} is not a LangGraph thread or store item").into(),
+                );
+            };
+            held += u64::from(exists);
+        }
+        Ok(held)
+    }
 }

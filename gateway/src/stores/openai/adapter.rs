@@ -15,6 +15,7 @@ use sha2::{Digest, Sha256};
 
 use crate::adapters::AdapterError;
 use crate::adapters::stamp::parse_object;
+use crate::adapters::text::text_of;
 
 /// Lineage collections of a provider route.
 pub const RESPONSES: &str = "responses";
@@ -119,6 +120,8 @@ pub struct Planned {
     pub builds_on: Vec<(&'static str, String)>,
     /// Fingerprints of embeddings inputs.
     pub fingerprints: Vec<String>,
+    /// The text the request sends (messages, input, instructions).
+    pub prompt: String,
 }
 
 fn id_field(value: Option<&Value>, what: &str) -> Result<Option<String>, AdapterError> {
@@ -183,6 +186,7 @@ pub fn plan(kind: Generate, body: &[u8], grant: &ProviderGrant) -> Result<Planne
         stored,
         builds_on,
         fingerprints,
+        prompt: text_of(&Value::Object(map)),
     })
 }
 
@@ -339,6 +343,16 @@ pub fn answered_id(answer: &Value) -> Result<String, AdapterError> {
         .and_then(Value::as_str)
         .map(str::to_owned)
         .ok_or_else(|| AdapterError::UpstreamInvalid("an object without id".into()))
+}
+
+/// The text of a model's answer: its choices' messages (a chat completion), or its output (a
+/// response).
+pub fn answer_text(answer: &Value) -> String {
+    answer
+        .get("choices")
+        .or_else(|| answer.get("output"))
+        .map(text_of)
+        .unwrap_or_default()
 }
 
 /// Whether the provider says it stored a response (`store` in the answer; absent means stored).

@@ -121,4 +121,18 @@ impl Connector for OpenAiConnector {
         }
         Ok(deleted)
     }
+
+    async fn held_items(
+        &self,
+        collection: &str,
+        items: &[ExpiredItem],
+    ) -> Result<u64, ConnectorError> {
+        let mut held = 0;
+        for id in items.iter().map(|i| &i.item_id) {
+            if let Some(path) = object_path(collection, id) {
+                held += u64::from(self.exists(&path).await?);
+            }
+        }
+        Ok(held)
+    }
 }

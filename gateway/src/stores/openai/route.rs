@@ -13,12 +13,13 @@ use lethe_policy::{ProviderGrant, Refusal, SubjectState, decide_provider};
 use serde_json::Value;
 
 use crate::adapters::AdapterError;
+use crate::data::derivation::{ANSWERS, Derivations, Served, Writing};
 use crate::data::error::{DataError, json_response};
 use crate::data::forward::Answer;
 use crate::data::overtaken::{Recording, keep_unless_overtaken};
 use crate::data::stream::{Opened, Registration, Settled, Undo, Watch, open_events, settle};
 use crate::data::{Body, RequestContext, Upstream, whole};
-use crate::store::{ItemRecord, ProcessorUse};
+use crate::store::{ItemKey, ItemRecord, ProcessorUse};
 use crate::stores::openai::adapter::{
     self as adapter, Access, CHAT, CONVERSATIONS, EMBEDDED, Endpoint, FILES, Generate, ITEMS,
     RESPONSES,
@@ -152,21 +153,29 @@ async fn grant(upstream: &Upstream<'_>, about: &About<'_>) -> Result<ProviderGra
     )?)
 }
 
-/// Records that the provider receives the subject's data: called once every decision is taken,
-/// just before the data leaves.
-async fn sending(upstream: &Upstream<'_>, about: &About<'_>) {
+/// Records that the provider receives the subject's data, and the data of every subject the
+/// request quotes or read under its trace: called once every decision is taken, just before the
+/// data leaves.
+async fn sending(upstream: &Upstream<'_>, about: &About<'_>, derived: &Derivations) {
     let now = crate::now();
-    upstream
-        .state
-        .lineage
-        .processor_used(ProcessorUse {
-            tenant: about.tenant().to_owned(),
-            subject: about.subject.to_owned(),
-            processor: upstream.route.name.clone(),
-            first_at: now,
-            last_at: now,
-        })
-        .await;
+    let mut subjects: Vec<&str> = std::iter::once(about.subject)
+        .chain(derived.owners())
+        .collect();
+    subjects.sort_unstable();
+    subjects.dedup();
+    for subject in subjects {
+        upstream
+            .state
+            .lineage
+            .processor_used(ProcessorUse {
+                tenant: about.tenant().to_owned(),
+                subject: subject.to_owned(),
+                processor: upstream.route.name.clone(),
+                first_at: now,
+                last_at: now,
+            })
+            .await;
+    }
 }
 
 /// Sends a decided request that makes one object the provider keeps (a conversation, a file),
@@ -179,7 +188,7 @@ async fn create(
     body: Bytes,
     collection: &str,
 ) -> Answered {
-    sending(upstream, about).await;
+    sending(upstream, about, &Derivations::default()).await;
     let answer = checked(upstream, path, body).await?;
     if answer.is_success() {
         let id = adapter::answered_id(&json_of(&answer)?)?;
@@ -287,6 +296,16 @@ async fn decide_named(
         access,
         subject_state(upstream, about).await?,
     )?;
+    // An answer an erasure's closure hides is not read or built on (deleting it is allowed).
+    let item = lethe_policy::ItemRef {
+        store: &upstream.route.name,
+        collection,
+        id,
+    };
+    let hidden = upstream.state.policy.hidden(about.tenant()).await?;
+    if access != Access::Delete && hidden.contains(&item) {
+        return Err(Refusal::SubjectSuppressed.into());
+    }
     Ok(())
 }
 
@@ -315,13 +334,14 @@ async fn generate(
     for (collection, id) in &planned.builds_on {
         decide_named(upstream, about, collection, id, Access::Write).await?;
     }
+    let derivations = prompt_parents(upstream, about, &planned.prompt).await?;
     let body = Bytes::from(planned.body);
     let collection = if kind == Generate::Chat {
         CHAT
     } else {
         RESPONSES
     };
-    sending(upstream, about).await;
+    sending(upstream, about, &derivations).await;
     if planned.stream {
         let registration = planned.stored.then(|| {
             let (upstreams, route) = (upstream.state.upstreams.clone(), upstream.route.clone());
@@ -357,16 +377,76 @@ async fn generate(
                 .collect();
             upstream.state.lineage.record(rows).await;
         }
-        Generate::Responses | Generate::Chat if planned.stored => {
+        Generate::Responses | Generate::Chat => {
             let value = json_of(&answer)?;
-            if kind == Generate::Chat || adapter::answer_stored(&value) {
+            let stored =
+                planned.stored && (kind == Generate::Chat || adapter::answer_stored(&value));
+            if stored {
                 let id = adapter::answered_id(&value)?;
                 keep(upstream, about, &grant, collection, vec![id]).await?;
             }
+            let kept_in = if stored { collection } else { ANSWERS };
+            answered(upstream, about, kept_in, &value, &derivations).await?;
         }
-        Generate::Responses | Generate::Chat => {}
     }
     Ok(whole(answer.passed_on()))
+}
+
+/// What a prompt derives from (what its trace read, what it quotes), refused when that is
+/// under erasure: the model's answer would bring it back.
+async fn prompt_parents(
+    upstream: &Upstream<'_>,
+    about: &About<'_>,
+    prompt: &str,
+) -> Result<Derivations, DataError> {
+    let state = upstream.state;
+    // The answer's id is the provider's to give: the prompt is a record without one yet.
+    let writes = [Writing {
+        collection: ANSWERS,
+        id: "",
+        owner: about.subject,
+        text: prompt,
+    }];
+    let derivations = state.derivation.parents(about.ctx, &writes).await?;
+    let owners: Vec<&str> = derivations.owners().collect();
+    if !owners.is_empty() {
+        let view = state.policy.view(about.tenant(), owners).await?;
+        derivations.check(&view, about.tenant())?;
+    }
+    Ok(derivations)
+}
+
+/// A model's answer derives from what its prompt did: its edges are recorded, and its text is
+/// remembered as served (a write quoting it derives from it, and through it from its parents).
+async fn answered(
+    upstream: &Upstream<'_>,
+    about: &About<'_>,
+    collection: &str,
+    answer: &Value,
+    derivations: &Derivations,
+) -> Result<(), DataError> {
+    let derivation = &upstream.state.derivation;
+    if !derivation.enabled() {
+        return Ok(());
+    }
+    let id = adapter::answered_id(answer)?;
+    let item = ItemKey::new(&upstream.route.name, collection, &id);
+    derivation
+        .record(
+            about.ctx,
+            &derivations.for_item(&item),
+            std::slice::from_ref(&id),
+            &[],
+        )
+        .await?;
+    let served = Served {
+        collection: collection.to_owned(),
+        id,
+        owner: about.subject.to_owned(),
+        text: adapter::answer_text(answer),
+        answer: true,
+    };
+    derivation.served(about.ctx, vec![served]).await
 }
 
 /// A streamed answer: decided already; relayed event by event while the subject stays active.
@@ -421,7 +501,11 @@ async fn object(
     let grant = match access {
         Access::Write => {
             let grant = grant(upstream, about).await?;
-            sending(upstream, about).await;
+            let text = serde_json::from_slice::<Value>(&body)
+                .map(|v| crate::adapters::text::text_of(&v))
+                .unwrap_or_default();
+            let derivations = prompt_parents(upstream, about, &text).await?;
+            sending(upstream, about, &derivations).await;
             Some(grant)
         }
         Access::Read | Access::Delete => None,

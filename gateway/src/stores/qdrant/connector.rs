@@ -449,14 +449,43 @@ impl Connector for QdrantConnector {
         collection: &str,
         items: &[ExpiredItem],
     ) -> Result<u64, ConnectorError> {
-        if !self.collections().await?.iter().any(|c| c == collection) {
+        let expired = self.owned(collection, items).await?;
+        if expired.is_empty() {
             return Ok(0);
+        }
+        self.delete(collection, &expired).await?;
+        let left = self
+            .present(collection, &expired.iter().cloned().collect::<Vec<_>>())
+            .await?
+            .len();
+        Ok((expired.len() - left) as u64)
+    }
+
+    async fn held_items(
+        &self,
+        collection: &str,
+        items: &[ExpiredItem],
+    ) -> Result<u64, ConnectorError> {
+        Ok(self.owned(collection, items).await?.len() as u64)
+    }
+}
+
+impl QdrantConnector {
+    /// Of `items`, those the collection holds for the owner lineage names (none when the
+    /// collection no longer exists).
+    async fn owned(
+        &self,
+        collection: &str,
+        items: &[ExpiredItem],
+    ) -> Result<BTreeSet<PointId>, ConnectorError> {
+        if !self.collections().await?.iter().any(|c| c == collection) {
+            return Ok(BTreeSet::new());
         }
         let ids: Vec<PointId> = items
             .iter()
             .filter_map(|i| PointId::from_key(&i.item_id))
             .collect();
-        let expired: BTreeSet<PointId> = self
+        Ok(self
             .present(collection, &ids)
             .await?
             .iter()
@@ -470,15 +499,6 @@ impl Connector for QdrantConnector {
                     })
                     .then_some(id)
             })
-            .collect();
-        if expired.is_empty() {
-            return Ok(0);
-        }
-        self.delete(collection, &expired).await?;
-        let left = self
-            .present(collection, &expired.iter().cloned().collect::<Vec<_>>())
-            .await?
-            .len();
-        Ok((expired.len() - left) as u64)
+            .collect())
     }
 }
