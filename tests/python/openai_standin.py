@@ -7,6 +7,12 @@ Models with special names misbehave on purpose: `slow-stream` streams 40 chunks 
 `broken-sse` sends an event that is not JSON, `error-500` fails, `hang` answers after 5 s.
 `GET /_stats` tells how many streams were cut by their client.
 
+Answers echo the last user message, as a model's answer may repeat what it was given; `rewrite`
+answers with every word of it spelt backwards (an answer made from the prompt that shares no run
+of words with it). A chat completion asking for `response_format: json_object` is answered the
+way Mem0's memory extraction expects: `{"memory": [{"id", "text"}]}`, one memory per user line of
+the prompt's `## New Messages` section.
+
     python openai_standin.py PORT [CERT KEY]      (with CERT and KEY it speaks HTTPS)
 """
 
@@ -28,8 +34,17 @@ def new_id(prefix):
     return f"{prefix}{uuid.uuid4().hex[:24]}"
 
 
-def reply_text(text):
+def reply_text(text, model="gpt-test"):
+    if model == "rewrite":
+        return " ".join(word[::-1] for word in text.split())
     return f"echo: {text}"
+
+
+def extracted_memories(text):
+    """Mem0's extraction answer: the user lines of the `## New Messages` section."""
+    section = text.split("## New Messages", 1)[-1].split("\n## ", 1)[0]
+    lines = [line.strip()[len("user:"):].strip() for line in section.splitlines() if line.strip().startswith("user:")]
+    return json.dumps({"memory": [{"id": str(i), "text": line} for i, line in enumerate(lines)]})
 
 
 def last_user_text(messages):
@@ -160,7 +175,10 @@ class Handler(BaseHTTPRequestHandler):
         model = request.get("model", "gpt-test")
         if self.misbehave(model):
             return
-        text = reply_text(last_user_text(request.get("messages")))
+        if (request.get("response_format") or {}).get("type") == "json_object":
+            text = extracted_memories(last_user_text(request.get("messages")))
+        else:
+            text = reply_text(last_user_text(request.get("messages")), model)
         completion_id = new_id("chatcmpl-")
         created = int(time.time())
         if request.get("stream"):
@@ -206,7 +224,7 @@ class Handler(BaseHTTPRequestHandler):
         if previous and previous not in RESPONSES:
             return self.not_found("previous response")
         store = request.get("store", True)
-        text = reply_text(input_text(request.get("input")))
+        text = reply_text(input_text(request.get("input")), model)
         response = {
             "id": new_id("resp_"), "object": "response", "created_at": int(time.time()), "status": "completed",
             "model": model, "store": store, "previous_response_id": previous,

@@ -139,3 +139,59 @@ def test_two_users_on_mem0_one_erased_the_other_keeps_everything(setup, qdrant):
     # Bob keeps all of it, and Mem0 still serves it to him.
     assert by_user(bob) == 3
     assert {r["id"] for r in mems[bob].search("tea", filters={"user_id": bob})["results"]} == set(ids[bob])
+
+
+def test_facts_mem0_keeps_for_bob_from_a_conversation_quoting_alice_are_found_by_her_erasure(setup, qdrant):
+    """Mem0 asks the model (through Lethe) which memories bob's conversation holds, and keeps
+    them for bob: the conversation quoted alice's memory, so the facts derive from it, through the
+    model's answer too. Alice's erasure finds them, hides them at once, and erases them once a
+    person says so; bob's own memory stays."""
+    from conftest import wait_for
+    lethe, history = setup
+    collection = f"mem0-{uuid.uuid4().hex[:8]}"
+    QdrantClient(url=f"http://{lethe.data}", prefix="mem0",
+                 metadata={"Authorization": f"Bearer {lethe.token('admin')}"}).create_collection(
+        collection, vectors_config=models.VectorParams(size=DIM, distance=models.Distance.COSINE))
+    alice, bob = someone(), someone()
+    for user in (alice, bob):
+        lethe.grant(user, actions=("store", "retrieve", "send_to_provider"))
+    memory = ("alice mentioned she is training for the porto marathon in october and wants her "
+              "runs planned around her physiotherapy sessions")
+    mems = {user: memory_for(lethe, user, collection, history) for user in (alice, bob)}
+    mems[alice].add(memory, user_id=alice, infer=False)
+    bobs_own = mems[bob].add("bob prefers aisle seats", user_id=bob, infer=False)["results"][0]["id"]
+    added = mems[bob].add([{"role": "user", "content": f"at lunch I heard that {memory}"}], user_id=bob)
+    facts = [r["id"] for r in added["results"]]
+    assert facts, added
+    direct = qdrant.client()
+    kept = direct.retrieve(collection, ids=facts, with_payload=True)
+    assert all(p.payload["user_id"] == bob and p.payload["lethe_layer"] == "derived" for p in kept), kept
+    status, lineage = lethe.call("GET", f"/v1/lineage/mem0/{collection}/{facts[0]}")
+    assert status == 200, lineage
+    hows = {(p["store"], p["how"]) for p in lineage["parents"]}
+    assert ("mem0", "quote") in hows and ("embedder", "provider") in hows, hows
+
+    history_of_facts = lambda: sqlite3.connect(history).execute(
+        f"SELECT count(*) FROM history WHERE memory_id IN ({','.join('?' * len(facts))})", facts).fetchone()[0]
+    assert history_of_facts() == len(facts), "Mem0 keeps each fact's history"
+
+    status, filed = lethe.call("POST", "/v1/erasures", {"subject": alice, "ticket": "DSR-M", "reason": "art. 17"})
+    assert status == 201, filed
+    assert lethe.call("POST", f"/v1/erasures/{filed['id']}/approve")[0] == 200
+    # Hidden from bob at once, while still in Qdrant.
+    assert all(mems[bob].get(f) is None for f in facts)
+    assert len(direct.retrieve(collection, ids=facts)) == len(facts)
+    listed = lethe.call("GET", f"/v1/erasures/{filed['id']}/derivatives")[1]["derivatives"]
+    found = [d for d in listed if d["store"] == "mem0"]
+    assert sorted(d["item"] for d in found) == sorted(facts), listed
+    assert all(d["decision"] == "undecided" for d in found)
+    request = lambda: lethe.call("GET", f"/v1/erasures/{filed['id']}")[1]
+    wait_for("the purge to wait for the review", lambda: request()["state"] == "verifying", deadline=30)
+    status, _ = lethe.call("POST", f"/v1/erasures/{filed['id']}/derivatives/decide",
+                           {"refs": [d["ref"] for d in found], "decision": "erase", "reason": "alice's data"})
+    assert status == 200
+    wait_for("the erasure to complete", lambda: request()["state"] == "completed", deadline=30)
+    assert direct.retrieve(collection, ids=facts) == []
+    assert history_of_facts() == 0, "Mem0's history of the facts went with them"
+    assert [p.id for p in direct.retrieve(collection, ids=[bobs_own])] == [bobs_own]
+    assert mems[bob].get(bobs_own)["memory"] == "bob prefers aisle seats"

@@ -448,10 +448,12 @@ impl Worker {
 }
 
 impl Worker {
-    /// Erases the request's derivatives kept in the target's store that are decided for
-    /// erasure: the subject's own went with its items (by their stamp); another subject's are
-    /// deleted by id, for the owner lineage names, and counted again in the store. Answers what
-    /// was done, for the certificate.
+    /// Erases the request's derivatives that are decided for erasure and kept in the target's
+    /// store (or followed by it): the subject's own went with its items (by their stamp);
+    /// another subject's are deleted by id, for the owner lineage names, and counted again in the
+    /// store. The store that owns them marks them erased; one that follows another's ids (Mem0's
+    /// `history.db`) deletes its rows of them whenever it runs. Answers what was done, for the
+    /// certificate.
     async fn purge_derivatives(
         &self,
         record: &crate::store::ErasureRecord,
@@ -465,8 +467,8 @@ impl Worker {
             .map_err(|e| e.to_string())?;
         let due: Vec<&crate::store::Derivative> = derivatives
             .iter()
-            .filter(|d| d.item.store == target.lineage_store)
-            .filter(|d| d.decision == Decision::Erase && d.erased_at.is_none())
+            .filter(|d| d.item.store == target.lineage_store && d.decision == Decision::Erase)
+            .filter(|d| !target.owns_lineage || d.erased_at.is_none())
             .collect();
         let mut by_collection: HashMap<&str, Vec<ExpiredItem>> = HashMap::new();
         for d in due.iter().filter(|d| !d.own) {
@@ -499,18 +501,20 @@ impl Worker {
                 "{remaining} derivatives decided for erasure are still held"
             ));
         }
-        for (collection, items) in &by_collection {
-            let ids: Vec<String> = items.iter().map(|i| i.item_id.clone()).collect();
+        if target.owns_lineage {
+            for (collection, items) in &by_collection {
+                let ids: Vec<String> = items.iter().map(|i| i.item_id.clone()).collect();
+                self.store
+                    .mark_items_deleted(&target.lineage_store, collection, &ids, crate::now())
+                    .await
+                    .map_err(|e| e.to_string())?;
+            }
+            let refs: Vec<String> = due.iter().map(|d| d.reference.clone()).collect();
             self.store
-                .mark_items_deleted(&target.lineage_store, collection, &ids, crate::now())
+                .derivatives_erased(&record.id, &refs, crate::now())
                 .await
                 .map_err(|e| e.to_string())?;
         }
-        let refs: Vec<String> = due.iter().map(|d| d.reference.clone()).collect();
-        self.store
-            .derivatives_erased(&record.id, &refs, crate::now())
-            .await
-            .map_err(|e| e.to_string())?;
         let own = due.iter().filter(|d| d.own).count();
         Ok(serde_json::json!({
             "own": own,

@@ -150,6 +150,32 @@ impl Connector for SqliteFileConnector {
             physical,
         })
     }
+
+    /// The rows of other subjects' items it follows (an erased derivative's): deleted by id,
+    /// whoever lineage names (the file names no owner).
+    async fn delete_items(
+        &self,
+        _collection: &str,
+        items: &[crate::store::ExpiredItem],
+    ) -> Result<u64, ConnectorError> {
+        let mut conn = self.open(false).await?;
+        sqlx::query("PRAGMA secure_delete = ON")
+            .execute(&mut conn)
+            .await
+            .map_err(|e| ConnectorError::from_sqlx(&self.target.name, &e))?;
+        let ids: Vec<String> = items.iter().map(|i| i.item_id.clone()).collect();
+        self.over_ids(&mut conn, "DELETE", &ids).await
+    }
+
+    async fn held_items(
+        &self,
+        _collection: &str,
+        items: &[crate::store::ExpiredItem],
+    ) -> Result<u64, ConnectorError> {
+        let mut conn = self.open(true).await?;
+        let ids: Vec<String> = items.iter().map(|i| i.item_id.clone()).collect();
+        self.over_ids(&mut conn, "SELECT count(*)", &ids).await
+    }
 }
 
 impl SqliteFileConnector {

@@ -277,19 +277,15 @@ macro_rules! derivative_sql {
             Ok(new)
         }
 
-        /// What derivatives leave to do before the request completes: the purge targets
-        /// holding a derivative decided for erasure and not yet verified gone, and how many
-        /// are undecided.
+        /// What derivatives leave to do before the request completes: the purge targets to run
+        /// again while a derivative decided for erasure is not verified gone (every target: a
+        /// store that follows another's ids purges with it), and how many are undecided.
         async fn derivatives_left(tx: &mut Tx, request_id: &str, targets: &[String]) -> Result<(BTreeSet<String>, usize), StoreError> {
-            let stores: Vec<String> = sqlx::query_scalar("SELECT DISTINCT store FROM erasure_derivatives WHERE request_id = $1 AND decision = 'erase' AND erased_at IS NULL")
+            let unerased: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM erasure_derivatives WHERE request_id = $1 AND decision = 'erase' AND erased_at IS NULL")
                 .bind(request_id)
-                .fetch_all(&mut **tx)
+                .fetch_one(&mut **tx)
                 .await?;
-            let unverified = targets
-                .iter()
-                .filter(|t| stores.iter().any(|s| t.split_once(':').is_some_and(|(_, name)| name == s)))
-                .cloned()
-                .collect();
+            let unverified = if unerased > 0 { targets.iter().cloned().collect() } else { BTreeSet::new() };
             let undecided: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM erasure_derivatives WHERE request_id = $1 AND decision = 'undecided'")
                 .bind(request_id)
                 .fetch_one(&mut **tx)

@@ -298,14 +298,14 @@ async fn a_flip_hides_the_closure_and_waits_for_every_decision(store: &Arc<dyn S
         Err(StoreError::NotDecidable(_))
     ));
 
-    // Carol's fact is erased: the request goes back to purge its store, then completes.
+    // Carol's fact is erased: the request goes back to purge (every store: one may follow
+    // another's ids), then completes.
     let erasing = decide(vec![g.s2.reference()], Decision::Erase)
         .await
         .unwrap();
     assert_eq!(erasing.state, ErasureState::Propagating);
     let jobs = store.purge_jobs("er1").await.unwrap();
-    let qdrant = jobs.iter().find(|j| j.target == "qdrant:qdrant").unwrap();
-    assert_eq!(qdrant.state, "retrying");
+    assert!(jobs.iter().all(|j| j.state == "retrying"), "{jobs:?}");
     let done = purge_everything(store, "er1").await;
     assert_eq!(done.state, ErasureState::Completed);
     let found = store.derivatives("er1").await.unwrap();
