@@ -194,7 +194,7 @@ def test_every_search_api_sees_only_the_callers_points_and_names_only_its_own(le
     assert set(map(str, offsets.ids)) == own and max(offsets.offsets_row) < len(offsets.ids)
 
 
-STAMP = {"lethe_tenant", "lethe_subject", "lethe_purpose", "lethe_category", "lethe_expires_at", "lethe_epoch"}
+STAMP = {"lethe_tenant", "lethe_subject", "lethe_purpose", "lethe_category", "lethe_expires_at", "lethe_epoch", "lethe_layer"}
 
 
 def test_payload_and_vector_edits_reach_only_the_callers_points_and_keep_the_stamp(lethe, qdrant, collection):

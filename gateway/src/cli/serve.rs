@@ -47,6 +47,7 @@ pub(super) async fn serve(config: Config) -> Result<(), Failure> {
     ));
     let control_state = ControlState {
         governed,
+        lineage: Some(data_state.derivation.memory()),
         store,
         verifier,
         audit_key: Arc::clone(&audit_key),

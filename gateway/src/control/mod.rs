@@ -34,6 +34,8 @@ pub struct ControlState {
     pub erasure: ErasureSettings,
     /// The governed databases a policy change must reach before it is answered.
     pub governed: Arc<crate::governed::Governed>,
+    /// The data plane's memory of the lineage window, for its metrics (none without a data plane).
+    pub lineage: Option<Arc<crate::data::derivation::memory::Memory>>,
 }
 
 /// How erasure requests are carried out and certified.

@@ -36,7 +36,13 @@ pub async fn readyz(
 pub async fn metrics(State(state): State<ControlState>) -> impl IntoResponse {
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        state.metrics.render() + &governed_metrics(&state.governed),
+        state.metrics.render()
+            + &governed_metrics(&state.governed)
+            + &state
+                .lineage
+                .as_ref()
+                .map(|m| m.render())
+                .unwrap_or_default(),
     )
 }
 

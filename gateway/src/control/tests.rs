@@ -30,6 +30,7 @@ async fn harness() -> Harness {
         metrics: Arc::default(),
         max_body_bytes: 64 * 1024,
         governed: crate::governed::Governed::none(),
+        lineage: None,
         erasure: ErasureSettings {
             approvals_required: 2,
             targets: vec!["chroma:chroma".into()],
@@ -2255,5 +2256,109 @@ async fn an_items_lineage_is_shown_to_its_tenant_only() {
             None,
         )
         .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn the_console_shows_what_derives_from_a_subject_and_takes_a_decision_on_it() {
+    let h = harness().await;
+    derived_lineage(&h).await;
+    for subject in ["alice", "bob"] {
+        h.as_dpo(Method::POST, "/v1/consents", Some(grant_body(subject)))
+            .await;
+    }
+    let session = sign_in(&h, &token(Role::Compliance, "acme")).await;
+    // Alice's page names bob's summary as derived from her data; bob's, what his derives from.
+    let (_, _, alices) = console(
+        &h,
+        Method::GET,
+        "/console/subjects?subject=alice",
+        Some(&session),
+        None,
+    )
+    .await;
+    assert!(
+        alices.contains("Derived from this subject's data"),
+        "{alices}"
+    );
+    assert!(
+        alices.contains("<code>s1</code>") && alices.contains("quote"),
+        "{alices}"
+    );
+    let (_, _, bobs) = console(
+        &h,
+        Method::GET,
+        "/console/subjects?subject=bob",
+        Some(&session),
+        None,
+    )
+    .await;
+    assert!(
+        bobs.contains("<code>s1</code> (chroma)</td><td><code>a1</code>"),
+        "{bobs}"
+    );
+
+    let id = filed(&h, "alice").await;
+    for actor in ["dpo-a", "dpo-b"] {
+        h.as_actor(
+            actor,
+            Method::POST,
+            &format!("/v1/erasures/{id}/approve"),
+            None,
+        )
+        .await;
+    }
+    let page_uri = format!("/console/requests/{id}");
+    let (_, _, page) = console(&h, Method::GET, &page_uri, Some(&session), None).await;
+    let (_, listed) = h
+        .as_dpo(Method::GET, &format!("/v1/erasures/{id}/derivatives"), None)
+        .await;
+    let s1 = listed["derivatives"][0]["ref"].as_str().unwrap().to_owned();
+    assert!(
+        page.contains("<h2>Derivatives</h2>")
+            && page.contains(&format!("value=\"{s1}\""))
+            && page.contains("undecided"),
+        "{page}"
+    );
+    let decide = format!("{page_uri}/derivatives");
+    let form =
+        |csrf: &str| format!("csrf={csrf}&refs={s1}&decision=release&reason=bob%27s+own+words");
+    let (status, _, _) = console(&h, Method::POST, &decide, Some(&session), Some(&form("0"))).await;
+    assert_eq!(
+        status,
+        StatusCode::FORBIDDEN,
+        "no decision without the CSRF token"
+    );
+    let (_, listed) = h
+        .as_dpo(Method::GET, &format!("/v1/erasures/{id}/derivatives"), None)
+        .await;
+    assert_eq!(listed["derivatives"][0]["decision"], "undecided");
+    let (status, headers, _) = console(
+        &h,
+        Method::POST,
+        &decide,
+        Some(&session),
+        Some(&form(&csrf_in(&page))),
+    )
+    .await;
+    assert_eq!(status, StatusCode::SEE_OTHER);
+    assert_eq!(headers[header::LOCATION].to_str().unwrap(), page_uri);
+    let (_, _, page) = console(&h, Method::GET, &page_uri, Some(&session), None).await;
+    assert!(
+        page.contains("release (by compliance@acme: bob&#39;s own words)"),
+        "{page}"
+    );
+    // Another tenant's person cannot decide it.
+    let other = sign_in(&h, &token(Role::Compliance, "globex")).await;
+    let (_, _, other_page) =
+        console(&h, Method::GET, "/console/requests", Some(&other), None).await;
+    let (status, _, _) = console(
+        &h,
+        Method::POST,
+        &decide,
+        Some(&other),
+        Some(&form(&csrf_in(&other_page))),
+    )
+    .await;
     assert_eq!(status, StatusCode::NOT_FOUND);
 }

@@ -25,7 +25,7 @@ use memory::{Limits, Memory, Remembered};
 /// The data plane's derivative lineage; `None` settings: it is off.
 pub struct Derivation {
     settings: Option<Settings>,
-    memory: Memory,
+    memory: Arc<Memory>,
     store: Arc<dyn Store>,
     audit_key: Arc<[u8]>,
     keys: moka::sync::Cache<String, Arc<QuoteKey>>,
@@ -163,7 +163,7 @@ impl Derivation {
         });
         Derivation {
             settings,
-            memory: Memory::new(
+            memory: Arc::new(Memory::new(
                 Limits {
                     window: config.window.0,
                     max_traces: config.max_traces,
@@ -171,7 +171,7 @@ impl Derivation {
                     max_bytes: config.max_bytes,
                 },
                 Instant::now(),
-            ),
+            )),
             store,
             audit_key,
             keys: moka::sync::Cache::builder().max_capacity(10_000).build(),
@@ -183,8 +183,9 @@ impl Derivation {
         self.settings.is_some()
     }
 
-    pub fn stats(&self) -> memory::Stats {
-        self.memory.stats()
+    /// The memory of the window, for its metrics.
+    pub fn memory(&self) -> Arc<Memory> {
+        Arc::clone(&self.memory)
     }
 
     fn key(&self, tenant: &str) -> Arc<QuoteKey> {

@@ -1,6 +1,7 @@
 //! The retention sweeper: items whose `expires_at` has passed (or whose consent was revoked) are
 //! deleted from their store in the background, unless a legal hold covers them. Reads hide them
-//! already, so the sweeper's lag never leaks anything.
+//! already, so the sweeper's lag never leaks anything. What the replicas share of the lineage
+//! window is dropped once it is older than the window.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -17,6 +18,8 @@ pub struct Sweeper {
     /// Lineage store name (the route) -> its connector.
     connectors: HashMap<String, Arc<dyn Connector>>,
     interval: Duration,
+    /// `[lineage] window`.
+    window: Duration,
 }
 
 impl Sweeper {
@@ -29,6 +32,7 @@ impl Sweeper {
             store,
             connectors,
             interval: config.erasure.sweep_interval.0,
+            window: config.lineage.window.0,
         })
     }
 
@@ -52,6 +56,10 @@ impl Sweeper {
     /// One pass over at most 1000 expired items; answers how many were deleted.
     pub async fn sweep_once(&self) -> Result<u64, StoreError> {
         let now = crate::now();
+        if let Some(shared) = self.store.shared_memory() {
+            let window = chrono::TimeDelta::from_std(self.window).unwrap_or(chrono::TimeDelta::MAX);
+            shared.forget_before(now - window).await?;
+        }
         let mut by_place: BTreeMap<(String, String), Vec<ExpiredItem>> = BTreeMap::new();
         for item in self.store.expired_items(now, 1000).await? {
             by_place

@@ -91,6 +91,16 @@ macro_rules! derivative_sql {
             Ok(())
         }
 
+        /// The edges from the subject's items to other subjects' parents: what its items were
+        /// derived from.
+        async fn borrowed_in(c: &mut Conn, tenant: &str, subject: &str) -> Result<Vec<Edge>, StoreError> {
+            let sql = sqlx::AssertSqlSafe(format!(
+                "SELECT {EDGE_COLUMNS} FROM item_edges WHERE tenant = $1 AND child_owner = $2 AND parent_owner <> $2 ORDER BY at, child_item"
+            ));
+            let rows = sqlx::query(sql).bind(tenant).bind(subject).fetch_all(&mut *c).await?;
+            rows.iter().map(edge_from_row).collect()
+        }
+
         async fn edges_of_in(c: &mut Conn, tenant: &str, item: &ItemKey) -> Result<(Vec<Edge>, Vec<Edge>), StoreError> {
             let mut found = Vec::new();
             for side in ["child", "parent"] {

@@ -772,6 +772,8 @@ pub trait Store: Send + Sync + 'static {
         tenant: &str,
         item: &ItemKey,
     ) -> Result<(Vec<Edge>, Vec<Edge>), StoreError>;
+    /// What the subject's items were derived from, of other subjects' (their edges).
+    async fn borrowed(&self, tenant: &str, subject: &str) -> Result<Vec<Edge>, StoreError>;
     /// The items closures hide in `tenant`: of requests still open, and of requests flipped at
     /// or after `since` (for a window after a flip, what would derive from them is refused).
     async fn hidden_items(

@@ -1462,6 +1462,11 @@ macro_rules! impl_store {
                     edges_of_in(&mut c, tenant, item).await
                 }
 
+                async fn borrowed(&self, tenant: &str, subject: &str) -> Result<Vec<Edge>, StoreError> {
+                    let mut c = self.pool.acquire().await?;
+                    borrowed_in(&mut c, tenant, subject).await
+                }
+
                 async fn hidden_items(&self, tenant: &str, since: DateTime<Utc>) -> Result<std::collections::HashSet<ItemKey>, StoreError> {
                     let mut c = self.pool.acquire().await?;
                     hidden_items_in(&mut c, tenant, since).await

@@ -8,6 +8,7 @@
 //! for OIDC sign-in is [`signed_in`]: a session is a verified [`Caller`], whatever made it.
 
 mod audit;
+mod derivatives;
 mod filing;
 mod html;
 mod policy;
@@ -51,6 +52,10 @@ pub fn routes() -> Router<ControlState> {
         .route("/console/requests/{id}/resume", post(resume))
         .route("/console/requests/{id}/extend", post(extend))
         .route("/console/requests/{id}/reject", post(reject))
+        .route(
+            "/console/requests/{id}/derivatives",
+            post(derivatives::decide),
+        )
         .route("/console/requests/{id}/certificate", get(certificate))
         .route("/console/subjects", get(subject))
         .route("/console/subjects/grant", post(grant))
@@ -456,6 +461,17 @@ async fn request(
                 .unwrap_or_default();
             let key = state.erasure.certifier.public_key_hex();
             let mut body = request_body(&session, &v, &holds, &key);
+            let found = state
+                .store
+                .derivatives(&v.record.id)
+                .await
+                .unwrap_or_default();
+            body.push_str(&derivatives::section(
+                &session,
+                &v.record.id,
+                &v.record.tenant,
+                &found,
+            ));
             body.push_str(&timeline(&events));
             session.page(&format!("Erasure request {}", v.record.id), &body)
         }
@@ -743,6 +759,18 @@ async fn subject(
                     body.push_str(&format!("<tr><td>{}</td><td>{n}</td></tr>", escape(store)));
                 }
                 body.push_str("</tbody></table>");
+            }
+            let keys = [asked.to_owned()];
+            let derived = state
+                .store
+                .closure_of(&tenant, &keys, &state.erasure.targets)
+                .await;
+            let borrowed = state.store.borrowed(&tenant, asked).await;
+            match (derived, borrowed) {
+                (Ok(derived), Ok(borrowed)) => body.push_str(&derivatives::subject_section(
+                    &session, &tenant, &derived, &borrowed,
+                )),
+                _ => body.push_str("<p class=\"error\">The state store cannot be read.</p>"),
             }
             body.push_str("<h3>Legal holds covering this subject</h3>");
             match state.store.holds(&tenant, Some(asked)).await {

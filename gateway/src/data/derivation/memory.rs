@@ -371,6 +371,25 @@ impl Memory {
         found
     }
 
+    /// Its metrics, in the Prometheus text format.
+    pub fn render(&self) -> String {
+        let s = self.stats();
+        format!(
+            "# HELP lethe_lineage_memory_entries What the data plane remembers of the lineage window: traces read, fingerprints of texts.\n\
+             # TYPE lethe_lineage_memory_entries gauge\n\
+             lethe_lineage_memory_entries{{memory=\"traces\"}} {}\n\
+             lethe_lineage_memory_entries{{memory=\"fingerprints\"}} {}\n\
+             # HELP lethe_lineage_memory_bytes The memory both take.\n\
+             # TYPE lethe_lineage_memory_bytes gauge\n\
+             lethe_lineage_memory_bytes {}\n\
+             # HELP lethe_lineage_evictions_total Entries dropped before the window passed, to stay within [lineage] bounds.\n\
+             # TYPE lethe_lineage_evictions_total counter\n\
+             lethe_lineage_evictions_total{{memory=\"traces\"}} {}\n\
+             lethe_lineage_evictions_total{{memory=\"fingerprints\"}} {}\n",
+            s.traces, s.fingerprints, s.bytes, s.evicted_traces, s.evicted_fingerprints
+        )
+    }
+
     pub fn stats(&self) -> Stats {
         let mut stats = Stats {
             evicted_traces: self.evicted_traces.load(Ordering::Relaxed),
