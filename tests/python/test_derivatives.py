@@ -36,9 +36,10 @@ def traced():
 
 
 @pytest.fixture
-def setup(chroma, langgraph, provider, tmp_path):
+def setup(chroma, langgraph, provider, qdrant, tmp_path):
     erasure = '[erasure]\nretry_backoff = "200ms"\nsettle = "200ms"\nsweep_interval = "1h"\n'
-    instance = two_tenant_lethe(chroma, tmp_path, erasure, langgraph_url=langgraph, openai_url=provider)
+    instance = two_tenant_lethe(chroma, tmp_path, erasure, langgraph_url=langgraph, openai_url=provider,
+                                qdrant_url=qdrant.url)
     yield instance
     instance.stop()
 
@@ -281,3 +282,34 @@ def test_two_replicas_on_one_state_store_link_a_read_and_a_write_under_one_trace
     finally:
         first.stop()
         second.stop()
+
+
+def test_a_qdrant_batch_quoting_alice_derives_from_her_and_is_refused_after_her_flip(setup, qdrant, traced):
+    import json
+    from qdrant_client import models
+    from qdrant_client.http.exceptions import UnexpectedResponse
+    lethe = setup
+    who = people(lethe, "alice", "bob")
+    alice, bob = who["alice"], who["bob"]
+    collection = f"facts-{uuid.uuid4().hex[:8]}"
+    lethe.qdrant(lethe.token("admin")).create_collection(
+        collection, vectors_config=models.VectorParams(size=3, distance=models.Distance.COSINE))
+    lethe.qdrant_agent(alice).upsert(collection, [models.PointStruct(id=1, vector=EMBEDDING, payload={"text": ALLERGY})])
+    bobs = lethe.qdrant_agent(bob)
+    quote = lambda id: models.UpsertOperation(upsert=models.PointsList(points=[
+        models.PointStruct(id=id, vector=EMBEDDING, payload={"text": "bob heard that " + ALLERGY})]))
+    bobs.batch_update_points(collection, [quote(2)])
+    direct = qdrant.client()
+    assert direct.retrieve(collection, ids=[2], with_payload=True)[0].payload["lethe_layer"] == "derived"
+    body = lineage(lethe, "qdrant", collection, "2")
+    assert [(p["store"], p["item"], p["how"]) for p in body["parents"]] == [("qdrant", "1", "quote")]
+
+    id = approved(lethe, alice)
+    assert direct.retrieve(collection, ids=[2]) != [], "still in Qdrant, hidden"
+    assert bobs.retrieve(collection, ids=[2]) == [], "hidden from bob at the flip"
+    with pytest.raises(UnexpectedResponse) as refused:
+        bobs.batch_update_points(collection, [quote(3)])
+    assert (refused.value.status_code, json.loads(refused.value.content)["error"]["code"]) == (409, "derived_from_erased")
+    assert direct.retrieve(collection, ids=[3]) == [], "nothing of the refused batch is written"
+    listed = [d for d in derivatives(lethe, id) if d["store"] == "qdrant"]
+    assert [(d["item"], d["decision"]) for d in listed] == [("2", "undecided")]

@@ -8,6 +8,7 @@ use hyper::{Method, Response, StatusCode};
 use serde_json::{Value, json};
 
 use crate::adapters::stamp::read_stamp;
+use crate::adapters::{AdapterError, RecordRefusal};
 use crate::auth::Role;
 use crate::data::derivation::{Derivations, Served, derived_before};
 use crate::data::error::{DataError, json_response};
@@ -166,11 +167,11 @@ pub(crate) async fn handle(
         Endpoint::Delete { collection } => delete(upstream, ctx, &collection, body).await,
         Endpoint::Edit { collection, kind } => {
             let op = edit::parse_edit(kind, &body, subject_field)?;
-            batch(upstream, ctx, &collection, vec![op], true, subject_field).await
+            batch(upstream, ctx, &collection, vec![op], true, fields).await
         }
         Endpoint::Batch { collection } => {
             let ops = edit::parse_batch(&body, &ctx.scope(), subject_field)?;
-            batch(upstream, ctx, &collection, ops, false, subject_field).await
+            batch(upstream, ctx, &collection, ops, false, fields).await
         }
     }
 }
@@ -582,11 +583,13 @@ async fn batch(
     upstream: &Upstream<'_>,
     ctx: &RequestContext,
     collection: &str,
-    ops: Vec<Op>,
+    mut ops: Vec<Op>,
     single: bool,
-    subject_field: Option<&str>,
+    fields: Fields<'_>,
 ) -> Result<Response<Full<Bytes>>, DataError> {
     let tenant = ctx.tenant();
+    let subject_field = fields.subject;
+    let (derived, op_of) = derive_upserts(upstream, ctx, collection, &mut ops, fields).await?;
     let mut before = Before::default();
     let upserted: Vec<PointId> = ops
         .iter()
@@ -664,6 +667,7 @@ async fn batch(
             subjects.extend(planned.subjects());
         }
     }
+    subjects.extend(derived.owners());
     let view = upstream
         .state
         .policy
@@ -674,6 +678,19 @@ async fn batch(
                 .collect::<std::collections::BTreeSet<_>>(),
         )
         .await?;
+    if let Err(AdapterError::Refused(refused)) = derived.check(&view, tenant) {
+        // A batch's refusals name the client's operations.
+        let mut at: Vec<RecordRefusal> = refused
+            .into_iter()
+            .map(|r| RecordRefusal {
+                index: op_of.get(r.index).copied().unwrap_or_default(),
+                ..r
+            })
+            .collect();
+        at.dedup_by_key(|r| r.index);
+        return Err(AdapterError::Refused(at).into());
+    }
+    let rewritten = derived_before(&before.held, PointId::key);
     let now = crate::now();
     let built = edit::build_batch(
         ops,
@@ -688,6 +705,11 @@ async fn batch(
         Ok(built) => built,
         Err(NotFound(id)) => return Ok(no_point(&id)),
     };
+    let written: Vec<String> = built.written.iter().map(|(id, _)| id.key()).collect();
+    let derivation = &upstream.state.derivation;
+    derivation
+        .record(ctx, &derived, &written, &rewritten)
+        .await?;
     let results = if built.operations.is_empty() {
         vec![edit::nothing_done(); built.ranges.len()]
     } else {
@@ -702,14 +724,24 @@ async fn batch(
             // Qdrant applies a batch's operations in order and stops at the first that fails:
             // lineage follows what it holds now, by the stamps it holds.
             let (written, deleted) = applied(upstream, collection, built).await?;
-            record_batch(upstream, ctx, collection, written, deleted, now).await?;
+            record_batch(
+                upstream,
+                ctx,
+                collection,
+                (written, deleted),
+                now,
+                Some(&derived),
+            )
+            .await?;
             return Ok(answer.passed_on());
         }
         let value: Value = serde_json::from_slice(&answer.body)
             .map_err(|_| crate::adapters::AdapterError::UpstreamInvalid("not JSON".into()))?;
         edit::batch_results(&value, &built.ranges)?
     };
-    record_batch(upstream, ctx, collection, built.written, built.deleted, now).await?;
+    let done = (built.written, built.deleted);
+    record_batch(upstream, ctx, collection, done, now, Some(&derived)).await?;
+    derivation.accepted(ctx, derived, &written).await?;
     let result = if single {
         results
             .into_iter()
@@ -771,9 +803,9 @@ async fn record_batch(
     upstream: &Upstream<'_>,
     ctx: &RequestContext,
     collection: &str,
-    written: Vec<(PointId, lethe_policy::Stamp)>,
-    deleted: Vec<PointId>,
+    (written, deleted): (Vec<(PointId, lethe_policy::Stamp)>, Vec<PointId>),
     now: chrono::DateTime<chrono::Utc>,
+    derived: Option<&Derivations>,
 ) -> Result<(), DataError> {
     let deleted: Vec<String> = deleted.iter().map(PointId::key).collect();
     if !deleted.is_empty() {
@@ -783,7 +815,33 @@ async fn record_batch(
             .mark_items_deleted(&upstream.route.name, collection, &deleted, now)
             .await?;
     }
-    record_written(upstream, ctx, collection, written, now, None).await
+    record_written(upstream, ctx, collection, written, now, derived).await
+}
+
+/// What the upserts of a batch derive from (their points' layers set from it), and for each
+/// record the position of its operation.
+async fn derive_upserts(
+    upstream: &Upstream<'_>,
+    ctx: &RequestContext,
+    collection: &str,
+    ops: &mut [Op],
+    fields: Fields<'_>,
+) -> Result<(Derivations, Vec<usize>), DataError> {
+    let mut derived = Derivations::default();
+    let mut op_of = Vec::new();
+    for (index, op) in ops.iter_mut().enumerate() {
+        let Op::Upsert(planned) = op else { continue };
+        let texts = planned.texts(fields.text);
+        let texts: Vec<&str> = texts.iter().map(String::as_str).collect();
+        let found = upstream
+            .state
+            .derivation
+            .derive(ctx, collection, &mut planned.facts, PointId::key, &texts)
+            .await?;
+        op_of.extend(std::iter::repeat_n(index, found.records.len()));
+        derived.records.extend(found.records);
+    }
+    Ok((derived, op_of))
 }
 
 /// Qdrant's answer to a request naming a point that does not exist, for one the caller may
