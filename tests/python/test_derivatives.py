@@ -313,3 +313,21 @@ def test_a_qdrant_batch_quoting_alice_derives_from_her_and_is_refused_after_her_
     assert direct.retrieve(collection, ids=[3]) == [], "nothing of the refused batch is written"
     listed = [d for d in derivatives(lethe, id) if d["store"] == "qdrant"]
     assert [(d["item"], d["decision"]) for d in listed] == [("2", "undecided")]
+
+
+def test_a_streamed_answer_is_remembered_and_a_write_quoting_it_derives_from_it(setup, traced):
+    lethe = setup
+    who = people(lethe, "alice", "bob")
+    alice, bob = who["alice"], who["bob"]
+    name, cid = collection_of(lethe)
+    lethe.agent(alice).get_collection(name).add(ids=["a1"], embeddings=[EMBEDDING], documents=[FAMILY])
+    with traced.start_as_current_span("bob asks"):
+        chunks = lethe.openai(bob).chat.completions.create(
+            model="rewrite", stream=True, messages=[{"role": "user", "content": FAMILY}])
+        answer = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    # Kept later, in another trace: it derives from the streamed answer, and through it from alice.
+    lethe.agent(bob).get_collection(name).add(ids=["b1"], embeddings=[EMBEDDING], documents=[answer])
+    found = parents(lethe, cid, "b1")
+    assert [(p[0], p[1], p[3]) for p in found] == [("openai", "answers", "provider")], found
+    streamed = lineage(lethe, "openai", "answers", next(iter(found))[2])
+    assert [(p["item"], p["how"]) for p in streamed["parents"]] == [("a1", "quote")]

@@ -503,6 +503,40 @@ impl Derivation {
     }
 }
 
+impl Derivation {
+    /// A model's answer (`id`, kept in `collection` of the provider route, `text`) derives from
+    /// what its prompt did (`derivations`, decided before it was sent): its edges are recorded,
+    /// and its text remembered as served, so that a write quoting it derives from it (and
+    /// through it from its parents).
+    pub async fn answered(
+        &self,
+        ctx: &RequestContext,
+        collection: &str,
+        id: &str,
+        text: String,
+        derivations: &Derivations,
+    ) -> Result<(), DataError> {
+        if !self.enabled() {
+            return Ok(());
+        }
+        let item = ItemKey::new(&ctx.store, collection, id);
+        let answer = derivations.for_item(&item);
+        self.record(ctx, &answer, &[id.to_owned()], &[]).await?;
+        let served = Served {
+            collection: collection.to_owned(),
+            id: id.to_owned(),
+            owner: answer
+                .records
+                .first()
+                .map(|r| r.owner.clone())
+                .unwrap_or_default(),
+            text,
+            answer: true,
+        };
+        self.served(ctx, vec![served]).await
+    }
+}
+
 /// The ids whose item the store held stamped as derived (a rewrite replaces what they derive
 /// from), as lineage names them.
 pub fn derived_before<K>(

@@ -47,7 +47,7 @@ pub struct DataState {
     pub store: Arc<dyn Store>,
     pub upstreams: Upstreams,
     pub lineage: LineageWriter,
-    pub derivation: derivation::Derivation,
+    pub derivation: Arc<derivation::Derivation>,
     pub audit_key: Arc<[u8]>,
     pub max_body_bytes: usize,
 }
@@ -73,11 +73,11 @@ impl DataState {
             routes,
             tokens: TokenCache::new(verifier),
             policy: PolicyCache::new(Arc::clone(&store), 100_000, config.lineage.window.0),
-            derivation: derivation::Derivation::new(
+            derivation: Arc::new(derivation::Derivation::new(
                 &config.lineage,
                 Arc::clone(&store),
                 Arc::clone(&audit_key),
-            ),
+            )),
             store,
             // Answers may be larger than requests (a query returns many records).
             upstreams: Upstreams::from_config(config, max_body_bytes.saturating_mul(8))?,

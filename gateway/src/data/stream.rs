@@ -96,9 +96,15 @@ pub struct Events {
 }
 
 impl Events {
-    /// Starts relaying; the response goes to the client at once, its events as they pass.
-    pub fn relay(self, watch: Watch, registration: Option<Registration>) -> Response<super::Body> {
-        let events = relay(self.body, watch, registration);
+    /// Starts relaying; the response goes to the client at once, its events as they pass (and
+    /// through `tap`, if any).
+    pub fn relay(
+        self,
+        watch: Watch,
+        registration: Option<Registration>,
+        tap: Option<Box<dyn Tap>>,
+    ) -> Response<super::Body> {
+        let events = relay(self.body, watch, registration, tap);
         Response::from_parts(self.head, http_body_util::Either::Right(events))
     }
 }
@@ -150,6 +156,14 @@ pub(crate) async fn open_events(
     Ok(Opened::Events(Events { head, body }))
 }
 
+/// Sees every checked event a relay passes on, and hears when the stream has ended whole (not
+/// stopped for a suppression, a malformed event or a client gone away).
+pub trait Tap: Send {
+    /// Complete, checked events, as they are passed on.
+    fn events(&mut self, events: &[u8]);
+    fn finished(self: Box<Self>) -> Pin<Box<dyn Future<Output = ()> + Send>>;
+}
+
 /// Deletes a stored object at the provider again; answers whether it is gone.
 pub type Undo = Box<dyn FnOnce(String) -> Pin<Box<dyn Future<Output = bool> + Send>> + Send>;
 
@@ -169,19 +183,29 @@ const IDLE: Duration = Duration::from_secs(120);
 
 /// Why the relay stops.
 enum Stop {
-    /// The stream ended, or the client left.
+    /// The stream ended whole.
+    Finished,
+    /// It was cut short: the client left, or the provider failed.
     Done,
     /// The subject may no longer be served: its object, if any, is deleted again.
     Suppressed,
 }
 
 /// Relays `upstream` to the client. The stream is cut as the module says.
-fn relay(upstream: Incoming, watch: Watch, registration: Option<Registration>) -> EventStream {
+fn relay(
+    upstream: Incoming,
+    watch: Watch,
+    registration: Option<Registration>,
+    mut tap: Option<Box<dyn Tap>>,
+) -> EventStream {
     let (tx, rx) = mpsc::channel(16);
     tokio::spawn(async move {
         let mut upstream = upstream;
         let mut pending = registration.map(|r| (r, Vec::new()));
-        let stop = forward(&mut upstream, &watch, &tx, &mut pending).await;
+        let stop = forward(&mut upstream, &watch, &tx, &mut pending, &mut tap).await;
+        if let (Stop::Finished, Some(tap)) = (&stop, tap) {
+            tap.finished().await;
+        }
         // A stored object whose id the client never saw must still be recorded (or deleted):
         // the rest of the provider's stream is read, unseen, until the id shows.
         if let Some((registration, mut scanned)) = pending {
@@ -255,6 +279,7 @@ async fn forward(
     watch: &Watch,
     tx: &mpsc::Sender<Bytes>,
     pending: &mut Option<(Registration, Vec<u8>)>,
+    tap: &mut Option<Box<dyn Tap>>,
 ) -> Stop {
     let mut check = SseCheck::default();
     let mut seen = watch.store.feed().seq();
@@ -283,8 +308,9 @@ async fn forward(
                             "the provider's stream ended in the middle of an event",
                         ))
                         .await;
+                    return Stop::Done;
                 }
-                return Stop::Done;
+                return Stop::Finished;
             }
             Ok(Some(Err(_))) => {
                 let _ = tx
@@ -343,6 +369,9 @@ async fn forward(
                 ))
                 .await;
             return Stop::Suppressed;
+        }
+        if let Some(tap) = tap.as_mut() {
+            tap.events(&events);
         }
         if !events.is_empty() && tx.send(events).await.is_err() {
             return Stop::Done;

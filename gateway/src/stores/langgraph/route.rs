@@ -168,7 +168,7 @@ async fn thread_write(
     served_thread(upstream, ctx, thread, &stamp.subject, None).await?;
     let watch = Watch::new(upstream.state, &stamp.tenant, &stamp.subject, stamp.epoch);
     Ok(match open_events(upstream, path, body).await? {
-        Opened::Events(events) => events.relay(watch, None),
+        Opened::Events(events) => events.relay(watch, None, None),
         Opened::Whole(answer) => whole(answer.passed_on()),
     })
 }

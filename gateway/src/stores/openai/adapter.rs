@@ -438,6 +438,53 @@ pub fn provider_stamp(
     }
 }
 
+/// A streamed answer, read event by event: its id and its text so far.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StreamedAnswer {
+    pub id: Option<String>,
+    pub text: String,
+}
+
+impl StreamedAnswer {
+    /// Takes in complete events: a chat completion's chunks (`id`, `choices[].delta.content`)
+    /// or a response's (`response.id`, `response.output_text.delta`).
+    pub fn read(&mut self, events: &[u8]) {
+        let Ok(text) = std::str::from_utf8(events) else {
+            return;
+        };
+        for event in text.split("\n\n") {
+            let data: String = event
+                .lines()
+                .filter_map(|l| l.strip_prefix("data:"))
+                .map(str::trim)
+                .collect();
+            let Ok(value) = serde_json::from_str::<Value>(&data) else {
+                continue;
+            };
+            if self.id.is_none() {
+                let id = value
+                    .get("response")
+                    .and_then(|r| r.get("id"))
+                    .or_else(|| value.get("id"));
+                self.id = id.and_then(Value::as_str).map(str::to_owned);
+            }
+            let deltas = value
+                .get("choices")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter_map(|c| c.get("delta")?.get("content")?.as_str());
+            let response_delta = (value.get("type").and_then(Value::as_str)
+                == Some("response.output_text.delta"))
+            .then(|| value.get("delta").and_then(Value::as_str))
+            .flatten();
+            for delta in deltas.chain(response_delta) {
+                self.text.push_str(delta);
+            }
+        }
+    }
+}
+
 /// The id of the object a stream is about, from its first events: `response.id` of a response's
 /// events, or the `id` of a chat completion's chunks.
 pub fn streamed_object_id(events: &[u8]) -> Option<String> {

@@ -13,17 +13,20 @@ use lethe_policy::{ProviderGrant, Refusal, SubjectState, decide_provider};
 use serde_json::Value;
 
 use crate::adapters::AdapterError;
-use crate::data::derivation::{ANSWERS, Derivations, Served, Writing};
+use crate::data::derivation::Derivation;
+use crate::data::derivation::{ANSWERS, Derivations, Writing};
 use crate::data::error::{DataError, json_response};
 use crate::data::forward::Answer;
 use crate::data::overtaken::{Recording, keep_unless_overtaken};
-use crate::data::stream::{Opened, Registration, Settled, Undo, Watch, open_events, settle};
+use crate::data::stream::{Opened, Registration, Settled, Tap, Undo, Watch, open_events, settle};
 use crate::data::{Body, RequestContext, Upstream, whole};
-use crate::store::{ItemKey, ItemRecord, ProcessorUse};
+use crate::store::{ItemRecord, ProcessorUse};
 use crate::stores::openai::adapter::{
     self as adapter, Access, CHAT, CONVERSATIONS, EMBEDDED, Endpoint, FILES, Generate, ITEMS,
     RESPONSES,
 };
+use std::pin::Pin;
+use std::sync::Arc;
 
 type Answered = Result<Response<Body>, DataError>;
 
@@ -362,7 +365,12 @@ async fn generate(
                 undo,
             }
         });
-        return stream(upstream, about, &grant, path, body, registration).await;
+        let streaming = Streaming {
+            kept_in: if planned.stored { collection } else { ANSWERS },
+            registration,
+            derivations,
+        };
+        return stream(upstream, about, &grant, path, body, streaming).await;
     }
     let answer = checked(upstream, path, body).await?;
     if !answer.is_success() {
@@ -416,8 +424,7 @@ async fn prompt_parents(
     Ok(derivations)
 }
 
-/// A model's answer derives from what its prompt did: its edges are recorded, and its text is
-/// remembered as served (a write quoting it derives from it, and through it from its parents).
+/// A model's answer, answered whole, derives from what its prompt did.
 async fn answered(
     upstream: &Upstream<'_>,
     about: &About<'_>,
@@ -425,51 +432,95 @@ async fn answered(
     answer: &Value,
     derivations: &Derivations,
 ) -> Result<(), DataError> {
-    let derivation = &upstream.state.derivation;
-    if !derivation.enabled() {
-        return Ok(());
-    }
     let id = adapter::answered_id(answer)?;
-    let item = ItemKey::new(&upstream.route.name, collection, &id);
-    derivation
-        .record(
-            about.ctx,
-            &derivations.for_item(&item),
-            std::slice::from_ref(&id),
-            &[],
-        )
-        .await?;
-    let served = Served {
-        collection: collection.to_owned(),
-        id,
-        owner: about.subject.to_owned(),
-        text: adapter::answer_text(answer),
-        answer: true,
-    };
-    derivation.served(about.ctx, vec![served]).await
+    let text = adapter::answer_text(answer);
+    upstream
+        .state
+        .derivation
+        .answered(about.ctx, collection, &id, text, derivations)
+        .await
+}
+
+/// A streamed answer's text and id, gathered from its events as they pass; once the stream has
+/// ended whole, it derives from what its prompt did.
+struct AnswerTap {
+    derivation: Arc<Derivation>,
+    ctx: RequestContext,
+    /// Where the answer is kept: a stored object's collection, else the answers' own.
+    collection: &'static str,
+    derivations: Derivations,
+    answer: adapter::StreamedAnswer,
+}
+
+impl Tap for AnswerTap {
+    fn events(&mut self, events: &[u8]) {
+        self.answer.read(events);
+    }
+
+    fn finished(self: Box<Self>) -> Pin<Box<dyn Future<Output = ()> + Send>> {
+        Box::pin(async move {
+            let Some(id) = self.answer.id.clone() else {
+                return;
+            };
+            let text = self.answer.text;
+            let recorded = self
+                .derivation
+                .answered(&self.ctx, self.collection, &id, text, &self.derivations)
+                .await;
+            if recorded.is_err() {
+                tracing::warn!("a streamed answer's lineage could not be recorded");
+            }
+        })
+    }
 }
 
 /// A streamed answer: decided already; relayed event by event while the subject stays active.
+/// What a streamed answer makes: the object the provider keeps (if it keeps it), where the
+/// answer is kept, and what it derives from.
+struct Streaming {
+    registration: Option<Registration>,
+    kept_in: &'static str,
+    derivations: Derivations,
+}
+
 async fn stream(
     upstream: &Upstream<'_>,
     about: &About<'_>,
     grant: &ProviderGrant,
     path: &str,
     body: Bytes,
-    registration: Option<Registration>,
+    streaming: Streaming,
 ) -> Answered {
+    let Streaming {
+        registration,
+        kept_in,
+        derivations,
+    } = streaming;
     let watch = Watch::new(upstream.state, about.tenant(), about.subject, grant.epoch);
     let answer = match open_events(upstream, path, body).await? {
         Opened::Events(events) => {
-            let events = events.relay(watch, registration);
-            return Ok(events);
+            let derivation = &upstream.state.derivation;
+            let tap = derivation.enabled().then(|| {
+                Box::new(AnswerTap {
+                    derivation: Arc::clone(derivation),
+                    ctx: about.ctx.clone(),
+                    collection: kept_in,
+                    derivations,
+                    answer: adapter::StreamedAnswer::default(),
+                }) as Box<dyn Tap>
+            });
+            return Ok(events.relay(watch, registration, tap));
         }
         Opened::Whole(answer) => answer,
     };
     provider_failure(answer.status)?;
+    if !answer.is_success() {
+        return Ok(whole(answer.passed_on()));
+    }
+    let value = json_of(&answer)?;
     // A stored object answered whole is recorded like a streamed one.
-    if let Some(registration) = registration.filter(|_| answer.is_success()) {
-        let id = adapter::answered_id(&json_of(&answer)?)?;
+    if let Some(registration) = registration {
+        let id = adapter::answered_id(&value)?;
         match settle(&watch, registration, id, false).await {
             Settled::Kept => {}
             Settled::Undone => return Err(Refusal::SubjectSuppressed.into()),
@@ -482,6 +533,7 @@ async fn stream(
             }
         }
     }
+    answered(upstream, about, kept_in, &value, &derivations).await?;
     Ok(whole(answer.passed_on()))
 }
 

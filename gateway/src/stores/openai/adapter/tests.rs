@@ -539,3 +539,30 @@ proptest! {
         let _ = filter_list(body, |_| true);
     }
 }
+
+#[test]
+fn a_streamed_answer_is_read_event_by_event() {
+    let mut chat = StreamedAnswer::default();
+    let chunk = |content: &str| {
+        format!(
+            "data: {}\n\n",
+            serde_json::json!({"id": "chatcmpl-9", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"content": content}}]})
+        )
+    };
+    chat.read(chunk("alice is ").as_bytes());
+    chat.read(format!("{}data: [DONE]\n\n", chunk("allergic")).as_bytes());
+    assert_eq!(
+        chat,
+        StreamedAnswer {
+            id: Some("chatcmpl-9".into()),
+            text: "alice is allergic".into()
+        }
+    );
+    let mut response = StreamedAnswer::default();
+    response.read(b"event: response.created\ndata: {\"type\":\"response.created\",\"response\":{\"id\":\"resp_1\"}}\n\nevent: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"delta\":\"to peanuts\"}\n\n");
+    assert_eq!(response.id.as_deref(), Some("resp_1"));
+    assert_eq!(response.text, "to peanuts");
+    let mut nothing = StreamedAnswer::default();
+    nothing.read(b"data: not json\n\n\xff");
+    assert_eq!(nothing, StreamedAnswer::default());
+}
