@@ -37,19 +37,38 @@ if (__ENV.TOKEN) {
 }
 
 const embedding = Array.from({ length: 16 }, (_, i) => i / 16);
+
+// About `bytes` of words drawn from 100 000 (a memory's prose, as derivative lineage reads it):
+// one seed, one text (mulberry32, in 32-bit integer arithmetic so that no two seeds collide),
+// so that no two texts share a run of 12 words.
+function prose(bytes, seed) {
+  const words = [];
+  let state = seed | 0;
+  for (let length = 0; length < bytes; ) {
+    state = (state + 0x6d2b79f5) | 0;
+    let t = Math.imul(state ^ (state >>> 15), 1 | state);
+    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
+    const word = `w${((t ^ (t >>> 14)) >>> 0) % 100000}`;
+    words.push(word);
+    length += word.length + 1;
+  }
+  return words.join(' ');
+}
 // A ~BODY_BYTES request: one record whose document fills the body.
-const document = 'x'.repeat(Math.max(0, BODY_BYTES - 400));
+const size = Math.max(0, BODY_BYTES - 400);
+const padding = prose(size, 1);
 
 export default function () {
   let res;
   if (MIX === 'add') {
     const id = `load-${__VU}-${__ITER}-${Date.now()}`;
+    const document = prose(size, __VU * 1000003 + __ITER);
     const body = JSON.stringify({ ids: [id], embeddings: [embedding], documents: [document], metadatas: [{ n: __ITER }] });
     res = http.post(`${PATH}/add`, body, { headers });
   } else {
     const query = { query_embeddings: [embedding], n_results: 5, include: ['documents', 'metadatas', 'distances'] };
     // The fast stand-in ignores the body, so the query can carry the same ~2 KB as an add.
-    if (__ENV.PAD) query.pad = document;
+    if (__ENV.PAD) query.pad = padding;
     const body = JSON.stringify(query);
     res = http.post(`${PATH}/query`, body, { headers });
   }

@@ -16,12 +16,12 @@ cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 
 trap cleanup EXIT
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 wait_http() { for _ in $(seq 1 300); do curl -sf -o /dev/null "$1" && return 0; sleep 0.1; done; echo "not ready: $1" >&2; exit 1; }
-# CPU time (clock ticks) the Lethe process started as $lethe_pid has used so far.
-ticks() { awk '{print $14 + $15}' "/proc/$lethe_pid/stat"; }
+# CPU time (clock ticks) the Lethe process started as $lethe_pid (or process $1) has used so far.
+ticks() { awk '{print $14 + $15}' "/proc/${1:-$lethe_pid}/stat"; }
 # One line of results (JSON) from the k6 summary $work/<name>.json of the run named $1, with the
-# CPU Lethe spent since the tick count $2.
+# CPU Lethe (or process $3) spent since the tick count $2.
 record() {
-  python3 - "$1" "$work/$1.json" "$2" "$(ticks)" "$(getconf CLK_TCK)" <<'PY'
+  python3 - "$1" "$work/$1.json" "$2" "$(ticks ${3:-})" "$(getconf CLK_TCK)" <<'PY'
 import json, sys
 name, path, before, after, hz = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
 m = json.load(open(path))["metrics"]

@@ -25,7 +25,15 @@ async fn main() -> std::io::Result<()> {
     let stamp = json!({"lethe_subject": subject, "lethe_tenant": "acme", "lethe_purpose": "personalization",
         "lethe_category": "preference", "lethe_expires_at": 4_102_444_800i64, "lethe_epoch": 0, "n": 1});
     let ids: Vec<String> = (0..5).map(|i| format!("m{i}")).collect();
-    let docs: Vec<String> = (0..5).map(|_| "x".repeat(400)).collect();
+    // Prose, as memories are (derivative lineage fingerprints runs of words).
+    let docs: Vec<String> = (0..5)
+        .map(|d| {
+            (0..60)
+                .map(|w| format!("w{}", (d * 7919 + w * 104_729) % 100_000))
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .collect();
     let query = Bytes::from(
         json!({"ids": [ids], "documents": [docs], "metadatas": [vec![stamp.clone(); 5]],
             "distances": [[0.1, 0.2, 0.3, 0.4, 0.5]], "embeddings": null, "uris": null, "data": null,

@@ -221,6 +221,15 @@ impl Derivation {
         let key = self.key(ctx.tenant());
         let mut shared = Vec::new();
         for s in served {
+            // A text seen in this generation already is not fingerprinted again; without a
+            // trace, nothing else is remembered of it.
+            let seen =
+                self.texts
+                    .hash_one((ctx.tenant(), &ctx.store, &s.collection, &s.id, &s.text));
+            let new_text = !s.text.is_empty() && self.memory.first_sight(seen, now);
+            if ctx.trace.is_none() && !new_text {
+                continue;
+            }
             let item = Arc::new(Self::remembered(
                 ctx,
                 &s.collection,
@@ -232,7 +241,8 @@ impl Derivation {
                 self.memory.traced_item(&item, trace, now);
                 shared.push(self.shared(&item, Sharing::Trace(trace.to_hex())));
             }
-            if let Some(fingerprints) = self.fingerprint(&key, &item, &s.text, settings, now) {
+            let fingerprints = new_text.then(|| key.fingerprints(&s.text, settings.quote_words));
+            if let Some(fingerprints) = fingerprints.filter(|f| !f.runs.is_empty()) {
                 self.memory.quotable(&item, &fingerprints.runs, now);
                 shared.push(self.shared(
                     &item,
@@ -244,27 +254,6 @@ impl Derivation {
             }
         }
         self.share(shared).await
-    }
-
-    /// The fingerprints of an item's text, unless the text is too short to quote or was
-    /// remembered in this generation already.
-    fn fingerprint(
-        &self,
-        key: &QuoteKey,
-        item: &Remembered,
-        text: &str,
-        settings: Settings,
-        now: Instant,
-    ) -> Option<Fingerprints> {
-        if text.is_empty()
-            || !self
-                .memory
-                .first_sight(self.texts.hash_one((item, text)), now)
-        {
-            return None;
-        }
-        let fingerprints = key.fingerprints(text, settings.quote_words);
-        (!fingerprints.runs.is_empty()).then_some(fingerprints)
     }
 
     fn shared(&self, item: &Remembered, what: Sharing) -> Shared {

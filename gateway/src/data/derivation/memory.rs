@@ -243,9 +243,12 @@ impl Memory {
         }
     }
 
-    /// The shard of a key, moved on to `now`.
+    /// The shard a key (a fingerprint, a text key, a trace) belongs to, moved on to `now`.
     fn shard(&self, key: u64, now: Instant) -> MutexGuard<'_, Shard> {
-        let index = usize::try_from(key % SHARDS as u64).unwrap_or(0);
+        self.shard_at(shard_of(key), now)
+    }
+
+    fn shard_at(&self, index: usize, now: Instant) -> MutexGuard<'_, Shard> {
         let mut shard = self.shards[index % SHARDS]
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
@@ -296,7 +299,7 @@ impl Memory {
             if runs.is_empty() {
                 continue;
             }
-            let mut shard = self.shard(index as u64, now);
+            let mut shard = self.shard_at(index, now);
             if let Some(slot) = shard.current.slot(item) {
                 for &run in runs {
                     shard.current.quote(run, slot);
@@ -354,7 +357,7 @@ impl Memory {
             if runs.is_empty() {
                 continue;
             }
-            let shard = self.shard(index as u64, now);
+            let shard = self.shard_at(index, now);
             for generation in shard.generations() {
                 for run in runs {
                     let first = generation.quotes.get(run).into_iter();
@@ -410,11 +413,18 @@ impl Memory {
 fn by_shard(runs: &[u64]) -> Vec<Vec<u64>> {
     let mut grouped = vec![Vec::new(); SHARDS];
     for &run in runs {
-        if let Some(group) = grouped.get_mut(usize::try_from(run % SHARDS as u64).unwrap_or(0)) {
+        if let Some(group) = grouped.get_mut(shard_of(run)) {
             group.push(run);
         }
     }
     grouped
+}
+
+/// A key's shard, from bits its hash tables do not use: hashbrown places an entry by the low
+/// bits of its hash (here the key itself) and tags it with the top seven, so a shard of keys
+/// alike in either would crowd into a few of its buckets.
+fn shard_of(key: u64) -> usize {
+    usize::try_from((key >> 32) % SHARDS as u64).unwrap_or(0)
 }
 
 fn trace_key(trace: &TraceId) -> u64 {
