@@ -173,3 +173,18 @@ def test_another_tenants_staff_see_no_lineage_nor_derivatives_and_decide_nothing
     status, _ = lethe.call("POST", f"/v1/erasures/{id}/derivatives/decide",
                            {"refs": [ref], "decision": "release", "reason": "mine"}, token=lethe.token("agent", bob))
     assert status in (401, 403)
+
+
+def test_once_the_erasure_completed_a_quote_of_the_erased_is_still_refused(gate, direct):
+    lethe, _ = gate
+    confided = secret()
+    alice, bob = granted(lethe), granted(lethe)
+    name, _ = shared_collection(lethe)
+    lethe.agent(alice).get_collection(name).add(ids=["a1"], embeddings=[EMBEDDING], documents=[confided])
+    _, results = lethe.erase_to_completion(alice)
+    assert results["chroma:chroma"]["remaining"] == 0, results
+    # The store and the memory of the window know alice by reference only now, and by it
+    # still refuse what re-derives her words.
+    with pytest.raises(Exception, match="derived_from_erased"):
+        lethe.agent(bob).get_collection(name).add(ids=["b1"], embeddings=[EMBEDDING], documents=["bob: " + confided])
+    assert direct.get_collection(name).get(ids=["a1", "b1"])["ids"] == []

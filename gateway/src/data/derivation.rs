@@ -11,15 +11,18 @@ use std::hash::BuildHasher;
 use std::sync::Arc;
 use std::time::Instant;
 
+use lethe_policy::audit::forgotten;
 use lethe_policy::derivation::{Fingerprints, QuoteKey};
-use lethe_policy::{How, Layer, Parent, PolicyView, Refusal, Stamp, decide_derivation};
+use lethe_policy::{
+    How, Layer, Parent, PolicyView, Refusal, Stamp, SubjectStatus, decide_derivation,
+};
 
 use super::RequestContext;
 use super::error::DataError;
 use crate::adapters::write::RecordFacts;
 use crate::adapters::{AdapterError, RecordRefusal};
 use crate::config::LineageConfig;
-use crate::store::{Derived, Edge, ItemKey, Shared, Sharing, Store};
+use crate::store::{Derived, Edge, FeedEvent, ItemKey, PolicyChange, Shared, Sharing, Store};
 use memory::{Limits, Memory, Remembered};
 
 /// The data plane's derivative lineage; `None` settings: it is off.
@@ -161,17 +164,21 @@ impl Derivation {
             quote_words: config.quote_words,
             window: chrono::TimeDelta::from_std(config.window.0).unwrap_or(chrono::TimeDelta::MAX),
         });
+        let memory = Arc::new(Memory::new(
+            Limits {
+                window: config.window.0,
+                max_traces: config.max_traces,
+                max_fingerprints: config.max_fingerprints,
+                max_bytes: config.max_bytes,
+            },
+            Instant::now(),
+        ));
+        if settings.is_some() {
+            forget_when_erased(&store, &memory, &audit_key);
+        }
         Derivation {
             settings,
-            memory: Arc::new(Memory::new(
-                Limits {
-                    window: config.window.0,
-                    max_traces: config.max_traces,
-                    max_fingerprints: config.max_fingerprints,
-                    max_bytes: config.max_bytes,
-                },
-                Instant::now(),
-            )),
+            memory,
             store,
             audit_key,
             keys: moka::sync::Cache::builder().max_capacity(10_000).build(),
@@ -492,6 +499,44 @@ impl Derivation {
     }
 }
 
+/// Once an erasure completes and the state store knows its subject only by reference, so does
+/// the memory of the window (on every replica: the completion's change reaches each one's feed).
+fn forget_when_erased(store: &Arc<dyn Store>, memory: &Arc<Memory>, audit_key: &Arc<[u8]>) {
+    let (weak_store, weak_memory) = (Arc::downgrade(store), Arc::downgrade(memory));
+    let audit_key = Arc::clone(audit_key);
+    store.feed().on_event(move |event| {
+        let FeedEvent::Changed(PolicyChange {
+            tenant,
+            subject: Some(key),
+            derivatives: false,
+        }) = event
+        else {
+            return;
+        };
+        let name = forgotten(&audit_key, tenant, key);
+        let (Ok(runtime), false) = (tokio::runtime::Handle::try_current(), name == *key) else {
+            return;
+        };
+        let (store, memory) = (weak_store.clone(), weak_memory.clone());
+        let (tenant, key) = (tenant.clone(), key.clone());
+        runtime.spawn(async move {
+            let Some(store) = store.upgrade() else {
+                return;
+            };
+            // A subject is stored under its reference only once an erasure of it completed.
+            match store.subject(&tenant, &name).await {
+                Ok(Some(state)) if state.status == SubjectStatus::Erased => {
+                    if let Some(memory) = memory.upgrade() {
+                        memory.forget(&tenant, &key, &name);
+                    }
+                }
+                Ok(_) => {}
+                Err(e) => tracing::warn!(error = %e, "the memory of the window keeps an erased subject's key until it ages out"),
+            }
+        });
+    });
+}
+
 impl Derivation {
     /// A model's answer (`id`, kept in `collection` of the provider route, `text`) derives from
     /// what its prompt did (`derivations`, decided before it was sent): its edges are recorded,
@@ -541,3 +586,6 @@ pub fn derived_before<K>(
 fn key_of(item: &Remembered) -> ItemKey {
     ItemKey::new(&item.store, &item.collection, &item.id)
 }
+
+#[cfg(test)]
+mod tests;

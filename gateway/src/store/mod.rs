@@ -929,4 +929,4 @@ pub async fn verify_audit(
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -47,11 +47,11 @@ on_both_backends!(
 
 /// The raw keys of the erased subject in the test below: distinct enough that no hash, id or
 /// timestamp contains them by chance.
-const ERASED_KEYS: [&str; 2] = ["subject-qx7", "subject-qx7-old"];
+pub(crate) const ERASED_KEYS: [&str; 2] = ["subject-qx7", "subject-qx7-old"];
 
 /// Files an erasure of `ERASED_KEYS` over a subject with a grant, a hold, lineage and a
 /// provider, purges it and completes it; returns the completed record.
-async fn erase_to_completion(store: &Arc<dyn Store>) -> ErasureRecord {
+pub(crate) async fn erase_to_completion(store: &Arc<dyn Store>) -> ErasureRecord {
     use lethe_policy::ErasureState;
     let [key, alias] = ERASED_KEYS;
     store

@@ -350,6 +350,32 @@ impl Memory {
         found
     }
 
+    /// An erased subject's key is forgotten (`key` -> its reference `name`, once its erasure
+    /// completed): its items are remembered under the reference, their ids renamed as the state
+    /// store renames them, so what quotes them or read them is still refused until they age
+    /// out.
+    pub fn forget(&self, tenant: &str, key: &str, name: &str) {
+        for shard in &self.shards {
+            let mut shard = shard.lock().unwrap_or_else(|p| p.into_inner());
+            let Shard { current, older } = &mut *shard;
+            for generation in std::iter::once(current).chain(older.iter_mut()) {
+                for item in &mut generation.items {
+                    if item.tenant != tenant || item.owner != key {
+                        continue;
+                    }
+                    let forgotten = Remembered {
+                        owner: name.to_owned(),
+                        id: item.id.replace(key, name),
+                        ..(**item).clone()
+                    };
+                    generation.heap =
+                        (generation.heap + forgotten.bytes()).saturating_sub(item.bytes());
+                    *item = Arc::new(forgotten);
+                }
+            }
+        }
+    }
+
     /// Items of `tenant` whose texts hold one of `runs`, within the window.
     pub fn quoted(&self, tenant: &str, runs: &[u64], now: Instant) -> Vec<Arc<Remembered>> {
         let mut found: Vec<Arc<Remembered>> = Vec::new();

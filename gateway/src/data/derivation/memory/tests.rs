@@ -155,3 +155,35 @@ fn a_hundred_thousand_traces_and_fifty_megabytes_of_text_stay_within_the_bounds(
         [format!("doc-{}", n - 1).as_str()]
     );
 }
+
+#[test]
+fn a_forgotten_subject_is_remembered_by_its_reference_only_and_still_found() {
+    let t0 = Instant::now();
+    let memory = Memory::new(limits(), t0);
+    let acme = QuoteKey::of_tenant(b"k", "acme");
+    let runs = acme.fingerprints(ALICE, 12).runs;
+    let (a1, b1) = (item("acme", "alice/a1", "alice"), item("acme", "b1", "bob"));
+    let elsewhere = item("globex", "alice/g1", "alice");
+    for remembered in [&a1, &b1, &elsewhere] {
+        memory.quotable(remembered, &runs, t0);
+        memory.traced_item(remembered, trace(1), t0);
+    }
+    memory.forget("acme", "alice", "forgotten:ref");
+    let owners = |found: Vec<Arc<Remembered>>| {
+        let mut owned: Vec<(String, String)> = found
+            .iter()
+            .map(|i| (i.id.clone(), i.owner.clone()))
+            .collect();
+        owned.sort_unstable();
+        owned
+    };
+    let acme_now = vec![
+        ("b1".to_owned(), "bob".to_owned()),
+        ("forgotten:ref/a1".to_owned(), "forgotten:ref".to_owned()),
+    ];
+    assert_eq!(owners(memory.quoted("acme", &runs, t0)), acme_now);
+    assert_eq!(owners(memory.traced("acme", trace(1), t0)), acme_now);
+    // Another tenant's subject of the same name is not that one.
+    let globex = vec![("alice/g1".to_owned(), "alice".to_owned())];
+    assert_eq!(owners(memory.quoted("globex", &runs, t0)), globex);
+}
