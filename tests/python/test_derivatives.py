@@ -315,6 +315,79 @@ def test_a_qdrant_batch_quoting_alice_derives_from_her_and_is_refused_after_her_
     assert [(d["item"], d["decision"]) for d in listed] == [("2", "undecided")]
 
 
+def test_a_qdrant_payload_edit_quoting_alice_derives_from_her_and_is_refused_after_her_flip(setup, qdrant):
+    import json
+    from qdrant_client import models
+    from qdrant_client.http.exceptions import UnexpectedResponse
+    lethe = setup
+    who = people(lethe, "alice", "bob")
+    alice, bob = who["alice"], who["bob"]
+    collection = f"edits-{uuid.uuid4().hex[:8]}"
+    lethe.qdrant(lethe.token("admin")).create_collection(
+        collection, vectors_config=models.VectorParams(size=3, distance=models.Distance.COSINE))
+    point = lambda id, payload: models.PointStruct(id=id, vector=EMBEDDING, payload=payload)
+    lethe.qdrant_agent(alice).upsert(collection, [point(1, {"text": ALLERGY}), point(2, {"text": FAMILY})])
+    bobs = lethe.qdrant_agent(bob)
+    bobs.upsert(collection, [point(10, {"text": "bob's own reminder about the dentist"}),
+                             point(11, {"text": "bob likes jazz", "kind": "note"}),
+                             point(12, {"text": "bob's running plan"})])
+    direct = qdrant.client()
+    layers = lambda: {p.id: p.payload["lethe_layer"] for p in direct.retrieve(collection, ids=[10, 11, 12], with_payload=True)}
+    assert layers() == {10: "raw", 11: "raw", 12: "raw"}
+    # A payload set by id, an overwrite by filter, and an edit that quotes nobody.
+    bobs.set_payload(collection, payload={"text": "bob heard that " + ALLERGY}, points=[10])
+    notes = models.Filter(must=[models.FieldCondition(key="kind", match=models.MatchValue(value="note"))])
+    bobs.overwrite_payload(collection, payload={"text": "summary: " + FAMILY, "kind": "note"},
+                           points=models.FilterSelector(filter=notes))
+    bobs.set_payload(collection, payload={"topic": "running"}, points=[12])
+    assert layers() == {10: "derived", 11: "derived", 12: "raw"}
+    found = lambda id: [(p["store"], p["item"], p["how"]) for p in lineage(lethe, "qdrant", collection, id)["parents"]]
+    assert found("10") == [("qdrant", "1", "quote")]
+    assert found("11") == [("qdrant", "2", "quote")]
+
+    id = approved(lethe, alice)
+    assert bobs.retrieve(collection, ids=[10, 11]) == [], "hidden from bob at the flip"
+    assert [p.id for p in bobs.retrieve(collection, ids=[12])] == [12]
+    listed = [d for d in derivatives(lethe, id) if d["store"] == "qdrant"]
+    assert sorted((d["item"], d["decision"]) for d in listed) == [("10", "undecided"), ("11", "undecided")]
+    with pytest.raises(UnexpectedResponse) as refused:
+        bobs.set_payload(collection, payload={"text": "again: " + ALLERGY}, points=[12])
+    assert (refused.value.status_code, json.loads(refused.value.content)["error"]["code"]) == (409, "derived_from_erased")
+    kept = direct.retrieve(collection, ids=[12], with_payload=True)[0].payload
+    assert (kept["text"], kept["topic"], kept["lethe_layer"]) == ("bob's running plan", "running", "raw"), "nothing written"
+
+
+def test_conversation_items_quoting_alice_derive_from_her_and_are_refused_after_her_flip(setup, provider):
+    import openai
+    lethe = setup
+    who = people(lethe, "alice", "bob")
+    alice, bob = who["alice"], who["bob"]
+    lethe.grant_provider(bob, ("send_to_provider", "provider_retention"))
+    name, cid = collection_of(lethe)
+    lethe.agent(alice).get_collection(name).add(ids=["a1", "a2"], embeddings=[EMBEDDING] * 2, documents=[ALLERGY, FAMILY])
+    bobs = lethe.openai(bob)
+    said = lambda text: [{"type": "message", "role": "user", "content": text}]
+    # A conversation opened with a quote of hers, and an item added to another that quotes her.
+    opened = bobs.conversations.create(items=said("my colleague mentioned that " + FAMILY))
+    talk = bobs.conversations.create()
+    added = bobs.conversations.items.create(talk.id, items=said("note for later: " + ALLERGY)).data[0].id
+    own = bobs.conversations.items.create(talk.id, items=said("bob's own words about his weekend")).data[0].id
+    found = lambda collection, item: [(p["store"], p["item"], p["how"])
+                                      for p in lineage(lethe, "openai", collection, item)["parents"]]
+    assert found("conversations", opened.id) == [("chroma", "a2", "quote")]
+    assert found("conversation_items", f"{talk.id}/{added}") == [("chroma", "a1", "quote")]
+    assert found("conversation_items", f"{talk.id}/{own}") == []
+
+    id = approved(lethe, alice)
+    listed = sorted((d["collection"], d["item"]) for d in derivatives(lethe, id) if d["store"] == "openai")
+    assert listed == sorted([("conversations", opened.id), ("conversation_items", f"{talk.id}/{added}")])
+    with pytest.raises(openai.APIStatusError) as refused:
+        bobs.conversations.items.create(talk.id, items=said("again: " + ALLERGY))
+    assert (refused.value.status_code, refused.value.code) == (409, "derived_from_erased")
+    status, held = http("GET", f"{provider}/v1/conversations/{talk.id}/items")
+    assert status == 200 and [i["id"] for i in held["data"]] == [added, own], "nothing of the refused write was sent"
+
+
 def test_a_streamed_answer_is_remembered_and_a_write_quoting_it_derives_from_it(setup, traced):
     lethe = setup
     who = people(lethe, "alice", "bob")

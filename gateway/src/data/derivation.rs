@@ -120,6 +120,12 @@ impl Derivations {
         }
     }
 
+    /// These records, then `more`'s.
+    pub fn and(mut self, more: Derivations) -> Derivations {
+        self.records.extend(more.records);
+        self
+    }
+
     pub fn of(&self, item: &str) -> Option<&RecordDerivation> {
         self.records.iter().find(|r| r.item.item == item)
     }

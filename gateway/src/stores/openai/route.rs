@@ -20,7 +20,7 @@ use crate::data::forward::Answer;
 use crate::data::overtaken::{Recording, keep_unless_overtaken};
 use crate::data::stream::{Opened, Registration, Settled, Tap, Undo, Watch, open_events, settle};
 use crate::data::{Body, RequestContext, Upstream, whole};
-use crate::store::{ItemRecord, ProcessorUse};
+use crate::store::{ItemKey, ItemRecord, ProcessorUse};
 use crate::stores::openai::adapter::{
     self as adapter, Access, CHAT, CONVERSATIONS, EMBEDDED, Endpoint, FILES, Generate, ITEMS,
     RESPONSES,
@@ -91,7 +91,8 @@ pub(crate) async fn handle(
             if !grant.retention {
                 return Err(Refusal::ConsentRequired.into());
             }
-            create(upstream, &about, &grant, path, body, CONVERSATIONS).await
+            let sent = prompt_parents(upstream, &about, &sent_text(&body)).await?;
+            create(upstream, &about, &grant, (path, body), CONVERSATIONS, sent).await
         }
         Endpoint::UploadFile => {
             let grant = grant(upstream, &about).await?;
@@ -103,7 +104,16 @@ pub(crate) async fn handle(
                 .unwrap_or_default();
             let purposes = adapter::multipart_fields(content_type, &body, "purpose");
             adapter::decide_upload(&purposes, &grant)?;
-            create(upstream, &about, &grant, path, body, FILES).await
+            let request = (path, body);
+            create(
+                upstream,
+                &about,
+                &grant,
+                request,
+                FILES,
+                Derivations::default(),
+            )
+            .await
         }
         Endpoint::ListFiles => {
             if !subject_state(upstream, &about).await?.is_active() {
@@ -187,17 +197,24 @@ async fn create(
     upstream: &Upstream<'_>,
     about: &About<'_>,
     grant: &ProviderGrant,
-    path: &str,
-    body: Bytes,
+    (path, body): (&str, Bytes),
     collection: &str,
+    sent: Derivations,
 ) -> Answered {
-    sending(upstream, about, &Derivations::default()).await;
+    sending(upstream, about, &sent).await;
     let answer = checked(upstream, path, body).await?;
     if answer.is_success() {
         let id = adapter::answered_id(&json_of(&answer)?)?;
-        keep(upstream, about, grant, collection, vec![id]).await?;
+        keep_sent(upstream, about, grant, collection, vec![id], &sent).await?;
     }
     Ok(whole(answer.passed_on()))
+}
+
+/// The text of a JSON request body (what a conversation or its new items say).
+fn sent_text(body: &[u8]) -> String {
+    serde_json::from_slice::<Value>(body)
+        .map(|v| crate::adapters::text::text_of(&v))
+        .unwrap_or_default()
 }
 
 /// Sends the request and reads the whole answer; a provider failure (5xx) is
@@ -256,6 +273,7 @@ async fn keep(
     grant: &ProviderGrant,
     collection: &str,
     ids: Vec<String>,
+    derived: Option<&Derivations>,
 ) -> Result<(), DataError> {
     let rows: Vec<ItemRecord> = ids
         .into_iter()
@@ -274,7 +292,35 @@ async fn keep(
         }
         left
     };
-    keep_unless_overtaken(upstream, about.tenant(), rows, Recording::First, None, undo).await
+    keep_unless_overtaken(
+        upstream,
+        about.tenant(),
+        rows,
+        Recording::First,
+        derived,
+        undo,
+    )
+    .await
+}
+
+/// [`keep`]s objects the provider made of what the client sent (a conversation, its new items,
+/// a file): each derives from what that did (its trace read, its text quotes), its edges
+/// recorded as it is kept, and its text is remembered as theirs for what quotes it later.
+async fn keep_sent(
+    upstream: &Upstream<'_>,
+    about: &About<'_>,
+    grant: &ProviderGrant,
+    collection: &str,
+    ids: Vec<String>,
+    sent: &Derivations,
+) -> Result<(), DataError> {
+    let made = ids.iter().fold(Derivations::default(), |made, id| {
+        made.and(sent.for_item(&ItemKey::new(&upstream.route.name, collection, id)))
+    });
+    let derivation = &upstream.state.derivation;
+    derivation.record_added(about.ctx, &made).await?;
+    keep(upstream, about, grant, collection, ids.clone(), Some(&made)).await?;
+    derivation.accepted(about.ctx, made, &ids).await
 }
 
 /// An object the request names must be recorded as the caller's subject's.
@@ -391,7 +437,7 @@ async fn generate(
                 planned.stored && (kind == Generate::Chat || adapter::answer_stored(&value));
             if stored {
                 let id = adapter::answered_id(&value)?;
-                keep(upstream, about, &grant, collection, vec![id]).await?;
+                keep(upstream, about, &grant, collection, vec![id], None).await?;
             }
             let kept_in = if stored { collection } else { ANSWERS };
             answered(upstream, about, kept_in, &value, &derivations).await?;
@@ -553,12 +599,9 @@ async fn object(
     let grant = match access {
         Access::Write => {
             let grant = grant(upstream, about).await?;
-            let text = serde_json::from_slice::<Value>(&body)
-                .map(|v| crate::adapters::text::text_of(&v))
-                .unwrap_or_default();
-            let derivations = prompt_parents(upstream, about, &text).await?;
-            sending(upstream, about, &derivations).await;
-            Some(grant)
+            let sent = prompt_parents(upstream, about, &sent_text(&body)).await?;
+            sending(upstream, about, &sent).await;
+            Some((grant, sent))
         }
         Access::Read | Access::Delete => None,
     };
@@ -581,7 +624,9 @@ async fn object(
                 )
                 .await?;
         }
-        (Access::Write, Some(grant)) if answer.is_success() && collection == CONVERSATIONS => {
+        (Access::Write, Some((grant, sent)))
+            if answer.is_success() && collection == CONVERSATIONS =>
+        {
             let value = json_of(&answer)?;
             // `POST .../items` answers the created items; a metadata update answers the conversation.
             if value.get("data").is_some() {
@@ -589,7 +634,7 @@ async fn object(
                     .into_iter()
                     .map(|item| adapter::item_key(id, &item))
                     .collect();
-                keep(upstream, about, grant, ITEMS, items).await?;
+                keep_sent(upstream, about, grant, ITEMS, items, sent).await?;
             }
         }
         _ => {}

@@ -5,12 +5,13 @@ use std::collections::BTreeMap;
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::{Method, Response, StatusCode};
+use lethe_policy::Layer;
 use serde_json::{Value, json};
 
 use crate::adapters::stamp::read_stamp;
 use crate::adapters::{AdapterError, RecordRefusal};
 use crate::auth::Role;
-use crate::data::derivation::{Derivations, Served, derived_before};
+use crate::data::derivation::{Derivations, Served, Writing, derived_before};
 use crate::data::error::{DataError, json_response};
 use crate::data::forward::Answer;
 use crate::data::overtaken::{Recording, keep_unless_overtaken};
@@ -18,7 +19,7 @@ use crate::data::policy_cache::View;
 use crate::data::{RequestContext, Upstream};
 use crate::error_shape::Code;
 use crate::store::ItemRecord;
-use crate::stores::qdrant::adapter::edit::{self, Before, NotFound, Op};
+use crate::stores::qdrant::adapter::edit::{self, Before, NotFound, Op, Target};
 use crate::stores::qdrant::adapter::read;
 use crate::stores::qdrant::adapter::{self, Endpoint, PayloadWanted, PointId, ReadPlan, Selection};
 
@@ -656,6 +657,8 @@ async fn batch(
             Err(refused) => return Ok(refused.passed_on()),
         }
     }
+    let (edited, edit_of) =
+        derive_edits(upstream, ctx, collection, &ops, &mut before, fields).await?;
     let mut subjects: Vec<&str> = before
         .visible
         .values()
@@ -668,6 +671,7 @@ async fn batch(
         }
     }
     subjects.extend(derived.owners());
+    subjects.extend(edited.owners());
     let view = upstream
         .state
         .policy
@@ -678,15 +682,18 @@ async fn batch(
                 .collect::<std::collections::BTreeSet<_>>(),
         )
         .await?;
-    if let Err(AdapterError::Refused(refused)) = derived.check(&view, tenant) {
-        // A batch's refusals name the client's operations.
-        let mut at: Vec<RecordRefusal> = refused
-            .into_iter()
-            .map(|r| RecordRefusal {
+    let mut at: Vec<RecordRefusal> = Vec::new();
+    for (derivations, op_of) in [(&derived, &op_of), (&edited, &edit_of)] {
+        if let Err(AdapterError::Refused(refused)) = derivations.check(&view, tenant) {
+            // A batch's refusals name the client's operations.
+            at.extend(refused.into_iter().map(|r| RecordRefusal {
                 index: op_of.get(r.index).copied().unwrap_or_default(),
                 ..r
-            })
-            .collect();
+            }));
+        }
+    }
+    if !at.is_empty() {
+        at.sort_by_key(|r| r.index);
         at.dedup_by_key(|r| r.index);
         return Err(AdapterError::Refused(at).into());
     }
@@ -710,6 +717,10 @@ async fn batch(
     derivation
         .record(ctx, &derived, &written, &rewritten)
         .await?;
+    // An edited point still holds what it held (its vector, the rest of its payload): what it
+    // derives from now is added to what it derived from.
+    derivation.record_added(ctx, &edited).await?;
+    let derived = derived.and(edited);
     let results = if built.operations.is_empty() {
         vec![edit::nothing_done(); built.ranges.len()]
     } else {
@@ -842,6 +853,63 @@ async fn derive_upserts(
         derived.records.extend(found.records);
     }
     Ok((derived, op_of))
+}
+
+/// What the edits of a batch that write into points derive from (see
+/// [`Op::written_text`]): each point an edit writes (named and visible, or selected by the
+/// first operation's filter) derives from what its text quotes and its trace read; and for
+/// each record the position of its operation. Such a point is stamped derived by every
+/// operation of the batch that stamps it.
+async fn derive_edits(
+    upstream: &Upstream<'_>,
+    ctx: &RequestContext,
+    collection: &str,
+    ops: &[Op],
+    before: &mut Before,
+    fields: Fields<'_>,
+) -> Result<(Derivations, Vec<usize>), DataError> {
+    let mut edits: Vec<(usize, String, String, String)> = Vec::new();
+    for (index, op) in ops.iter().enumerate() {
+        let Some((target, text)) = op.written_text(fields.text) else {
+            continue;
+        };
+        let points: Vec<(&PointId, &lethe_policy::Stamp)> = match target {
+            Target::Filter(_) => before.selected.iter().map(|(id, s)| (id, s)).collect(),
+            Target::Ids(ids) => ids
+                .iter()
+                .filter_map(|id| before.visible.get_key_value(id))
+                .collect(),
+        };
+        for (id, stamp) in points {
+            edits.push((index, id.key(), stamp.subject.clone(), text.clone()));
+        }
+    }
+    let writes: Vec<Writing<'_>> = edits
+        .iter()
+        .map(|(_, id, owner, text)| Writing {
+            collection,
+            id,
+            owner,
+            text,
+        })
+        .collect();
+    let derived = upstream.state.derivation.parents(ctx, &writes).await?;
+    let derives: std::collections::BTreeSet<&str> = derived
+        .records
+        .iter()
+        .filter(|r| !r.parents.is_empty())
+        .map(|r| r.item.item.as_str())
+        .collect();
+    let selected = before.selected.iter_mut().map(|(id, stamp)| (&*id, stamp));
+    for (id, stamp) in before.visible.iter_mut().chain(selected) {
+        if derives.contains(id.key().as_str()) {
+            stamp.layer = Layer::Derived;
+        }
+    }
+    Ok((
+        derived,
+        edits.into_iter().map(|(index, ..)| index).collect(),
+    ))
 }
 
 /// Qdrant's answer to a request naming a point that does not exist, for one the caller may

@@ -20,6 +20,7 @@ use super::{
     scope_conditions, stamp_points,
 };
 use crate::adapters::stamp::{EPOCH, SUBJECT, TENANT, parse_object, write_stamp};
+use crate::adapters::text::text_of_fields;
 use crate::adapters::write::{RecordFacts, decide_records};
 use crate::adapters::{AdapterError, RecordRefusal, Scope};
 
@@ -108,6 +109,30 @@ impl Op {
             } => ids.clone(),
             _ => Vec::new(),
         }
+    }
+
+    /// What an edit writes into its points that they may derive from, with the points it is
+    /// about: the text its payload sets (the `text_fields` of it, every string when it is set
+    /// under a key), or nothing but the request itself (new vectors, made from something the
+    /// trace may have read). `None` for operations that write nothing new.
+    pub fn written_text(&self, text_fields: &[String]) -> Option<(&Target, String)> {
+        let Op::Edit { kind, body, target } = self else {
+            return None;
+        };
+        let payload = body.get("payload").and_then(Value::as_object);
+        let text = match kind {
+            EditKind::SetPayload if body.get("key").is_some_and(|k| !k.is_null()) => {
+                text_of_fields(payload, &[])
+            }
+            EditKind::SetPayload | EditKind::OverwritePayload => {
+                text_of_fields(payload, text_fields)
+            }
+            EditKind::UpdateVectors => String::new(),
+            EditKind::DeletePayload | EditKind::ClearPayload | EditKind::DeleteVectors => {
+                return None;
+            }
+        };
+        Some((target, text))
     }
 }
 

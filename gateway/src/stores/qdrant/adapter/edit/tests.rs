@@ -491,3 +491,48 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn an_edit_derives_from_the_text_it_writes_and_a_removal_from_nothing() {
+    let fields = ["text".to_owned()];
+    let cases = [
+        (
+            EditKind::SetPayload,
+            json!({ "payload": { "text": "new words", "n": 1 }, "points": [1] }),
+            Some("new words"),
+        ),
+        // Set under a key, the payload is not at the top: all of its text counts.
+        (
+            EditKind::SetPayload,
+            json!({ "payload": { "note": "nested words" }, "points": [1], "key": "meta" }),
+            Some("nested words"),
+        ),
+        (
+            EditKind::OverwritePayload,
+            json!({ "payload": { "text": "all new", "tag": "x" }, "filter": { "must": [] } }),
+            Some("all new"),
+        ),
+        // New vectors carry no text, but may be made from what the trace read.
+        (
+            EditKind::UpdateVectors,
+            json!({ "points": [{ "id": 1, "vector": [0.1, 0.2] }] }),
+            Some(""),
+        ),
+        (
+            EditKind::DeletePayload,
+            json!({ "keys": ["text"], "points": [1] }),
+            None,
+        ),
+        (EditKind::ClearPayload, json!({ "points": [1] }), None),
+        (
+            EditKind::DeleteVectors,
+            json!({ "vector": [""], "points": [1] }),
+            None,
+        ),
+    ];
+    for (kind, body, wanted) in cases {
+        let op = edit(kind, body.clone()).unwrap_or_else(|e| panic!("{body}: {e:?}"));
+        let text = op.written_text(&fields).map(|(_, text)| text);
+        assert_eq!(text.as_deref().map(str::trim), wanted, "{kind:?} {body}");
+    }
+}
