@@ -269,6 +269,15 @@ class Lethe:
         assert status == 200 and all("held" in s for s in run["stores"]), run
         return {s["target"]: s["held"] for s in run["stores"]}
 
+    def flip(self, subject):
+        """Files and approves an erasure of the subject (of acme); answers its id once it is
+        suppressed."""
+        status, filed = self.call("POST", "/v1/erasures", {"subject": subject, "ticket": "DSR-F", "reason": "art. 17"})
+        assert status == 201, filed
+        status, flipped = self.call("POST", f"/v1/erasures/{filed['id']}/approve")
+        assert status == 200 and flipped["state"] == "suppressed", flipped
+        return filed["id"]
+
     def erase_to_completion(self, subject, tenant=TENANT):
         """Files and approves an erasure with the tenant's compliance token and waits until it is
         completed; answers the completed request and each store's result by target."""

@@ -52,18 +52,20 @@ def shared_collection(lethe):
     return name, cid
 
 
+def alice_confided(lethe):
+    """Alice's confidence, kept as "a1" in a fresh collection, and bob, who may quote it: the
+    confidence, alice, bob, the collection's name and its id."""
+    confided = secret()
+    alice, bob = granted(lethe), granted(lethe)
+    name, cid = shared_collection(lethe)
+    lethe.agent(alice).get_collection(name).add(ids=["a1"], embeddings=[EMBEDDING], documents=[confided])
+    return confided, alice, bob, name, cid
+
+
 def parents(lethe, cid, item, tenant=TENANT):
     dpo = lethe.token("compliance", tenant=tenant)
     status, body = lethe.call("GET", f"/v1/lineage/chroma/{cid}/{item}", token=dpo)
     return status, [(p["item"], p["how"]) for p in body.get("parents", [])] if status == 200 else body
-
-
-def flip(lethe, subject):
-    status, filed = lethe.call("POST", "/v1/erasures", {"subject": subject, "ticket": "DSR-X", "reason": "art. 17"})
-    assert status == 201, filed
-    status, flipped = lethe.call("POST", f"/v1/erasures/{filed['id']}/approve")
-    assert status == 200 and flipped["state"] == "suppressed", flipped
-    return filed["id"]
 
 
 def test_another_tenant_riding_acmes_trace_derives_from_nothing_of_acmes(gate, direct):
@@ -77,7 +79,7 @@ def test_another_tenant_riding_acmes_trace_derives_from_nothing_of_acmes(gate, d
         lethe.agent().get_collection(name).get(ids=["a1"])
         globex.add(ids=["g1"], embeddings=[EMBEDDING], documents=["gina copies: " + confided])
         assert parents(lethe, cid, "g1", tenant=GLOBEX) == (200, [])
-        flip(lethe, alice)
+        lethe.flip(alice)
         # Acme's erasure is nothing to globex: the same trace, the same words, still written.
         globex.add(ids=["g2"], embeddings=[EMBEDDING], documents=["and again: " + confided])
     assert set(direct.get_collection(name).get(ids=["g1", "g2"])["ids"]) == {"g1", "g2"}
@@ -87,10 +89,7 @@ def test_another_tenant_riding_acmes_trace_derives_from_nothing_of_acmes(gate, d
 
 def test_a_client_cannot_have_a_derived_write_stamped_raw(gate, direct):
     lethe, _ = gate
-    confided = secret()
-    alice, bob = granted(lethe), granted(lethe)
-    name, _ = shared_collection(lethe)
-    lethe.agent(alice).get_collection(name).add(ids=["a1"], embeddings=[EMBEDDING], documents=[confided])
+    confided, alice, bob, name, _ = alice_confided(lethe)
     lethe.agent(bob).get_collection(name).add(ids=["b1"], embeddings=[EMBEDDING], documents=["bob: " + confided],
                                               metadatas=[{"lethe_layer": "raw"}])
     meta = direct.get_collection(name).get(ids=["b1"], include=["metadatas"])["metadatas"][0]
@@ -99,14 +98,11 @@ def test_a_client_cannot_have_a_derived_write_stamped_raw(gate, direct):
 
 def test_a_derivative_hidden_at_the_flip_is_in_no_read_shape(gate, direct):
     lethe, _ = gate
-    confided = secret()
-    alice, bob = granted(lethe), granted(lethe)
-    name, _ = shared_collection(lethe)
-    lethe.agent(alice).get_collection(name).add(ids=["a1"], embeddings=[EMBEDDING], documents=[confided])
+    confided, alice, bob, name, _ = alice_confided(lethe)
     bobs = lethe.agent(bob).get_collection(name)
     bobs.add(ids=["b-derived", "b-own"], embeddings=[EMBEDDING, EMBEDDING],
              documents=["notes: " + confided, "bob's own words, nothing of anyone else's"])
-    flip(lethe, alice)
+    lethe.flip(alice)
     service = lethe.agent().get_collection(name)
     for reader in (bobs, service):
         assert reader.get(ids=["b-derived"])["ids"] == []
@@ -126,24 +122,18 @@ def test_a_derivative_hidden_at_the_flip_is_in_no_read_shape(gate, direct):
 ])
 def test_a_quote_disguised_by_case_punctuation_or_width_is_still_a_quote(gate, disguise):
     lethe, _ = gate
-    confided = secret()
-    alice, bob = granted(lethe), granted(lethe)
-    name, cid = shared_collection(lethe)
-    lethe.agent(alice).get_collection(name).add(ids=["a1"], embeddings=[EMBEDDING], documents=[confided])
+    confided, alice, bob, name, cid = alice_confided(lethe)
     bobs = lethe.agent(bob).get_collection(name)
     bobs.add(ids=["b1"], embeddings=[EMBEDDING], documents=[disguise(confided)])
     assert parents(lethe, cid, "b1") == (200, [("a1", "quote")])
-    flip(lethe, alice)
+    lethe.flip(alice)
     with pytest.raises(Exception, match="derived_from_erased"):
         bobs.add(ids=["b2"], embeddings=[EMBEDDING], documents=[disguise(confided)])
 
 
 def test_a_write_that_wrote_nothing_claims_nothing(gate, direct):
     lethe, _ = gate
-    confided = secret()
-    alice, bob = granted(lethe), granted(lethe)
-    name, cid = shared_collection(lethe)
-    lethe.agent(alice).get_collection(name).add(ids=["a1"], embeddings=[EMBEDDING], documents=[confided])
+    confided, alice, bob, name, cid = alice_confided(lethe)
     # An update of an id Chroma does not hold writes nothing, and leaves no edge behind.
     lethe.agent(bob).get_collection(name).update(ids=["nothing-here"], embeddings=[EMBEDDING], documents=["bob: " + confided])
     assert direct.get_collection(name).get(ids=["nothing-here"])["ids"] == []
@@ -152,12 +142,9 @@ def test_a_write_that_wrote_nothing_claims_nothing(gate, direct):
 
 def test_another_tenants_staff_see_no_lineage_nor_derivatives_and_decide_nothing(gate):
     lethe, _ = gate
-    confided = secret()
-    alice, bob = granted(lethe), granted(lethe)
-    name, cid = shared_collection(lethe)
-    lethe.agent(alice).get_collection(name).add(ids=["a1"], embeddings=[EMBEDDING], documents=[confided])
+    confided, alice, bob, name, cid = alice_confided(lethe)
     lethe.agent(bob).get_collection(name).add(ids=["b1"], embeddings=[EMBEDDING], documents=["bob: " + confided])
-    id = flip(lethe, alice)
+    id = lethe.flip(alice)
     globex = lethe.token("compliance", tenant=GLOBEX)
     assert lethe.call("GET", f"/v1/lineage/chroma/{cid}/b1", token=globex)[0] == 404
     assert lethe.call("GET", f"/v1/lineage/chroma/{cid}/b1?tenant={TENANT}", token=globex)[0] == 403
@@ -177,10 +164,7 @@ def test_another_tenants_staff_see_no_lineage_nor_derivatives_and_decide_nothing
 
 def test_once_the_erasure_completed_a_quote_of_the_erased_is_still_refused(gate, direct):
     lethe, _ = gate
-    confided = secret()
-    alice, bob = granted(lethe), granted(lethe)
-    name, _ = shared_collection(lethe)
-    lethe.agent(alice).get_collection(name).add(ids=["a1"], embeddings=[EMBEDDING], documents=[confided])
+    confided, alice, bob, name, _ = alice_confided(lethe)
     _, results = lethe.erase_to_completion(alice)
     assert results["chroma:chroma"]["remaining"] == 0, results
     # The store and the memory of the window know alice by reference only now, and by it

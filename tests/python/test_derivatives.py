@@ -80,14 +80,6 @@ def readable(lethe, subject, name, ids):
     return set(lethe.agent(subject).get_collection(name).get(ids=list(ids))["ids"])
 
 
-def approved(lethe, subject):
-    status, filed = lethe.call("POST", "/v1/erasures", {"subject": subject, "ticket": "DSR-D", "reason": "art. 17"})
-    assert status == 201, filed
-    status, flipped = lethe.call("POST", f"/v1/erasures/{filed['id']}/approve")
-    assert status == 200 and flipped["state"] == "suppressed", flipped
-    return filed["id"]
-
-
 def request(lethe, id):
     return lethe.call("GET", f"/v1/erasures/{id}")[1]
 
@@ -179,7 +171,7 @@ def test_what_was_made_from_alices_data_goes_with_her_and_nothing_else_does(setu
     derived = {"b-summary", "b-note", "c-answer", "d-quote"}
     assert parents(lethe, cid, "a-work") == set(), "her own memory derives from nothing"
     untouched = {"e-phrase"}
-    id = approved(lethe, alice)
+    id = lethe.flip(alice)
     # At once: every derivative is hidden from its own subject's reads, still in Chroma.
     owners = {"b-summary": bob, "b-note": bob, "c-answer": carol, "d-quote": dave, "e-phrase": erin}
     for item in derived | untouched:
@@ -241,7 +233,7 @@ def test_a_job_that_read_alices_thread_cannot_write_it_back_after_her_flip(setup
     with traced.start_as_current_span("nightly extraction"):
         transcript = job.threads.get_state(thread)["values"]["messages"]
         facts_for_bob.store.put_item([TENANT, bob, "facts"], "allergy", {"fact": transcript[0]})
-        id = approved(lethe, alice)
+        id = lethe.flip(alice)
         # Its replay, under the same trace, after the flip: refused, and nothing is written.
         assert refused_code(lambda: facts_for_bob.store.put_item(
             [TENANT, bob, "facts"], "allergy-again", {"fact": "as before"})) == "derived_from_erased"
@@ -304,7 +296,7 @@ def test_a_qdrant_batch_quoting_alice_derives_from_her_and_is_refused_after_her_
     body = lineage(lethe, "qdrant", collection, "2")
     assert [(p["store"], p["item"], p["how"]) for p in body["parents"]] == [("qdrant", "1", "quote")]
 
-    id = approved(lethe, alice)
+    id = lethe.flip(alice)
     assert direct.retrieve(collection, ids=[2]) != [], "still in Qdrant, hidden"
     assert bobs.retrieve(collection, ids=[2]) == [], "hidden from bob at the flip"
     with pytest.raises(UnexpectedResponse) as refused:
@@ -345,7 +337,7 @@ def test_a_qdrant_payload_edit_quoting_alice_derives_from_her_and_is_refused_aft
     assert found("10") == [("qdrant", "1", "quote")]
     assert found("11") == [("qdrant", "2", "quote")]
 
-    id = approved(lethe, alice)
+    id = lethe.flip(alice)
     assert bobs.retrieve(collection, ids=[10, 11]) == [], "hidden from bob at the flip"
     assert [p.id for p in bobs.retrieve(collection, ids=[12])] == [12]
     listed = [d for d in derivatives(lethe, id) if d["store"] == "qdrant"]
@@ -378,7 +370,7 @@ def test_conversation_items_quoting_alice_derive_from_her_and_are_refused_after_
     assert found("conversation_items", f"{talk.id}/{added}") == [("chroma", "a1", "quote")]
     assert found("conversation_items", f"{talk.id}/{own}") == []
 
-    id = approved(lethe, alice)
+    id = lethe.flip(alice)
     listed = sorted((d["collection"], d["item"]) for d in derivatives(lethe, id) if d["store"] == "openai")
     assert listed == sorted([("conversations", opened.id), ("conversation_items", f"{talk.id}/{added}")])
     with pytest.raises(openai.APIStatusError) as refused:
