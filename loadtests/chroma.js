@@ -56,13 +56,16 @@ function prose(bytes, seed) {
 }
 // A ~BODY_BYTES request: one record whose document fills the body.
 const size = Math.max(0, BODY_BYTES - 400);
+// Every run's own texts (k6 counts its VUs and iterations from the start in each run): a run
+// never writes what an earlier one did.
+const salt = Array.from(__ENV.SALT || '').reduce((h, c) => (Math.imul(h, 31) + c.charCodeAt(0)) | 0, 17) * 65537;
 const padding = prose(size, 1);
 
 export default function () {
   let res;
   if (MIX === 'add') {
     const id = `load-${__VU}-${__ITER}-${Date.now()}`;
-    const document = prose(size, __VU * 1000003 + __ITER);
+    const document = prose(size, (salt + __VU * 1000003 + __ITER) | 0);
     const body = JSON.stringify({ ids: [id], embeddings: [embedding], documents: [document], metadatas: [{ n: __ITER }] });
     res = http.post(`${PATH}/add`, body, { headers });
   } else {

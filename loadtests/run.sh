@@ -64,14 +64,14 @@ collections="http://127.0.0.1:$data_port/chroma/api/v2/tenants/default_tenant/da
 collection=$(curl -sf -X POST "$collections" -H "authorization: Bearer $admin" -H 'content-type: application/json' \
   -d '{"name":"loadtest","get_or_create":true}' | python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')
 # Seed 200 stamped records through Lethe, so that both paths query the same realistic data.
-RATE=100 DURATION=2s "$venv/bin/k6" run -q --no-summary -e BASE="http://127.0.0.1:$data_port/chroma" -e COLLECTION="$collection" \
+RATE=100 DURATION=2s "$venv/bin/k6" run -q --no-summary -e BASE="http://127.0.0.1:$data_port/chroma" -e COLLECTION="$collection" -e SALT=warm-up \
   -e MIX=add -e TOKEN="$agent" -e RATE=100 -e DURATION=2s loadtests/chroma.js >/dev/null
 
 results="$work/results.jsonl"
 run() { # name base mix [token] [pad] [measured pid]
   local name=$1 base=$2 mix=$3 token=${4:-} pad=${5:-} measured=${6:-$lethe_pid}
   local before; before=$(ticks "$measured")
-  "$venv/bin/k6" run -q --summary-export "$work/$name.json" -e BASE="$base" -e COLLECTION="$collection" \
+  "$venv/bin/k6" run -q --summary-export "$work/$name.json" -e BASE="$base" -e COLLECTION="$collection" -e SALT="$name" \
     -e MIX="$mix" -e RATE="$RATE" -e DURATION="$DURATION" -e BODY_BYTES="$BODY_BYTES" -e TOKEN="$token" \
     ${pad:+-e PAD=1} loadtests/chroma.js >/dev/null
   record "$name" "$before" "$measured" >> "$results"

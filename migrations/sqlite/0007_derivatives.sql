@@ -19,6 +19,7 @@ CREATE TABLE item_edges (
 -- The closure of a subject walks from parents to children.
 CREATE INDEX item_edges_by_parent ON item_edges (tenant, parent_store, parent_collection, parent_item);
 CREATE INDEX item_edges_by_parent_owner ON item_edges (tenant, parent_owner);
+CREATE INDEX item_edges_by_child_owner ON item_edges (tenant, child_owner);
 
 -- What an erasure's flip (and its purge's later looks) found in the closure of its subject,
 -- beyond the subject's own items, and what became of each: hidden from every read while the
@@ -44,6 +45,7 @@ CREATE TABLE erasure_derivatives (
 );
 -- Every read asks which of a tenant's items are hidden.
 CREATE INDEX erasure_derivatives_by_tenant ON erasure_derivatives (tenant, decision);
+CREATE INDEX erasure_derivatives_by_subject ON erasure_derivatives (tenant, subject);
 
 -- (A PostgreSQL state store also keeps what each replica served and accepted in the window, for
 -- the others; one SQLite process keeps it in memory.)

@@ -278,6 +278,13 @@ class Lethe:
         assert status == 200 and flipped["state"] == "suppressed", flipped
         return filed["id"]
 
+    def new_collection(self):
+        """A fresh Chroma collection, made by an admin: its name, and its id (lineage names a
+        collection by id)."""
+        name = f"notes-{uuid.uuid4().hex[:8]}"
+        made = self.client(self.token("admin")).create_collection(name, embedding_function=None)
+        return name, str(made.id)
+
     def erase_to_completion(self, subject, tenant=TENANT):
         """Files and approves an erasure with the tenant's compliance token and waits until it is
         completed; answers the completed request and each store's result by target."""
@@ -391,6 +398,20 @@ def lethe(chroma, langgraph, qdrant, state_url, tmp_path_factory):
     instance = Lethe(state_url, chroma, tmp_path_factory.mktemp("lethe"), langgraph_url=langgraph, qdrant_url=qdrant.url)
     yield instance
     instance.stop()
+
+
+@pytest.fixture(scope="session")
+def traced():
+    """OpenTelemetry as an instrumented app has it, for the whole session (the instrumentation is
+    global): every httpx request of the official clients carries the W3C `traceparent` of the
+    current span, or of a span of its own outside one."""
+    from opentelemetry import trace
+    from opentelemetry.instrumentation.httpx import HTTPXClientInstrumentor
+    from opentelemetry.sdk.trace import TracerProvider
+    trace.set_tracer_provider(TracerProvider())
+    HTTPXClientInstrumentor().instrument()
+    yield trace.get_tracer("agent")
+    HTTPXClientInstrumentor().uninstrument()
 
 
 @pytest.fixture(scope="session")

@@ -6,10 +6,6 @@ store holds is counted in Chroma itself."""
 import uuid
 
 import pytest
-from opentelemetry import trace
-from opentelemetry.instrumentation.httpx import HTTPXClientInstrumentor
-from opentelemetry.sdk.trace import TracerProvider
-
 from conftest import GLOBEX, TENANT, someone, two_tenant_lethe
 
 EMBEDDING = [0.1, 0.2, 0.3]
@@ -25,13 +21,10 @@ def secret():
 
 
 @pytest.fixture(scope="module")
-def gate(chroma, tmp_path_factory):
+def gate(chroma, traced, tmp_path_factory):
     erasure = '[erasure]\nretry_backoff = "200ms"\nsettle = "100ms"\nsweep_interval = "1h"\n'
     instance = two_tenant_lethe(chroma, tmp_path_factory.mktemp("attack-derivatives"), erasure)
-    trace.set_tracer_provider(TracerProvider())
-    HTTPXClientInstrumentor().instrument()
-    yield instance, trace.get_tracer("attacker")
-    HTTPXClientInstrumentor().uninstrument()
+    yield instance, traced
     instance.stop()
 
 
@@ -46,18 +39,12 @@ def granted(lethe, tenant=TENANT):
     return subject
 
 
-def shared_collection(lethe):
-    name = f"shared-{uuid.uuid4().hex[:8]}"
-    cid = str(lethe.client(lethe.token("admin")).create_collection(name, embedding_function=None).id)
-    return name, cid
-
-
 def alice_confided(lethe):
     """Alice's confidence, kept as "a1" in a fresh collection, and bob, who may quote it: the
     confidence, alice, bob, the collection's name and its id."""
     confided = secret()
     alice, bob = granted(lethe), granted(lethe)
-    name, cid = shared_collection(lethe)
+    name, cid = lethe.new_collection()
     lethe.agent(alice).get_collection(name).add(ids=["a1"], embeddings=[EMBEDDING], documents=[confided])
     return confided, alice, bob, name, cid
 
@@ -72,7 +59,7 @@ def test_another_tenant_riding_acmes_trace_derives_from_nothing_of_acmes(gate, d
     lethe, tracer = gate
     confided = secret()
     alice, gina = granted(lethe), granted(lethe, GLOBEX)
-    name, cid = shared_collection(lethe)
+    name, cid = lethe.new_collection()
     lethe.agent(alice).get_collection(name).add(ids=["a1"], embeddings=[EMBEDDING], documents=[confided])
     globex = tenant_agent(lethe, gina, GLOBEX).get_collection(name)
     with tracer.start_as_current_span("one trace, two tenants"):
@@ -172,3 +159,27 @@ def test_once_the_erasure_completed_a_quote_of_the_erased_is_still_refused(gate,
     with pytest.raises(Exception, match="derived_from_erased"):
         lethe.agent(bob).get_collection(name).add(ids=["b1"], embeddings=[EMBEDDING], documents=["bob: " + confided])
     assert direct.get_collection(name).get(ids=["a1", "b1"])["ids"] == []
+
+
+def test_a_derived_record_stays_derived_through_an_update_and_a_refused_rewrite(gate, direct):
+    lethe, _ = gate
+    confided, alice, bob, name, cid = alice_confided(lethe)
+    bobs = lethe.agent(bob).get_collection(name)
+    bobs.add(ids=["b1"], embeddings=[EMBEDDING], documents=["bob: " + confided])
+    held = lambda: direct.get_collection(name).get(ids=["b1"], include=["metadatas", "documents"])
+    # Its metadata changed only: the document (alice's words) stays, and so do its stamp and edges.
+    bobs.update(ids=["b1"], metadatas=[{"topic": "work"}])
+    meta = held()["metadatas"][0]
+    assert (meta["lethe_layer"], meta["topic"]) == ("derived", "work")
+    assert parents(lethe, cid, "b1") == (200, [("a1", "quote")])
+    # A rewrite Chroma refuses (an embedding of another dimension) changes nothing, edges included.
+    with pytest.raises(Exception):
+        bobs.upsert(ids=["b1"], embeddings=[[0.1, 0.2]], documents=["bob's own words now"])
+    assert held()["documents"] == ["bob: " + confided]
+    assert parents(lethe, cid, "b1") == (200, [("a1", "quote")])
+    # A rewrite Chroma takes derives from what it says now only.
+    bobs.upsert(ids=["b1"], embeddings=[EMBEDDING], documents=["bob's own words now"])
+    assert held()["metadatas"][0]["lethe_layer"] == "raw"
+    assert parents(lethe, cid, "b1") == (200, [])
+    lethe.flip(alice)
+    assert bobs.get(ids=["b1"])["ids"] == ["b1"], "no longer derived from alice's data"

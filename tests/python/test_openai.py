@@ -51,7 +51,9 @@ def test_a_chat_completion_and_its_stream_pass_through_event_by_event(lethe_ai, 
     assert "".join(c.choices[0].delta.content or "" for c in chunks) == "echo: one two three four "
     assert chunks[-1].choices[0].finish_reason == "stop"
     assert [m.id for m in client.models.list()] == ["gpt-test"]
-    view = lethe_ai.call("GET", f"/v1/subjects/{TENANT}/{s}")[1]
+    # Processors are recorded in the lineage recorder's batches: waited for, not assumed.
+    view = wait_for("the provider to be named as a processor",
+                    lambda: (v := lethe_ai.call("GET", f"/v1/subjects/{TENANT}/{s}")[1])["processors"] and v, deadline=10)
     assert [p["processor"] for p in view["processors"]] == ["openai"]
     assert view["processors"][0]["first_at"] <= view["processors"][0]["last_at"]
 

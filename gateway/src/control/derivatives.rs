@@ -24,10 +24,10 @@ pub struct ItemView {
     item: String,
 }
 
-impl From<&ItemKey> for ItemView {
-    fn from(item: &ItemKey) -> ItemView {
+impl ItemView {
+    fn of(item: &ItemKey, caller: &Caller) -> ItemView {
         ItemView {
-            reference: item.reference(),
+            reference: caller.item_ref(item),
             store: item.store.clone(),
             collection: item.collection.clone(),
             item: item.item.clone(),
@@ -57,11 +57,15 @@ pub struct DerivativeView {
 impl DerivativeView {
     pub(crate) fn of(caller: &Caller, tenant: &str, d: &Derivative) -> DerivativeView {
         DerivativeView {
-            item: ItemView::from(&d.item),
+            // The reference it was decided by (its id may have been renamed since).
+            item: ItemView {
+                reference: d.reference.clone(),
+                ..ItemView::of(&d.item, caller)
+            },
             subject_ref: d.subject.as_ref().map(|s| caller.subject_ref(tenant, s)),
             own: d.own,
             how: d.how.clone(),
-            parents: d.parents.iter().map(ItemView::from).collect(),
+            parents: d.parents.iter().map(|p| ItemView::of(p, caller)).collect(),
             decision: d.decision,
             decided_by: d.decided_by.clone(),
             decided_at: d.decided_at,
@@ -212,7 +216,7 @@ pub async fn lineage(
             .map(|e| {
                 let (item, owner) = other(e);
                 EdgeView {
-                    item: ItemView::from(item),
+                    item: ItemView::of(item, &caller),
                     subject_ref: caller.subject_ref(&tenant, owner),
                     how: e.how,
                     at: e.at,
@@ -221,7 +225,7 @@ pub async fn lineage(
             .collect()
     };
     Ok(Json(Lineage {
-        item: ItemView::from(&key),
+        item: ItemView::of(&key, &caller),
         parents: side(&parents, |e| (&e.parent, &e.parent_owner)),
         children: side(&children, |e| (&e.child, &e.child_owner)),
     }))

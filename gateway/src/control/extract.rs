@@ -65,6 +65,11 @@ impl Caller {
         subject_ref(&self.audit_key, tenant, subject)
     }
 
+    /// An item's reference (see [`crate::store::ItemKey::reference`]).
+    pub fn item_ref(&self, item: &crate::store::ItemKey) -> String {
+        item.reference(&self.audit_key)
+    }
+
     /// The audit event of a successful change made by this caller in `tenant`, about `subject`
     /// when it concerns one.
     pub fn audit(

@@ -2248,15 +2248,45 @@ async fn an_items_lineage_is_shown_to_its_tenant_only() {
         )
         .await;
     assert_error(&forbidden, StatusCode::FORBIDDEN, "forbidden");
-    // An item id holding slashes (a LangGraph store item's) is one path.
-    let (status, _) = h
+    // An item id holding slashes (a conversation's item) is one path, its slashes its own.
+    let item = crate::store::ItemKey::new("openai", "conversation_items", "conv_1/msg_2");
+    h.store
+        .record_derived(&[crate::store::Derived {
+            tenant: "acme".into(),
+            child: item.clone(),
+            edges: vec![crate::store::Edge {
+                child: item,
+                child_owner: "bob".into(),
+                parent: crate::store::ItemKey::new("chroma", "c1", "a1"),
+                parent_owner: "alice".into(),
+                how: lethe_policy::How::Quote,
+                at: crate::now(),
+            }],
+            replace: false,
+        }])
+        .await
+        .unwrap();
+    let (status, body) = h
         .as_dpo(
             Method::GET,
-            "/v1/lineage/langgraph/store/%5B%22acme%22%2C%22bob%22%2C%22k%22%5D",
+            "/v1/lineage/openai/conversation_items/conv_1/msg_2",
             None,
         )
         .await;
-    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["parents"][0]["item"], "a1");
+    let (status, _) = h
+        .as_dpo(
+            Method::GET,
+            "/v1/lineage/openai/conversation_items/conv_1",
+            None,
+        )
+        .await;
+    assert_eq!(
+        status,
+        StatusCode::NOT_FOUND,
+        "a prefix of the id is not the item"
+    );
 }
 
 #[tokio::test]

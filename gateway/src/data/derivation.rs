@@ -314,21 +314,22 @@ impl Derivation {
             .iter()
             .map(|w| key.fingerprints(w.text, settings.quote_words))
             .collect();
+        let runs: Vec<u64> = fingerprints
+            .iter()
+            .flat_map(|f| f.runs.iter().copied())
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        // A write with no trace and no run of words can derive from nothing the replicas share.
         let recalled = match self.store.shared_memory() {
-            Some(shared) => {
-                let runs: Vec<u64> = fingerprints
-                    .iter()
-                    .flat_map(|f| f.runs.iter().copied())
-                    .collect::<BTreeSet<_>>()
-                    .into_iter()
-                    .collect();
+            Some(shared) if ctx.trace.is_some() || !runs.is_empty() => {
                 let trace = ctx.trace.map(|t| t.to_hex());
                 let since = crate::now() - settings.window;
                 shared
                     .recall(ctx.tenant(), trace.as_deref(), &runs, since)
                     .await?
             }
-            None => Vec::new(),
+            _ => Vec::new(),
         };
         let mut records = Vec::with_capacity(writes.len());
         for (write, fingerprints) in writes.iter().zip(fingerprints) {
@@ -397,43 +398,38 @@ impl Derivation {
     }
 
     /// Records what the records about to be written (`written`, by id) derive from, before the
-    /// store takes them: their edges (replacing those of `rewritten` ids, whose old content
-    /// derived from something else), so that a flip from now on reaches them. Recorded before the
-    /// write, so that a write that fails leaves at worst an edge of an item that holds nothing.
+    /// store takes them, added to what they derived from: a flip from now on reaches them, and a
+    /// write the store refuses leaves at worst an edge too many (of an item that holds nothing,
+    /// or still derives from its old parents). What a rewrite no longer derives from is dropped
+    /// once the store took it ([`Derivation::accepted`]).
     pub async fn record(
         &self,
         ctx: &RequestContext,
         derivations: &Derivations,
         written: &[String],
-        rewritten: &[String],
     ) -> Result<(), DataError> {
-        self.record_edges(ctx, derivations, written, Some(rewritten))
+        self.record_edges(ctx, derivations, Some(written), false)
             .await
     }
 
-    /// Records what the records about to be added to (a thread a run writes into) derive from,
-    /// beside what they derived from before.
+    /// Records what all `derivations`' records derive from, beside what they derived from
+    /// before (a thread a run writes into, an object the provider made).
     pub async fn record_added(
         &self,
         ctx: &RequestContext,
         derivations: &Derivations,
     ) -> Result<(), DataError> {
-        let all: Vec<String> = derivations
-            .records
-            .iter()
-            .map(|r| r.item.item.clone())
-            .collect();
-        self.record_edges(ctx, derivations, &all, None).await
+        self.record_edges(ctx, derivations, None, false).await
     }
 
-    /// `rewritten`: the items' edges are replaced, and those of the rewritten ones dropped when
-    /// they derive from nothing now; `None`: added to.
+    /// The edges of the records among `ids` (all with `None`): added to theirs, or with
+    /// `replace` instead of theirs.
     async fn record_edges(
         &self,
         ctx: &RequestContext,
         derivations: &Derivations,
-        written: &[String],
-        rewritten: Option<&[String]>,
+        ids: Option<&[String]>,
+        replace: bool,
     ) -> Result<(), DataError> {
         if !self.enabled() {
             return Ok(());
@@ -442,13 +438,11 @@ impl Derivation {
         let derived: Vec<Derived> = derivations
             .records
             .iter()
-            .filter(|r| written.contains(&r.item.item))
-            .filter(|r| {
-                !r.parents.is_empty() || rewritten.is_some_and(|ids| ids.contains(&r.item.item))
-            })
+            .filter(|r| ids.is_none_or(|ids| ids.contains(&r.item.item)))
+            .filter(|r| replace || !r.parents.is_empty())
             .map(|r| Derived {
                 tenant: ctx.tenant().to_owned(),
-                replace: rewritten.is_some(),
+                replace,
                 child: r.item.clone(),
                 edges: r
                     .parents
@@ -468,16 +462,27 @@ impl Derivation {
         Ok(())
     }
 
-    /// Remembers the texts of the records a write kept (`kept`, by id), as something later
-    /// writes may quote.
+    /// Once the store took a write: the records it rewrote (`rewritten`: held as derived, their
+    /// content replaced) derive from what they derive from now only, and the texts of those it
+    /// kept (`kept`, by id) are remembered as something later writes may quote.
     pub async fn accepted(
         &self,
         ctx: &RequestContext,
         derivations: Derivations,
         kept: &[String],
+        rewritten: &[String],
     ) -> Result<(), DataError> {
         if !self.enabled() {
             return Ok(());
+        }
+        let replaced: Vec<String> = rewritten
+            .iter()
+            .filter(|id| kept.contains(id))
+            .cloned()
+            .collect();
+        if !replaced.is_empty() {
+            self.record_edges(ctx, &derivations, Some(&replaced), true)
+                .await?;
         }
         let now = Instant::now();
         let mut shared = Vec::new();
@@ -546,8 +551,7 @@ fn forget_when_erased(store: &Arc<dyn Store>, memory: &Arc<Memory>, audit_key: &
 impl Derivation {
     /// A model's answer (`id`, kept in `collection` of the provider route, `text`) derives from
     /// what its prompt did (`derivations`, decided before it was sent): its edges are recorded,
-    /// and its text remembered as served, so that a write quoting it derives from it (and
-    /// through it from its parents).
+    /// and its text remembered (see [`Derivation::remember_answer`]).
     pub async fn answered(
         &self,
         ctx: &RequestContext,
@@ -559,13 +563,27 @@ impl Derivation {
         if !self.enabled() {
             return Ok(());
         }
-        let item = ItemKey::new(&ctx.store, collection, id);
-        let answer = derivations.for_item(&item);
-        self.record(ctx, &answer, &[id.to_owned()], &[]).await?;
+        let answer = derivations.for_item(&ItemKey::new(&ctx.store, collection, id));
+        self.record(ctx, &answer, &[id.to_owned()]).await?;
+        self.remember_answer(ctx, collection, id, text, derivations)
+            .await
+    }
+
+    /// A model's answer's text is remembered as served, so that a write quoting it derives from
+    /// it (and through it from its parents); its edges are recorded already (a stored object's,
+    /// as it was kept).
+    pub async fn remember_answer(
+        &self,
+        ctx: &RequestContext,
+        collection: &str,
+        id: &str,
+        text: String,
+        derivations: &Derivations,
+    ) -> Result<(), DataError> {
         let served = Served {
             collection: collection.to_owned(),
             id: id.to_owned(),
-            owner: answer
+            owner: derivations
                 .records
                 .first()
                 .map(|r| r.owner.clone())

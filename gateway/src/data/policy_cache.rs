@@ -32,6 +32,14 @@ impl Hidden {
             .and_then(|c| c.get(item.collection))
             .is_some_and(|ids| ids.contains(item.id))
     }
+
+    /// Whether an item of `collection` whose id starts with `prefix` is hidden.
+    pub fn holds_under(&self, store: &str, collection: &str, prefix: &str) -> bool {
+        self.0
+            .get(store)
+            .and_then(|c| c.get(collection))
+            .is_some_and(|ids| ids.iter().any(|id| id.starts_with(prefix)))
+    }
 }
 
 impl PolicyCache {

@@ -167,6 +167,9 @@ pub trait Tap: Send {
 /// Deletes a stored object at the provider again; answers whether it is gone.
 pub type Undo = Box<dyn FnOnce(String) -> Pin<Box<dyn Future<Output = bool> + Send>> + Send>;
 
+/// Records what a stored object derives from, given its id; answers whether it could.
+pub type Derive = Box<dyn FnOnce(String) -> Pin<Box<dyn Future<Output = bool> + Send>> + Send>;
+
 /// A stored object the stream creates: recorded as the subject's from the stream's first bytes,
 /// before the client can read its id, whatever happens to the stream afterwards.
 pub struct Registration {
@@ -174,6 +177,8 @@ pub struct Registration {
     pub row: ItemRecord,
     /// Deletes the object again when its subject was suppressed while it was being made.
     pub undo: Undo,
+    /// Its edges, recorded before its row (a flip from then on reaches it).
+    pub derive: Derive,
 }
 
 /// The id of a stream's object is looked for in at most this many bytes.
@@ -249,11 +254,12 @@ pub async fn settle(
         item_id: id.clone(),
         ..registration.row
     };
-    let recorded = watch
-        .store
-        .record_items(std::slice::from_ref(&row))
-        .await
-        .is_ok();
+    let recorded = (registration.derive)(id.clone()).await
+        && watch
+            .store
+            .record_items(std::slice::from_ref(&row))
+            .await
+            .is_ok();
     // `seen` that matches no feed position: the subject is looked up afresh.
     let mut seen = u64::MAX;
     if suppressed || !watch.still_allowed(&mut seen).await {

@@ -6,7 +6,7 @@
 //! {...}}`, the signature covering the canonical bytes of `certificate`. Verification also
 //! requires the file to be exactly canonical, so that no byte of it can change unnoticed.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use aws_lc_rs::signature::{ED25519, Ed25519KeyPair, KeyPair, UnparsedPublicKey};
@@ -178,7 +178,16 @@ pub fn issue(evidence: &Evidence<'_>, signer: &Signer) -> Vec<u8> {
             })
         })
         .collect();
-    let derivatives = derivatives_by_store(evidence.derivatives, &mut exceptions);
+    let purged: BTreeSet<&str> = evidence
+        .jobs
+        .iter()
+        .map(|j| {
+            j.target
+                .split_once(':')
+                .map_or(j.target.as_str(), |(_, s)| s)
+        })
+        .collect();
+    let derivatives = derivatives_by_store(evidence.derivatives, &purged, &mut exceptions);
     let ms =
         |from: DateTime<Utc>, to: Option<DateTime<Utc>>| to.map(|t| (t - from).num_milliseconds());
     let certificate = json!({
@@ -213,44 +222,58 @@ pub fn issue(evidence: &Evidence<'_>, signer: &Signer) -> Vec<u8> {
 }
 
 /// What the closure reached in each store: found, the subject's own (purged with it), another
-/// subject's erased (verified gone) or released, and what only guards (nothing was held). A
-/// derivative kept where this request purges nothing remains, and says so.
-fn derivatives_by_store(derivatives: &[Derivative], exceptions: &mut Vec<String>) -> Value {
-    let mut stores: BTreeMap<&str, [u64; 5]> = BTreeMap::new();
+/// subject's erased (verified gone) or released, what only guards (nothing was held), and what
+/// remains in a store no purge of the request (`purged`) reaches: an exception each.
+fn derivatives_by_store(
+    derivatives: &[Derivative],
+    purged: &BTreeSet<&str>,
+    exceptions: &mut Vec<String>,
+) -> Value {
+    let mut stores: BTreeMap<&str, [u64; 6]> = BTreeMap::new();
     for d in derivatives {
-        let counts = stores.entry(d.item.store.as_str()).or_default();
+        let store = d.item.store.as_str();
+        let counts = stores.entry(store).or_default();
         counts[0] += 1;
-        match d.decision {
-            Decision::Erase if d.erased_at.is_some() && d.own => counts[1] += 1,
-            Decision::Erase if d.erased_at.is_some() => counts[2] += 1,
-            Decision::Release => counts[3] += 1,
-            Decision::Guard => counts[4] += 1,
-            Decision::Erase | Decision::Undecided => exceptions.push(format!(
-                "{}: derivative {} is {}",
-                d.item.store,
-                d.reference,
-                if d.decision == Decision::Erase {
-                    "not verified gone"
-                } else {
-                    "undecided"
-                }
-            )),
-        }
-        if d.decision == Decision::Guard
-            && let Some(reason) = d.reason.as_deref().filter(|r| r.starts_with("no purge"))
-        {
-            exceptions.push(format!(
-                "{}: derivative {} remains: {reason}",
-                d.item.store, d.reference
-            ));
+        // Another subject's only guards when lineage keeps no live item of it; the subject's
+        // own may be live (hidden by its stamp) where no purge reaches.
+        let held_nothing = d.decision == Decision::Guard && !d.own;
+        let left = match d.decision {
+            _ if !purged.contains(store) && !held_nothing => {
+                counts[5] += 1;
+                Some("may remain: no purge of this request reaches its store")
+            }
+            Decision::Erase if d.erased_at.is_some() && d.own => {
+                counts[1] += 1;
+                None
+            }
+            Decision::Erase if d.erased_at.is_some() => {
+                counts[2] += 1;
+                None
+            }
+            Decision::Release => {
+                counts[3] += 1;
+                None
+            }
+            Decision::Guard => {
+                counts[4] += 1;
+                None
+            }
+            Decision::Erase => Some("is not verified gone"),
+            Decision::Undecided => Some("is undecided"),
+        };
+        if let Some(left) = left {
+            exceptions.push(format!("{store}: derivative {} {left}", d.reference));
         }
     }
     Value::Array(
         stores
             .into_iter()
-            .map(|(store, [found, own, erased, released, guarded])| {
-                json!({"store": store, "found": found, "own_erased": own, "erased": erased, "released": released, "guarded": guarded})
-            })
+            .map(
+                |(store, [found, own, erased, released, guarded, unreached])| {
+                    json!({"store": store, "found": found, "own_erased": own, "erased": erased,
+                       "released": released, "guarded": guarded, "unreached": unreached})
+                },
+            )
             .collect(),
     )
 }
@@ -385,6 +408,7 @@ pub fn render_html(document: &[u8]) -> String {
                 "erased",
                 "released",
                 "guarded",
+                "unreached",
             ]
             .iter()
             .map(|k| format!("<td>{}</td>", field(&d[*k])))
@@ -405,7 +429,7 @@ pub fn render_html(document: &[u8]) -> String {
          <h1>Erasure certificate</h1><table>{rows}</table><h2>Stores</h2><table><tr><th>store</th><th>before</th>\
          <th>deleted</th><th>remaining</th><th>removed from disk</th><th>verified on disk</th><th>backup retention</th><th>backups expire</th></tr>{stores}</table>\
          <h2>Derivatives</h2><p>What was made from the subject's data (summaries, facts, model answers), per store.</p>\
-         <table><tr><th>store</th><th>found</th><th>the subject's own, erased</th><th>others', erased</th><th>released</th><th>held nothing</th></tr>{derived}</table>\
+         <table><tr><th>store</th><th>found</th><th>the subject's own, erased</th><th>others', erased</th><th>released</th><th>held nothing</th><th>remain where no purge reaches</th></tr>{derived}</table>\
          <h2>Copies that remain</h2><table><tr><th>store</th><th>where</th><th>what</th><th>why</th><th>gone by</th></tr>{copies}</table>\
          <h2>Exceptions</h2><ul>{exceptions}</ul><h2>Audit chain head</h2><p>row {seq}, {hash}</p>\
          <h2>Signature</h2><p>Ed25519, public key <code>{key}</code>. Check the JSON document with \
@@ -615,7 +639,7 @@ mod tests {
             |store: &str, id: &str, own: bool, decision, erased: bool, reason: Option<&str>| {
                 let item = ItemKey::new(store, "memories", id);
                 Derivative {
-                    reference: item.reference(),
+                    reference: item.reference(b"k"),
                     item,
                     subject: Some("bob".into()),
                     own,
@@ -640,11 +664,12 @@ mod tests {
                 false,
                 Some("lineage keeps no live item"),
             ),
+            // Another subject's where no purge reaches: it could only be released.
             derivative(
                 "cache",
                 "note",
                 false,
-                Decision::Guard,
+                Decision::Release,
                 false,
                 Some("no purge of this request reaches store cache"),
             ),
@@ -663,21 +688,20 @@ mod tests {
         assert_eq!(
             certificate["derivatives"],
             json!([
-                {"store": "cache", "found": 1, "own_erased": 0, "erased": 0, "released": 0, "guarded": 1},
-                {"store": "chroma", "found": 3, "own_erased": 1, "erased": 1, "released": 1, "guarded": 0},
-                {"store": "openai", "found": 1, "own_erased": 0, "erased": 0, "released": 0, "guarded": 1},
+                {"store": "cache", "found": 1, "own_erased": 0, "erased": 0, "released": 0, "guarded": 0, "unreached": 1},
+                {"store": "chroma", "found": 3, "own_erased": 1, "erased": 1, "released": 1, "guarded": 0, "unreached": 0},
+                {"store": "openai", "found": 1, "own_erased": 0, "erased": 0, "released": 0, "guarded": 1, "unreached": 0},
             ])
         );
-        let note = ItemKey::new("cache", "memories", "note").reference();
+        let note = ItemKey::new("cache", "memories", "note").reference(b"k");
         assert_eq!(
             certificate["exceptions"],
             json!([format!(
-                "cache: derivative {note} remains: no purge of this request reaches store cache"
+                "cache: derivative {note} may remain: no purge of this request reaches its store"
             )])
         );
-        assert!(
-            render_html(&document)
-                .contains("<td>chroma</td><td>3</td><td>1</td><td>1</td><td>1</td><td>0</td>")
-        );
+        assert!(render_html(&document).contains(
+            "<td>chroma</td><td>3</td><td>1</td><td>1</td><td>1</td><td>0</td><td>0</td>"
+        ));
     }
 }

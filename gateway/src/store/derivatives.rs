@@ -24,6 +24,16 @@ macro_rules! derivative_sql {
             select.push(")");
         }
 
+        /// The store a purge target (`kind:store`) reaches.
+        fn target_store(target: &str) -> &str {
+            target.split_once(':').map_or(target, |(_, store)| store)
+        }
+
+        /// The stores an erasure's purge targets reach.
+        fn target_stores(targets: &[String]) -> BTreeSet<String> {
+            targets.iter().map(|t| target_store(t).to_owned()).collect()
+        }
+
         fn push_keys(select: &mut sqlx::QueryBuilder<$db>, keys: &[String]) {
             select.push("(");
             let mut list = select.separated(", ");
@@ -56,8 +66,25 @@ macro_rules! derivative_sql {
         const EDGE_COLUMNS: &str = "child_store, child_collection, child_item, child_owner, parent_store, parent_collection, parent_item, parent_owner, how, at";
 
         /// Records each child's edges (replacing those it had, if so), inside the caller's
-        /// transaction.
-        async fn record_derived_in(tx: &mut Tx, derived: &[Derived]) -> Result<(), StoreError> {
+        /// transaction. An owner whose erasure completed meanwhile (a replica that had not yet
+        /// heard of it) is written by its reference, as the completion renamed the rest.
+        async fn record_derived_in(tx: &mut Tx, subject_key: &std::sync::OnceLock<Vec<u8>>, derived: &[Derived]) -> Result<(), StoreError> {
+            let mut forgotten: std::collections::HashMap<(&str, &str), Option<String>> = std::collections::HashMap::new();
+            for d in derived {
+                for owner in d.edges.iter().flat_map(|e| [e.child_owner.as_str(), e.parent_owner.as_str()]) {
+                    if forgotten.contains_key(&(d.tenant.as_str(), owner)) {
+                        continue;
+                    }
+                    let name = forgotten_name(subject_key, &d.tenant, owner)?;
+                    let erased: Option<String> = sqlx::query_scalar("SELECT subject FROM subjects WHERE tenant = $1 AND subject = $2 AND status = 'erased'")
+                        .bind(&d.tenant)
+                        .bind(&name)
+                        .fetch_optional(&mut **tx)
+                        .await?;
+                    forgotten.insert((d.tenant.as_str(), owner), erased.filter(|n| n.as_str() != owner));
+                }
+            }
+            let named = |tenant: &str, owner: &str| forgotten.get(&(tenant, owner)).cloned().flatten().unwrap_or_else(|| owner.to_owned());
             for d in derived.iter() {
                 if d.replace {
                     sqlx::query("DELETE FROM item_edges WHERE tenant = $1 AND child_store = $2 AND child_collection = $3 AND child_item = $4")
@@ -77,11 +104,11 @@ macro_rules! derivative_sql {
                     .bind(&edge.child.store)
                     .bind(&edge.child.collection)
                     .bind(&edge.child.item)
-                    .bind(&edge.child_owner)
+                    .bind(named(&d.tenant, &edge.child_owner))
                     .bind(&edge.parent.store)
                     .bind(&edge.parent.collection)
                     .bind(&edge.parent.item)
-                    .bind(&edge.parent_owner)
+                    .bind(named(&d.tenant, &edge.parent_owner))
                     .bind(edge.how.as_str())
                     .bind(edge.at)
                     .execute(&mut **tx)
@@ -150,10 +177,13 @@ macro_rules! derivative_sql {
 
         /// What the closure of `keys` reaches beyond their own items, each with the decision
         /// `closure` gives it: the subjects' own derivatives are erased with them; another
-        /// subject's are undecided (or erased, by policy); what lineage keeps no live row of, or
-        /// that no purge of `stores` can reach, is only guarded.
+        /// subject's are undecided (or erased, by policy); what lineage keeps no live row of is
+        /// only guarded, and so is the subjects' own where no purge of `stores` reaches (their
+        /// stamp keeps it hidden). Another subject's where no purge reaches waits for a person,
+        /// who can only release it: it is never kept, or shown again, silently.
         async fn closure_in(
             c: &mut Conn,
+            subject_key: &std::sync::OnceLock<Vec<u8>>,
             tenant: &str,
             keys: &[String],
             stores: &BTreeSet<String>,
@@ -192,7 +222,8 @@ macro_rules! derivative_sql {
                     let (decision, reason) = if !live {
                         (Decision::Guard, Some("lineage keeps no live item: nothing is left to delete".to_owned()))
                     } else if !stores.contains(&item.store) {
-                        (Decision::Guard, Some(format!("no purge of this request reaches store {}", item.store)))
+                        let reason = format!("no purge of this request reaches store {}", item.store);
+                        (if own { Decision::Guard } else { Decision::Undecided }, Some(reason))
                     } else if own {
                         (Decision::Erase, Some("stamped to the subject: purged with its items".to_owned()))
                     } else if closure == Closure::Erase {
@@ -202,7 +233,7 @@ macro_rules! derivative_sql {
                     };
                     let by_policy = matches!(decision, Decision::Erase | Decision::Guard);
                     Derivative {
-                        reference: item.reference(),
+                        reference: item.reference(subject_key.get().map_or(&[][..], Vec::as_slice)),
                         subject: owner.map(|(s, _)| s.clone()),
                         own,
                         how: how.into_iter().collect(),
@@ -247,7 +278,7 @@ macro_rules! derivative_sql {
 
         /// Records what the request's closure reaches now and was not recorded before; answers
         /// whether anything was new (then every replica must hear of it).
-        async fn extend_closure(tx: &mut Tx, record: &ErasureRecord, closure: Closure, at: DateTime<Utc>) -> Result<bool, StoreError> {
+        async fn extend_closure(tx: &mut Tx, subject_key: &std::sync::OnceLock<Vec<u8>>, record: &ErasureRecord, closure: Closure, at: DateTime<Utc>) -> Result<bool, StoreError> {
             if closure == Closure::Off {
                 return Ok(false);
             }
@@ -255,9 +286,9 @@ macro_rules! derivative_sql {
                 .bind(&record.id)
                 .fetch_all(&mut **tx)
                 .await?;
-            let stores: BTreeSet<String> = targets.iter().map(|t| t.split_once(':').map_or(t.as_str(), |(_, s)| s).to_owned()).collect();
+            let stores = target_stores(&targets);
             let keys: Vec<String> = record.keys().map(str::to_owned).collect();
-            let found = closure_in(&mut **tx, &record.tenant, &keys, &stores, closure, at).await?;
+            let found = closure_in(&mut **tx, subject_key, &record.tenant, &keys, &stores, closure, at).await?;
             let mut new = false;
             for d in &found {
                 let inserted = sqlx::query(

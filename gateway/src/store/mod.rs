@@ -298,15 +298,20 @@ impl ItemKey {
         }
     }
 
-    /// A stable, opaque reference to the item (a hash of where it is kept).
-    pub fn reference(&self) -> String {
-        use sha2::{Digest, Sha256};
-        let mut hash = Sha256::new();
+    /// A stable, opaque reference to the item: an HMAC (with the audit `key`) of where it is
+    /// kept, so that nobody without the key can confirm a guessed id (one may hold a subject's
+    /// key) from a certificate.
+    pub fn reference(&self, key: &[u8]) -> String {
+        use hmac::{Hmac, KeyInit, Mac};
+        // HMAC accepts keys of any length, so this never takes the error branch.
+        let Ok(mut mac) = Hmac::<sha2::Sha256>::new_from_slice(key) else {
+            return String::new();
+        };
         for part in [&self.store, &self.collection, &self.item] {
-            hash.update(part.as_bytes());
-            hash.update([0]);
+            mac.update(part.as_bytes());
+            mac.update(&[0]);
         }
-        format!("dv_{}", &hex::encode(hash.finalize())[..24])
+        format!("dv_{}", &hex::encode(mac.finalize().into_bytes())[..24])
     }
 
     pub fn as_ref(&self) -> lethe_policy::ItemRef<'_> {

@@ -241,7 +241,8 @@ impl super::SharedMemory for PgStore {
                     .push_bind(r.answer)
                     .push_bind(r.at);
             });
-            insert.push(" ON CONFLICT (tenant, trace_id, store, collection, item_id) DO UPDATE SET at = excluded.at, owner = excluded.owner");
+            // The owner stays: a row the completion of an erasure renamed keeps the reference.
+            insert.push(" ON CONFLICT (tenant, trace_id, store, collection, item_id) DO UPDATE SET at = excluded.at");
             insert.build().execute(&mut *tx).await?;
         }
         let mut texts = texts;
@@ -262,7 +263,7 @@ impl super::SharedMemory for PgStore {
                     .push_bind(signed(runs))
                     .push_bind(r.at);
             });
-            insert.push(" ON CONFLICT (tenant, store, collection, item_id, digest) DO UPDATE SET at = excluded.at, owner = excluded.owner");
+            insert.push(" ON CONFLICT (tenant, store, collection, item_id, digest) DO UPDATE SET at = excluded.at");
             insert.build().execute(&mut *tx).await?;
         }
         tx.commit().await?;

@@ -276,7 +276,7 @@ macro_rules! impl_store {
             /// The flip, inside the caller's transaction: every key suppressed in a new epoch,
             /// everything derived from the subject's items (its closure) hidden, the request
             /// suppressed, its purge jobs released. Returns the changes to broadcast.
-            async fn flip(tx: &mut Tx, record: &mut ErasureRecord, closure: Closure, at: DateTime<Utc>) -> Result<Vec<PolicyChange>, StoreError> {
+            async fn flip(tx: &mut Tx, subject_key: &std::sync::OnceLock<Vec<u8>>, record: &mut ErasureRecord, closure: Closure, at: DateTime<Utc>) -> Result<Vec<PolicyChange>, StoreError> {
                 let mut changes = Vec::new();
                 for key in record.keys() {
                     sqlx::query(
@@ -298,7 +298,7 @@ macro_rules! impl_store {
                     .bind(&record.id)
                     .execute(&mut **tx)
                     .await?;
-                if extend_closure(tx, record, closure, at).await? {
+                if extend_closure(tx, subject_key, record, closure, at).await? {
                     changes.push(PolicyChange::of_derivatives(&record.tenant));
                 }
                 Ok(changes)
@@ -307,6 +307,7 @@ macro_rules! impl_store {
             /// Holds or flips a request that has just become authorised.
             async fn hold_or_flip(
                 tx: &mut Tx,
+                subject_key: &std::sync::OnceLock<Vec<u8>>,
                 record: &mut ErasureRecord,
                 closure: Closure,
                 at: DateTime<Utc>,
@@ -318,7 +319,7 @@ macro_rules! impl_store {
                     append_in(tx, AuditEntry { action: "erasure.hold".into(), target: "erasure".into(), target_ref: Some(record.id.clone()), ..audit.clone() }).await?;
                     return Ok(Vec::new());
                 }
-                let changes = flip(tx, record, closure, at).await?;
+                let changes = flip(tx, subject_key, record, closure, at).await?;
                 append_in(tx, AuditEntry { action: "erasure.suppress".into(), target: "erasure".into(), target_ref: Some(record.id.clone()), ..audit.clone() }).await?;
                 Ok(changes)
             }
@@ -460,11 +461,11 @@ macro_rules! impl_store {
                 if verification_due(&jobs) {
                     // A write that landed after the flip on a replica slow to hear of it may have
                     // derived from the subject since: the closure is looked at again.
-                    if extend_closure(tx, record, closure, now).await? {
+                    if extend_closure(tx, subject_key, record, closure, now).await? {
                         changes.push(PolicyChange::of_derivatives(&record.tenant));
                     }
                     for (target, _) in &jobs {
-                        let store_name = target.split_once(':').map_or(target.as_str(), |(_, name)| name);
+                        let store_name = target_store(target);
                         for key in record.keys() {
                             let live: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM items WHERE tenant = $1 AND subject = $2 AND store = $3 AND deleted_at IS NULL")
                                 .bind(&record.tenant)
@@ -816,7 +817,7 @@ macro_rules! impl_store {
                         step(&mut record, ErasureEvent::HoldReleased, at)?;
                         let subject_ref = audit.subject_ref.clone();
                         let resumed = AuditEntry { subject_ref, ..audit.clone() };
-                        changes.extend(hold_or_flip(&mut tx, &mut record, self.closure(), at, &resumed).await?);
+                        changes.extend(hold_or_flip(&mut tx, &self.subject_key, &mut record, self.closure(), at, &resumed).await?);
                     }
                     commit_changes(self, tx, changes).await?;
                     Ok(hold)
@@ -1017,7 +1018,7 @@ macro_rules! impl_store {
                     let mut changes = Vec::new();
                     if authorised {
                         step(&mut record, ErasureEvent::Authorize, at)?;
-                        changes = hold_or_flip(&mut tx, &mut record, self.closure(), at, &audit).await?;
+                        changes = hold_or_flip(&mut tx, &self.subject_key, &mut record, self.closure(), at, &audit).await?;
                     }
                     commit_changes(self, tx, changes).await?;
                     Ok(record)
@@ -1089,7 +1090,7 @@ macro_rules! impl_store {
                     if let Some(event) = event {
                         // The settle period is over: writes that overtook the flip on a slow
                         // replica have landed, and what they derived from the subject is found.
-                        if record.state == ErasureState::Suppressed && extend_closure(&mut tx, &record, self.closure(), now).await? {
+                        if record.state == ErasureState::Suppressed && extend_closure(&mut tx, &self.subject_key, &record, self.closure(), now).await? {
                             changes.push(PolicyChange::of_derivatives(&record.tenant));
                         }
                         step(&mut record, event, now)?;
@@ -1452,7 +1453,7 @@ macro_rules! impl_store {
                         return Ok(());
                     }
                     let mut tx = self.write_tx().await?;
-                    record_derived_in(&mut tx, derived).await?;
+                    record_derived_in(&mut tx, &self.subject_key, derived).await?;
                     tx.commit().await?;
                     Ok(())
                 }
@@ -1478,9 +1479,8 @@ macro_rules! impl_store {
                 }
 
                 async fn closure_of(&self, tenant: &str, keys: &[String], targets: &[String]) -> Result<Vec<Derivative>, StoreError> {
-                    let stores: BTreeSet<String> = targets.iter().map(|t| t.split_once(':').map_or(t.as_str(), |(_, s)| s).to_owned()).collect();
                     let mut c = self.pool.acquire().await?;
-                    closure_in(&mut c, tenant, keys, &stores, self.closure(), crate::now()).await
+                    closure_in(&mut c, &self.subject_key, tenant, keys, &target_stores(targets), self.closure(), crate::now()).await
                 }
 
                 async fn decide_derivatives(
@@ -1503,12 +1503,23 @@ macro_rules! impl_store {
                     }
                     let known = derivatives_in(&mut tx, request_id).await?;
                     let keys: Vec<String> = record.keys().map(str::to_owned).collect();
+                    let targets: Vec<String> = sqlx::query_scalar("SELECT target FROM purge_jobs WHERE request_id = $1 AND state <> 'cancelled'")
+                        .bind(request_id)
+                        .fetch_all(&mut *tx)
+                        .await?;
+                    let purged = target_stores(&targets);
                     for reference in refs {
                         let Some(derivative) = known.iter().find(|d| d.reference == *reference) else {
                             return Err(StoreError::NotDecidable(format!("{reference} is not a derivative of this request")));
                         };
                         if derivative.decision != Decision::Undecided {
                             return Err(StoreError::NotDecidable(format!("{reference} is not undecided: {}", derivative.decision.as_str())));
+                        }
+                        if decision == Decision::Erase && !purged.contains(&derivative.item.store) {
+                            return Err(StoreError::NotDecidable(format!(
+                                "{reference} is in store {}, which no purge of this request reaches: it can only be released",
+                                derivative.item.store
+                            )));
                         }
                         sqlx::query("UPDATE erasure_derivatives SET decision = $3, decided_by = $4, decided_at = $5, reason = $6 WHERE request_id = $1 AND ref = $2")
                             .bind(request_id)

@@ -98,6 +98,50 @@ pub(crate) async fn erase_to_completion(store: &Arc<dyn Store>) -> ErasureRecord
         ])
         .await
         .unwrap();
+    // Lineage naming the key: an edge of its item (whose id holds the key) derived from
+    // another subject's, and what the replicas share of its items in the window.
+    let facts = ItemKey::new(
+        "chroma",
+        "memories",
+        &format!("[\"acme\",\"{key}\",\"facts\"]"),
+    );
+    let other = ItemKey::new("chroma", "memories", "c");
+    store
+        .record_derived(&[Derived {
+            tenant: "acme".into(),
+            child: facts.clone(),
+            edges: vec![Edge {
+                child: facts.clone(),
+                child_owner: key.into(),
+                parent: other,
+                parent_owner: "u2".into(),
+                how: lethe_policy::How::Quote,
+                at,
+            }],
+            replace: false,
+        }])
+        .await
+        .unwrap();
+    if let Some(shared) = store.shared_memory() {
+        let shared_row = |what| Shared {
+            tenant: "acme".into(),
+            item: facts.clone(),
+            owner: key.into(),
+            answer: false,
+            at,
+            what,
+        };
+        shared
+            .share(&[
+                shared_row(Sharing::Trace("0af7651916cd43dd8448eb211c80319c".into())),
+                shared_row(Sharing::Text {
+                    digest: 7,
+                    runs: vec![1, 2, 3],
+                }),
+            ])
+            .await
+            .unwrap();
+    }
     let used = |subject: &str| ProcessorUse {
         tenant: "acme".into(),
         subject: subject.into(),
@@ -225,6 +269,44 @@ async fn a_completed_erasure_leaves_only_the_references(store: &Arc<dyn Store>) 
         lineage.iter().all(|(_, id)| !id.contains(key)),
         "an id holding the key holds the reference instead: {lineage:?}"
     );
+    // Its lineage follows: the edge of the renamed item, owned by the reference.
+    let facts = ItemKey::new(
+        "chroma",
+        "memories",
+        &format!("[\"acme\",\"{}\",\"facts\"]", names[0]),
+    );
+    let (parents, _) = store.edges_of("acme", &facts).await.unwrap();
+    let edges: Vec<(&str, &str)> = parents
+        .iter()
+        .map(|e| (e.child_owner.as_str(), e.parent.item.as_str()))
+        .collect();
+    assert_eq!(edges, [(names[0].as_str(), "c")]);
+    // An edge a replica records late, naming the key still, names the reference.
+    let late = ItemKey::new("chroma", "memories", "late");
+    store
+        .record_derived(&[Derived {
+            tenant: "acme".into(),
+            child: late.clone(),
+            edges: vec![Edge {
+                child: late.clone(),
+                child_owner: "u2".into(),
+                parent: facts.clone(),
+                parent_owner: key.into(),
+                how: lethe_policy::How::Trace,
+                at: now(),
+            }],
+            replace: false,
+        }])
+        .await
+        .unwrap();
+    let (parents, _) = store.edges_of("acme", &late).await.unwrap();
+    assert_eq!(
+        parents
+            .iter()
+            .map(|e| e.parent_owner.as_str())
+            .collect::<Vec<_>>(),
+        [names[0].as_str()]
+    );
     // The other subject is untouched.
     assert_eq!(store.grants("acme", "u2").await.unwrap().len(), 1);
     assert_eq!(
@@ -351,6 +433,14 @@ async fn no_row_of_a_postgres_state_store_holds_a_raw_key_after_completion() {
         seen_other,
         "the scan would see a key (the other subject's is there)"
     );
+    for table in ["item_edges", "lineage_traces", "lineage_texts"] {
+        let sql = format!("SELECT count(*) FROM {table}");
+        let n: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(sql))
+            .fetch_one(&mut conn)
+            .await
+            .unwrap();
+        assert!(n > 0, "{table} holds the renamed rows the scan looked at");
+    }
 }
 
 fn audit(action: &str, target_ref: Option<&str>) -> AuditEntry {
@@ -1210,4 +1300,29 @@ async fn postgres_requests_filed_before_deadlines_were_kept_get_the_default_mont
     let url = crate::testing::fresh_postgres_database().await.unwrap();
     let store = before_deadlines_were_kept(&url, migrate::POSTGRES).await;
     the_deadline_of_an_earlier_request_is_its_default_month(store).await;
+}
+
+#[test]
+fn an_items_reference_cannot_be_recomputed_without_the_audit_key() {
+    let item = ItemKey::new(
+        "langgraph",
+        "store",
+        "[\"acme\",\"alice@example.com\",\"facts\"]",
+    );
+    let reference = item.reference(b"audit-key");
+    assert!(
+        reference.starts_with("dv_") && reference.len() == 27,
+        "{reference}"
+    );
+    assert_eq!(reference, item.reference(b"audit-key"), "stable");
+    assert_ne!(reference, item.reference(b"a guess of the key"));
+    assert_ne!(
+        reference,
+        ItemKey::new(
+            "langgraph",
+            "store",
+            "[\"acme\",\"bob@example.com\",\"facts\"]"
+        )
+        .reference(b"audit-key")
+    );
 }

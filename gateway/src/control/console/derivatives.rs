@@ -139,7 +139,7 @@ pub(super) fn subject_section(
     if others.is_empty() {
         out.push_str("<p>No other subject's item is known to derive from this subject's data.</p>");
     } else {
-        out.push_str("<p>Its erasure hides these at the flip, and asks a person to erase or release each:</p><table><thead><tr><th scope=\"col\">Store</th><th scope=\"col\">Collection</th><th scope=\"col\">Item</th><th scope=\"col\">Whose</th><th scope=\"col\">How</th></tr></thead><tbody>");
+        out.push_str("<p>Its erasure hides these at the flip; then a person erases or releases each (or, with <code>[lineage] cross_subject = \"erase\"</code>, they are erased with it):</p><table><thead><tr><th scope=\"col\">Store</th><th scope=\"col\">Collection</th><th scope=\"col\">Item</th><th scope=\"col\">Whose</th><th scope=\"col\">How</th></tr></thead><tbody>");
         for d in others {
             out.push_str(&format!(
                 "<tr><td>{}</td><td>{}</td><td><code>{}</code></td><td>{}</td><td>{}</td></tr>",

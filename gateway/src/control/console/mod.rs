@@ -461,17 +461,18 @@ async fn request(
                 .unwrap_or_default();
             let key = state.erasure.certifier.public_key_hex();
             let mut body = request_body(&session, &v, &holds, &key);
-            let found = state
-                .store
-                .derivatives(&v.record.id)
-                .await
-                .unwrap_or_default();
-            body.push_str(&derivatives::section(
-                &session,
-                &v.record.id,
-                &v.record.tenant,
-                &found,
-            ));
+            match state.store.derivatives(&v.record.id).await {
+                Ok(found) => body.push_str(&derivatives::section(
+                    &session,
+                    &v.record.id,
+                    &v.record.tenant,
+                    &found,
+                )),
+                // Never "nothing was found" for a list that could not be read.
+                Err(_) => body.push_str(
+                    "<h2>Derivatives</h2><p role=\"alert\">The state store could not list what this request's closure reached; reload the page to try again.</p>",
+                ),
+            }
             body.push_str(&timeline(&events));
             session.page(&format!("Erasure request {}", v.record.id), &body)
         }

@@ -5,7 +5,7 @@
 //! early is counted as evicted).
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::hash::{BuildHasherDefault, Hasher};
+use std::hash::{BuildHasher, BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -21,8 +21,8 @@ const SHARDS: usize = 16;
 const OLDER: usize = 5;
 /// Generations per window.
 const PER_WINDOW: u32 = 4;
-/// The most items one trace or one run of words is remembered for (a run that many texts share
-/// is boilerplate, not a quote of anyone's).
+/// The most items one run of words is remembered for (a run that many texts share is
+/// boilerplate, not a quote of anyone's).
 const MOST_PER_KEY: usize = 64;
 
 /// One remembered item: where it is kept and whose it is.
@@ -106,6 +106,8 @@ struct Generation {
     /// Texts remembered in this generation (an item's text seen again is not fingerprinted
     /// again).
     texts: HashSet<u64, BuildHasherDefault<AsIs>>,
+    /// The (trace, item) pairs of `traces`, by their hash.
+    read: HashSet<u64, BuildHasherDefault<AsIs>>,
     fingerprints: usize,
     /// What the items' strings and the trace and shared lists hold on the heap.
     heap: usize,
@@ -120,6 +122,7 @@ impl Generation {
             quotes: AsIsMap::default(),
             shared: AsIsMap::default(),
             texts: HashSet::default(),
+            read: HashSet::default(),
             fingerprints: 0,
             heap: 0,
         }
@@ -137,6 +140,7 @@ impl Generation {
             + table_bytes(self.quotes.capacity(), size_of::<(u64, u32)>())
             + table_bytes(self.shared.capacity(), size_of::<(u64, Vec<u32>)>())
             + table_bytes(self.texts.capacity(), size_of::<u64>())
+            + table_bytes(self.read.capacity(), size_of::<u64>())
     }
 
     /// The slot of `item` in this generation: the last one again when it is the same item.
@@ -217,6 +221,8 @@ pub struct Memory {
     per_shard: Limits,
     evicted_traces: AtomicU64,
     evicted_fingerprints: AtomicU64,
+    /// Keys the (trace, item) pairs a generation knows; random per process.
+    read_key: std::hash::RandomState,
 }
 
 impl Memory {
@@ -240,6 +246,7 @@ impl Memory {
             per_shard,
             evicted_traces: AtomicU64::new(0),
             evicted_fingerprints: AtomicU64::new(0),
+            read_key: std::hash::RandomState::new(),
         }
     }
 
@@ -272,13 +279,11 @@ impl Memory {
     pub fn traced_item(&self, item: &Arc<Remembered>, trace: TraceId, now: Instant) {
         let mut shard = self.shard(trace_key(&trace), now);
         let generation = &mut shard.current;
-        let known = generation
-            .traces
-            .get(&(item.tenant.clone(), trace))
-            .is_some_and(|slots| {
-                slots.len() >= MOST_PER_KEY
-                    || generation.items_at(slots.iter()).any(|i| **i == **item)
-            });
+        // Every item a trace reads is remembered (however many it reads first, the later ones
+        // are linked too); one read again in the generation is known already.
+        let known = !generation
+            .read
+            .insert(self.read_key.hash_one((trace.0, &**item)));
         if !known && let Some(slot) = generation.slot(item) {
             let slots = generation
                 .traces

@@ -4,6 +4,7 @@ use crate::error_shape::Code;
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::{Method, Response, StatusCode};
+use lethe_policy::Layer;
 use serde_json::{Value, json};
 
 use crate::auth::Role;
@@ -87,6 +88,17 @@ async fn write(
         return Ok(found.passed_on());
     }
     let held = adapter::held_stamps(&found.body)?;
+    // A record held as derived whose document this write leaves as it was (an update of its
+    // metadata or embedding) still holds what it derived from: it stays derived, and what it
+    // derives from now is added to that. One whose document is replaced derives from the new
+    // one only, once Chroma took it.
+    let mut rewritten = derived_before(&held, String::clone);
+    for (record, document) in planned.records.iter_mut().zip(&documents) {
+        if document.is_empty() && rewritten.contains(&record.id) {
+            record.layer = Layer::Derived;
+            rewritten.retain(|id| *id != record.id);
+        }
+    }
     let now = crate::now();
     let stamped = adapter::apply_write(planned, tenant, &view, &held, kind, now)?;
     let Some(body) = stamped.body else {
@@ -94,11 +106,7 @@ async fn write(
         return Ok(json_response(StatusCode::OK, &json!({})));
     };
     let written: Vec<String> = stamped.stamps.iter().map(|(id, _)| id.clone()).collect();
-    let rewritten = derived_before(&held, String::clone);
-    state
-        .derivation
-        .record(ctx, &derivations, &written, &rewritten)
-        .await?;
+    state.derivation.record(ctx, &derivations, &written).await?;
     let answer = upstream.send(Method::POST, path, Bytes::from(body)).await?;
     if !answer.is_success() {
         return Ok(answer.passed_on());
@@ -127,18 +135,20 @@ async fn write(
     keep_unless_overtaken(upstream, tenant, rows, Recording::Batched, derived, undo).await?;
     state
         .derivation
-        .accepted(ctx, derivations, &written)
+        .accepted(ctx, derivations, &written, &rewritten)
         .await?;
     Ok(answer.passed_on())
 }
 
 /// Decides every record of a read answer; the policy of every subject in it is loaded first.
-/// What it serves is remembered for what the caller derives from it.
+/// What it serves (`serves`: records, not a count of them) is remembered for what the caller
+/// derives from it.
 async fn filter(
     state: &DataState,
     ctx: &RequestContext,
     answer: &Answer,
     plan: &ReadPlan,
+    serves: bool,
 ) -> Result<Value, DataError> {
     let value: Value = serde_json::from_slice(&answer.body)
         .map_err(|_| crate::adapters::AdapterError::UpstreamInvalid("not JSON".into()))?;
@@ -149,7 +159,7 @@ async fn filter(
         .await?;
     let read_ctx = ctx.read_context();
     let mut filtered = adapter::filter_read(value, plan, &view, &read_ctx, crate::now())?;
-    if state.derivation.enabled() {
+    if serves && state.derivation.enabled() {
         let served = adapter::served(&filtered, plan)
             .into_iter()
             .map(|r| Served {
@@ -186,7 +196,7 @@ async fn read(
     if !answer.is_success() {
         return Ok(answer.passed_on());
     }
-    let filtered = filter(upstream.state, ctx, &answer, &plan).await?;
+    let filtered = filter(upstream.state, ctx, &answer, &plan, true).await?;
     Ok(json_response(answer.status, &filtered))
 }
 
@@ -215,7 +225,7 @@ async fn count(
         collection: collection.to_owned(),
         ..ReadPlan::default()
     };
-    let filtered = filter(upstream.state, ctx, &answer, &plan).await?;
+    let filtered = filter(upstream.state, ctx, &answer, &plan, false).await?;
     let n = filtered
         .get("ids")
         .and_then(Value::as_array)

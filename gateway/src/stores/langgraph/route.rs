@@ -443,10 +443,7 @@ async fn put_item(
     let held = Held::of(held.as_ref().map(Option::as_ref));
     let (body, stamp) = adapter::stamp_item(planned, "value", ctx.tenant(), &view, held, now)?;
     let written = [id.clone()];
-    state
-        .derivation
-        .record(ctx, &derivations, &written, &rewritten)
-        .await?;
+    state.derivation.record(ctx, &derivations, &written).await?;
     let answer = upstream.send(Method::PUT, path, Bytes::from(body)).await?;
     if !answer.is_success() {
         return Ok(answer.passed_on());
@@ -466,7 +463,7 @@ async fn put_item(
     .await?;
     state
         .derivation
-        .accepted(ctx, derivations, &written)
+        .accepted(ctx, derivations, &written, &rewritten)
         .await?;
     Ok(answer.passed_on())
 }

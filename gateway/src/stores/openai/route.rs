@@ -18,7 +18,9 @@ use crate::data::derivation::{ANSWERS, Derivations, Writing};
 use crate::data::error::{DataError, json_response};
 use crate::data::forward::Answer;
 use crate::data::overtaken::{Recording, keep_unless_overtaken};
-use crate::data::stream::{Opened, Registration, Settled, Tap, Undo, Watch, open_events, settle};
+use crate::data::stream::{
+    Derive, Opened, Registration, Settled, Tap, Undo, Watch, open_events, settle,
+};
 use crate::data::{Body, RequestContext, Upstream, whole};
 use crate::store::{ItemKey, ItemRecord, ProcessorUse};
 use crate::stores::openai::adapter::{
@@ -264,9 +266,10 @@ fn row(
     ItemRecord::stamped(&upstream.route.name, collection, id, stamp, now, source)
 }
 
-/// Records objects the provider made for the subject, before the client learns their ids; if a
-/// flip committed while the provider was answering, deletes them there again and refuses, so
-/// that nothing is left behind the purge. One that cannot be deleted stays recorded for it.
+/// Records objects the provider made for the subject, before the client learns their ids (with
+/// the edges of what they derive from, `derived`, first); if a flip of the subject or of a
+/// parent's committed while the provider was answering, deletes them there again and refuses,
+/// so that nothing is left behind the purge. One that cannot be deleted stays recorded for it.
 async fn keep(
     upstream: &Upstream<'_>,
     about: &About<'_>,
@@ -275,6 +278,13 @@ async fn keep(
     ids: Vec<String>,
     derived: Option<&Derivations>,
 ) -> Result<(), DataError> {
+    if let Some(derived) = derived {
+        upstream
+            .state
+            .derivation
+            .record_added(about.ctx, derived)
+            .await?;
+    }
     let rows: Vec<ItemRecord> = ids
         .into_iter()
         .map(|id| row(upstream, about, grant, collection, id))
@@ -303,9 +313,22 @@ async fn keep(
     .await
 }
 
+/// What each of the objects `ids` (of `collection`) the provider made derives from: what the
+/// request that made them did (`sent`).
+fn made_of(
+    upstream: &Upstream<'_>,
+    collection: &str,
+    ids: &[String],
+    sent: &Derivations,
+) -> Derivations {
+    ids.iter().fold(Derivations::default(), |made, id| {
+        made.and(sent.for_item(&ItemKey::new(&upstream.route.name, collection, id)))
+    })
+}
+
 /// [`keep`]s objects the provider made of what the client sent (a conversation, its new items,
-/// a file): each derives from what that did (its trace read, its text quotes), its edges
-/// recorded as it is kept, and its text is remembered as theirs for what quotes it later.
+/// a file): each derives from what that did (its trace read, its text quotes), and its text is
+/// remembered as theirs for what quotes it later.
 async fn keep_sent(
     upstream: &Upstream<'_>,
     about: &About<'_>,
@@ -314,13 +337,10 @@ async fn keep_sent(
     ids: Vec<String>,
     sent: &Derivations,
 ) -> Result<(), DataError> {
-    let made = ids.iter().fold(Derivations::default(), |made, id| {
-        made.and(sent.for_item(&ItemKey::new(&upstream.route.name, collection, id)))
-    });
-    let derivation = &upstream.state.derivation;
-    derivation.record_added(about.ctx, &made).await?;
+    let made = made_of(upstream, collection, &ids, sent);
     keep(upstream, about, grant, collection, ids.clone(), Some(&made)).await?;
-    derivation.accepted(about.ctx, made, &ids).await
+    let derivation = &upstream.state.derivation;
+    derivation.accepted(about.ctx, made, &ids, &[]).await
 }
 
 /// An object the request names must be recorded as the caller's subject's.
@@ -383,6 +403,23 @@ async fn generate(
     for (collection, id) in &planned.builds_on {
         decide_named(upstream, about, collection, id, Access::Write).await?;
     }
+    // The provider reads a conversation's items itself: one an erasure's closure hides would
+    // come back in the answer.
+    let conversations: Vec<&String> = planned
+        .builds_on
+        .iter()
+        .filter(|(c, _)| *c == CONVERSATIONS)
+        .map(|(_, id)| id)
+        .collect();
+    if !conversations.is_empty() {
+        let hidden = upstream.state.policy.hidden(about.tenant()).await?;
+        for id in conversations {
+            let items = adapter::item_key(id, "");
+            if hidden.holds_under(&upstream.route.name, ITEMS, &items) {
+                return Err(Refusal::DerivedFromErased.into());
+            }
+        }
+    }
     let derivations = prompt_parents(upstream, about, &planned.prompt).await?;
     let body = Bytes::from(planned.body);
     let collection = if kind == Generate::Chat {
@@ -406,9 +443,18 @@ async fn generate(
                     answer.is_ok_and(|a| a.is_success() || a.status == StatusCode::NOT_FOUND)
                 })
             });
+            let (derivation, ctx) = (Arc::clone(&upstream.state.derivation), about.ctx.clone());
+            let prompt = derivations.clone();
+            let derive: Derive = Box::new(move |id| {
+                Box::pin(async move {
+                    let made = prompt.for_item(&ItemKey::new(&ctx.store, collection, &id));
+                    derivation.record_added(&ctx, &made).await.is_ok()
+                })
+            });
             Registration {
                 row: row(upstream, about, &grant, collection, String::new()),
                 undo,
+                derive,
             }
         });
         let streaming = Streaming {
@@ -437,10 +483,17 @@ async fn generate(
                 planned.stored && (kind == Generate::Chat || adapter::answer_stored(&value));
             if stored {
                 let id = adapter::answered_id(&value)?;
-                keep(upstream, about, &grant, collection, vec![id], None).await?;
+                let made = made_of(
+                    upstream,
+                    collection,
+                    std::slice::from_ref(&id),
+                    &derivations,
+                );
+                keep(upstream, about, &grant, collection, vec![id], Some(&made)).await?;
+                remember(upstream, about, collection, &value, &derivations).await?;
+            } else {
+                answered(upstream, about, ANSWERS, &value, &derivations).await?;
             }
-            let kept_in = if stored { collection } else { ANSWERS };
-            answered(upstream, about, kept_in, &value, &derivations).await?;
         }
     }
     Ok(whole(answer.passed_on()))
@@ -470,6 +523,23 @@ async fn prompt_parents(
     Ok(derivations)
 }
 
+/// A stored answer's text is remembered (its edges were recorded as it was kept).
+async fn remember(
+    upstream: &Upstream<'_>,
+    about: &About<'_>,
+    collection: &str,
+    answer: &Value,
+    derivations: &Derivations,
+) -> Result<(), DataError> {
+    let id = adapter::answered_id(answer)?;
+    let text = adapter::answer_text(answer);
+    upstream
+        .state
+        .derivation
+        .remember_answer(about.ctx, collection, &id, text, derivations)
+        .await
+}
+
 /// A model's answer, answered whole, derives from what its prompt did.
 async fn answered(
     upstream: &Upstream<'_>,
@@ -494,6 +564,8 @@ struct AnswerTap {
     ctx: RequestContext,
     /// Where the answer is kept: a stored object's collection, else the answers' own.
     collection: &'static str,
+    /// A stored object's edges are recorded with its registration.
+    stored: bool,
     derivations: Derivations,
     answer: adapter::StreamedAnswer,
 }
@@ -508,11 +580,17 @@ impl Tap for AnswerTap {
             let Some(id) = self.answer.id.clone() else {
                 return;
             };
-            let text = self.answer.text;
-            let recorded = self
-                .derivation
-                .answered(&self.ctx, self.collection, &id, text, &self.derivations)
-                .await;
+            let (text, derivation) = (self.answer.text, &self.derivation);
+            let (ctx, collection, derivations) = (&self.ctx, self.collection, &self.derivations);
+            let recorded = if self.stored {
+                derivation
+                    .remember_answer(ctx, collection, &id, text, derivations)
+                    .await
+            } else {
+                derivation
+                    .answered(ctx, collection, &id, text, derivations)
+                    .await
+            };
             if recorded.is_err() {
                 tracing::warn!("a streamed answer's lineage could not be recorded");
             }
@@ -551,6 +629,7 @@ async fn stream(
                     derivation: Arc::clone(derivation),
                     ctx: about.ctx.clone(),
                     collection: kept_in,
+                    stored: registration.is_some(),
                     derivations,
                     answer: adapter::StreamedAnswer::default(),
                 }) as Box<dyn Tap>
@@ -565,6 +644,7 @@ async fn stream(
     }
     let value = json_of(&answer)?;
     // A stored object answered whole is recorded like a streamed one.
+    let stored = registration.is_some();
     if let Some(registration) = registration {
         let id = adapter::answered_id(&value)?;
         match settle(&watch, registration, id, false).await {
@@ -579,7 +659,11 @@ async fn stream(
             }
         }
     }
-    answered(upstream, about, kept_in, &value, &derivations).await?;
+    if stored {
+        remember(upstream, about, kept_in, &value, &derivations).await?;
+    } else {
+        answered(upstream, about, kept_in, &value, &derivations).await?;
+    }
     Ok(whole(answer.passed_on()))
 }
 
@@ -595,6 +679,25 @@ async fn object(
     access: Access,
 ) -> Answered {
     decide_named(upstream, about, collection, id, access).await?;
+    // A conversation's items an erasure's closure hides are not read: one asked for is
+    // refused, a list leaves them out.
+    let reads_items = access == Access::Read && collection == CONVERSATIONS;
+    let hidden = match reads_items {
+        true => Some(upstream.state.policy.hidden(about.tenant()).await?),
+        false => None,
+    };
+    let shown = |item: &str| {
+        hidden.as_ref().is_none_or(|hidden| {
+            !hidden.contains(&lethe_policy::ItemRef {
+                store: &upstream.route.name,
+                collection: ITEMS,
+                id: &adapter::item_key(id, item),
+            })
+        })
+    };
+    if item.as_deref().is_some_and(|i| !shown(i)) {
+        return Err(Refusal::SubjectSuppressed.into());
+    }
     // Adding to a conversation sends new data to the provider.
     let grant = match access {
         Access::Write => {
@@ -606,6 +709,13 @@ async fn object(
         Access::Read | Access::Delete => None,
     };
     let answer = checked(upstream, path, body).await?;
+    if reads_items && answer.is_success() {
+        let value = json_of(&answer)?;
+        if item.is_none() && value.get("data").is_some() {
+            let listed = adapter::filter_list(value, shown)?;
+            return Ok(whole(json_response(answer.status, &listed)));
+        }
+    }
     let gone = answer.is_success() || answer.status == StatusCode::NOT_FOUND;
     match (access, &grant) {
         (Access::Delete, _) if gone => {

@@ -413,14 +413,19 @@ fn plan_upsert_map(
     Ok(planned)
 }
 
-/// Calls `each` with every point an answer names, wherever it sits: a list of points, under
-/// `points`, as a group's hits or looked-up point, in a batch's answers. A point is not looked
-/// into (its payload is the app's).
+/// Calls `each` with every point of the collection an answer names, wherever it sits: a list of
+/// points, under `points`, as a group's hits, in a batch's answers. A point is not looked into
+/// (its payload is the app's).
 fn each_point<'v>(value: &'v Value, each: &mut impl FnMut(&'v Value)) {
     match value {
         Value::Array(items) => items.iter().for_each(|v| each_point(v, each)),
         Value::Object(map) if map.contains_key("id") && !map.contains_key("hits") => each(value),
-        Value::Object(map) => map.values().for_each(|v| each_point(v, each)),
+        // A group's `lookup` is a point of another collection, under an id of its own: it is
+        // not one of this collection's points (and is not remembered as one).
+        Value::Object(map) => map
+            .iter()
+            .filter(|(key, _)| key.as_str() != "lookup")
+            .for_each(|(_, v)| each_point(v, each)),
         _ => {}
     }
 }

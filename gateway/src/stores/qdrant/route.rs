@@ -241,10 +241,7 @@ async fn upsert(
     let stamped = adapter::apply_upsert(planned, tenant, &view, &held, now)?;
     let written: Vec<String> = stamped.stamps.iter().map(|(id, _)| id.key()).collect();
     let rewritten = derived_before(&held, PointId::key);
-    state
-        .derivation
-        .record(ctx, &derivations, &written, &rewritten)
-        .await?;
+    state.derivation.record(ctx, &derivations, &written).await?;
     let answer = upstream
         .send(Method::PUT, path, Bytes::from(stamped.body))
         .await?;
@@ -262,7 +259,7 @@ async fn upsert(
     .await?;
     state
         .derivation
-        .accepted(ctx, derivations, &written)
+        .accepted(ctx, derivations, &written, &rewritten)
         .await?;
     Ok(answer.passed_on())
 }
@@ -714,9 +711,7 @@ async fn batch(
     };
     let written: Vec<String> = built.written.iter().map(|(id, _)| id.key()).collect();
     let derivation = &upstream.state.derivation;
-    derivation
-        .record(ctx, &derived, &written, &rewritten)
-        .await?;
+    derivation.record(ctx, &derived, &written).await?;
     // An edited point still holds what it held (its vector, the rest of its payload): what it
     // derives from now is added to what it derived from.
     derivation.record_added(ctx, &edited).await?;
@@ -752,7 +747,9 @@ async fn batch(
     };
     let done = (built.written, built.deleted);
     record_batch(upstream, ctx, collection, done, now, Some(&derived)).await?;
-    derivation.accepted(ctx, derived, &written).await?;
+    derivation
+        .accepted(ctx, derived, &written, &rewritten)
+        .await?;
     let result = if single {
         results
             .into_iter()

@@ -187,3 +187,18 @@ fn a_forgotten_subject_is_remembered_by_its_reference_only_and_still_found() {
     let globex = vec![("alice/g1".to_owned(), "alice".to_owned())];
     assert_eq!(owners(memory.quoted("globex", &runs, t0)), globex);
 }
+
+#[test]
+fn a_trace_remembers_every_item_it_read_however_many_came_first() {
+    let t0 = Instant::now();
+    let memory = Memory::new(limits(), t0);
+    for n in 0..500 {
+        memory.traced_item(&item("acme", &format!("filler-{n}"), "bob"), trace(1), t0);
+    }
+    let secret = item("acme", "a1", "alice");
+    memory.traced_item(&secret, trace(1), t0);
+    memory.traced_item(&secret, trace(1), t0);
+    let read = memory.traced("acme", trace(1), t0);
+    assert_eq!(read.len(), 501, "each read once");
+    assert!(read.iter().any(|i| i.id == "a1" && i.owner == "alice"));
+}
