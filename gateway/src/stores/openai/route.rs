@@ -490,10 +490,9 @@ async fn generate(
                     &derivations,
                 );
                 keep(upstream, about, &grant, collection, vec![id], Some(&made)).await?;
-                remember(upstream, about, collection, &value, &derivations).await?;
-            } else {
-                answered(upstream, about, ANSWERS, &value, &derivations).await?;
             }
+            let kept_in = if stored { collection } else { ANSWERS };
+            answered(upstream, about, kept_in, &value, &derivations, stored).await?;
         }
     }
     Ok(whole(answer.passed_on()))
@@ -523,38 +522,28 @@ async fn prompt_parents(
     Ok(derivations)
 }
 
-/// A stored answer's text is remembered (its edges were recorded as it was kept).
-async fn remember(
-    upstream: &Upstream<'_>,
-    about: &About<'_>,
-    collection: &str,
-    answer: &Value,
-    derivations: &Derivations,
-) -> Result<(), DataError> {
-    let id = adapter::answered_id(answer)?;
-    let text = adapter::answer_text(answer);
-    upstream
-        .state
-        .derivation
-        .remember_answer(about.ctx, collection, &id, text, derivations)
-        .await
-}
-
-/// A model's answer, answered whole, derives from what its prompt did.
+/// A model's answer, answered whole, derives from what its prompt did: its edges are recorded
+/// (a `stored` object's were, as it was kept) and its text is remembered.
 async fn answered(
     upstream: &Upstream<'_>,
     about: &About<'_>,
     collection: &str,
     answer: &Value,
     derivations: &Derivations,
+    stored: bool,
 ) -> Result<(), DataError> {
     let id = adapter::answered_id(answer)?;
     let text = adapter::answer_text(answer);
-    upstream
-        .state
-        .derivation
-        .answered(about.ctx, collection, &id, text, derivations)
-        .await
+    let derivation = &upstream.state.derivation;
+    if stored {
+        derivation
+            .remember_answer(about.ctx, collection, &id, text, derivations)
+            .await
+    } else {
+        derivation
+            .answered(about.ctx, collection, &id, text, derivations)
+            .await
+    }
 }
 
 /// A streamed answer's text and id, gathered from its events as they pass; once the stream has
@@ -659,11 +648,7 @@ async fn stream(
             }
         }
     }
-    if stored {
-        remember(upstream, about, kept_in, &value, &derivations).await?;
-    } else {
-        answered(upstream, about, kept_in, &value, &derivations).await?;
-    }
+    answered(upstream, about, kept_in, &value, &derivations, stored).await?;
     Ok(whole(answer.passed_on()))
 }
 
