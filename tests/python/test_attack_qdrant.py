@@ -346,3 +346,31 @@ def test_a_point_another_owner_writes_between_lethes_read_and_write_is_left_alon
     finally:
         instance.stop()
         hop.stop()
+
+
+def test_no_spelling_of_a_payload_path_reaches_the_stamp(gate, qdrant, shared):
+    """Qdrant reads `"lethe_subject"` (quoted), `lethe_subject[]` and `"lethe_subject".x` as paths
+    under the stamp's `lethe_subject`: a set under any of them or a delete of it, alone or in a
+    batch, is refused and the point keeps its stamp whole; below the top they are the app's keys."""
+    s = someone()
+    gate.grant(s)
+    pid = str(uuid.uuid4())
+    mine = agent(gate, TENANT, s)
+    mine.upsert(shared, [point(pid, "mine")])
+    stamp = {k: v for k, v in held(qdrant, shared, pid).items() if k.startswith("lethe_")}
+    token = gate.token("agent", s, tenant=TENANT)
+    c = f"/collections/{shared}/points"
+    for key in ('"lethe_subject"', '"lethe_tenant"', '"lethe_epoch"', '"lethe_expires_at"', '"lethe_subject".x',
+                '"lethe_subject"[]', '"lethe_tenant"[0]', 'lethe_subject[]', '"lethe_"', '"lethe_subject', 'a..b'):
+        for path, body in (
+                (f"{c}/payload", {"payload": {"x": 1}, "points": [pid], "key": key}),
+                (f"{c}/payload/delete", {"keys": ["data", key], "points": [pid]}),
+                (f"{c}/batch", {"operations": [{"set_payload": {"payload": {"x": 1}, "points": [pid], "key": key}}]}),
+                (f"{c}/batch", {"operations": [{"delete_payload": {"keys": [key], "points": [pid]}}]})):
+            status, answer = raw(gate, token, "POST", path, body)
+            assert status == 400, (key, path, status, answer)
+    now = held(qdrant, shared, pid)
+    assert {k: v for k, v in now.items() if k.startswith("lethe_")} == stamp and now["data"] == "mine"
+    mine.set_payload(shared, payload={"x": 1}, points=[pid], key='meta."lethe_subject"')
+    assert held(qdrant, shared, pid)["meta"] == {"lethe_subject": {"x": 1}}
+    assert owner(qdrant, shared, pid) == (TENANT, s)

@@ -617,6 +617,7 @@ pub enum PayloadWanted {
     #[default]
     None,
     All,
+    /// Payload key paths, cut as Qdrant cuts them.
     Keys(Vec<String>),
 }
 
@@ -626,12 +627,19 @@ impl PayloadWanted {
             None | Some(Value::Null) => Ok(default),
             Some(Value::Bool(false)) => Ok(PayloadWanted::None),
             Some(Value::Bool(true)) => Ok(PayloadWanted::All),
-            Some(Value::Array(keys)) => keys
-                .iter()
-                .map(|k| k.as_str().map(str::to_owned))
-                .collect::<Option<Vec<_>>>()
-                .map(PayloadWanted::Keys)
-                .ok_or_else(|| invalid("with_payload: a list of keys must hold strings")),
+            Some(Value::Array(keys)) => {
+                let keys = keys
+                    .iter()
+                    .map(|k| k.as_str().map(str::to_owned))
+                    .collect::<Option<Vec<_>>>()
+                    .ok_or_else(|| invalid("with_payload: a list of keys must hold strings"))?;
+                if keys.iter().any(|k| key_path::parse(k).is_err()) {
+                    return Err(invalid(
+                        "with_payload: every key must be a payload key path Qdrant accepts",
+                    ));
+                }
+                Ok(PayloadWanted::Keys(keys))
+            }
             Some(_) => Err(invalid(
                 "with_payload must be true, false or a list of keys through Lethe",
             )),
@@ -646,7 +654,12 @@ impl PayloadWanted {
             }
             PayloadWanted::Keys(keys) => {
                 if let Some(Value::Object(p)) = point.get_mut("payload") {
-                    p.retain(|k, _| keys.contains(k));
+                    // As Qdrant cuts it: quoted keys, nested paths and `[]` read as Qdrant reads them.
+                    let paths: Vec<key_path::Path<'_>> = keys
+                        .iter()
+                        .filter_map(|k| key_path::parse(k).ok())
+                        .collect();
+                    *p = key_path::include(p, &paths);
                 }
             }
         }
@@ -838,6 +851,7 @@ pub fn stamped_by(tenant: &str, keys: &[String]) -> Value {
 }
 
 pub mod edit;
+pub mod key_path;
 pub mod read;
 
 #[cfg(test)]

@@ -50,22 +50,24 @@ pub enum Snapshots {
     Delete,
 }
 
+/// A payload key of the app's own that Lethe (a top-level key) and Qdrant (a path: the erasure's
+/// probes filter on `text_fields`) read alike: letters, digits, `_` and `-`, not `lethe_*`.
+fn app_key(field: &str) -> bool {
+    adapter::key_path::is_plain_key(field) && !field.starts_with("lethe_")
+}
+
 impl Settings for QdrantSettings {
     fn store(self) -> Result<Arc<dyn RouteStore>, Vec<String>> {
         if let Some(field) = &self.subject_field
-            && (field.is_empty() || field.starts_with("lethe_"))
+            && !app_key(field)
         {
             return Err(vec![format!(
-                "subject_field {field:?}: name a payload key of the app's own (not empty, not lethe_*)"
+                "subject_field {field:?}: name a payload key of the app's own (letters, digits, '_' and '-'; not lethe_*)"
             )]);
         }
-        if let Some(field) = self
-            .text_fields
-            .iter()
-            .find(|f| f.is_empty() || f.starts_with("lethe_"))
-        {
+        if let Some(field) = self.text_fields.iter().find(|f| !app_key(f)) {
             return Err(vec![format!(
-                "text_fields {field:?}: name a payload key of the app's own (not empty, not lethe_*)"
+                "text_fields {field:?}: name a payload key of the app's own (letters, digits, '_' and '-'; not lethe_*)"
             )]);
         }
         Ok(Arc::new(Qdrant {

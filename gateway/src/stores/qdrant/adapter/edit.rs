@@ -5,8 +5,8 @@
 //! it may see and write (named by id, or selected by its filter, in scope), each decided as a
 //! write over the stamp it holds, sent for those points only while they still have the owner
 //! they were decided on, with the stamp written again (an overwrite or clear would drop it; a
-//! tighter retention rule shortens it). No edit names a `lethe_*` key, and none moves a point to
-//! another subject.
+//! tighter retention rule shortens it). No edit names a `lethe_*` key, in any spelling Qdrant
+//! reads as one, and none moves a point to another subject.
 
 use std::collections::BTreeMap;
 use std::ops::Range;
@@ -16,7 +16,7 @@ use lethe_policy::{Overwrite, PolicyView, Refusal, Stamp};
 use serde_json::{Map, Value, json};
 
 use super::{
-    PlannedUpsert, PointId, canonical_ids, invalid, narrowed, only_keys, plan_upsert_map,
+    PlannedUpsert, PointId, canonical_ids, invalid, key_path, narrowed, only_keys, plan_upsert_map,
     scope_conditions, stamp_points,
 };
 use crate::adapters::stamp::{EPOCH, SUBJECT, TENANT, parse_object, write_stamp};
@@ -136,7 +136,8 @@ impl Op {
     }
 }
 
-/// A payload key no client writes or removes: Lethe's stamp, at the top or as a path's start.
+/// A payload key no client writes or removes: Lethe's stamp (every `lethe_*` key). For the keys of
+/// a payload object, which Qdrant takes literally; a path goes through [`check_path`].
 fn check_key(key: &str, at: &str) -> Result<(), AdapterError> {
     if key.starts_with("lethe_") {
         return Err(invalid(format!(
@@ -144,6 +145,21 @@ fn check_key(key: &str, at: &str) -> Result<(), AdapterError> {
         )));
     }
     Ok(())
+}
+
+/// A payload path (`set_payload`'s `key`, `delete_payload`'s `keys`) read as Qdrant reads it:
+/// refused where Qdrant would refuse it, and where its top-level key is Lethe's stamp in any
+/// spelling (`"lethe_subject"` quoted, `lethe_subject[]`, `"lethe_subject".x`). Answers that
+/// top-level key.
+fn check_path<'k>(path: &'k str, at: &str) -> Result<&'k str, AdapterError> {
+    let first = key_path::first_segment(path).map_err(|e| {
+        invalid(format!(
+            "{at}: not a payload key path Qdrant accepts (it stops reading at byte {})",
+            e.at
+        ))
+    })?;
+    check_key(first, at)?;
+    Ok(first)
 }
 
 /// The points or filter of a selection body (`{"points": [...]}` or `{"filter": {...}}`).
@@ -208,9 +224,9 @@ fn parse_edit_map(
             match map.get("key") {
                 None | Some(Value::Null) => {}
                 Some(Value::String(key)) => {
-                    check_key(key, at)?;
-                    if subject_field.is_some_and(|f| key == f || key.starts_with(&format!("{f}.")))
-                    {
+                    // Qdrant sets under the path's top-level key, however it is spelled.
+                    let first = check_path(key, at)?;
+                    if subject_field.is_some_and(|f| first == f) {
                         return Err(invalid(format!(
                             "{at}: the key {key} names the point's subject; set it at the top of the payload"
                         )));
@@ -228,7 +244,7 @@ fn parse_edit_map(
                 )));
             };
             for key in keys {
-                check_key(
+                check_path(
                     key.as_str()
                         .ok_or_else(|| invalid(format!("{at}: keys must be strings")))?,
                     at,

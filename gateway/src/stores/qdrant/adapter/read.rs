@@ -11,7 +11,7 @@ use lethe_policy::{PolicyView, ReadContext, decide_read_item};
 use serde_json::{Map, Value, json};
 
 use super::{
-    PayloadWanted, PointId, ReadPlan, canonical_collection, invalid, narrowed, only_keys,
+    PayloadWanted, PointId, ReadPlan, canonical_collection, invalid, key_path, narrowed, only_keys,
     scope_conditions,
 };
 use crate::adapters::AdapterError;
@@ -624,6 +624,11 @@ pub fn parse_facet(body: &[u8]) -> Result<(String, Option<Value>, usize), Adapte
     let Some(Value::String(key)) = map.get("key") else {
         return Err(invalid("facet: key must be a payload key"));
     };
+    if key_path::parse(key).is_err() {
+        return Err(invalid(
+            "facet: key must be a payload key path Qdrant accepts",
+        ));
+    }
     let filter = match map.get("filter") {
         None | Some(Value::Null) => None,
         Some(f @ Value::Object(_)) => Some(f.clone()),
@@ -639,19 +644,20 @@ pub fn parse_facet(body: &[u8]) -> Result<(String, Option<Value>, usize), Adapte
     Ok((key.clone(), filter, limit))
 }
 
-/// Counts each value of `key` (a dotted path) among `points`, as Qdrant's facet answers: by
-/// count, most first, then by value. A list counts each of its values once per point.
+/// Counts each value at `key` (a path, read as Qdrant reads it) among `points`, as Qdrant's facet
+/// answers: by count, most first, then by value. A list counts each of its values once per point.
 pub fn facet_hits(points: &[Value], key: &str, limit: usize) -> Value {
+    let path = key_path::parse(key).ok();
     let mut counts: std::collections::BTreeMap<String, (Value, u64)> = Default::default();
     for point in points {
-        let mut at = &point["payload"];
-        for part in key.split('.') {
-            at = &at[part];
-        }
-        let values: Vec<&Value> = match at {
-            Value::Array(xs) => xs.iter().collect(),
-            v => vec![v],
+        let found = match (&path, point.get("payload").and_then(Value::as_object)) {
+            (Some(path), Some(payload)) => key_path::values_at(payload, path),
+            _ => Vec::new(),
         };
+        let values = found.into_iter().flat_map(|v| match v {
+            Value::Array(xs) => xs.iter().collect::<Vec<_>>(),
+            v => vec![v],
+        });
         let mut seen = std::collections::BTreeSet::new();
         for v in values {
             if matches!(v, Value::String(_) | Value::Number(_) | Value::Bool(_))

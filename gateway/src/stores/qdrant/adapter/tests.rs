@@ -656,3 +656,37 @@ proptest! {
         let _ = parse_count(&bytes);
     }
 }
+
+#[test]
+fn with_payload_keys_are_read_as_qdrant_reads_them() {
+    let mut point = json!({ "id": 1, "payload": {
+        "a.b": 1, "a": { "b": 2, "c": 3 }, "tags": [{ "t": "x", "u": 1 }], "data": "note",
+        "lethe_subject": "alice",
+    } });
+    let wanted = PayloadWanted::of(
+        Some(&json!(["\"a.b\"", "a.c", "tags[].t", "\"data\""])),
+        PayloadWanted::None,
+    )
+    .unwrap();
+    if let Value::Object(p) = &mut point {
+        wanted.cut(p);
+    }
+    assert_eq!(
+        point["payload"],
+        json!({ "a.b": 1, "a": { "c": 3 }, "tags": [{ "t": "x" }], "data": "note" })
+    );
+    for keys in [
+        json!(["a b"]),
+        json!(["\"data"]),
+        json!([""]),
+        json!(["a.."]),
+    ] {
+        assert_eq!(
+            PayloadWanted::of(Some(&keys), PayloadWanted::None)
+                .map_err(code)
+                .err(),
+            Some("invalid"),
+            "{keys}"
+        );
+    }
+}

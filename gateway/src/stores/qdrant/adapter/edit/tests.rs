@@ -536,3 +536,119 @@ fn an_edit_derives_from_the_text_it_writes_and_a_removal_from_nothing() {
         assert_eq!(text.as_deref().map(str::trim), wanted, "{kind:?} {body}");
     }
 }
+
+/// Qdrant reads `"lethe_subject"` (quoted), `lethe_subject[]` and `"lethe_subject".x` as paths
+/// under the stamp's `lethe_subject`: no spelling sets or removes under the stamp, or sets under
+/// the subject's key, alone or in a batch; a path Qdrant would refuse is refused.
+#[test]
+fn every_spelling_of_a_path_under_the_stamp_is_refused() {
+    let refused = [
+        "\"lethe_subject\"",
+        "\"lethe_tenant\"",
+        "\"lethe_epoch\"",
+        "\"lethe_purpose\"",
+        "\"lethe_category\"",
+        "\"lethe_expires_at\"",
+        "\"lethe_layer\"",
+        "\"lethe_subject\".x",
+        "\"lethe_subject\"[]",
+        "\"lethe_subject\"[0]",
+        "\"lethe_subject\".\"a.b\"",
+        "lethe_subject[]",
+        "lethe_tenant[0].x",
+        "\"lethe_\"",
+        "\"lethe_other\"",
+        // Paths Qdrant refuses.
+        "",
+        "\"lethe_subject",
+        "\"lethe\\_subject\"",
+        " lethe_subject",
+        ".lethe_subject",
+        "[0]",
+        "a..b",
+        "a[-1]",
+    ];
+    for key in refused {
+        let cases = [
+            (
+                EditKind::SetPayload,
+                json!({ "payload": { "a": 1 }, "points": [1], "key": key }),
+            ),
+            (
+                EditKind::DeletePayload,
+                json!({ "keys": ["data", key], "points": [1] }),
+            ),
+        ];
+        for (kind, body) in cases {
+            assert_eq!(
+                edit(kind, body.clone()).map(|_| ()).map_err(code),
+                Err("invalid"),
+                "{kind:?} {body}"
+            );
+        }
+        for operation in [
+            json!({ "set_payload": { "payload": { "a": 1 }, "points": [1], "key": key } }),
+            json!({ "delete_payload": { "keys": [key], "points": [1] } }),
+        ] {
+            let body = json!({ "operations": [operation] });
+            assert_eq!(
+                batch_of(body.clone()).map(|_| ()).map_err(code),
+                Err("invalid"),
+                "{body}"
+            );
+        }
+    }
+    // The subject's key (`user_id`), in any spelling, is set at the top of the payload only.
+    for key in [
+        "user_id",
+        "\"user_id\"",
+        "user_id[]",
+        "user_id[0]",
+        "\"user_id\".name",
+        "user_id.name",
+    ] {
+        let body = json!({ "payload": { "a": 1 }, "points": [1], "key": key });
+        assert_eq!(
+            edit(EditKind::SetPayload, body.clone())
+                .map(|_| ())
+                .map_err(code),
+            Err("invalid"),
+            "{body}"
+        );
+    }
+    // Below the top, or quoted into another top-level key, the stamp's names are the app's keys.
+    for key in [
+        "meta",
+        "\"meta\"",
+        "meta.lethe_subject",
+        "meta.\"lethe_subject\"",
+        "\"meta.lethe_subject\"",
+        "\"a.b\"",
+        "a[0].b",
+        "user_idx",
+        "\"user_id2\"",
+    ] {
+        let body = json!({ "payload": { "a": 1 }, "points": [1], "key": key });
+        assert!(edit(EditKind::SetPayload, body.clone()).is_ok(), "{body}");
+        let body = json!({ "keys": [key], "points": [1] });
+        assert!(
+            edit(EditKind::DeletePayload, body.clone()).is_ok(),
+            "{body}"
+        );
+    }
+}
+
+proptest! {
+    /// Whatever the spelling, a path whose top-level key (as Qdrant reads it) is Lethe's is
+    /// refused, and so is one Qdrant would refuse; a set under the subject's key is refused too.
+    #[test]
+    fn no_spelling_of_a_path_reaches_the_stamp(
+        key in r#"(lethe_[a-z_]{0,12}|"lethe_[a-z_]{0,12}"|user_id|"user_id"|[a-z]{1,4}|"[a-z._]{0,8}")(\.[a-z_]{1,5}|\."[a-z_.]{0,5}"|\[\]|\[[0-9]{1,2}\]){0,3}(\.|"|\[|\\| )?"#
+    ) {
+        let first = key_path::first_segment(&key);
+        let set = edit(EditKind::SetPayload, json!({ "payload": { "a": 1 }, "points": [1], "key": key }));
+        let delete = edit(EditKind::DeletePayload, json!({ "keys": [key], "points": [1] }));
+        prop_assert_eq!(set.is_ok(), first.is_ok_and(|f| !f.starts_with("lethe_") && f != "user_id"));
+        prop_assert_eq!(delete.is_ok(), first.is_ok_and(|f| !f.starts_with("lethe_")));
+    }
+}

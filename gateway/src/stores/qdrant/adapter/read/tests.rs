@@ -447,3 +447,25 @@ fn a_query_batch_is_narrowed_and_answered_query_by_query() {
         Some("invalid")
     );
 }
+
+#[test]
+fn facet_keys_are_read_as_qdrant_reads_them() {
+    let point = json!({ "id": 1, "payload": {
+        "a.b": "quoted", "a": { "b": "nested" }, "t": [{ "k": "x" }, { "k": "y" }],
+    } });
+    let hits = |key: &str| facet_hits(std::slice::from_ref(&point), key, 10)["hits"].clone();
+    assert_eq!(hits("\"a.b\""), json!([{ "value": "quoted", "count": 1 }]));
+    assert_eq!(hits("a.b"), json!([{ "value": "nested", "count": 1 }]));
+    assert_eq!(
+        hits("t[].k"),
+        json!([{ "value": "x", "count": 1 }, { "value": "y", "count": 1 }])
+    );
+    for key in ["a b", "\"a", "a..b", ""] {
+        let body = json!({ "key": key }).to_string();
+        assert_eq!(
+            parse_facet(body.as_bytes()).map_err(code).err(),
+            Some("invalid"),
+            "{key:?}"
+        );
+    }
+}
