@@ -361,7 +361,8 @@ async fn open(config: &Config) -> Result<Arc<dyn Store>, Failure> {
     Ok(store)
 }
 
-/// The state store the configuration names, told how erasures reach derivatives.
+/// The state store the configuration names, told how erasures reach derivatives and which
+/// governed databases a flip must hold in.
 async fn connect(config: &Config) -> Result<Arc<dyn Store>, Failure> {
     let store = store::connect(&config.state.url).await.map_err(|e| {
         Failure(
@@ -376,6 +377,8 @@ async fn connect(config: &Config) -> Result<Arc<dyn Store>, Failure> {
             (true, crate::config::CrossSubject::Erase) => store::Closure::Erase,
         },
     );
+    // A flip holds only once every governed database has it, whichever process files it.
+    store.use_governed(config.postgres.iter().map(|db| db.name.clone()).collect());
     Ok(store)
 }
 

@@ -43,7 +43,19 @@ pub struct GovernedDatabase {
     #[serde(default)]
     pub tenant_roles: std::collections::BTreeMap<String, String>,
     pub tables: Vec<GovernedTable>,
+    /// How long a flip lets the app roles' transactions that began before it (they may still
+    /// read or write the subject there) finish before it cancels them. Until they are gone
+    /// the request names this database as lagging and is not `suppressed`.
+    #[serde(default = "default_flip_grace")]
+    pub flip_grace: ConfigDuration,
 }
+
+fn default_flip_grace() -> ConfigDuration {
+    ConfigDuration(Duration::from_secs(1))
+}
+
+/// The longest grace a flip may give: a subject stays readable in open transactions that long.
+const MAX_FLIP_GRACE: Duration = Duration::from_secs(60);
 
 /// One governed table: SQL expressions over its row for the tenant, subject, purpose and
 /// category each row is about; or, for a table whose rows carry no subject (LangGraph's
@@ -159,6 +171,12 @@ impl GovernedDatabase {
         }
         if self.tables.is_empty() {
             problems.push(format!("{at}: name at least one [[postgres.tables]]"));
+        }
+        if self.flip_grace.0 > MAX_FLIP_GRACE {
+            problems.push(format!(
+                "{at}: flip_grace must be at most {}s (the subject stays readable in open transactions that long)",
+                MAX_FLIP_GRACE.as_secs()
+            ));
         }
         let mut seen = BTreeSet::new();
         for table in &self.tables {

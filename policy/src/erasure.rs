@@ -1,7 +1,9 @@
 //! The erasure request state machine, as pure transitions.
 //!
 //! `requested -> authorized -> suppressed -> propagating <-> retrying -> verifying -> completed`,
-//! with `rejected`, `held` (legal hold) and `exception -> manual_review -> propagating`.
+//! with `rejected`, `held` (legal hold) and `exception -> manual_review -> propagating`. Where
+//! governed databases must apply a flip too, `authorized -> propagating -> suppressed`: the
+//! request says `suppressed` only once the flip holds in every one of them.
 
 use std::fmt;
 
@@ -94,6 +96,11 @@ pub enum ErasureEvent {
     HoldReleased,
     /// Subject state and epoch committed, invalidation broadcast.
     Suppress,
+    /// Subject state and epoch committed in the state store, not yet applied by every governed
+    /// database (its open transactions may still read or write the subject).
+    FlipPending,
+    /// The last governed database applied the flip: it holds everywhere.
+    FlipApplied,
     PurgeStarted,
     PurgeFailed,
     RetryStarted,
@@ -126,6 +133,8 @@ pub fn transition(
         (S::Authorized, E::HoldPlaced) => S::Held,
         (S::Held, E::HoldReleased) => S::Authorized,
         (S::Authorized, E::Suppress) => S::Suppressed,
+        (S::Authorized, E::FlipPending) => S::Propagating,
+        (S::Propagating, E::FlipApplied) => S::Suppressed,
         (S::Suppressed, E::PurgeStarted) => S::Propagating,
         (S::Propagating | S::Verifying, E::PurgeFailed) => S::Retrying,
         (S::Retrying, E::RetryStarted) => S::Propagating,
@@ -145,12 +154,14 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    const EVENTS: [ErasureEvent; 14] = [
+    const EVENTS: [ErasureEvent; 16] = [
         ErasureEvent::Authorize,
         ErasureEvent::Reject,
         ErasureEvent::HoldPlaced,
         ErasureEvent::HoldReleased,
         ErasureEvent::Suppress,
+        ErasureEvent::FlipPending,
+        ErasureEvent::FlipApplied,
         ErasureEvent::PurgeStarted,
         ErasureEvent::PurgeFailed,
         ErasureEvent::RetryStarted,
@@ -164,7 +175,7 @@ mod tests {
 
     /// Every legal step, written out once so that the table above is checked against a second
     /// statement of the same diagram.
-    const LEGAL: [(ErasureState, ErasureEvent, ErasureState); 18] = {
+    const LEGAL: [(ErasureState, ErasureEvent, ErasureState); 20] = {
         use ErasureEvent as E;
         use ErasureState as S;
         [
@@ -175,6 +186,8 @@ mod tests {
             (S::Authorized, E::HoldPlaced, S::Held),
             (S::Held, E::HoldReleased, S::Authorized),
             (S::Authorized, E::Suppress, S::Suppressed),
+            (S::Authorized, E::FlipPending, S::Propagating),
+            (S::Propagating, E::FlipApplied, S::Suppressed),
             (S::Suppressed, E::PurgeStarted, S::Propagating),
             (S::Propagating, E::PurgeFailed, S::Retrying),
             (S::Verifying, E::PurgeFailed, S::Retrying),

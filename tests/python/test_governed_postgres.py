@@ -14,14 +14,15 @@ from conftest import GLOBEX, TENANT, someone, two_tenant_lethe, wait_for
 REFUSED = "LTH01"
 
 
-@pytest.fixture
-def governed(chroma, pgvector, tmp_path):
-    url = pgvector()
+def start_governed(chroma, pgvector, tmp_path, flip_grace="1s", url=None):
+    """Lethe governing an app's `memories` table (pgvector) in a fresh database; answers Lethe,
+    a factory of owner connections and one of connections as an app role."""
+    url = url or pgvector()
     with psycopg.connect(url, autocommit=True) as owner:
         owner.execute("CREATE EXTENSION IF NOT EXISTS vector")
-        owner.execute("""CREATE TABLE memories (id bigserial PRIMARY KEY, tenant_id text NOT NULL, user_id text NOT NULL,
+        owner.execute("""CREATE TABLE IF NOT EXISTS memories (id bigserial PRIMARY KEY, tenant_id text NOT NULL, user_id text NOT NULL,
                          category text NOT NULL, content text NOT NULL, embedding vector(3))""")
-        owner.execute("CREATE INDEX ON memories USING hnsw (embedding vector_l2_ops)")
+        owner.execute("CREATE INDEX IF NOT EXISTS memories_embedding_idx ON memories USING hnsw (embedding vector_l2_ops)")
     config = f'''
 [erasure]
 sweep_interval = "200ms"
@@ -31,6 +32,7 @@ name = "app"
 url = {{ value = "{url}" }}
 app_role = "lethe_app"
 tenant_roles = {{ {GLOBEX} = "globex_app" }}
+flip_grace = "{flip_grace}"
 
 [[postgres.tables]]
 table = "memories"
@@ -40,8 +42,26 @@ purpose = "'personalization'"
 category = "category"
 '''
     instance = two_tenant_lethe(chroma, tmp_path, config)
-    as_role = lambda role: psycopg.connect(url.replace("postgres:@", f"{role}:@", 1), autocommit=True)
-    yield instance, (lambda: psycopg.connect(url, autocommit=True)), as_role
+    return instance, (lambda: psycopg.connect(url, autocommit=True)), app_connector(url)
+
+
+def app_connector(url):
+    """Connections as an app role, autocommit unless told otherwise (psycopg's own default)."""
+    return lambda role, autocommit=True: psycopg.connect(url.replace("postgres:@", f"{role}:@", 1), autocommit=autocommit)
+
+
+@pytest.fixture
+def governed(chroma, pgvector, tmp_path):
+    instance, owner, as_role = start_governed(chroma, pgvector, tmp_path)
+    yield instance, owner, as_role
+    instance.stop()
+
+
+@pytest.fixture
+def governed_patient(chroma, pgvector, tmp_path):
+    """A database whose flips give open transactions 30 s to end on their own."""
+    instance, owner, as_role = start_governed(chroma, pgvector, tmp_path, flip_grace="30s")
+    yield instance, owner, as_role
     instance.stop()
 
 
@@ -174,13 +194,56 @@ def test_a_tenant_role_sees_and_writes_its_tenant_only(governed):
     app, globex = as_role("lethe_app"), as_role("globex_app")
     write(app, TENANT, acme_user, "acme's")
     write(globex, GLOBEX, globex_user, "globex's")
-    assert refusal(lambda: write(globex, TENANT, acme_user, "into acme"))[0] == "42501"
+    assert refusal(lambda: write(globex, TENANT, acme_user, "into acme")) == (REFUSED, "lethe: scope_violation")
     assert visible(globex) == ["globex's"]
     assert visible(app) == ["acme's", "globex's"]
     assert globex.execute("UPDATE memories SET content = 'x' WHERE tenant_id = %s", (TENANT,)).rowcount == 0
     assert globex.execute("DELETE FROM memories WHERE tenant_id = %s", (TENANT,)).rowcount == 0
     assert held(owner_conn(), acme_user) == 1
 
+
+
+def test_another_tenants_role_learns_nothing_from_any_lethe_function(governed):
+    """Globex's role, asking about acme: every function in schema lethe either refuses it
+    (42501) or answers as if acme's subjects did not exist; a write into acme is refused the same
+    way whatever the acme subject's consent or state. Nothing in lethe is PUBLIC's."""
+    lethe, owner_conn, as_role = governed
+    consenting, suppressed, unknown = someone(), someone(), someone()
+    lethe.grant(consenting)
+    lethe.grant(suppressed)
+    app, globex, owner = as_role("lethe_app"), as_role("globex_app"), owner_conn()
+    write(app, TENANT, consenting, "acme's")
+    lethe.flip(suppressed)
+    expires, epoch = owner.execute("SELECT lethe_expires_at, lethe_epoch FROM memories WHERE user_id = %s", (consenting,)).fetchone()
+
+    functions = [r[0] for r in owner.execute(
+        "SELECT p.oid::regprocedure::text FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = 'lethe' ORDER BY 1").fetchall()]
+    assert len(functions) >= 6, functions
+    owner.execute("DROP ROLE IF EXISTS lethe_test_nobody")
+    owner.execute("CREATE ROLE lethe_test_nobody")
+    public = [f for f in functions
+              if owner.execute("SELECT has_function_privilege('lethe_test_nobody', %s, 'EXECUTE')", (f,)).fetchone()[0]]
+    assert public == [], f"executable by PUBLIC: {public}"
+    callable_by_globex = [f for f in functions
+                          if owner.execute("SELECT has_function_privilege('globex_app', %s, 'EXECUTE')", (f,)).fetchone()[0]]
+    assert sorted(callable_by_globex) == ["lethe.readable(text,text,text,text,timestamp with time zone,bigint)",
+                                          "lethe.written_here(xid,tid)"], callable_by_globex
+    # Each of the others, called by globex with what it would take: refused.
+    calls = {
+        "decide_write": "SELECT * FROM lethe.decide_write(%s, %s, 'personalization', 'preference', NULL)",
+        "sweepable": "SELECT lethe.sweepable(%s, %s, 'personalization', 'preference', now())",
+        "serves": "SELECT lethe.serves(%s::text) AND %s::text IS NOT NULL",
+        "refuse": "SELECT lethe.refuse(%s::text || %s::text)",
+    }
+    for name, sql in calls.items():
+        assert refusal(lambda: globex.execute(sql, (TENANT, consenting)))[0] == "42501", name
+    readable = "SELECT lethe.readable(%s, %s, 'personalization', 'preference', %s, %s)"
+    assert app.execute(readable, (TENANT, consenting, expires, epoch)).fetchone()[0] is True
+    assert globex.execute(readable, (TENANT, consenting, expires, epoch)).fetchone()[0] is False
+    # A write into acme tells globex nothing about the acme subject it names.
+    answers = {refusal(lambda: write(globex, TENANT, who, "probe")) for who in (consenting, suppressed, unknown)}
+    assert answers == {(REFUSED, "lethe: scope_violation")}, answers
+    assert held(owner, consenting) == 1 and held(owner, unknown) == 0
 
 def test_the_sweep_deletes_expired_and_revoked_rows_unless_a_hold_keeps_them(governed):
     lethe, owner_conn, as_role = governed
@@ -402,6 +465,10 @@ def test_a_database_that_cannot_be_reached_lags_visibly_and_catches_up(governed)
         assert status == 201
         pending = lethe.call("GET", f"/v1/erasures/{filed['id']}")[1]["governed"][0]["pending_changes"]
         assert pending >= 1, pending
+        # The flip cannot reach the database: the approval says so, and never says suppressed.
+        status, approved = lethe.call("POST", f"/v1/erasures/{filed['id']}/approve")
+        assert status == 200 and approved["state"] == "propagating", approved
+        assert approved["flip"] == [{"database": "app", "applied_at": None}], approved
         metrics = urllib.request.urlopen(f"http://{lethe.control}/metrics").read().decode()
         line = next(l for l in metrics.splitlines() if l.startswith('lethe_governed_pending_changes{database="app"}'))
         assert int(line.rsplit(" ", 1)[1]) >= 1, line
@@ -409,46 +476,195 @@ def test_a_database_that_cannot_be_reached_lags_visibly_and_catches_up(governed)
         admin.execute(f"ALTER DATABASE {name} ALLOW_CONNECTIONS true")
     wait_for("the database to catch up",
              lambda: lethe.call("GET", f"/v1/erasures/{filed['id']}")[1]["governed"][0]["pending_changes"] == 0, deadline=30)
+    done = completed(lethe, filed["id"])
+    assert done["flip"][0]["applied_at"] == done["suppressed_at"], done
     app = as_role("lethe_app")
     write(app, TENANT, s, "written once the grant arrived")
     assert visible(app, s) == ["written once the grant arrived"]
     assert grant
 
 
-def test_a_write_deciding_while_the_flip_arrives_commits_first_and_is_purged_with_the_rest(governed):
-    """The write's decision locks the subject's policy row: the flip waits for the write's
-    transaction, so the write is either before the flip (and purged with the rest) or after it
-    (and refused); it never lands behind the purge. Restored afterwards from a backup, the row is
-    purged again by replay."""
+def completed(lethe, request_id, deadline=60):
+    return wait_for("the erasure to complete",
+                    lambda: (r := lethe.call("GET", f"/v1/erasures/{request_id}")[1])["state"] == "completed" and r,
+                    deadline=deadline)
+
+
+def file_erasure(lethe, subject, ticket="DSR-PG"):
+    status, filed = lethe.call("POST", "/v1/erasures", {"subject": subject, "ticket": ticket, "reason": "art. 17"})
+    assert status == 201, filed
+    return filed["id"]
+
+
+def test_writers_holding_and_overlapping_transactions_cannot_hold_off_a_flip(governed):
+    """Two writers with overlapping 0.4 s transactions, a transaction left open after a write
+    (psycopg's default), and a repeatable-read reader: none of them holds the flip off. The
+    approval answers `suppressed` only once the flip holds (applied, every transaction from
+    before it ended), and from that answer on nothing of the subject is read or committed; the
+    certificate's counts are the table's."""
     import threading
     lethe, owner_conn, as_role = governed
     s = someone()
     lethe.grant(s)
-    app, owner = as_role("lethe_app"), owner_conn()
-    tx = app.transaction()
-    tx.__enter__()
-    write(app, TENANT, s, "decided before the flip")
-    status, filed = lethe.call("POST", "/v1/erasures", {"subject": s, "ticket": "DSR-RACE", "reason": "art. 17"})
-    assert status == 201
-    approved = {}
-    approval = threading.Thread(target=lambda: approved.update(answer=lethe.call("POST", f"/v1/erasures/{filed['id']}/approve")))
-    approval.start()
-    waiting = "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%lethe.subjects%'"
-    wait_for("the flip to wait for the deciding write", lambda: owner.execute(waiting).fetchone()[0] >= 1, deadline=10)
-    assert "answer" not in approved, "the approval waits for the database"
-    tx.__exit__(None, None, None)  # the write commits; the flip proceeds
-    approval.join(timeout=15)
-    assert approved["answer"][0] == 200
-    assert visible(app, s) == []
-    assert refusal(lambda: write(app, TENANT, s, "after the flip"))[1] == "lethe: subject_suppressed"
-    done = wait_for("the erasure to complete",
-                    lambda: (r := lethe.call("GET", f"/v1/erasures/{filed['id']}")[1])["state"] == "completed" and r,
-                    deadline=60)
-    assert held(owner, s) == 0, "the write decided before the flip was purged"
-    # A backup taken before the erasure is restored: the row is back, and replay purges it.
+    owner = owner_conn()
+    write(as_role("lethe_app"), TENANT, s, "before it all")
+
+    stop, refusals, commits = threading.Event(), [], []
+
+    def writer(n):
+        conn = as_role("lethe_app")
+        while not stop.is_set():
+            try:
+                with conn.transaction():
+                    write(conn, TENANT, s, f"writer {n}")
+                    time.sleep(0.4)
+                    ending = time.monotonic()  # the commit follows: it cannot be earlier
+                commits.append(ending)
+            except psycopg.Error as e:
+                refusals.append(e.diag.message_primary or type(e).__name__)
+                if conn.closed or conn.broken:
+                    conn = as_role("lethe_app")
+                time.sleep(0.05)
+        conn.close()
+
+    writers = [threading.Thread(target=writer, args=(n,)) for n in range(2)]
+    writers[0].start()
+    time.sleep(0.2)  # the second overlaps the first: one of them always holds a decided write
+    writers[1].start()
+    left_open = as_role("lethe_app", autocommit=False)
+    write(left_open, TENANT, s, "decided before the flip, never committed")
+    reader = as_role("lethe_app", autocommit=False)
+    reader.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+    assert len(visible(reader, s)) >= 1
+    wait_for("both writers to have committed", lambda: held(owner, s) >= 3, deadline=10)
+
+    request = file_erasure(lethe, s)
+    started = time.monotonic()
+    status, approved = lethe.call("POST", f"/v1/erasures/{request}/approve")
+    answered = time.monotonic()
+    took = answered - started
+    committed = held(owner, s)
+    assert status == 200 and approved["state"] == "suppressed", approved
+    assert took < 4, f"the flip was held off for {took:.1f}s"
+    assert [f["database"] for f in approved["flip"]] == ["app"] and approved["flip"][0]["applied_at"], approved["flip"]
+    fresh = as_role("lethe_app")
+    assert visible(fresh, s) == []
+    assert refusal(lambda: write(fresh, TENANT, s, "after the answer"))[1] == "lethe: subject_suppressed"
+    with pytest.raises(psycopg.OperationalError):
+        left_open.commit()  # its session was ended: the write decided before the flip never lands
+    with pytest.raises(psycopg.OperationalError):
+        visible(reader, s)  # its snapshot from before the flip is gone with its session
+    time.sleep(1)  # the writers keep trying
+    stop.set()
+    for w in writers:
+        w.join(timeout=10)
+    assert "lethe: subject_suppressed" in refusals, refusals
+    assert commits and max(commits) < answered, "no commit of the subject began after the answer"
+
+    done = completed(lethe, request)
+    result = next(t["result"] for t in done["targets"] if t["target"] == "postgres:app")
+    assert (result["before"], result["deleted"], result["remaining"]) == (committed, committed, 0), (result, committed)
+    assert held(owner, s) == 0
+    certificate = lethe.call("GET", f"/v1/erasures/{request}/certificate")[1]["certificate"]
+    stores = {st["target"]: st for st in certificate["stores"]}
+    assert (stores["postgres:app"]["before"], stores["postgres:app"]["remaining"]) == (committed, 0)
+    [flip] = certificate["governed"]
+    assert flip["database"] == "app" and flip["online_latency_ms"] == certificate["online_latency_ms"], certificate
+    assert flip["flip_held_at"] == done["suppressed_at"], (flip, done["suppressed_at"])
+
+    # A backup taken before the erasure is restored: the rows are back, and replay purges them.
     owner.execute("SET session_replication_role = replica")
     write(owner, TENANT, s, "restored from a backup")
     owner.execute("SET session_replication_role = DEFAULT")
     again = lethe.cli("replay", "--since", done["requested_at"])
     assert again.returncode == 0, again.stdout + again.stderr
     assert held(owner, s) == 0
+
+
+def test_a_flip_held_back_is_propagating_and_holds_back_no_other_change(governed_patient):
+    """A transaction left open with a write of the subject, under a 30 s grace: the approval
+    answers `propagating`, naming the database, never `suppressed`; the purge waits; a
+    revocation of another subject is applied and answered at once meanwhile. Once the
+    transaction commits, the flip holds, and the purge (which counts only then) takes its row."""
+    lethe, owner_conn, as_role = governed_patient
+    s, other = someone(), someone()
+    lethe.grant(s)
+    other_grant = lethe.grant(other)
+    app, owner = as_role("lethe_app"), owner_conn()
+    write(app, TENANT, s, "s, committed")
+    write(app, TENANT, other, "other, committed")
+    left_open = as_role("lethe_app", autocommit=False)
+    write(left_open, TENANT, s, "s, decided before the flip")
+
+    request = file_erasure(lethe, s)
+    status, approved = lethe.call("POST", f"/v1/erasures/{request}/approve")
+    assert status == 200, approved
+    assert approved["state"] == "propagating" and approved["suppressed_at"] is None, approved
+    assert approved["flip"] == [{"database": "app", "applied_at": None}], approved["flip"]
+    assert approved["online_latency_ms"] is None
+    # Every statement from now on sees the flip; only the open transaction is from before it.
+    assert visible(app, s) == []
+    assert refusal(lambda: write(app, TENANT, s, "late"))[1] == "lethe: subject_suppressed"
+
+    started = time.monotonic()
+    assert lethe.call("POST", f"/v1/consents/{other_grant}/revoke")[0] == 200
+    assert time.monotonic() - started < 2, "the revocation did not queue behind the flip"
+    assert visible(app, other) == []
+    assert refusal(lambda: write(app, TENANT, other, "other, late"))[1] == "lethe: consent_required"
+
+    view = lethe.call("GET", f"/v1/erasures/{request}")[1]
+    assert view["state"] == "propagating" and all(t["result"] is None for t in view["targets"]), view
+
+    left_open.commit()  # decided before the flip: it lands, and must be purged with the rest
+    done = completed(lethe, request)
+    result = next(t["result"] for t in done["targets"] if t["target"] == "postgres:app")
+    assert (result["before"], result["deleted"], result["remaining"]) == (2, 2, 0), result
+    assert held(owner, s) == 0
+    flip = done["flip"][0]
+    assert flip["applied_at"] == done["suppressed_at"] and done["online_latency_ms"] > 0, done
+
+
+
+
+def test_lethe_starts_while_a_governed_database_is_down_and_governs_it_once_it_is_back(chroma, pgvector, tmp_path):
+    url = pgvector()
+    name = url.split("/")[3].split("?")[0]
+    admin = psycopg.connect(url.replace(f"/{name}?", "/postgres?", 1), autocommit=True)
+    with psycopg.connect(url, autocommit=True) as owner:
+        owner.execute("CREATE EXTENSION IF NOT EXISTS vector")
+    admin.execute(f"ALTER DATABASE {name} ALLOW_CONNECTIONS false")
+    try:
+        lethe = two_tenant_lethe(chroma, tmp_path, f'''
+[[postgres]]
+name = "app"
+url = {{ value = "{url}" }}
+app_role = "lethe_app"
+
+[[postgres.tables]]
+table = "memories"
+tenant = "tenant_id"
+subject = "user_id"
+purpose = "'personalization'"
+category = "category"
+''')
+    except Exception:
+        admin.execute(f"ALTER DATABASE {name} ALLOW_CONNECTIONS true")
+        raise
+    metric = lambda: next(l for l in urllib.request.urlopen(f"http://{lethe.control}/metrics").read().decode().splitlines()
+                          if l.startswith('lethe_governed_ready{database="app"}'))
+    try:
+        assert urllib.request.urlopen(f"http://{lethe.control}/readyz").status == 200
+        assert metric().endswith(" 0"), metric()
+    finally:
+        admin.execute(f"ALTER DATABASE {name} ALLOW_CONNECTIONS true")
+    try:
+        # The table appears once the database is back; the rules follow it as soon as Lethe
+        # can install them (the live check would fail on a missing table).
+        with psycopg.connect(url, autocommit=True) as owner:
+            owner.execute("""CREATE TABLE memories (id bigserial PRIMARY KEY, tenant_id text NOT NULL, user_id text NOT NULL,
+                             category text NOT NULL, content text NOT NULL, embedding vector(3))""")
+        wait_for("the rules to be installed", lambda: metric().endswith(" 1"), deadline=30)
+        app = app_connector(url)("lethe_app")
+        assert refusal(lambda: write(app, TENANT, someone(), "no consent"))[1] == "lethe: consent_required"
+    finally:
+        lethe.stop()

@@ -36,9 +36,8 @@ pub(super) async fn serve(config: Config) -> Result<(), Failure> {
         crate::erasure::certificate::Certifier::backups_of(&config),
         Arc::clone(&audit_key),
     ));
-    let governed = crate::governed::Governed::start(&config, Arc::clone(&store))
-        .await
-        .map_err(|e| Failure(e, 2))?;
+    let governed =
+        crate::governed::Governed::start(&config, Arc::clone(&store)).map_err(|e| Failure(e, 2))?;
     let inventory = Arc::new(crate::erasure::Inventory::new(
         Arc::clone(&store),
         crate::erasure::targets(&config).map_err(|e| Failure(e, 2))?,

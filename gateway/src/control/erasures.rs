@@ -38,9 +38,11 @@ pub struct ErasureView {
     /// What the closure of the subject reached beyond its own items, by decision (`undecided`
     /// ones wait for a person: `GET .../derivatives`).
     pub(crate) derivatives: std::collections::BTreeMap<&'static str, usize>,
-    /// Each governed database with the policy changes it has yet to take: until 0, the flip
-    /// may not have reached it.
+    /// Each governed database with the policy changes it has yet to take.
     governed: Vec<GovernedLag>,
+    /// Each governed database the flip must hold in, and since when it does: until every one
+    /// does, the request is `propagating`, never `suppressed`.
+    pub(crate) flip: Vec<crate::store::GovernedFlip>,
 }
 
 #[derive(Debug, Serialize)]
@@ -61,7 +63,9 @@ pub(crate) async fn view(
     let online_latency_ms = record
         .suppressed_at
         .map(|at| (at - record.requested_at).num_milliseconds());
+    let flip = state.store.governed_flips(&record.id).await?;
     Ok(ErasureView {
+        flip,
         record,
         approvals_required: state.erasure.approvals_required,
         online_latency_ms,
@@ -277,10 +281,31 @@ pub(crate) async fn approve_as(
         Some(id),
     );
     let required = state.erasure.approvals_required;
-    Ok(state
+    let approved = state
         .store
         .approve_erasure(id, &caller.claims.sub, required, crate::now(), audit)
-        .await?)
+        .await?;
+    flip_held(state, approved).await
+}
+
+/// How long an approval waits for its flip to hold in every governed database before it answers
+/// `propagating`, naming the databases that lag.
+const FLIP_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The request once its flip holds everywhere, or as it stands after [`FLIP_WAIT`].
+async fn flip_held(state: &ControlState, record: ErasureRecord) -> Result<ErasureRecord, ApiError> {
+    let deadline = tokio::time::Instant::now() + FLIP_WAIT;
+    let mut record = record;
+    let mut pause = std::time::Duration::from_millis(5);
+    while record.state == ErasureState::Propagating
+        && record.suppressed_at.is_none()
+        && tokio::time::Instant::now() < deadline
+    {
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(std::time::Duration::from_millis(100));
+        record = state.store.erasure(&record.id).await?;
+    }
+    Ok(record)
 }
 
 #[derive(Debug, Deserialize)]

@@ -165,7 +165,8 @@ impl Problems {
 #[cfg(test)]
 mod tests;
 
-/// How long a change waits for the governed databases before it is answered anyway (then the
+/// How long a change waits, from its arrival, for the governed databases before it is answered
+/// anyway (then the
 /// lag shows in the metrics, and the change is still applied as soon as a database takes it).
 const GOVERNED_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
@@ -181,9 +182,12 @@ async fn governed_first(
         axum::http::Method::GET | axum::http::Method::HEAD
     );
     let before = governed.queued();
+    let started = std::time::Instant::now();
     let response = next.run(request).await;
-    // Only a request during which a change was announced waits (a sign-in does not).
-    if may_change && governed.queued() != before && !governed.settled(GOVERNED_WAIT).await {
+    // Only a request during which a change was announced waits (a sign-in does not), and no
+    // longer than the wait from its arrival (an approval has waited for its flip already).
+    let left = GOVERNED_WAIT.saturating_sub(started.elapsed());
+    if may_change && governed.queued() != before && !governed.settled(left).await {
         tracing::warn!(
             lag = governed.lag(),
             "a policy change has not reached every governed database yet"

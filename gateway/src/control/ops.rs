@@ -50,7 +50,7 @@ pub async fn openapi() -> impl IntoResponse {
     ([(header::CONTENT_TYPE, "application/json")], OPENAPI)
 }
 
-/// The policy changes each governed database has yet to take.
+/// The policy changes each governed database has yet to take, and whether it is reached.
 fn governed_metrics(governed: &crate::governed::Governed) -> String {
     use std::fmt::Write as _;
     let mut out = String::from(
@@ -60,6 +60,15 @@ fn governed_metrics(governed: &crate::governed::Governed) -> String {
         let _ = writeln!(
             out,
             "lethe_governed_pending_changes{{database=\"{database}\"}} {pending}"
+        );
+    }
+    out.push_str("# HELP lethe_governed_ready Whether Lethe installed its rules in a governed PostgreSQL database and copied the policy since it started (0: it cannot reach it).\n# TYPE lethe_governed_ready gauge\n");
+    let not_ready = governed.not_ready();
+    for (database, _) in governed.pending() {
+        let ready = u8::from(!not_ready.contains(&database));
+        let _ = writeln!(
+            out,
+            "lethe_governed_ready{{database=\"{database}\"}} {ready}"
         );
     }
     out

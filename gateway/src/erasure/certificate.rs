@@ -17,7 +17,9 @@ use serde_json::{Value, json};
 
 use super::Physical;
 use crate::config::Config;
-use crate::store::{Decision, Derivative, ErasureRecord, PurgeJob, Store, StoreError};
+use crate::store::{
+    Decision, Derivative, ErasureRecord, GovernedFlip, PurgeJob, Store, StoreError,
+};
 
 pub struct Signer {
     key: Ed25519KeyPair,
@@ -93,10 +95,12 @@ impl Certifier {
         let jobs = store.purge_jobs(&record.id).await?;
         let derivatives = store.derivatives(&record.id).await?;
         let chain_head = store.audit_head(None).await?;
+        let flips = store.governed_flips(&record.id).await?;
         let evidence = Evidence {
             record,
             jobs: &jobs,
             derivatives: &derivatives,
+            flips: &flips,
             chain_head: &chain_head,
             backups: &self.backups,
             audit_key: &self.audit_key,
@@ -113,6 +117,8 @@ pub struct Evidence<'a> {
     pub jobs: &'a [PurgeJob],
     /// What the closure of the subject reached, and what became of it.
     pub derivatives: &'a [Derivative],
+    /// When the flip held in each governed database.
+    pub flips: &'a [GovernedFlip],
     pub chain_head: &'a ChainHead,
     /// How long each target's backups are kept.
     pub backups: &'a BTreeMap<String, MaxAge>,
@@ -203,7 +209,13 @@ pub fn issue(evidence: &Evidence<'_>, signer: &Signer) -> Vec<u8> {
         "requested_at": r.requested_at,
         "suppressed_at": r.suppressed_at,
         "completed_at": r.completed_at,
+        // To the last database the flip held in: the subject was readable somewhere until then.
         "online_latency_ms": ms(r.requested_at, r.suppressed_at),
+        "governed": evidence.flips.iter().map(|f| json!({
+            "database": f.database,
+            "flip_held_at": f.applied_at,
+            "online_latency_ms": ms(r.requested_at, f.applied_at),
+        })).collect::<Vec<_>>(),
         "completion_latency_ms": ms(r.requested_at, r.completed_at),
         "stores": stores,
         "derivatives": derivatives,
@@ -514,6 +526,7 @@ mod tests {
             record: &record,
             jobs: &jobs,
             derivatives: &[],
+            flips: &[],
             chain_head: &head,
             backups: &backups,
             audit_key: b"k",
@@ -614,6 +627,7 @@ mod tests {
             record: &record,
             jobs: &jobs,
             derivatives: &[],
+            flips: &[],
             chain_head: &head,
             backups: &none,
             audit_key: b"k",
@@ -678,6 +692,7 @@ mod tests {
             record: &record,
             jobs: &jobs,
             derivatives: &derivatives,
+            flips: &[],
             chain_head: &head,
             backups: &backups,
             audit_key: b"k",

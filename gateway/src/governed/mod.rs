@@ -1,13 +1,17 @@
 //! PostgreSQL databases governed in the database itself (`[[postgres]]`): Lethe installs the
-//! rules ([`plan`]) on start and keeps the policy they read in step with its own. Every policy
-//! change (grant, revocation, rules, flip) is applied to every governed database by one task, in
-//! order; the control plane answers a change only once it is applied ([`Governed::settled`]),
-//! or once the wait is over (the lag is then a metric, and the change is retried until applied).
+//! rules ([`plan`]) and keeps the policy they read in step with its own. Each database has its
+//! own lane: one task installs the rules (retrying while the database cannot be reached) and
+//! then applies every policy change (grant, revocation, rules, flip) in order, so that a
+//! database that is down holds back no other. The control plane answers a change once it is
+//! applied everywhere ([`Governed::settled`]), or once the wait is over (the lag is then a
+//! metric, and the change is retried until applied). A flip holds in a database only once no
+//! transaction from before it is left there ([`flips`]).
 
+mod flips;
 pub mod plan;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use lethe_policy::{Action, Layer, SubjectPolicy, SubjectStatus};
@@ -23,18 +27,26 @@ struct Database {
     pool: PgPool,
 }
 
+/// How far one database has come.
+struct Lane {
+    name: String,
+    /// Changes applied to it.
+    applied: Arc<AtomicU64>,
+    /// Whether the rules are installed and the policy copied (since this start).
+    ready: Arc<AtomicBool>,
+    work: mpsc::UnboundedSender<Work>,
+}
+
 /// Every governed database, and how far the policy applied to them has come.
 pub struct Governed {
-    /// Changes handed to the applying task.
+    /// Changes handed to the lanes.
     queued: AtomicU64,
-    /// Changes applied to every database.
-    applied: Arc<AtomicU64>,
-    /// Changes applied, per database (by name).
-    each: Vec<(String, Arc<AtomicU64>)>,
+    lanes: Vec<Lane>,
     progress: Arc<Notify>,
 }
 
-/// What the applying task does next.
+/// What a lane does next.
+#[derive(Clone)]
 enum Work {
     Change(PolicyChange),
     /// The change feed was lost and is back: changes of other replicas may have been missed, so
@@ -47,15 +59,16 @@ impl Governed {
     pub fn none() -> Arc<Governed> {
         Arc::new(Governed {
             queued: AtomicU64::new(0),
-            applied: Arc::new(AtomicU64::new(0)),
-            each: Vec::new(),
+            lanes: Vec::new(),
             progress: Arc::new(Notify::new()),
         })
     }
 
-    /// Connects to every governed database, installs the rules, copies the whole policy, and
-    /// from then on applies every change the store's feed announces.
-    pub async fn start(config: &Config, store: Arc<dyn Store>) -> Result<Arc<Governed>, String> {
+    /// Starts a lane per governed database: it connects, installs the rules and copies the
+    /// whole policy (retrying until the database can be reached), then applies every change
+    /// the store's feed announces; and a watcher that finds when each flip holds there. Only a
+    /// URL that cannot be read is an error: an unreachable database lags, visibly.
+    pub fn start(config: &Config, store: Arc<dyn Store>) -> Result<Arc<Governed>, String> {
         if config.postgres.is_empty() {
             return Ok(Governed::none());
         }
@@ -66,28 +79,53 @@ impl Governed {
             let pool = PgPoolOptions::new()
                 .max_connections(4)
                 .acquire_timeout(Duration::from_secs(5))
-                .connect(&url)
-                .await
-                .map_err(|e| format!("[[postgres]] {}: cannot connect: {e}", db.name))?;
-            install(db, &pool)
-                .await
-                .map_err(|e| format!("[[postgres]] {}: cannot install the rules: {e}", db.name))?;
+                .connect_lazy(&url)
+                .map_err(|e| format!("[[postgres]] {}: url: {e}", db.name))?;
             databases.push(Database {
                 config: db.clone(),
                 pool,
             });
         }
-        let (tx, rx) = mpsc::unbounded_channel::<Work>();
+        let progress = Arc::new(Notify::new());
+        let mut lanes = Vec::new();
+        for db in databases {
+            let (tx, rx) = mpsc::unbounded_channel::<Work>();
+            let lane = Lane {
+                name: db.config.name.clone(),
+                applied: Arc::new(AtomicU64::new(0)),
+                ready: Arc::new(AtomicBool::new(false)),
+                work: tx,
+            };
+            let db = Arc::new(db);
+            let applied_one = Arc::new(Notify::new());
+            tokio::spawn(sweep(
+                db.config.clone(),
+                db.pool.clone(),
+                config.erasure.sweep_interval.0,
+            ));
+            tokio::spawn(flips::watch(
+                Arc::clone(&db),
+                Arc::clone(&store),
+                Arc::clone(&applied_one),
+            ));
+            tokio::spawn(run_lane(
+                db,
+                Arc::clone(&store),
+                rx,
+                Arc::clone(&lane.applied),
+                Arc::clone(&lane.ready),
+                Arc::clone(&progress),
+                applied_one,
+            ));
+            lanes.push(lane);
+        }
         let governed = Arc::new(Governed {
             queued: AtomicU64::new(0),
-            applied: Arc::new(AtomicU64::new(0)),
-            each: databases
-                .iter()
-                .map(|db| (db.config.name.clone(), Arc::new(AtomicU64::new(0))))
-                .collect(),
-            progress: Arc::new(Notify::new()),
+            lanes,
+            progress,
         });
-        // Subscribed before the copy: a change during it is applied again after it.
+        // Subscribed before any lane copies the policy: a change during a copy is applied
+        // again after it.
         let queue = Arc::clone(&governed);
         store.feed().on_event(move |event| {
             let work = match event {
@@ -95,32 +133,13 @@ impl Governed {
                 FeedEvent::Restored => Work::CopyAll,
                 FeedEvent::Lost => return,
             };
-            // Counted before it can be applied, so that `applied` never passes `queued`.
+            // Counted before it can be applied, so that no lane's `applied` passes `queued`.
             queue.queued.fetch_add(1, Ordering::SeqCst);
-            if tx.send(work).is_err() {
-                queue.queued.fetch_sub(1, Ordering::SeqCst);
+            for lane in &queue.lanes {
+                // A lane's task only ends with the runtime.
+                let _ = lane.work.send(work.clone());
             }
         });
-        for db in &databases {
-            copy_all(db, store.as_ref()).await.map_err(|e| {
-                format!(
-                    "[[postgres]] {}: cannot copy the policy: {e}",
-                    db.config.name
-                )
-            })?;
-        }
-        let interval = config.erasure.sweep_interval.0;
-        for db in &databases {
-            tokio::spawn(sweep(db.config.clone(), db.pool.clone(), interval));
-        }
-        let each: Vec<Arc<AtomicU64>> = governed.each.iter().map(|(_, n)| Arc::clone(n)).collect();
-        tokio::spawn(apply_changes(
-            databases.into_iter().zip(each).collect(),
-            store,
-            rx,
-            Arc::clone(&governed.applied),
-            Arc::clone(&governed.progress),
-        ));
         Ok(governed)
     }
 
@@ -129,25 +148,43 @@ impl Governed {
         self.queued.load(Ordering::SeqCst)
     }
 
-    /// How many changes are still to be applied to the governed databases.
+    /// The most changes any governed database has still to apply.
     pub fn lag(&self) -> u64 {
-        self.queued
-            .load(Ordering::SeqCst)
-            .saturating_sub(self.applied.load(Ordering::SeqCst))
+        self.pending()
+            .into_iter()
+            .map(|(_, n)| n)
+            .max()
+            .unwrap_or(0)
     }
 
     /// Each governed database with the number of policy changes not yet applied to it.
     pub fn pending(&self) -> Vec<(&str, u64)> {
         let queued = self.queued.load(Ordering::SeqCst);
-        self.each
+        self.lanes
             .iter()
-            .map(|(name, applied)| {
+            .map(|lane| {
                 (
-                    name.as_str(),
-                    queued.saturating_sub(applied.load(Ordering::SeqCst)),
+                    lane.name.as_str(),
+                    queued.saturating_sub(lane.applied.load(Ordering::SeqCst)),
                 )
             })
             .collect()
+    }
+
+    /// The governed databases whose rules are not installed (or policy not copied) since this
+    /// start: they cannot be reached, and what they hold is governed by what they last had.
+    pub fn not_ready(&self) -> Vec<&str> {
+        self.lanes
+            .iter()
+            .filter(|lane| !lane.ready.load(Ordering::SeqCst))
+            .map(|lane| lane.name.as_str())
+            .collect()
+    }
+
+    fn applied_everywhere(&self, target: u64) -> bool {
+        self.lanes
+            .iter()
+            .all(|lane| lane.applied.load(Ordering::SeqCst) >= target)
     }
 
     /// Waits until every change announced so far is applied to every governed database, at
@@ -157,13 +194,61 @@ impl Governed {
         let deadline = tokio::time::Instant::now() + within;
         loop {
             let notified = self.progress.notified();
-            if self.applied.load(Ordering::SeqCst) >= target {
+            if self.applied_everywhere(target) {
                 return true;
             }
             if tokio::time::timeout_at(deadline, notified).await.is_err() {
-                return self.applied.load(Ordering::SeqCst) >= target;
+                return self.applied_everywhere(target);
             }
         }
+    }
+}
+
+/// One database's lane: the rules installed and the policy copied (retried until the database
+/// takes them), then every change in order, each retried (with backoff) until applied.
+async fn run_lane(
+    db: Arc<Database>,
+    store: Arc<dyn Store>,
+    mut rx: mpsc::UnboundedReceiver<Work>,
+    applied: Arc<AtomicU64>,
+    ready: Arc<AtomicBool>,
+    progress: Arc<Notify>,
+    applied_one: Arc<Notify>,
+) {
+    let name = &db.config.name;
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        let first = match install(&db.config, &db.pool).await {
+            Ok(()) => copy_all(&db, store.as_ref()).await,
+            Err(e) => Err(format!("cannot install the rules: {e}")),
+        };
+        match first {
+            Ok(()) => break,
+            Err(e) => {
+                tracing::warn!(database = %name, error = %e, "a governed database is not ready; retrying");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(5));
+            }
+        }
+    }
+    ready.store(true, Ordering::SeqCst);
+    tracing::info!(database = %name, "governed database ready");
+    applied_one.notify_one();
+    while let Some(work) = rx.recv().await {
+        let mut backoff = Duration::from_millis(100);
+        loop {
+            let result = match &work {
+                Work::Change(change) => apply(&db, store.as_ref(), change).await,
+                Work::CopyAll => copy_all(&db, store.as_ref()).await,
+            };
+            let Err(e) = result else { break };
+            tracing::warn!(database = %name, error = %e, "a policy change could not be applied to a governed database; retrying");
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(Duration::from_secs(5));
+        }
+        applied.fetch_add(1, Ordering::SeqCst);
+        progress.notify_waiters();
+        applied_one.notify_one();
     }
 }
 
@@ -259,35 +344,6 @@ async fn copy_all(db: &Database, store: &dyn Store) -> Result<(), String> {
         apply(db, store, &PolicyChange::of(&tenant, None)).await?;
     }
     Ok(())
-}
-
-/// Applies each change to every database, in order; a database that fails is retried (with
-/// backoff) until it takes the change, and nothing after it is counted applied before.
-async fn apply_changes(
-    databases: Vec<(Database, Arc<AtomicU64>)>,
-    store: Arc<dyn Store>,
-    mut rx: mpsc::UnboundedReceiver<Work>,
-    applied: Arc<AtomicU64>,
-    progress: Arc<Notify>,
-) {
-    while let Some(work) = rx.recv().await {
-        for (db, done) in &databases {
-            let mut backoff = Duration::from_millis(100);
-            loop {
-                let result = match &work {
-                    Work::Change(change) => apply(db, store.as_ref(), change).await,
-                    Work::CopyAll => copy_all(db, store.as_ref()).await,
-                };
-                let Err(e) = result else { break };
-                tracing::warn!(database = %db.config.name, error = %e, "a policy change could not be applied to a governed database; retrying");
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(5));
-            }
-            done.fetch_add(1, Ordering::SeqCst);
-        }
-        applied.fetch_add(1, Ordering::SeqCst);
-        progress.notify_waiters();
-    }
 }
 
 /// One change: a subject's state and consent coverage, or a tenant's retention rules, read from
@@ -403,8 +459,7 @@ async fn write_holds(
     Ok(())
 }
 
-/// A subject's state and the consent its live grants give, per action. Updating the subject's
-/// row waits for the writes that locked it while deciding. Once the subject's erasure completed
+/// A subject's state and the consent its live grants give, per action. Once the subject's erasure completed
 /// (Lethe then keeps only its reference) its rows go: without consent nothing of it can be written
 /// or read, Lethe grants it none again, and the database keeps no copy of its key.
 async fn write_subject(

@@ -11,7 +11,7 @@
 use crate::config::{GovernedDatabase, GovernedTable};
 
 /// The version of what [`plan`] installs; bumped with every change to it.
-pub const VERSION: i32 = 1;
+pub const VERSION: i32 = 3;
 
 /// The SQLSTATE of every refusal; the message names Lethe's refusal code.
 pub const REFUSED: &str = "LTH01";
@@ -25,6 +25,14 @@ pub fn plan(db: &GovernedDatabase) -> Vec<String> {
             .map(|(t, r)| (Some(t.as_str()), r.as_str())),
     );
     let roles: Vec<(Option<&str>, &str)> = roles.collect();
+    // Which tenants each app role may hear about: its own, or (the app role) every one.
+    sql.push("DELETE FROM lethe.roles".into());
+    for (tenant, role) in &roles {
+        let tenant = tenant.map_or("NULL".to_owned(), |t| format!("'{t}'"));
+        sql.push(format!(
+            "INSERT INTO lethe.roles (role, tenant) VALUES ('{role}', {tenant})"
+        ));
+    }
     for (_, role) in &roles {
         sql.push(format!(
             "DO $lethe$ BEGIN IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = '{role}') THEN CREATE ROLE {role} LOGIN NOBYPASSRLS; END IF; END $lethe$"
@@ -37,7 +45,7 @@ pub fn plan(db: &GovernedDatabase) -> Vec<String> {
         ));
         sql.push(format!("GRANT USAGE ON SCHEMA lethe TO {role}"));
         sql.push(format!(
-            "GRANT EXECUTE ON FUNCTION lethe.readable(text, text, text, text, timestamptz, bigint) TO {role}"
+            "GRANT EXECUTE ON FUNCTION lethe.readable(text, text, text, text, timestamptz, bigint), lethe.written_here(xid, tid) TO {role}"
         ));
     }
     for table in &db.tables {
@@ -46,6 +54,11 @@ pub fn plan(db: &GovernedDatabase) -> Vec<String> {
             None => sql.extend(table_plan(table, &roles)),
         }
     }
+    // Nothing in schema lethe is PUBLIC's: functions are executable by their owner and by
+    // what is granted above (the app roles: `readable`, which their row security calls), and
+    // every function made later starts that way too.
+    sql.push("REVOKE ALL ON ALL FUNCTIONS IN SCHEMA lethe FROM PUBLIC".into());
+    sql.push("ALTER DEFAULT PRIVILEGES IN SCHEMA lethe REVOKE ALL ON FUNCTIONS FROM PUBLIC".into());
     sql.push(format!(
         "INSERT INTO lethe.version (version, installed_at) VALUES ({VERSION}, now()) ON CONFLICT (version) DO NOTHING"
     ));
@@ -66,6 +79,15 @@ fn schema() -> Vec<String> {
         // Active legal holds: a subject's, or (subject NULL) the whole tenant's.
         "CREATE TABLE IF NOT EXISTS lethe.holds (tenant text NOT NULL, subject text)".into(),
         "CREATE INDEX IF NOT EXISTS holds_scope ON lethe.holds (tenant, subject)".into(),
+        // The app roles and the tenant each serves (NULL: every tenant).
+        "CREATE TABLE IF NOT EXISTS lethe.roles (role text PRIMARY KEY, tenant text)".into(),
+        // Whether the session's role may hear about a tenant: an app role only of the tenants
+        // it serves; any other role (the tables' owner, Lethe) is not an app role and is not
+        // scoped. The session's role, not the definer's: every caller is a SECURITY DEFINER.
+        "CREATE OR REPLACE FUNCTION lethe.serves(p_tenant text) RETURNS boolean LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $lethe$
+  SELECT NOT EXISTS (SELECT 1 FROM lethe.roles r WHERE r.role = session_user)
+      OR EXISTS (SELECT 1 FROM lethe.roles r WHERE r.role = session_user AND (r.tenant IS NULL OR r.tenant = p_tenant))
+$lethe$".into(),
         format!(
             "CREATE OR REPLACE FUNCTION lethe.refuse(code text) RETURNS void LANGUAGE plpgsql AS $lethe$
 BEGIN
@@ -73,8 +95,9 @@ BEGIN
     HINT = 'refused by the policy Lethe installed; see the subject''s consent, state and retention rules';
 END $lethe$"
         ),
-        // The subject's row is locked for share: a flip (which updates it) waits for the writes
-        // deciding on it to commit, and every write after the flip sees it.
+        // The subject's state is read, not locked: a flip never waits behind the writes
+        // deciding on it (a steady stream of them would hold it off). Those that decided before
+        // it are waited for, then ended, before the flip is said to hold (`governed::flips`).
         "CREATE OR REPLACE FUNCTION lethe.decide_write(p_tenant text, p_subject text, p_purpose text, p_category text, p_requested timestamptz, OUT expires_at timestamptz, OUT epoch bigint)
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $lethe$
 DECLARE
@@ -87,7 +110,11 @@ BEGIN
   IF p_tenant IS NULL OR p_subject IS NULL OR p_purpose IS NULL OR p_category IS NULL THEN
     PERFORM lethe.refuse('missing_scope');
   END IF;
-  SELECT * INTO s FROM lethe.subjects WHERE tenant = p_tenant AND subject = p_subject FOR SHARE;
+  -- Before anything about the subject is looked at: another tenant's role learns nothing.
+  IF NOT lethe.serves(p_tenant) THEN
+    PERFORM lethe.refuse('scope_violation');
+  END IF;
+  SELECT * INTO s FROM lethe.subjects WHERE tenant = p_tenant AND subject = p_subject;
   IF FOUND AND NOT s.active THEN
     PERFORM lethe.refuse('subject_suppressed');
   END IF;
@@ -113,6 +140,7 @@ END $lethe$".into(),
         "CREATE OR REPLACE FUNCTION lethe.readable(p_tenant text, p_subject text, p_purpose text, p_category text, p_expires_at timestamptz, p_epoch bigint)
 RETURNS boolean LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $lethe$
   SELECT p_expires_at IS NOT NULL AND p_epoch IS NOT NULL AND p_expires_at > now()
+     AND lethe.serves(p_tenant)
      AND EXISTS (SELECT 1 FROM lethe.subjects s
                   WHERE s.tenant = p_tenant AND s.subject = p_subject AND s.active AND s.epoch = p_epoch)
      AND EXISTS (SELECT 1 FROM lethe.consents c
@@ -133,9 +161,18 @@ RETURNS boolean LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalo
      AND NOT EXISTS (SELECT 1 FROM lethe.holds h
                       WHERE h.tenant = p_tenant AND (h.subject IS NULL OR h.subject = p_subject))
 $lethe$".into(),
+        // Whether a row is being written by the calling transaction: not stored yet (a row an
+        // INSERT ... ON CONFLICT checks as a read before storing it has no place), or stored by
+        // it (or one of its savepoints) and not committed (a visible row whose writer is still in
+        // progress is the caller's own). It answers about the caller's own rows only.
+        "CREATE OR REPLACE FUNCTION lethe.written_here(p_xmin xid, p_ctid tid) RETURNS boolean LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $lethe$
+  SELECT p_ctid = '(4294967295,0)'::tid OR coalesce(pg_xact_status(((c.top - c.top % 4294967296) + x.low
+           + CASE WHEN x.low - c.top % 4294967296 > 2147483648 THEN -4294967296
+                  WHEN c.top % 4294967296 - x.low > 2147483648 THEN 4294967296 ELSE 0 END)::text::xid8) = 'in progress', false)
+    FROM (SELECT pg_current_xact_id_if_assigned()::text::bigint AS top) c,
+         (SELECT p_xmin::text::bigint AS low) x
+$lethe$".into(),
         "REVOKE ALL ON ALL TABLES IN SCHEMA lethe FROM PUBLIC".into(),
-        "REVOKE ALL ON FUNCTION lethe.decide_write(text, text, text, text, timestamptz) FROM PUBLIC".into(),
-        "REVOKE ALL ON FUNCTION lethe.readable(text, text, text, text, timestamptz, bigint) FROM PUBLIC".into(),
     ]
 }
 
@@ -206,13 +243,6 @@ fn linked_plan(
     let name = object_name(table);
     let join = joined(table).replace(&format!("{}.", bare(table)), "NEW.");
     let scope = scope_of(owner);
-    // A tenant's role writes only under its tenant's owners.
-    let tenants: String = roles
-        .iter()
-        .filter_map(|(tenant, role)| tenant.map(|tenant| format!(
-            "\n  IF session_user = '{role}' AND lethe_scope[1] IS DISTINCT FROM '{tenant}' THEN\n    PERFORM lethe.refuse('scope_violation');\n  END IF;"
-        )))
-        .collect();
     let mut sql = vec![
         format!(
             "CREATE OR REPLACE FUNCTION lethe.owned_{name}() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, public AS $lethe$
@@ -222,7 +252,7 @@ BEGIN
   SELECT ARRAY[{scope}] INTO lethe_scope FROM {o} lethe_owner WHERE {join} AND lethe_owner.lethe_epoch IS NOT NULL LIMIT 1;
   IF lethe_scope IS NULL THEN
     PERFORM lethe.refuse('owner_required');
-  END IF;{tenants}
+  END IF;
   PERFORM lethe.decide_write(lethe_scope[1], lethe_scope[2], lethe_scope[3], lethe_scope[4], NULL);
   RETURN NULL;
 END $lethe$",
@@ -237,27 +267,17 @@ END $lethe$",
         format!("DROP POLICY IF EXISTS lethe_itself ON {t}"),
         format!("CREATE POLICY lethe_itself ON {t} TO CURRENT_USER USING (true) WITH CHECK (true)"),
     ];
-    // Readable under an owner row the reader may read; or while no owner row exists at all,
-    // which a committed row cannot be (the deferred check, and the cascade below): a row an app
-    // writes before its owner's, in the same transaction (which ON CONFLICT checks as a read).
-    let keys: Vec<String> = table
-        .key
-        .iter()
-        .map(|k| format!("({}.{k})::text", bare(table)))
-        .collect();
+    // Readable under an owner row the reader may read; or by the transaction writing it, until
+    // it commits (apps write such rows before their owner's, and ON CONFLICT checks them as a
+    // read): the deferred check decides it then. Nothing here says whether another tenant's
+    // owner exists.
     let owned = format!(
-        "EXISTS (SELECT 1 FROM {} lethe_owner WHERE {}) OR NOT lethe.has_owner_{name}({})",
+        "EXISTS (SELECT 1 FROM {} lethe_owner WHERE {}) OR lethe.written_here({name}.xmin, {name}.ctid)",
         owner.table,
         joined(table),
-        keys.join(", ")
+        name = bare(table)
     );
     let params: Vec<String> = table.key.iter().map(|_| "text".to_owned()).collect();
-    let matched: Vec<String> = table
-        .key
-        .iter()
-        .enumerate()
-        .map(|(i, k)| format!("(lethe_owner.{k})::text = ${}", i + 1))
-        .collect();
     let gone: Vec<String> = table
         .key
         .iter()
@@ -269,15 +289,6 @@ END $lethe$",
         .map(|k| format!("lethe_owner.{k} = {}.{k}", bare(table)))
         .collect();
     sql.extend([
-        format!(
-            "CREATE OR REPLACE FUNCTION lethe.has_owner_{name}({}) RETURNS boolean LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, public AS $lethe$
-  SELECT EXISTS (SELECT 1 FROM {} lethe_owner WHERE {})
-$lethe$",
-            params.join(", "),
-            owner.table,
-            matched.join(" AND ")
-        ),
-        format!("REVOKE ALL ON FUNCTION lethe.has_owner_{name}({}) FROM PUBLIC", params.join(", ")),
         // When an owner's last row for a key goes (a purge, a sweep, the app's own delete), its
         // linked rows go with it: no committed row is left without an owner.
         format!(
@@ -302,15 +313,16 @@ END $lethe$",
         sql.extend([
             format!("GRANT SELECT, INSERT, UPDATE, DELETE ON {t} TO {role}"),
             format!("GRANT USAGE ON SCHEMA {} TO {role}", schema_of(table)),
-            format!(
-                "GRANT EXECUTE ON FUNCTION lethe.has_owner_{name}({}) TO {role}",
-                params.join(", ")
-            ),
             format!("DROP POLICY IF EXISTS {policy} ON {t}"),
             // The owner's row security decides what the role may read of it, tenant included.
             format!("CREATE POLICY {policy} ON {t} TO {role} USING ({owned}) WITH CHECK (true)"),
         ]);
     }
+    // Installed by earlier versions: it answered whether any tenant's owner row exists.
+    sql.push(format!(
+        "DROP FUNCTION IF EXISTS lethe.has_owner_{name}({})",
+        params.join(", ")
+    ));
     sql
 }
 

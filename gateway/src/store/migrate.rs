@@ -42,6 +42,11 @@ pub const SQLITE: &[Migration] = &[
         name: "derivatives",
         sql: include_str!("../../../migrations/sqlite/0007_derivatives.sql"),
     },
+    Migration {
+        version: 8,
+        name: "governed_flips",
+        sql: include_str!("../../../migrations/sqlite/0008_governed_flips.sql"),
+    },
 ];
 
 pub const POSTGRES: &[Migration] = &[
@@ -79,6 +84,11 @@ pub const POSTGRES: &[Migration] = &[
         version: 7,
         name: "derivatives",
         sql: include_str!("../../../migrations/postgres/0007_derivatives.sql"),
+    },
+    Migration {
+        version: 8,
+        name: "governed_flips",
+        sql: include_str!("../../../migrations/postgres/0008_governed_flips.sql"),
     },
 ];
 

@@ -183,6 +183,24 @@ pub fn deadline(at: DateTime<Utc>, months: u32) -> DateTime<Utc> {
         .unwrap_or(at)
 }
 
+/// Where a request's flip stands in one governed database.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct GovernedFlip {
+    pub database: String,
+    /// When the flip was found to hold there (applied, no transaction from before it left);
+    /// `None` while it does not.
+    pub applied_at: Option<DateTime<Utc>>,
+}
+
+/// A flip still to hold in a governed database: whose keys, in which epoch at least.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PendingFlip {
+    pub request_id: String,
+    pub tenant: String,
+    /// Each flipped key with the epoch the state store gave it.
+    pub keys: Vec<(String, i64)>,
+}
+
 /// One store's share of an erasure: waiting for the flip, then pending, running, done or failed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct PurgeJob {
@@ -667,6 +685,24 @@ pub trait Store: Send + Sync + 'static {
         &self,
         id: &str,
         event: lethe_policy::ErasureEvent,
+        at: DateTime<Utc>,
+        audit: AuditEntry,
+    ) -> Result<ErasureRecord, StoreError>;
+
+    /// The governed databases every flip must hold in too (by name); set once, right after
+    /// opening (unset: none, and a flip holds once the state store has it).
+    fn use_governed(&self, databases: Vec<String>);
+    /// Each governed database a request's flip must hold in, and since when it does.
+    async fn governed_flips(&self, request_id: &str) -> Result<Vec<GovernedFlip>, StoreError>;
+    /// The requests whose flip does not hold in `database` yet, with the keys it flipped.
+    async fn pending_flips(&self, database: &str) -> Result<Vec<PendingFlip>, StoreError>;
+    /// Records that a request's flip holds in `database` since `at`, with its event (from the
+    /// `audit` template). Once it holds in every one, the request is `suppressed` then, and
+    /// its purge may start. Recording it again changes nothing.
+    async fn flip_applied(
+        &self,
+        request_id: &str,
+        database: &str,
         at: DateTime<Utc>,
         audit: AuditEntry,
     ) -> Result<ErasureRecord, StoreError>;

@@ -19,6 +19,7 @@ pub struct PgStore {
     feed: Arc<Feed>,
     subject_key: std::sync::OnceLock<Vec<u8>>,
     closure: std::sync::OnceLock<super::Closure>,
+    governed: std::sync::OnceLock<Vec<String>>,
     /// Dropped with the store, which stops the listener.
     _stop_listener: oneshot::Sender<()>,
 }
@@ -55,6 +56,7 @@ impl PgStore {
             feed,
             subject_key: std::sync::OnceLock::new(),
             closure: std::sync::OnceLock::new(),
+            governed: std::sync::OnceLock::new(),
             _stop_listener: stop,
         })
     }
@@ -92,6 +94,10 @@ impl PgStore {
 
     fn closure(&self) -> super::Closure {
         self.closure.get().copied().unwrap_or_default()
+    }
+
+    fn governed(&self) -> &[String] {
+        self.governed.get().map_or(&[], Vec::as_slice)
     }
 
     /// An erased subject's key in what the replicas share of the window: its reference instead,

@@ -18,7 +18,7 @@ macro_rules! impl_store {
             use sqlx::Row as _;
 
             use super::*;
-            use crate::store::{deadline, Closure, DeadlineExtension, Decision, Derivative, Derived, DueWindow, Edge, ItemKey, Rejection, ErasureFilter, ErasureRecord, MAX_EXTENSION_MONTHS, ErasureStats, ExpiredItem, Feed, FeedEvent, HoldRecord, ItemRecord, JobOutcome, PolicyChange, PurgeJob, RetentionVersion, Store, StoreError, Tombstone};
+            use crate::store::{deadline, Closure, DeadlineExtension, Decision, Derivative, Derived, DueWindow, Edge, ItemKey, Rejection, ErasureFilter, ErasureRecord, MAX_EXTENSION_MONTHS, ErasureStats, ExpiredItem, Feed, FeedEvent, GovernedFlip, HoldRecord, PendingFlip, ItemRecord, JobOutcome, PolicyChange, PurgeJob, RetentionVersion, Store, StoreError, Tombstone};
 
             crate::store::derivatives::derivative_sql!($db);
 
@@ -276,7 +276,9 @@ macro_rules! impl_store {
             /// The flip, inside the caller's transaction: every key suppressed in a new epoch,
             /// everything derived from the subject's items (its closure) hidden, the request
             /// suppressed, its purge jobs released. Returns the changes to broadcast.
-            async fn flip(tx: &mut Tx, subject_key: &std::sync::OnceLock<Vec<u8>>, record: &mut ErasureRecord, closure: Closure, at: DateTime<Utc>) -> Result<Vec<PolicyChange>, StoreError> {
+            /// Where governed databases must apply the flip too, the request is `propagating`
+            /// until each has ([`Store::flip_applied`]), and says `suppressed` only then.
+            async fn flip(tx: &mut Tx, subject_key: &std::sync::OnceLock<Vec<u8>>, record: &mut ErasureRecord, closure: Closure, governed: &[String], at: DateTime<Utc>) -> Result<Vec<PolicyChange>, StoreError> {
                 let mut changes = Vec::new();
                 for key in record.keys() {
                     sqlx::query(
@@ -290,8 +292,19 @@ macro_rules! impl_store {
                     .await?;
                     changes.push(PolicyChange::of_subject(&record.tenant, key));
                 }
-                step(record, ErasureEvent::Suppress, at)?;
-                record.suppressed_at = Some(at);
+                if governed.is_empty() {
+                    step(record, ErasureEvent::Suppress, at)?;
+                    record.suppressed_at = Some(at);
+                } else {
+                    step(record, ErasureEvent::FlipPending, at)?;
+                    for database in governed {
+                        sqlx::query("INSERT INTO erasure_flips (request_id, database) VALUES ($1, $2) ON CONFLICT (request_id, database) DO NOTHING")
+                            .bind(&record.id)
+                            .bind(database)
+                            .execute(&mut **tx)
+                            .await?;
+                    }
+                }
                 save_erasure(tx, record).await?;
                 sqlx::query("UPDATE purge_jobs SET state = 'pending', next_attempt_at = $1, updated_at = $1 WHERE request_id = $2 AND state = 'waiting'")
                     .bind(at)
@@ -310,6 +323,7 @@ macro_rules! impl_store {
                 subject_key: &std::sync::OnceLock<Vec<u8>>,
                 record: &mut ErasureRecord,
                 closure: Closure,
+                governed: &[String],
                 at: DateTime<Utc>,
                 audit: &AuditEntry,
             ) -> Result<Vec<PolicyChange>, StoreError> {
@@ -319,8 +333,10 @@ macro_rules! impl_store {
                     append_in(tx, AuditEntry { action: "erasure.hold".into(), target: "erasure".into(), target_ref: Some(record.id.clone()), ..audit.clone() }).await?;
                     return Ok(Vec::new());
                 }
-                let changes = flip(tx, subject_key, record, closure, at).await?;
-                append_in(tx, AuditEntry { action: "erasure.suppress".into(), target: "erasure".into(), target_ref: Some(record.id.clone()), ..audit.clone() }).await?;
+                let changes = flip(tx, subject_key, record, closure, governed, at).await?;
+                // `erasure.suppress` once the flip holds everywhere; until then it is on its way.
+                let action = if record.state == ErasureState::Suppressed { "erasure.suppress" } else { "erasure.flip" };
+                append_in(tx, AuditEntry { action: action.into(), target: "erasure".into(), target_ref: Some(record.id.clone()), ..audit.clone() }).await?;
                 Ok(changes)
             }
 
@@ -817,7 +833,7 @@ macro_rules! impl_store {
                         step(&mut record, ErasureEvent::HoldReleased, at)?;
                         let subject_ref = audit.subject_ref.clone();
                         let resumed = AuditEntry { subject_ref, ..audit.clone() };
-                        changes.extend(hold_or_flip(&mut tx, &self.subject_key, &mut record, self.closure(), at, &resumed).await?);
+                        changes.extend(hold_or_flip(&mut tx, &self.subject_key, &mut record, self.closure(), self.governed(), at, &resumed).await?);
                     }
                     commit_changes(self, tx, changes).await?;
                     Ok(hold)
@@ -1018,7 +1034,7 @@ macro_rules! impl_store {
                     let mut changes = Vec::new();
                     if authorised {
                         step(&mut record, ErasureEvent::Authorize, at)?;
-                        changes = hold_or_flip(&mut tx, &self.subject_key, &mut record, self.closure(), at, &audit).await?;
+                        changes = hold_or_flip(&mut tx, &self.subject_key, &mut record, self.closure(), self.governed(), at, &audit).await?;
                     }
                     commit_changes(self, tx, changes).await?;
                     Ok(record)
@@ -1446,6 +1462,73 @@ macro_rules! impl_store {
                 fn use_closure(&self, closure: Closure) {
                     // The first stays: a store is opened with one configuration.
                     let _ = self.closure.set(closure);
+                }
+
+                fn use_governed(&self, databases: Vec<String>) {
+                    // The first stays: a store is opened with one configuration.
+                    let _ = self.governed.set(databases);
+                }
+
+                async fn governed_flips(&self, request_id: &str) -> Result<Vec<GovernedFlip>, StoreError> {
+                    let rows = sqlx::query("SELECT database, applied_at FROM erasure_flips WHERE request_id = $1 ORDER BY database")
+                        .bind(request_id)
+                        .fetch_all(&self.pool)
+                        .await?;
+                    rows.iter()
+                        .map(|row| Ok(GovernedFlip { database: row.try_get("database")?, applied_at: row.try_get("applied_at")? }))
+                        .collect()
+                }
+
+                async fn pending_flips(&self, database: &str) -> Result<Vec<PendingFlip>, StoreError> {
+                    let sql = sqlx::AssertSqlSafe(format!(
+                        "SELECT {ERASURE_COLUMNS} FROM erasure_requests r WHERE EXISTS (SELECT 1 FROM erasure_flips f WHERE f.request_id = r.id AND f.database = $1 AND f.applied_at IS NULL) ORDER BY requested_at"
+                    ));
+                    let rows = sqlx::query(sql).bind(database).fetch_all(&self.pool).await?;
+                    let mut pending = Vec::with_capacity(rows.len());
+                    for row in &rows {
+                        let record = erasure_from_row(row)?;
+                        let mut keys = Vec::new();
+                        for key in record.keys() {
+                            let epoch: Option<i64> = sqlx::query_scalar("SELECT epoch FROM subjects WHERE tenant = $1 AND subject = $2")
+                                .bind(&record.tenant)
+                                .bind(key)
+                                .fetch_optional(&self.pool)
+                                .await?;
+                            keys.push((key.to_owned(), epoch.ok_or_else(|| StoreError::Corrupt("a flipped key without its state".into()))?));
+                        }
+                        pending.push(PendingFlip { request_id: record.id, tenant: record.tenant, keys });
+                    }
+                    Ok(pending)
+                }
+
+                async fn flip_applied(&self, request_id: &str, database: &str, at: DateTime<Utc>, audit: AuditEntry) -> Result<ErasureRecord, StoreError> {
+                    let mut tx = self.write_tx().await?;
+                    let sql = sqlx::AssertSqlSafe(format!("SELECT {ERASURE_COLUMNS} FROM erasure_requests WHERE id = $1{}", <$store>::FOR_UPDATE));
+                    let mut record = erasure_from_row(&sqlx::query(sql).bind(request_id).fetch_one(&mut *tx).await?)?;
+                    let applied = sqlx::query("UPDATE erasure_flips SET applied_at = $3 WHERE request_id = $1 AND database = $2 AND applied_at IS NULL")
+                        .bind(request_id)
+                        .bind(database)
+                        .bind(at)
+                        .execute(&mut *tx)
+                        .await?
+                        .rows_affected();
+                    if applied == 0 {
+                        return Ok(record);
+                    }
+                    let target = |action: &str, target: &str, target_ref: &str| AuditEntry { action: action.into(), target: target.into(), target_ref: Some(target_ref.to_owned()), at, ..audit.clone() };
+                    append_in(&mut tx, target("governed.flip_applied", "postgres", database)).await?;
+                    let left: i64 = sqlx::query_scalar("SELECT count(*) FROM erasure_flips WHERE request_id = $1 AND applied_at IS NULL")
+                        .bind(request_id)
+                        .fetch_one(&mut *tx)
+                        .await?;
+                    if left == 0 && record.state == ErasureState::Propagating && record.suppressed_at.is_none() {
+                        step(&mut record, ErasureEvent::FlipApplied, at)?;
+                        record.suppressed_at = Some(at);
+                        save_erasure(&mut tx, &record).await?;
+                        append_in(&mut tx, target("erasure.suppress", "erasure", request_id)).await?;
+                    }
+                    tx.commit().await?;
+                    Ok(record)
                 }
 
                 async fn record_derived(&self, derived: &[Derived]) -> Result<(), StoreError> {

@@ -17,6 +17,7 @@ pub struct SqliteStore {
     feed: std::sync::Arc<super::Feed>,
     subject_key: std::sync::OnceLock<Vec<u8>>,
     closure: std::sync::OnceLock<super::Closure>,
+    governed: std::sync::OnceLock<Vec<String>>,
 }
 
 impl SqliteStore {
@@ -57,6 +58,7 @@ impl SqliteStore {
             feed: std::sync::Arc::new(super::Feed::new(true)),
             subject_key: std::sync::OnceLock::new(),
             closure: std::sync::OnceLock::new(),
+            governed: std::sync::OnceLock::new(),
         })
     }
 
@@ -89,6 +91,10 @@ impl SqliteStore {
 
     fn closure(&self) -> super::Closure {
         self.closure.get().copied().unwrap_or_default()
+    }
+
+    fn governed(&self) -> &[String] {
+        self.governed.get().map_or(&[], Vec::as_slice)
     }
 
     /// Nothing to forget: one process keeps what it served in memory, not here.

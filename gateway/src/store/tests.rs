@@ -43,6 +43,7 @@ on_both_backends!(
     expired_and_revoked_items_are_found_for_the_sweeper_unless_held,
     erasure_requests_are_listed_a_page_at_a_time_and_summed_up,
     a_refused_request_keeps_its_reason_and_cancels_its_jobs,
+    a_flip_is_suppressed_only_once_it_holds_in_every_governed_database,
 );
 
 /// The raw keys of the erased subject in the test below: distinct enough that no hash, id or
@@ -1279,7 +1280,7 @@ async fn before_deadlines_were_kept(
 
 /// Requests filed before deadlines were kept get the default month, to the month's last day.
 async fn the_deadline_of_an_earlier_request_is_its_default_month(store: Arc<dyn Store>) {
-    assert_eq!(store.migrate().await.unwrap(), [6, 7]);
+    assert_eq!(store.migrate().await.unwrap(), [6, 7, 8]);
     let old = store.erasure("er_old").await.unwrap();
     assert_eq!(
         old.deadline,
@@ -1324,5 +1325,139 @@ fn an_items_reference_cannot_be_recomputed_without_the_audit_key() {
             "[\"acme\",\"bob@example.com\",\"facts\"]"
         )
         .reference(b"audit-key")
+    );
+}
+
+/// With governed databases, the flip commits in the state store at once (the subject is
+/// suppressed for every replica) but the request says `propagating`, naming the databases the
+/// flip does not hold in yet; its purge cannot start before it holds in the last one, and then
+/// its online latency runs to that moment.
+async fn a_flip_is_suppressed_only_once_it_holds_in_every_governed_database(
+    store: &Arc<dyn Store>,
+) {
+    use lethe_policy::ErasureState;
+    store.use_governed(vec!["app".into(), "langgraph".into()]);
+    store
+        .create_grant(&grant("g1", "u1"), audit("consent.grant", Some("g1")))
+        .await
+        .unwrap();
+    let at = now();
+    let record = ErasureRecord {
+        aliases: vec!["u1-old".into()],
+        ..crate::testing::erasure_request("er1", "u1", at)
+    };
+    store
+        .create_erasure(
+            &record,
+            &["postgres:app".into()],
+            audit("erasure.request", Some("er1")),
+        )
+        .await
+        .unwrap();
+    let flipped = store
+        .approve_erasure("er1", "dpo", 1, at, audit("erasure.approve", Some("er1")))
+        .await
+        .unwrap();
+    assert_eq!(
+        (flipped.state, flipped.suppressed_at),
+        (ErasureState::Propagating, None)
+    );
+    assert_eq!(
+        store.subject("acme", "u1").await.unwrap().unwrap().status,
+        SubjectStatus::Suppressed,
+        "the state store's own flip is not held back"
+    );
+    let pending = |db: &'static str| async move { store.pending_flips(db).await.unwrap() };
+    for db in ["app", "langgraph"] {
+        let flips = pending(db).await;
+        assert_eq!(flips.len(), 1, "{db}");
+        assert_eq!(flips[0].request_id, "er1");
+        assert_eq!(
+            flips[0].keys,
+            [("u1".to_owned(), 1), ("u1-old".to_owned(), 1)]
+        );
+    }
+    let later = |ms| at + TimeDelta::milliseconds(ms);
+    assert!(
+        store
+            .claim_purge_job("w", later(10_000), later(10_000), later(70_000))
+            .await
+            .unwrap()
+            .is_none(),
+        "no purge before the flip holds everywhere"
+    );
+
+    let first = store
+        .flip_applied("er1", "app", later(40), audit("", None))
+        .await
+        .unwrap();
+    assert_eq!(
+        (first.state, first.suppressed_at),
+        (ErasureState::Propagating, None)
+    );
+    assert!(pending("app").await.is_empty());
+    assert_eq!(pending("langgraph").await.len(), 1);
+    let again = store
+        .flip_applied("er1", "app", later(50), audit("", None))
+        .await
+        .unwrap();
+    assert_eq!(again, first, "recorded once");
+
+    let held = store
+        .flip_applied("er1", "langgraph", later(90), audit("", None))
+        .await
+        .unwrap();
+    assert_eq!(
+        (held.state, held.suppressed_at),
+        (ErasureState::Suppressed, Some(later(90)))
+    );
+    assert_eq!(store.erasure("er1").await.unwrap(), held);
+    let flips = store.governed_flips("er1").await.unwrap();
+    assert_eq!(
+        flips,
+        [
+            GovernedFlip {
+                database: "app".into(),
+                applied_at: Some(later(40))
+            },
+            GovernedFlip {
+                database: "langgraph".into(),
+                applied_at: Some(later(90))
+            },
+        ]
+    );
+    let actions: Vec<String> = store
+        .audit_page(0, 100, None)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| {
+            format!(
+                "{} {}",
+                r.entry.action,
+                r.entry.target_ref.unwrap_or_default()
+            )
+        })
+        .collect();
+    assert!(
+        actions.ends_with(&[
+            "erasure.flip er1".to_owned(),
+            "governed.flip_applied app".to_owned(),
+            "governed.flip_applied langgraph".to_owned(),
+            "erasure.suppress er1".to_owned(),
+        ]),
+        "{actions:?}"
+    );
+    let job = store
+        .claim_purge_job("w", later(10_000), later(10_000), later(70_000))
+        .await
+        .unwrap();
+    assert!(
+        job.is_some(),
+        "the purge starts once the flip holds everywhere"
+    );
+    assert_eq!(
+        store.erasure("er1").await.unwrap().state,
+        ErasureState::Propagating
     );
 }

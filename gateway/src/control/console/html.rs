@@ -64,7 +64,9 @@ pub fn nav(actor: &str, csrf: &str) -> String {
 
 /// Where a request stands on the way from receipt to completion: the steps behind it, the one
 /// it is at, those ahead; a detour (a hold, a failure, a rejection) is shown where it leaves it.
-pub fn steps(state: ErasureState) -> String {
+/// A request `propagating` its flip to governed databases (not `flipped` yet) is still at
+/// `suppressed`: that step is not behind it before the flip holds everywhere.
+pub fn steps(state: ErasureState, flipped: bool) -> String {
     use ErasureState as S;
     const WAY: [ErasureState; 6] = [
         S::Requested,
@@ -78,6 +80,7 @@ pub fn steps(state: ErasureState) -> String {
         S::Rejected => 1,
         S::Held => 2,
         S::Retrying | S::Exception | S::ManualReview => 3,
+        S::Propagating if !flipped => 2,
         s => WAY.iter().position(|w| *w == s).unwrap_or(0),
     };
     let mut shown: Vec<(ErasureState, &str)> = WAY
@@ -193,8 +196,8 @@ mod tests {
 
     #[test]
     fn the_steps_show_where_a_request_stands_and_its_detours() {
-        let shown = |state| {
-            let html = steps(state);
+        let shown = |state, flipped| {
+            let html = steps(state, flipped);
             html.split("<li ")
                 .skip(1)
                 .map(|li| {
@@ -233,10 +236,16 @@ mod tests {
             ),
         ];
         for (state, want) in cases {
-            assert_eq!(shown(state), want, "{state}");
+            let flipped = state.is_suppressed();
+            assert_eq!(shown(state, flipped), want, "{state}");
         }
         assert_eq!(
-            steps(ErasureState::Verifying)
+            shown(ErasureState::Propagating, false),
+            "+requested +authorized [suppressed] propagating verifying completed",
+            "a flip still on its way to a governed database"
+        );
+        assert_eq!(
+            steps(ErasureState::Verifying, true)
                 .matches("aria-current=\"step\"")
                 .count(),
             1

@@ -518,7 +518,7 @@ fn request_body(session: &Session, v: &ErasureView, holds: &[String], public_key
     let r = &v.record;
     let now = crate::now();
     let due = r.deadline;
-    let mut out = steps(r.state);
+    let mut out = steps(r.state, r.suppressed_at.is_some());
     out.push_str(&format!(
         "<dl><dt>State</dt><dd>{state}</dd><dt>Subject reference</dt><dd><code>{subject}</code></dd><dt>Ticket</dt><dd>{ticket}</dd><dt>Reason</dt><dd>{reason}</dd><dt>Received</dt><dd>{requested}</dd><dt>Deadline</dt><dd>{due} {badge}</dd><dt>Approvals</dt><dd>{approvals} of {required}: {who}</dd><dt>Online latency</dt><dd>{online}</dd></dl>",
         state = escape(&r.state.to_string()),
@@ -541,6 +541,17 @@ fn request_body(session: &Session, v: &ErasureView, holds: &[String], public_key
                 "{ms} ms from the request to the flip"
             )),
     ));
+    if !v.flip.is_empty() {
+        out.push_str("<p>The flip in each governed database:</p><ul>");
+        for f in &v.flip {
+            let held = f.applied_at.map_or(
+                "does not hold yet: a transaction from before it may still read or write the subject there".to_owned(),
+                |at| format!("holds since {}", at.format("%Y-%m-%d %H:%M:%S UTC")),
+            );
+            out.push_str(&format!("<li>{}: {held}</li>", escape(&f.database)));
+        }
+        out.push_str("</ul>");
+    }
     match &r.extension {
         Some(e) => out.push_str(&format!(
             "<p>The deadline was extended by {} month{} on {} by {}: {}</p>",

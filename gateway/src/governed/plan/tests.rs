@@ -16,6 +16,7 @@ fn db() -> GovernedDatabase {
             owner: None,
             key: vec![],
         }],
+        flip_grace: crate::config::ConfigDuration(std::time::Duration::from_secs(1)),
     }
 }
 
@@ -191,14 +192,19 @@ fn a_linked_table_follows_its_owner_and_goes_with_it() {
         "{}",
         check[0]
     );
+    // The owner's scope is decided like any write, the caller's tenant first.
     assert!(
-        check[0]
-            .contains("IF session_user = 'acme_app' AND lethe_scope[1] IS DISTINCT FROM 'acme'"),
+        check[0].contains("PERFORM lethe.decide_write(lethe_scope[1], lethe_scope[2], lethe_scope[3], lethe_scope[4], NULL)"),
         "{}",
         check[0]
     );
     let policy = with(&sql, "CREATE POLICY lethe_lethe_app ON checkpoint_blobs");
-    assert!(policy[0].contains("EXISTS (SELECT 1 FROM checkpoints lethe_owner WHERE lethe_owner.thread_id = checkpoint_blobs.thread_id) OR NOT lethe.has_owner_checkpoint_blobs((checkpoint_blobs.thread_id)::text)"), "{}", policy[0]);
+    assert!(policy[0].contains("USING (EXISTS (SELECT 1 FROM checkpoints lethe_owner WHERE lethe_owner.thread_id = checkpoint_blobs.thread_id) OR lethe.written_here(checkpoint_blobs.xmin, checkpoint_blobs.ctid))"), "{}", policy[0]);
+    assert!(
+        !sql.iter()
+            .any(|s| s.contains("lethe.has_owner_") && !s.starts_with("DROP FUNCTION IF EXISTS")),
+        "no function says whether another tenant's owner exists"
+    );
     assert_eq!(
         with(
             &sql,
@@ -218,4 +224,74 @@ fn a_linked_table_follows_its_owner_and_goes_with_it() {
         sweep(&db.tables[1], db.owner_of(&db.tables[1])),
         "DELETE FROM checkpoint_blobs WHERE NOT EXISTS (SELECT 1 FROM checkpoints lethe_owner WHERE lethe_owner.thread_id = checkpoint_blobs.thread_id)"
     );
+}
+
+#[test]
+fn a_write_reads_the_subject_state_without_locking_it() {
+    // A lock taken by every deciding write would let a stream of writes hold off a flip.
+    let sql = plan(&db()).join("\n");
+    let decide = sql
+        .split("CREATE OR REPLACE FUNCTION lethe.decide_write")
+        .nth(1)
+        .and_then(|rest| rest.split("$lethe$;").next())
+        .unwrap_or_default();
+    assert!(decide.contains("FROM lethe.subjects"), "{decide}");
+    for lock in [
+        "FOR SHARE",
+        "FOR UPDATE",
+        "FOR KEY SHARE",
+        "FOR NO KEY UPDATE",
+        "LOCK ",
+    ] {
+        assert!(!sql.contains(lock), "the installed SQL takes {lock}");
+    }
+}
+
+#[test]
+fn every_answer_is_for_the_callers_tenant_and_nothing_is_public() {
+    let sql = plan(&db());
+    let joined = sql.join("\n");
+    // Which tenant each app role serves, written afresh at every install.
+    let roles = [
+        "DELETE FROM lethe.roles",
+        "INSERT INTO lethe.roles (role, tenant) VALUES ('lethe_app', NULL)",
+        "INSERT INTO lethe.roles (role, tenant) VALUES ('acme_app', 'acme')",
+    ];
+    let at = |needle: &str| sql.iter().position(|s| s == needle).expect(needle);
+    assert!(at(roles[0]) < at(roles[1]) && at(roles[0]) < at(roles[2]));
+    // The write decision asks about the tenant before it looks at the subject.
+    let decide = joined
+        .split("CREATE OR REPLACE FUNCTION lethe.decide_write")
+        .nth(1)
+        .unwrap();
+    let serves = decide.find("IF NOT lethe.serves(p_tenant) THEN").unwrap();
+    assert!(serves < decide.find("FROM lethe.subjects").unwrap());
+    let readable = joined
+        .split("CREATE OR REPLACE FUNCTION lethe.readable")
+        .nth(1)
+        .unwrap();
+    assert!(
+        readable
+            .split("$lethe$")
+            .nth(1)
+            .unwrap()
+            .contains("AND lethe.serves(p_tenant)")
+    );
+    // Nothing in schema lethe is PUBLIC's, now or later; the app roles get the read check and
+    // the own-row check only.
+    let revoke = at("REVOKE ALL ON ALL FUNCTIONS IN SCHEMA lethe FROM PUBLIC");
+    let last_function = sql
+        .iter()
+        .rposition(|s| s.starts_with("CREATE OR REPLACE FUNCTION"))
+        .unwrap();
+    assert!(revoke > last_function);
+    at("ALTER DEFAULT PRIVILEGES IN SCHEMA lethe REVOKE ALL ON FUNCTIONS FROM PUBLIC");
+    let granted: Vec<&String> = sql
+        .iter()
+        .filter(|s| s.starts_with("GRANT EXECUTE"))
+        .collect();
+    assert_eq!(granted.len(), 2, "{granted:?}");
+    for grant in granted {
+        assert!(grant.starts_with("GRANT EXECUTE ON FUNCTION lethe.readable(text, text, text, text, timestamptz, bigint), lethe.written_here(xid, tid) TO "), "{grant}");
+    }
 }
