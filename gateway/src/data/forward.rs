@@ -11,7 +11,7 @@ use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode, Uri};
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::connect::{HttpConnector, capture_connection};
 use hyper_util::rt::TokioExecutor;
 
 use super::error::DataError;
@@ -315,16 +315,30 @@ impl Upstreams {
         *request.method_mut() = method;
         *request.uri_mut() = uri;
         *request.headers_mut() = headers;
+        // Which pooled connection carries the request (hyper-util fills it in at checkout).
+        let connection = capture_connection(&mut request);
 
         let response = within(route, self.client.request(request))
             .await?
             .map_err(|e| {
-                tracing::warn!(route = %route.name, error = %e, "upstream request failed");
+                // `?e` keeps hyper's cause (`IncompleteMessage`, `Io(ConnectionReset)`, ...):
+                // hyper-util's Display is only "client error (SendRequest)".
+                tracing::warn!(route = %route.name, error = ?e, "upstream request failed");
                 DataError::upstream_unavailable(format!(
                     "the {} upstream is unavailable",
                     route.name
                 ))
             })?;
+        // A server may close its connection right after an error answer without saying so
+        // (Starlette under uvicorn writes the 500, re-raises, and uvicorn closes the transport).
+        // Kept in the pool, that connection would take the next request and lose it (hyper does
+        // not retry a request it sent): the client would get a 502. A connection that carried a
+        // 5xx is never used again; its answer is still read whole.
+        if response.status().is_server_error()
+            && let Some(connected) = &*connection.connection_metadata()
+        {
+            connected.poison();
+        }
         if response
             .headers()
             .get(header::CONTENT_ENCODING)

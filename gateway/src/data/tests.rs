@@ -890,3 +890,136 @@ async fn a_provider_object_made_while_the_flip_committed_is_deleted_again() {
         "recorded, then marked deleted with the undo"
     );
 }
+
+/// Fails as Starlette under uvicorn does (LangGraph's server, any ASGI upstream): a whole 500,
+/// its length given or chunked, without `Connection: close`, and then the connection closed all
+/// the same. Here the close waits until the next request has arrived on that connection, so a
+/// pool that kept it loses that request every time rather than now and then. Requests without
+/// `x-fail` are answered `{}`, keep-alive. Counts the connections it accepted.
+async fn closes_after_its_500(chunked: bool) -> (SocketAddr, Arc<std::sync::atomic::AtomicUsize>) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let count = Arc::clone(&accepted);
+    tokio::spawn(async move {
+        loop {
+            let (mut stream, _) = listener.accept().await.unwrap();
+            count.fetch_add(1, Ordering::SeqCst);
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                while let Some(head) = read_head(&mut stream, &mut buf).await {
+                    if !head.contains("\r\nx-fail: 1") {
+                        let ok = "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}";
+                        if stream.write_all(ok.as_bytes()).await.is_err() {
+                            return;
+                        }
+                        continue;
+                    }
+                    let error = if chunked {
+                        "HTTP/1.1 500 Internal Server Error\r\ncontent-type: text/plain; charset=utf-8\r\ntransfer-encoding: chunked\r\n\r\n15\r\nInternal Server Error\r\n0\r\n\r\n"
+                    } else {
+                        "HTTP/1.1 500 Internal Server Error\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: 21\r\n\r\nInternal Server Error"
+                    };
+                    let _ = stream.write_all(error.as_bytes()).await;
+                    // Closed without a word once anything else arrives (or Lethe lets go of it).
+                    let _ = tokio::time::timeout(
+                        std::time::Duration::from_secs(2),
+                        stream.read(&mut [0u8; 1]),
+                    )
+                    .await;
+                    return;
+                }
+            });
+        }
+    });
+    (addr, accepted)
+}
+
+/// The head of the next request on `stream`, lowercased, taken out of `buf`; `None` at EOF.
+/// (Lethe sends these GETs without a body.)
+async fn read_head(stream: &mut tokio::net::TcpStream, buf: &mut Vec<u8>) -> Option<String> {
+    loop {
+        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
+            buf.drain(..end + 4);
+            return Some(head);
+        }
+        let mut chunk = [0u8; 4096];
+        match stream.read(&mut chunk).await {
+            Ok(0) | Err(_) => return None,
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+        }
+    }
+}
+
+/// An upstream that closes its connection after a 500 without saying so does not cost the next
+/// request a 502: the pooled connection that carried a 5xx is not used again.
+#[tokio::test]
+async fn an_upstream_500_does_not_cost_the_next_request_its_connection() {
+    use std::sync::atomic::Ordering;
+    for chunked in [false, true] {
+        let (upstream_addr, connections) = closes_after_its_500(chunked).await;
+        let store = migrated(&fresh_sqlite_url()).await;
+        let config = Config::check(&format!(
+            r#"
+            [[routes]]
+            name = "chroma"
+            prefix = "/chroma"
+            upstream = "http://{upstream_addr}"
+            adapter = "chroma"
+            "#
+        ))
+        .unwrap();
+        let (state, _lineage) = DataState::build(
+            &config,
+            Arc::clone(&store),
+            Arc::new(Verifier::hs256(SECRET, "lethe", 0).unwrap()),
+            Arc::from(&b"k"[..]),
+        )
+        .unwrap();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let limits = Limits {
+            timeout: std::time::Duration::from_secs(5),
+            max_concurrency: 8,
+        };
+        tokio::spawn(serve(listener, state, limits, std::future::pending()));
+        let p = Plane {
+            addr,
+            seen: Arc::default(),
+            store,
+        };
+        let admin = bearer(&token(Role::Admin, None));
+        let heartbeat = "/chroma/api/v2/heartbeat";
+        let failed = p
+            .send(
+                Method::GET,
+                heartbeat,
+                &[("authorization", admin.as_str()), ("x-fail", "1")],
+                "",
+            )
+            .await;
+        assert_eq!(
+            (failed.0, failed.2),
+            (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                json!("Internal Server Error")
+            ),
+            "chunked={chunked}: the upstream's own error is passed on"
+        );
+        let next = p
+            .send(
+                Method::GET,
+                heartbeat,
+                &[("authorization", admin.as_str())],
+                "",
+            )
+            .await;
+        assert_eq!(next.0, StatusCode::OK, "chunked={chunked}: {}", next.2);
+        assert!(
+            connections.load(Ordering::SeqCst) >= 2,
+            "chunked={chunked}: the next request went over a fresh connection"
+        );
+    }
+}

@@ -146,16 +146,24 @@ async fn info_field(
 /// How long Lethe waits for the server to finish rewriting its files.
 const REWRITE_DEADLINE: Duration = Duration::from_secs(300);
 
-/// Starts a background rewrite (`BGREWRITEAOF` or `BGSAVE`) and waits until the server reports
-/// it finished, and whether it went well.
-async fn rewrite(
-    con: &mut MultiplexedConnection,
-    command: &str,
-    in_progress: &[&str],
-    status: &str,
-) -> Result<(), String> {
+/// A background rewrite of the server's files, and the `INFO persistence` fields that follow it.
+struct Rewrite<'a> {
+    /// `BGREWRITEAOF` or `BGSAVE`.
+    command: &'a str,
+    /// Non-zero while one runs or waits to run.
+    in_progress: &'a [&'a str],
+    /// How the last one ended.
+    status: &'a str,
+    /// How many have finished since the server started (Redis 7): ours is done once it moved.
+    finished: &'a str,
+}
+
+/// Starts a background rewrite and waits until the server reports it finished (its count moved
+/// and none is in progress), and whether it went well. A server busy with another child process
+/// refuses the command: it is asked again until the deadline.
+async fn rewrite(con: &mut MultiplexedConnection, r: &Rewrite<'_>) -> Result<(), String> {
     let done = async |con: &mut MultiplexedConnection| -> Result<bool, String> {
-        for field in in_progress {
+        for field in r.in_progress {
             if info_field(con, "persistence", field)
                 .await
                 .map_err(|e| e.to_string())?
@@ -166,37 +174,56 @@ async fn rewrite(
         }
         Ok(true)
     };
+    let finished = async |con: &mut MultiplexedConnection| -> Result<Option<u64>, String> {
+        Ok(info_field(con, "persistence", r.finished)
+            .await
+            .map_err(|e| e.to_string())?
+            .parse()
+            .ok())
+    };
     let deadline = tokio::time::Instant::now() + REWRITE_DEADLINE;
+    let late = |what: &str| format!("{what} within {} s", REWRITE_DEADLINE.as_secs());
     // One already running holds the old contents: let it end, then start ours.
     while !done(con).await? {
         if tokio::time::Instant::now() > deadline {
-            return Err(format!(
-                "an earlier rewrite did not end within {} s",
-                REWRITE_DEADLINE.as_secs()
-            ));
+            return Err(late("an earlier rewrite did not end"));
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    redis::cmd(command)
-        .query_async::<()>(con)
-        .await
-        .map_err(|e| format!("{command} refused: {e}"))?;
-    while !done(con).await? {
+    let before = finished(con).await?;
+    loop {
+        match redis::cmd(r.command).query_async::<()>(con).await {
+            Ok(()) => break,
+            // Another child (a rewrite just ending, a replica's sync) holds the server.
+            Err(e) if e.to_string().contains("in progress") => {
+                if tokio::time::Instant::now() > deadline {
+                    return Err(format!("{} refused until the deadline: {e}", r.command));
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(e) => return Err(format!("{} refused: {e}", r.command)),
+        }
+    }
+    loop {
+        let moved = match (before, finished(con).await?) {
+            (Some(before), Some(now)) => now > before,
+            _ => true,
+        };
+        if moved && done(con).await? {
+            break;
+        }
         if tokio::time::Instant::now() > deadline {
-            return Err(format!(
-                "{command} did not finish within {} s",
-                REWRITE_DEADLINE.as_secs()
-            ));
+            return Err(late(&format!("{} did not finish", r.command)));
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    match info_field(con, "persistence", status)
+    match info_field(con, "persistence", r.status)
         .await
         .map_err(|e| e.to_string())?
         .as_str()
     {
         "ok" => Ok(()),
-        other => Err(format!("{command} ended with status {other:?}")),
+        other => Err(format!("{} ended with status {other:?}", r.command)),
     }
 }
 
@@ -217,7 +244,13 @@ async fn physical(con: &mut MultiplexedConnection, server: &str) -> Physical {
         ));
     };
     if aof == "yes" {
-        match rewrite(con, "BGREWRITEAOF", &["aof_rewrite_in_progress", "aof_rewrite_scheduled"], "aof_last_bgrewrite_status").await {
+        let aof_rewrite = Rewrite {
+            command: "BGREWRITEAOF",
+            in_progress: &["aof_rewrite_in_progress", "aof_rewrite_scheduled"],
+            status: "aof_last_bgrewrite_status",
+            finished: "aof_rewrites",
+        };
+        match rewrite(con, &aof_rewrite).await {
             Ok(()) => physical.done.push(format!("{server}: append-only file rewritten without the keys")),
             Err(why) => physical.remaining.push(Copy::unknown(
                 &format!("{server}: the append-only file"),
@@ -228,14 +261,13 @@ async fn physical(con: &mut MultiplexedConnection, server: &str) -> Physical {
         }
     }
     if !save.is_empty() {
-        match rewrite(
-            con,
-            "BGSAVE",
-            &["rdb_bgsave_in_progress"],
-            "rdb_last_bgsave_status",
-        )
-        .await
-        {
+        let snapshot = Rewrite {
+            command: "BGSAVE",
+            in_progress: &["rdb_bgsave_in_progress"],
+            status: "rdb_last_bgsave_status",
+            finished: "rdb_saves",
+        };
+        match rewrite(con, &snapshot).await {
             Ok(()) => physical
                 .done
                 .push(format!("{server}: RDB snapshot taken without the keys")),
