@@ -78,6 +78,7 @@ fn adapter(c: &mut Criterion) {
         bound: true,
         purpose: Some("personalization"),
         category: Some("preference"),
+        fold: false,
     };
     let free = held_stamps(br#"{"ids": [], "metadatas": []}"#).expect("held");
     c.bench_function("chroma add: plan + decide + stamp (10 x 2 KB)", |b| {

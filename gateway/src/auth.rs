@@ -50,6 +50,9 @@ pub struct Claims {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub subject: Option<String>,
     pub exp: u64,
+    /// The token's id, by which it can be revoked before it expires.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jti: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -68,6 +71,10 @@ pub enum AuthError {
     WrongIssuerOrAudience,
     #[error("the token lacks a required claim or has an invalid one")]
     BadClaims,
+    #[error("the Authorization header must be sent once")]
+    Repeated,
+    #[error("the token was revoked")]
+    Revoked,
 }
 
 impl From<jsonwebtoken::errors::Error> for AuthError {
@@ -86,10 +93,15 @@ impl From<jsonwebtoken::errors::Error> for AuthError {
     }
 }
 
-/// The token of an `Authorization: Bearer ...` header.
+/// The token of an `Authorization: Bearer ...` header, sent once: with two, a proxy in front of
+/// Lethe might authorise the other.
 pub fn bearer_token(headers: &hyper::HeaderMap) -> Result<&str, AuthError> {
-    headers
-        .get(hyper::header::AUTHORIZATION)
+    let mut sent = headers.get_all(hyper::header::AUTHORIZATION).iter();
+    let first = sent.next();
+    if sent.next().is_some() {
+        return Err(AuthError::Repeated);
+    }
+    first
         .and_then(|v| v.to_str().ok())
         .and_then(|v| {
             v.strip_prefix("Bearer ")
@@ -198,12 +210,29 @@ impl Verifier {
     }
 }
 
+/// The actor, the tenant and a bound subject must each be in their one spelling already (see
+/// `lethe_policy::names`): a token naming `dpo-a ` or a decomposed subject is refused, not read
+/// as someone else. A tenant whose keys are case-insensitive folds the bound subject later.
 fn validate_claims(claims: Claims) -> Result<Claims, AuthError> {
-    let blank = |s: &str| s.trim().is_empty();
-    if blank(&claims.sub) || blank(&claims.tenant) || claims.subject.as_deref().is_some_and(blank) {
-        return Err(AuthError::BadClaims);
+    use lethe_policy::names::{canonical, canonical_key};
+    let is = |name: Result<std::borrow::Cow<'_, str>, _>, as_sent: &str| {
+        name.is_ok_and(|n| n == as_sent)
+    };
+    let sound = is(canonical(&claims.sub, false), &claims.sub)
+        && is(canonical_key(&claims.tenant, false), &claims.tenant)
+        && claims
+            .subject
+            .as_deref()
+            .is_none_or(|s| is(canonical_key(s, false), s))
+        && claims
+            .jti
+            .as_deref()
+            .is_none_or(|j| !j.is_empty() && j.len() <= 200);
+    if sound {
+        Ok(claims)
+    } else {
+        Err(AuthError::BadClaims)
     }
-    Ok(claims)
 }
 
 fn algorithm_of(algorithm: PublicKeyAlgorithm) -> Algorithm {

@@ -216,9 +216,19 @@ enum ConsentCommand {
 
 #[derive(Debug, Subcommand)]
 enum AuditCommand {
-    /// Verify the hash chain in the state store (the whole chain, or one tenant's with
-    /// `--tenant`); exit 1 and name the first bad row if broken.
+    /// Verify the keyed chain in the state store (the whole chain, or one tenant's with
+    /// `--tenant`): every link, and every head signed and kept for it; with `--head FILE` (a head
+    /// printed by `lethe audit head`, or a downloaded certificate) that the chain still holds it.
+    /// Exit 1 and name the first bad row if not.
     Verify {
+        #[arg(long)]
+        tenant: Option<String>,
+        #[arg(long, value_name = "FILE")]
+        head: Option<std::path::PathBuf>,
+    },
+    /// Sign the chain's current head (or a tenant's, with `--tenant`), keep it, and print it as
+    /// JSON, to be saved somewhere the state store's writers cannot reach.
+    Head {
         #[arg(long)]
         tenant: Option<String>,
     },
@@ -296,8 +306,11 @@ async fn dispatch(cli: Cli) -> Result<(), Failure> {
             )
             .await
         }
-        Command::Audit(AuditCommand::Verify { tenant }) => {
-            audit_verify(&load()?, tenant.as_deref()).await
+        Command::Audit(AuditCommand::Verify { tenant, head }) => {
+            audit_verify(&load()?, tenant.as_deref(), head.as_deref()).await
+        }
+        Command::Audit(AuditCommand::Head { tenant }) => {
+            audit_head(&load()?, tenant.as_deref()).await
         }
         Command::Postgres(PostgresCommand::Plan { name }) => {
             let config = load()?;
@@ -306,7 +319,7 @@ async fn dispatch(cli: Cli) -> Result<(), Failure> {
                 .iter()
                 .find(|d| d.name == name)
                 .ok_or_else(|| Failure(format!("no [[postgres]] named {name:?}"), 2))?;
-            for statement in crate::governed::plan::plan(db) {
+            for statement in crate::governed::plan::plan(db, &config.folding()) {
                 println!("{statement};\n");
             }
             Ok(())
@@ -353,12 +366,31 @@ async fn check_config(files: &[PathBuf], connect: bool) -> Result<(), Failure> {
     }
 }
 
-/// The state store, migrated, and given the key of subject references.
+/// The state store, migrated, given the key of subject references and of the audit chain's
+/// links, and its chain keyed if it was written before links were.
 async fn open(config: &Config) -> Result<Arc<dyn Store>, Failure> {
     let store = connect(config).await?;
     store.migrate().await?;
     store.use_subject_key(&crate::keys::audit_key(config, store.as_ref()).await?);
+    key_audit_chain(store.as_ref()).await?;
     Ok(store)
+}
+
+/// Keys a chain written before links were keyed (the store must have the audit key). A broken
+/// chain stays as it was written; `lethe audit verify` names where it breaks.
+async fn key_audit_chain(store: &dyn Store) -> Result<(), Failure> {
+    match store.key_audit_chain(crate::now()).await {
+        Ok(Some(old)) => tracing::info!(
+            events = old.seq,
+            "the audit chain was verified as written and sealed again with the audit key"
+        ),
+        Ok(None) => {}
+        Err(store::StoreError::Corrupt(why)) => {
+            tracing::error!(%why, "the audit chain is not keyed")
+        }
+        Err(e) => return Err(e.into()),
+    }
+    Ok(())
 }
 
 /// The state store the configuration names, told how erasures reach derivatives and which
@@ -407,6 +439,7 @@ async fn token(config: &Config, args: TokenArgs) -> Result<(), Failure> {
         role: args.role,
         subject: args.subject,
         exp: jsonwebtoken::get_current_timestamp().saturating_add(ttl.as_secs()),
+        jti: Some(uuid::Uuid::new_v4().to_string()),
     };
     println!("{}", development_token(config, &claims).await?);
     Ok(())
@@ -431,6 +464,7 @@ impl ControlArgs {
                     role: Role::Compliance,
                     subject: None,
                     exp: jsonwebtoken::get_current_timestamp() + 300,
+                    jti: Some(uuid::Uuid::new_v4().to_string()),
                 };
                 development_token(config, &claims).await?
             }
@@ -640,15 +674,30 @@ async fn replay(config: &Config, since: &str) -> Result<(), Failure> {
     }
 }
 
-async fn audit_verify(config: &Config, tenant: Option<&str>) -> Result<(), Failure> {
-    let store = connect(config).await?;
+async fn audit_verify(
+    config: &Config,
+    tenant: Option<&str>,
+    saved: Option<&std::path::Path>,
+) -> Result<(), Failure> {
+    let store = open(config).await?;
+    let key = crate::keys::audit_key(config, store.as_ref()).await?;
+    let saved = match saved {
+        Some(path) => Some(saved_head(config, store.as_ref(), path, tenant).await?),
+        None => None,
+    };
     let chain = tenant.map_or_else(
         || "audit chain".to_owned(),
         |t| format!("audit chain of tenant {t}"),
     );
-    match store::verify_audit(store.as_ref(), tenant).await? {
+    match store::verify_audit(store.as_ref(), &key, tenant, saved.as_ref()).await? {
         ChainReport::Intact { head, .. } => {
-            println!("{chain} intact: {} events, head {}", head.seq, head.hash);
+            let holding = saved.map_or(String::new(), |s| {
+                format!(", holding the saved head at row {}", s.seq)
+            });
+            println!(
+                "{chain} intact: {} events, head {}{holding}",
+                head.seq, head.hash
+            );
             Ok(())
         }
         ChainReport::Broken {
@@ -660,6 +709,63 @@ async fn audit_verify(config: &Config, tenant: Option<&str>) -> Result<(), Failu
             1,
         )),
     }
+}
+
+/// The head a file saved: one printed by `lethe audit head`, checked against this deployment's
+/// signing key, or a certificate (checked the same way), whose chain head it carries (its
+/// tenant's, with `--tenant`).
+async fn saved_head(
+    config: &Config,
+    store: &dyn Store,
+    path: &std::path::Path,
+    tenant: Option<&str>,
+) -> Result<lethe_policy::audit::ChainHead, Failure> {
+    use crate::erasure::certificate;
+    let bytes = std::fs::read(path).map_err(|e| Failure(format!("{}: {e}", path.display()), 2))?;
+    let public_key = crate::keys::certificate_signer(config, store)
+        .await?
+        .public_key_hex();
+    let refused = |why: String| Failure(format!("{}: {why}", path.display()), 1);
+    if let Ok(head) = serde_json::from_slice::<store::SignedHead>(&bytes) {
+        certificate::verify_head(&head, &public_key).map_err(|e| refused(e.to_string()))?;
+        if head.tenant.as_deref() != tenant {
+            return Err(refused(format!(
+                "a head of {}, not of {}",
+                head.tenant
+                    .as_deref()
+                    .map_or("the whole chain".to_owned(), |t| format!("tenant {t}")),
+                tenant.map_or("the whole chain".to_owned(), |t| format!("tenant {t}"))
+            )));
+        }
+        return Ok(head.anchor());
+    }
+    let certified = certificate::verify(&bytes, &public_key).map_err(|e| {
+        refused(format!(
+            "neither a signed head nor a valid certificate: {e}"
+        ))
+    })?;
+    let (field, owner) = match tenant {
+        None => ("audit_chain_head", None),
+        Some(t) => ("audit_tenant_head", Some(t)),
+    };
+    if owner.is_some() && certified["tenant"].as_str() != owner {
+        return Err(refused("the certificate is of another tenant".into()));
+    }
+    serde_json::from_value(certified[field].clone())
+        .map_err(|_| refused(format!("the certificate carries no {field}")))
+}
+
+async fn audit_head(config: &Config, tenant: Option<&str>) -> Result<(), Failure> {
+    let store = open(config).await?;
+    let signer = crate::keys::certificate_signer(config, store.as_ref()).await?;
+    let head = store.audit_head(tenant).await?;
+    let signed = signer.sign_head(tenant, &head, crate::now());
+    store.keep_signed_head(&signed).await?;
+    println!(
+        "{}",
+        serde_json::to_string_pretty(&signed).map_err(|e| Failure(e.to_string(), 2))?
+    );
+    Ok(())
 }
 
 #[cfg(test)]

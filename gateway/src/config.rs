@@ -26,6 +26,38 @@ pub struct Config {
     pub routes: Vec<RouteConfig>,
     /// PostgreSQL databases whose memory tables Lethe governs in the database itself.
     pub postgres: Vec<GovernedDatabase>,
+    /// What is particular to a tenant (`[tenants.<name>]`).
+    pub tenants: std::collections::BTreeMap<String, TenantConfig>,
+}
+
+/// A tenant's own settings.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TenantConfig {
+    /// `case_insensitive` (e-mail addresses): subject keys that differ only in case are one
+    /// subject, kept in lower case.
+    #[serde(default)]
+    pub subject_keys: SubjectKeys,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SubjectKeys {
+    #[default]
+    CaseSensitive,
+    CaseInsensitive,
+}
+
+impl Config {
+    /// Which tenants' subject keys are case-insensitive.
+    pub fn folding(&self) -> lethe_policy::names::Folding {
+        lethe_policy::names::Folding::new(
+            self.tenants
+                .iter()
+                .filter(|(_, t)| t.subject_keys == SubjectKeys::CaseInsensitive)
+                .map(|(name, _)| name.clone()),
+        )
+    }
 }
 
 /// A PostgreSQL database of the agent app whose tables Lethe governs in the database: it
@@ -579,12 +611,24 @@ pub struct PublicKeyConfig {
     pub kid: Option<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct AuditConfig {
-    /// The key of `subject_ref = HMAC(key, tenant/subject)`. When unset: `LETHE_AUDIT_KEY`, or a
-    /// key generated and kept in the state store.
+    /// The key of `subject_ref = HMAC(key, tenant/subject)` and of the chain's links. When unset:
+    /// `LETHE_AUDIT_KEY`, or a key generated and kept in the state store (then whoever can write
+    /// the state store can read it too).
     pub hmac_key: Option<Secret>,
+    /// How often the chain's head is signed and kept (besides at every certificate).
+    pub sign_interval: ConfigDuration,
+}
+
+impl Default for AuditConfig {
+    fn default() -> Self {
+        AuditConfig {
+            hmac_key: None,
+            sign_interval: ConfigDuration(Duration::from_secs(3600)),
+        }
+    }
 }
 
 /// A data-plane route: its common keys, and the store behind it, chosen by `adapter = "..."`
@@ -856,6 +900,7 @@ impl Config {
         let erasure = section(&mut table, "erasure", &mut problems);
         let lineage = section(&mut table, "lineage", &mut problems);
         let postgres = section(&mut table, "postgres", &mut problems);
+        let tenants = section(&mut table, "tenants", &mut problems);
         let mut routes = Vec::new();
         match table.remove("routes") {
             None => {}
@@ -878,7 +923,7 @@ impl Config {
         }
         for key in table.keys() {
             problems.push(format!(
-                "unknown section `{key}` (expected data_plane, control_plane, state, auth, audit, erasure, lineage, routes or postgres)"
+                "unknown section `{key}` (expected data_plane, control_plane, state, auth, audit, erasure, lineage, routes, postgres or tenants)"
             ));
         }
         Ok((
@@ -892,6 +937,7 @@ impl Config {
                 lineage,
                 routes,
                 postgres,
+                tenants,
             },
             problems,
         ))
@@ -1071,6 +1117,13 @@ impl Config {
                 problems.push(format!(
                     "{at}: credential.header {:?} is not a header name",
                     credential.header
+                ));
+            }
+        }
+        for tenant in self.tenants.keys() {
+            if lethe_policy::names::canonical_key(tenant, false).as_deref() != Ok(tenant.as_str()) {
+                problems.push(format!(
+                    "[tenants.{tenant:?}]: a tenant's name must be its canonical form (NFC, no invisible characters, no edge whitespace, no '/')"
                 ));
             }
         }

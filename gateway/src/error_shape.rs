@@ -77,6 +77,8 @@ codes! {
     NotExtendable = "not_extendable", Control;
     AlreadyApproved = "already_approved", Control;
     NotAwaitingApproval = "not_awaiting_approval", Control;
+    ConfusableApprover = "confusable_approver", Control;
+    RequesterCannotApprove = "requester_cannot_approve", Control;
     IllegalState = "illegal_state", Control;
     NotCompleted = "not_completed", Control;
     NotDecidable = "not_decidable", Control;

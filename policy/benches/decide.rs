@@ -6,7 +6,7 @@ use std::hint::black_box;
 
 use chrono::{DateTime, TimeZone, Utc};
 use criterion::{Criterion, criterion_group, criterion_main};
-use lethe_policy::audit::{AuditEntry, chain_hash, subject_ref};
+use lethe_policy::audit::{AuditEntry, Links, subject_ref};
 use lethe_policy::derivation::QuoteKey;
 use lethe_policy::retention::PurposeEnd;
 use lethe_policy::{
@@ -148,7 +148,7 @@ fn decisions(c: &mut Criterion) {
     };
     let prev = "0".repeat(64);
     c.bench_function("audit chain_hash", |b| {
-        b.iter(|| chain_hash(black_box(&prev), 42, black_box(&entry)))
+        b.iter(|| Links::Keyed(b"audit key").chain_hash(black_box(&prev), 42, black_box(&entry)))
     });
     c.bench_function("audit subject_ref", |b| {
         b.iter(|| subject_ref(b"key", black_box("acme"), black_box("user-2500")))

@@ -1,8 +1,11 @@
 //! Audit primitives: pseudonymous subject references, the canonical encoding of an event, the
-//! hash chain, and its verification.
+//! keyed hash chain, and its verification.
 //!
-//! `hash = SHA-256(prev_hash || canonical(event))`. The canonical encoding is length-prefixed, so
-//! no choice of field values can make two different events encode alike.
+//! `hash = HMAC-SHA256(audit key, prev_hash || canonical(event))`: without the key no row can be
+//! altered and the chain sealed again after it. Cutting rows off the end needs no key, so heads
+//! signed apart from the chain anchor it: a verifier given them refuses a chain that no longer
+//! holds them. The canonical encoding is length-prefixed, so no choice of field values can make
+//! two different events encode alike.
 
 use std::fmt::Write as _;
 
@@ -121,32 +124,61 @@ pub fn canonical(seq: i64, entry: &AuditEntry) -> Vec<u8> {
     out.into_bytes()
 }
 
-/// `SHA-256(prev_hash || canonical(seq, entry))`, hex. `prev_hash` is hashed as the hex text it
-/// is stored as, so a verifier needs nothing but the rows.
-pub fn chain_hash(prev_hash: &str, seq: i64, entry: &AuditEntry) -> String {
-    let mut hasher = Sha256::new();
-    hasher.update(prev_hash.as_bytes());
-    hasher.update(canonical(seq, entry));
-    hex::encode(hasher.finalize())
+/// How the chain's links are made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Links<'k> {
+    /// HMAC-SHA256 with the audit key.
+    Keyed(&'k [u8]),
+    /// Plain SHA-256: chains written before links were keyed, read only to verify them before
+    /// they are sealed again with the key.
+    Unkeyed,
 }
 
-/// The hash of a tenant chain's link to an event whose hash is `event_hash`.
-pub fn tenant_link_hash(prev_hash: &str, event_hash: &str) -> String {
-    let mut hasher = Sha256::new();
-    hasher.update(prev_hash.as_bytes());
-    hasher.update(event_hash.as_bytes());
-    hex::encode(hasher.finalize())
+impl Links<'_> {
+    fn digest(self, parts: &[&[u8]]) -> String {
+        match self {
+            // HMAC accepts keys of any length, so this never takes the error branch.
+            Links::Keyed(key) => match Hmac::<Sha256>::new_from_slice(key) {
+                Ok(mut mac) => {
+                    parts.iter().for_each(|p| mac.update(p));
+                    hex::encode(mac.finalize().into_bytes())
+                }
+                Err(_) => String::new(),
+            },
+            Links::Unkeyed => {
+                let mut hasher = Sha256::new();
+                parts.iter().for_each(|p| hasher.update(p));
+                hex::encode(hasher.finalize())
+            }
+        }
+    }
+
+    /// The link of the event at `seq` after `prev_hash`: over `prev_hash` as the hex text it is
+    /// stored as and the event's canonical bytes, so a verifier needs the rows and the key.
+    pub fn chain_hash(self, prev_hash: &str, seq: i64, entry: &AuditEntry) -> String {
+        self.digest(&[prev_hash.as_bytes(), &canonical(seq, entry)])
+    }
+
+    /// The link of a tenant chain to an event whose hash is `event_hash`.
+    pub fn tenant_link_hash(self, prev_hash: &str, event_hash: &str) -> String {
+        self.digest(&[prev_hash.as_bytes(), event_hash.as_bytes()])
+    }
 }
 
 /// Seals `entry` as the row after `head`, and when it belongs to a tenant, as the link after
 /// `tenant_head` in that tenant's chain.
-pub fn seal(head: &ChainHead, tenant_head: &ChainHead, entry: AuditEntry) -> AuditRecord {
+pub fn seal(
+    links: Links<'_>,
+    head: &ChainHead,
+    tenant_head: &ChainHead,
+    entry: AuditEntry,
+) -> AuditRecord {
     let seq = head.seq.saturating_add(1);
-    let hash = chain_hash(&head.hash, seq, &entry);
+    let hash = links.chain_hash(&head.hash, seq, &entry);
     let tenant_chain = entry.tenant.is_some().then(|| TenantLink {
         seq: tenant_head.seq.saturating_add(1),
         prev_hash: tenant_head.hash.clone(),
-        hash: tenant_link_hash(&tenant_head.hash, &hash),
+        hash: links.tenant_link_hash(&tenant_head.hash, &hash),
     });
     AuditRecord {
         seq,
@@ -168,6 +200,12 @@ pub enum ChainBreak {
     Altered { seq: i64 },
     #[error("the log ends at row {last} but its head says {head}: rows after {last} are missing")]
     Truncated { last: i64, head: i64 },
+    #[error("row {seq} is not the row a signed head names there: the log was rewritten")]
+    Rewritten { seq: i64 },
+    #[error(
+        "the log ends at row {last} but a signed head names row {signed}: rows after {last} were cut off"
+    )]
+    CutBeforeSignedHead { last: i64, signed: i64 },
 }
 
 impl ChainBreak {
@@ -175,8 +213,12 @@ impl ChainBreak {
     pub fn seq(&self) -> i64 {
         match *self {
             ChainBreak::Missing { expected, .. } => expected,
-            ChainBreak::Unlinked { seq } | ChainBreak::Altered { seq } => seq,
-            ChainBreak::Truncated { last, .. } => last.saturating_add(1),
+            ChainBreak::Unlinked { seq }
+            | ChainBreak::Altered { seq }
+            | ChainBreak::Rewritten { seq } => seq,
+            ChainBreak::Truncated { last, .. } | ChainBreak::CutBeforeSignedHead { last, .. } => {
+                last.saturating_add(1)
+            }
         }
     }
 }
@@ -197,19 +239,41 @@ impl Default for ChainHead {
     }
 }
 
-/// Checks rows one at a time, in `seq` order, so a long log can be verified page by page.
-#[derive(Debug, Clone, Default)]
-pub struct ChainVerifier {
+/// Checks rows one at a time, in `seq` order, so a long log can be verified page by page; every
+/// anchor (a head signed earlier) must still be in the chain, and the chain must reach the last.
+#[derive(Debug, Clone)]
+pub struct ChainVerifier<'k> {
+    links: Links<'k>,
     head: ChainHead,
+    anchors: std::collections::BTreeMap<i64, String>,
 }
 
-impl ChainVerifier {
+impl<'k> ChainVerifier<'k> {
+    pub fn new(links: Links<'k>) -> Self {
+        ChainVerifier {
+            links,
+            head: ChainHead::default(),
+            anchors: Default::default(),
+        }
+    }
+
+    /// Heads signed earlier, each of which the chain must still hold.
+    pub fn anchored(mut self, anchors: impl IntoIterator<Item = ChainHead>) -> Self {
+        self.anchors
+            .extend(anchors.into_iter().map(|a| (a.seq, a.hash)));
+        self
+    }
+
     pub fn push(&mut self, record: &AuditRecord) -> Result<(), ChainBreak> {
-        let intact = chain_hash(&record.prev_hash, record.seq, &record.entry) == record.hash;
+        let intact = self
+            .links
+            .chain_hash(&record.prev_hash, record.seq, &record.entry)
+            == record.hash;
         self.step(record.seq, &record.prev_hash, &record.hash, intact)
     }
 
-    /// One link: at the next position, pointing at the head, and `intact`.
+    /// One link: at the next position, pointing at the head, `intact`, and the one an anchor
+    /// names there.
     fn step(
         &mut self,
         seq: i64,
@@ -230,6 +294,9 @@ impl ChainVerifier {
         if !intact {
             return Err(ChainBreak::Altered { seq });
         }
+        if self.anchors.get(&seq).is_some_and(|signed| signed != hash) {
+            return Err(ChainBreak::Rewritten { seq });
+        }
         self.head = ChainHead {
             seq,
             hash: hash.to_owned(),
@@ -237,8 +304,17 @@ impl ChainVerifier {
         Ok(())
     }
 
-    /// Ends verification against the head the store recorded, which catches rows cut off the end.
+    /// Ends verification against the head the store recorded, which catches rows cut off the
+    /// end, and against the last anchor, which catches a head recorded again after a cut.
     pub fn finish(self, recorded: &ChainHead) -> Result<ChainHead, ChainBreak> {
+        if let Some((&signed, _)) = self.anchors.last_key_value()
+            && signed > self.head.seq
+        {
+            return Err(ChainBreak::CutBeforeSignedHead {
+                last: self.head.seq,
+                signed,
+            });
+        }
         if self.head == *recorded {
             Ok(self.head)
         } else if self.head.seq < recorded.seq {
@@ -255,17 +331,23 @@ impl ChainVerifier {
 /// Checks one tenant's rows (in order, nothing else) against that tenant's chain; positions in
 /// what it reports are positions in the tenant's chain.
 #[derive(Debug, Clone)]
-pub struct TenantChainVerifier {
+pub struct TenantChainVerifier<'k> {
     tenant: String,
-    chain: ChainVerifier,
+    chain: ChainVerifier<'k>,
 }
 
-impl TenantChainVerifier {
-    pub fn new(tenant: &str) -> Self {
+impl<'k> TenantChainVerifier<'k> {
+    pub fn new(links: Links<'k>, tenant: &str) -> Self {
         TenantChainVerifier {
             tenant: tenant.to_owned(),
-            chain: ChainVerifier::default(),
+            chain: ChainVerifier::new(links),
         }
+    }
+
+    /// Heads of the tenant's chain signed earlier, each of which it must still hold.
+    pub fn anchored(mut self, anchors: impl IntoIterator<Item = ChainHead>) -> Self {
+        self.chain = self.chain.anchored(anchors);
+        self
     }
 
     pub fn push(&mut self, record: &AuditRecord) -> Result<(), ChainBreak> {
@@ -273,9 +355,10 @@ impl TenantChainVerifier {
         let Some(link) = &record.tenant_chain else {
             return Err(ChainBreak::Unlinked { seq: next });
         };
+        let links = self.chain.links;
         let intact = record.entry.tenant.as_deref() == Some(self.tenant.as_str())
-            && chain_hash(&record.prev_hash, record.seq, &record.entry) == record.hash
-            && tenant_link_hash(&link.prev_hash, &record.hash) == link.hash;
+            && links.chain_hash(&record.prev_hash, record.seq, &record.entry) == record.hash
+            && links.tenant_link_hash(&link.prev_hash, &record.hash) == link.hash;
         self.chain
             .step(link.seq, &link.prev_hash, &link.hash, intact)
     }
@@ -288,9 +371,10 @@ impl TenantChainVerifier {
 
 /// Verifies a whole chain from its first row; on success, its head.
 pub fn verify_chain<'a>(
+    links: Links<'_>,
     records: impl IntoIterator<Item = &'a AuditRecord>,
 ) -> Result<ChainHead, ChainBreak> {
-    let mut verifier = ChainVerifier::default();
+    let mut verifier = ChainVerifier::new(links);
     for record in records {
         verifier.push(record)?;
     }
@@ -302,6 +386,9 @@ mod tests {
     use super::*;
     use chrono::TimeZone;
     use proptest::prelude::*;
+
+    const KEY: &[u8] = b"audit key";
+    const LINKS: Links<'static> = Links::Keyed(KEY);
 
     fn entry(i: u32) -> AuditEntry {
         AuditEntry {
@@ -338,7 +425,7 @@ mod tests {
                     tenant: tenant.map(str::to_owned),
                     ..entry(i)
                 };
-                let record = seal(&head, &tenant_head, e);
+                let record = seal(LINKS, &head, &tenant_head, e);
                 head = ChainHead {
                     seq: record.seq,
                     hash: record.hash.clone(),
@@ -362,7 +449,7 @@ mod tests {
         rows: &[AuditRecord],
         recorded: &ChainHead,
     ) -> Result<ChainHead, ChainBreak> {
-        let mut verifier = TenantChainVerifier::new(tenant);
+        let mut verifier = TenantChainVerifier::new(LINKS, tenant);
         rows.iter().try_for_each(|r| verifier.push(r))?;
         verifier.finish(recorded)
     }
@@ -408,7 +495,7 @@ mod tests {
         };
         let rows = tenants_chain(12, tenant_of);
         assert!(
-            verify_chain(&rows).is_ok(),
+            verify_chain(LINKS, &rows).is_ok(),
             "the whole chain still verifies"
         );
         let acme: Vec<AuditRecord> = rows
@@ -463,7 +550,84 @@ mod tests {
         // Taking the tenant off an event breaks the whole chain at that row.
         let mut stripped = rows.clone();
         stripped[3].entry.tenant = None;
-        assert_eq!(verify_chain(&stripped), Err(ChainBreak::Altered { seq: 4 }));
+        assert_eq!(
+            verify_chain(LINKS, &stripped),
+            Err(ChainBreak::Altered { seq: 4 })
+        );
+    }
+
+    #[test]
+    fn links_are_keyed_so_an_edit_cannot_be_sealed_again_without_the_key() {
+        let rows = chain(4);
+        // Whoever can write the store but has not the key reseals an edited row and every row
+        // after it, unkeyed or with another key: the chain no longer verifies.
+        for forger in [Links::Unkeyed, Links::Keyed(b"a guess")] {
+            let mut forged = rows.clone();
+            forged[1].entry.result = "denied".into();
+            let mut head = ChainHead {
+                seq: forged[0].seq,
+                hash: forged[0].hash.clone(),
+            };
+            for row in forged.iter_mut().skip(1) {
+                *row = seal(forger, &head, &ChainHead::default(), row.entry.clone());
+                head = ChainHead {
+                    seq: row.seq,
+                    hash: row.hash.clone(),
+                };
+            }
+            assert_eq!(
+                verify_chain(LINKS, &forged),
+                Err(ChainBreak::Altered { seq: 2 }),
+                "{forger:?}"
+            );
+        }
+        assert_ne!(
+            Links::Unkeyed.chain_hash(GENESIS_HASH, 1, &rows[0].entry),
+            rows[0].hash
+        );
+    }
+
+    #[test]
+    fn a_signed_head_catches_a_cut_and_a_rewrite_below_it() {
+        let rows = chain(6);
+        let head_at = |i: usize| ChainHead {
+            seq: rows[i].seq,
+            hash: rows[i].hash.clone(),
+        };
+        let signed = head_at(4);
+        let verify = |rows: &[AuditRecord], recorded: &ChainHead| {
+            let mut verifier = ChainVerifier::new(LINKS).anchored([signed.clone()]);
+            rows.iter().try_for_each(|r| verifier.push(r))?;
+            verifier.finish(recorded)
+        };
+        assert_eq!(verify(&rows, &head_at(5)), Ok(head_at(5)));
+        // The last rows deleted and the recorded head moved back: every link is sound, but the
+        // chain no longer reaches the head signed at row 5.
+        assert_eq!(
+            verify(&rows[..3], &head_at(2)),
+            Err(ChainBreak::CutBeforeSignedHead { last: 3, signed: 5 })
+        );
+        // Cut at the signed head itself: still sound.
+        assert_eq!(verify(&rows[..5], &head_at(4)), Ok(head_at(4)));
+        // Cut, then new rows sealed after the cut (with the key): the row at 5 is not the one
+        // signed.
+        let mut regrown = rows[..3].to_vec();
+        for i in 0..3 {
+            let prev = regrown.last().unwrap();
+            let head = ChainHead {
+                seq: prev.seq,
+                hash: prev.hash.clone(),
+            };
+            regrown.push(seal(LINKS, &head, &ChainHead::default(), entry(100 + i)));
+        }
+        let top = ChainHead {
+            seq: 6,
+            hash: regrown[5].hash.clone(),
+        };
+        assert_eq!(
+            verify(&regrown, &top),
+            Err(ChainBreak::Rewritten { seq: 5 })
+        );
     }
 
     #[test]
@@ -495,14 +659,14 @@ mod tests {
     fn a_sound_chain_verifies_to_its_head() {
         let rows = chain(5);
         assert_eq!(
-            verify_chain(&rows),
+            verify_chain(LINKS, &rows),
             Ok(ChainHead {
                 seq: 5,
                 hash: rows[4].hash.clone()
             })
         );
         assert_eq!(rows[0].prev_hash, GENESIS_HASH);
-        assert_eq!(verify_chain(&[]), Ok(ChainHead::default()));
+        assert_eq!(verify_chain(LINKS, &[]), Ok(ChainHead::default()));
     }
 
     #[test]
@@ -511,12 +675,15 @@ mod tests {
 
         let mut edited = rows.clone();
         edited[2].entry.actor = "mallory".into();
-        assert_eq!(verify_chain(&edited), Err(ChainBreak::Altered { seq: 3 }));
+        assert_eq!(
+            verify_chain(LINKS, &edited),
+            Err(ChainBreak::Altered { seq: 3 })
+        );
 
         let mut deleted = rows.clone();
         deleted.remove(3);
         assert_eq!(
-            verify_chain(&deleted),
+            verify_chain(LINKS, &deleted),
             Err(ChainBreak::Missing {
                 expected: 4,
                 found: 5
@@ -526,13 +693,13 @@ mod tests {
         let mut swapped = rows.clone();
         swapped.swap(1, 2);
         (swapped[1].seq, swapped[2].seq) = (2, 3);
-        assert_eq!(verify_chain(&swapped).map_err(|e| e.seq()), Err(2));
+        assert_eq!(verify_chain(LINKS, &swapped).map_err(|e| e.seq()), Err(2));
 
         let mut rehashed = rows.clone();
         rehashed[3].entry.result = "denied".into();
-        rehashed[3].hash = chain_hash(&rehashed[3].prev_hash, 4, &rehashed[3].entry);
+        rehashed[3].hash = LINKS.chain_hash(&rehashed[3].prev_hash, 4, &rehashed[3].entry);
         assert_eq!(
-            verify_chain(&rehashed),
+            verify_chain(LINKS, &rehashed),
             Err(ChainBreak::Unlinked { seq: 5 })
         );
 
@@ -540,7 +707,7 @@ mod tests {
             seq: 6,
             hash: rows[5].hash.clone(),
         };
-        let mut verifier = ChainVerifier::default();
+        let mut verifier = ChainVerifier::new(LINKS);
         rows[..5].iter().try_for_each(|r| verifier.push(r)).unwrap();
         assert_eq!(
             verifier.finish(&recorded),
@@ -580,7 +747,7 @@ mod tests {
             let i = pick.index(rows.len());
             prop_assume!(rows[i].entry.actor != actor);
             rows[i].entry.actor = actor;
-            prop_assert_eq!(verify_chain(&rows).map_err(|e| e.seq()), Err(rows[i].seq));
+            prop_assert_eq!(verify_chain(LINKS, &rows).map_err(|e| e.seq()), Err(rows[i].seq));
         }
     }
 }

@@ -274,15 +274,25 @@ pub enum ApprovalError {
     AlreadyApproved,
     #[error("the request is not waiting for approval")]
     NotAwaitingApproval,
+    #[error(
+        "this actor's id differs from an approver's only in case or whitespace: one person cannot approve twice under two spellings"
+    )]
+    ConfusableApprover,
+    #[error(
+        "the person who filed the request cannot also approve it when two approvals are required"
+    )]
+    RequesterCannotApprove,
 }
 
 /// Adds `actor`'s approval to `approvals` (actors who approved so far); answers whether the
-/// request is now authorised. Approvals come from different actors, so with two required the
-/// requester alone can never authorise their own request.
+/// request is now authorised. Approvals come from different people: an id that differs from an
+/// approver's only in case or whitespace is the same person, and with two required, the person
+/// who filed the request (`requester`) is never one of the approvers.
 pub fn approve(
     state: ErasureState,
     approvals: &mut Vec<String>,
     actor: &str,
+    requester: &str,
     required: usize,
 ) -> Result<bool, ApprovalError> {
     if state != ErasureState::Requested {
@@ -290,6 +300,12 @@ pub fn approve(
     }
     if approvals.iter().any(|a| a == actor) {
         return Err(ApprovalError::AlreadyApproved);
+    }
+    if approvals.iter().any(|a| crate::names::confusable(a, actor)) {
+        return Err(ApprovalError::ConfusableApprover);
+    }
+    if required >= 2 && crate::names::confusable(requester, actor) {
+        return Err(ApprovalError::RequesterCannotApprove);
     }
     approvals.push(actor.to_owned());
     Ok(approvals.len() >= required.max(1))
@@ -300,32 +316,71 @@ mod approval_tests {
     use super::*;
 
     #[test]
-    fn approvals_come_from_different_actors() {
-        // (required, approvers in order, expected outcome of each)
-        type Case<'a> = (usize, &'a [&'a str], &'a [Result<bool, ApprovalError>]);
-        let cases: [Case; 4] = [
-            (1, &["dpo"], &[Ok(true)]),
+    fn approvals_come_from_different_people() {
+        use ApprovalError as E;
+        // (required, requester, approvers in order, expected outcome of each)
+        type Case<'a> = (
+            usize,
+            &'a str,
+            &'a [&'a str],
+            &'a [Result<bool, ApprovalError>],
+        );
+        let cases: [Case; 9] = [
+            (1, "clerk", &["dpo"], &[Ok(true)]),
+            (1, "dpo", &["dpo"], &[Ok(true)]),
             (
                 2,
+                "clerk",
                 &["dpo", "dpo"],
-                &[Ok(false), Err(ApprovalError::AlreadyApproved)],
+                &[Ok(false), Err(E::AlreadyApproved)],
             ),
-            (2, &["dpo", "counsel"], &[Ok(false), Ok(true)]),
-            (0, &["dpo"], &[Ok(true)]),
+            (2, "clerk", &["dpo", "counsel"], &[Ok(false), Ok(true)]),
+            (0, "clerk", &["dpo"], &[Ok(true)]),
+            (
+                2,
+                "clerk",
+                &["dpo-a", "DPO-A"],
+                &[Ok(false), Err(E::ConfusableApprover)],
+            ),
+            (
+                2,
+                "clerk",
+                &["dpo-a", "dpo -a"],
+                &[Ok(false), Err(E::ConfusableApprover)],
+            ),
+            // The requester is not one of two approvers, in any spelling.
+            (
+                2,
+                "dpo-a",
+                &["dpo-a", "counsel"],
+                &[Err(E::RequesterCannotApprove), Ok(false)],
+            ),
+            (
+                2,
+                "dpo-a",
+                &["counsel", "DPO-A"],
+                &[Ok(false), Err(E::RequesterCannotApprove)],
+            ),
         ];
-        for (required, approvers, expected) in cases {
+        for (required, requester, approvers, expected) in cases {
             let mut approvals = Vec::new();
             for (actor, want) in approvers.iter().zip(expected) {
                 assert_eq!(
-                    approve(ErasureState::Requested, &mut approvals, actor, required),
+                    approve(
+                        ErasureState::Requested,
+                        &mut approvals,
+                        actor,
+                        requester,
+                        required
+                    ),
                     *want,
-                    "{required} {approvers:?}"
+                    "{required} {requester} {approvers:?}"
                 );
             }
         }
         let mut approvals = vec!["dpo".to_owned()];
         assert_eq!(
-            approve(ErasureState::Held, &mut approvals, "counsel", 2),
+            approve(ErasureState::Held, &mut approvals, "counsel", "clerk", 2),
             Err(ApprovalError::NotAwaitingApproval)
         );
         assert_eq!(approvals, ["dpo"], "a refused approval is not recorded");

@@ -20,6 +20,7 @@ pub mod decision;
 pub mod derivation;
 pub mod erasure;
 pub mod hold;
+pub mod names;
 pub mod progress;
 pub mod retention;
 pub mod subject;

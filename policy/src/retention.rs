@@ -222,13 +222,14 @@ impl RetentionPolicy {
 }
 
 /// Purposes and categories: non-empty, at most 200 bytes, no control characters.
+/// A purpose or category as decisions will meet it: in its one spelling already.
 fn check_name(problems: &mut Vec<String>, field: &str, value: &str) {
-    if value.trim().is_empty() {
-        problems.push(format!("{field}: must not be empty"));
-    } else if value.len() > 200 || value.chars().any(char::is_control) {
-        problems.push(format!(
-            "{field}: must be at most 200 bytes, without control characters"
-        ));
+    match crate::names::canonical_key(value, false) {
+        Ok(name) if name == value => {}
+        Ok(_) => problems.push(format!(
+            "{field}: must be written in Unicode NFC (its composed form)"
+        )),
+        Err(e) => problems.push(format!("{field}: {e}")),
     }
 }
 

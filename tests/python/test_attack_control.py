@@ -9,6 +9,7 @@ import string
 import subprocess
 import uuid
 
+import chromadb
 import pytest
 
 from conftest import GLOBEX, TENANT, send, someone, two_tenant_lethe
@@ -140,3 +141,119 @@ def test_invented_methods_and_paths_never_grow_the_metrics(gate):
     assert len(after - before) <= 4, sorted(after - before)
     methods = {line.split('method="')[1].split('"')[0] for line in after}
     assert methods <= {"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS", "other"}, methods
+
+
+def test_a_certificate_anchors_the_audit_chain_so_a_cut_below_it_is_found(chroma, tmp_path):
+    """Whoever can write the state store cuts the audit log back to before an erasure and moves
+    every head (and every kept signed head) back with it: each remaining link is sound, but the
+    certificate the subject was given carries the heads, and `lethe audit verify --head` with it
+    fails, for the whole chain and for the tenant's."""
+    import urllib.request
+    from conftest import own_lethe
+    gate = own_lethe(chroma, tmp_path, "[erasure]\nsettle = \"100ms\"\n")
+    try:
+        s = someone()
+        gate.grant(s)
+        done, _ = gate.erase_to_completion(s)
+        request = urllib.request.Request(f"http://{gate.control}/v1/erasures/{done['id']}/certificate",
+                                         headers={"Authorization": f"Bearer {gate.dpo}"})
+        document = urllib.request.urlopen(request, timeout=10).read()
+        path = tmp_path / "certificate.json"
+        path.write_bytes(document)
+        certificate = json.loads(document)["certificate"]
+        head = certificate["audit_chain_head"]["seq"]
+        assert certificate["audit_tenant_head"]["seq"] >= 1
+        gate.grant(someone())  # the log goes on after the certificate
+        for args in (("--head", str(path)), ("--tenant", TENANT, "--head", str(path))):
+            ok = gate.cli("audit", "verify", *args)
+            assert ok.returncode == 0, ok.stdout + ok.stderr
+
+        cut = f"""DELETE FROM audit_events WHERE seq >= {head};
+                  UPDATE audit_head SET seq = e.seq, hash = e.hash FROM (SELECT seq, hash FROM audit_events ORDER BY seq DESC LIMIT 1) e;
+                  UPDATE audit_tenant_heads t SET seq = e.tenant_seq, hash = e.tenant_hash
+                    FROM (SELECT DISTINCT ON (tenant) tenant, tenant_seq, tenant_hash FROM audit_events
+                           WHERE tenant IS NOT NULL ORDER BY tenant, seq DESC) e WHERE t.tenant = e.tenant;
+                  DELETE FROM audit_signed_heads;"""
+        subprocess.run(["psql", gate.state_url, "-qc", cut], check=True, capture_output=True)
+        plain = gate.cli("audit", "verify")
+        assert plain.returncode == 0, "nothing left in the state store tells: " + plain.stderr.decode()
+        for args in (("--head", str(path)), ("--tenant", TENANT, "--head", str(path))):
+            found = gate.cli("audit", "verify", *args)
+            assert found.returncode == 1, (args, found.stdout)
+            assert b"cut off" in found.stderr, found.stderr
+    finally:
+        gate.stop()
+
+
+def test_confusable_names_are_one_subject_or_refused_and_an_erased_one_stays_erased(chroma, tmp_path):
+    """`carol` written decomposed is `carol`; `carol ` and names with invisible characters are
+    refused everywhere (control plane and data plane); after `carol`'s erasure none of her
+    spellings can be granted again; a tenant with case-insensitive keys folds `Carol@X.com` to one
+    subject, counted in Chroma."""
+    import unicodedata
+    from conftest import own_lethe
+    gate = own_lethe(chroma, tmp_path, '[erasure]\nsettle = "100ms"\n\n[tenants.globex]\nsubject_keys = "case_insensitive"\n')
+    try:
+        globex_dpo = gate.token("compliance", tenant=GLOBEX)
+        rules = {"rules": [{"purpose": "personalization", "category": "preference", "max_age": "30d"}]}
+        assert gate.call("PUT", "/v1/retention-rules", rules, token=globex_dpo)[0] == 200
+
+        def grant(subject, tenant=TENANT, purpose="personalization"):
+            dpo = gate.dpo if tenant == TENANT else globex_dpo
+            return gate.call("POST", "/v1/consents", {"tenant": tenant, "subject": subject, "purpose": purpose,
+                                                      "category": "preference", "actions": ["store", "retrieve"],
+                                                      "source": "pytest", "policy_version": 1}, token=dpo)
+
+        tag = uuid.uuid4().hex[:6]
+        composed = f"jos\u00e9-{tag}"
+        decomposed = unicodedata.normalize("NFD", composed)
+        assert decomposed != composed
+        assert grant(composed)[0] == 201
+        status, second = grant(decomposed)
+        assert status == 201 and second["subject"] == composed, second
+        from urllib.parse import quote
+        assert len(gate.call("GET", f"/v1/subjects/{TENANT}/{quote(decomposed)}")[1]["grants"]) == 2
+        for bad in (f"{composed} ", f" {composed}", f"{composed}\u200b", f"\u202e{composed}", f"jo\u00adse-{tag}"):
+            status, refused = grant(bad)
+            assert status == 422 and refused["error"]["code"] == "validation_failed", (bad, refused)
+        for purpose in ("person\u202ealization", "personal\u200bization", "personalization "):
+            assert grant(composed, purpose=purpose)[0] == 422, purpose
+
+        # The data plane: a record naming its subject (its own `lethe_subject`, as an unbound
+        # token's records do) is brought to the same spelling, or refused.
+        name = f"names-{tag}"
+        made = gate.client(gate.token("admin")).create_collection(name, embedding_function=None)
+        use = {"X-Lethe-Purpose": "personalization", "X-Lethe-Category": "preference"}
+        agent = lambda tenant=TENANT, **headers: gate.client(gate.token("agent", tenant=tenant), **use, **headers)
+        add = lambda subject, id_: agent().get_collection(name).add(
+            ids=[id_], embeddings=[[0.1, 0.2]], documents=["a note"], metadatas=[{"lethe_subject": subject}])
+        add(decomposed, "j1")
+        direct = chromadb.HttpClient(host=chroma.split("//")[1].split(":")[0], port=int(chroma.rsplit(":", 1)[1]))
+        stamped = direct.get_collection(name).get(ids=["j1"], include=["metadatas"])["metadatas"][0]
+        assert stamped["lethe_subject"] == composed, stamped
+        for bad in (f"{composed} ", f"{composed}\u200b", f"\u202e{composed}"):
+            with pytest.raises(Exception, match="invalid_request"):
+                add(bad, "j2")
+        assert direct.get_collection(name).get(ids=["j2"])["ids"] == []
+
+        # Erased: no spelling of her can be granted again.
+        done, _ = gate.erase_to_completion(composed)
+        assert done["state"] == "completed"
+        for again in (composed, decomposed):
+            status, refused = grant(again)
+            assert status == 409 and refused["error"]["code"] == "subject_suppressed", (again, refused)
+        assert grant(f"{composed} ")[0] == 422
+
+        # globex keys its subjects case-insensitively: one subject, kept in lower case.
+        upper, lower = f"Carol-{tag}@X.com", f"carol-{tag}@x.com"
+        status, granted = grant(upper, tenant=GLOBEX)
+        assert status == 201 and granted["subject"] == lower, granted
+        assert gate.call("GET", f"/v1/subjects/{GLOBEX}/{quote(upper.upper())}", token=globex_dpo)[1]["subject"] == lower
+        agent(GLOBEX, **{"X-Lethe-Subject": upper.upper()}).get_collection(name).add(
+            ids=["c1"], embeddings=[[0.1, 0.2]], documents=["mixed case"])
+        assert direct.get_collection(name).get(ids=["c1"], include=["metadatas"])["metadatas"][0]["lethe_subject"] == lower
+        # acme keeps case: Carol and carol are two people there.
+        assert grant(upper)[1]["subject"] == upper
+        del made
+    finally:
+        gate.stop()

@@ -129,19 +129,27 @@ def test_two_people_work_an_erasure_through_the_console_to_a_verified_certificat
     filed = lethe.call("GET", f"/v1/erasures/{request_id}")[1]
     assert filed["extension"]["months"] == 1 and filed["deadline"] > filed["requested_at"]
 
-    # A form without its CSRF token is refused, and changes nothing.
-    alice.execute_script("document.querySelector('form[action$=\"/approve\"] input[name=csrf]').remove()")
-    press(alice, "Approve the erasure")
-    assert "Nothing was changed" in text(alice)
-    shot(alice, "refused-without-csrf")
-    assert lethe.call("GET", f"/v1/erasures/{request_id}")[1]["approvals"] == []
+    # Two approvals are required: the person who filed it is not one of them.
+    assert "You filed this request: two other people must approve it." in text(alice)
+    assert not alice.find_elements(By.CSS_SELECTOR, "form[action$='/approve']")
 
-    alice.get(request_url)
-    press(alice, "Approve the erasure")
-    assert "another person must approve it too" in text(alice)
+    # A form without its CSRF token is refused, and changes nothing.
     sign_in(bob, lethe, token(lethe, "compliance", "bob@dpo"))
     bob.get(request_url)
+    bob.execute_script("document.querySelector('form[action$=\"/approve\"] input[name=csrf]').remove()")
     press(bob, "Approve the erasure")
+    assert "Nothing was changed" in text(bob)
+    shot(bob, "refused-without-csrf")
+    assert lethe.call("GET", f"/v1/erasures/{request_id}")[1]["approvals"] == []
+
+    bob.get(request_url)
+    press(bob, "Approve the erasure")
+    assert "another person must approve it too" in text(bob)
+    # Alice signs out; Carol signs in on the same browser and gives the second approval.
+    press(alice, "Sign out")
+    sign_in(alice, lethe, token(lethe, "compliance", "carol@dpo"))
+    alice.get(request_url)
+    press(alice, "Approve the erasure")
 
     def completed():
         bob.refresh()
@@ -149,7 +157,7 @@ def test_two_people_work_an_erasure_through_the_console_to_a_verified_certificat
     wait_for("the erasure to complete", completed, deadline=60)
     current = bob.find_element(By.CSS_SELECTOR, "ol.steps [aria-current=step]").text
     assert current == "completed", current
-    assert "alice@dpo, bob@dpo" in text(bob)
+    assert "bob@dpo, carol@dpo" in text(bob)
     page = text(bob)
     assert "s after the request" in page and "chroma:chroma: physical status" in page, page
     assert "Remaining copy" in page and "unknown:" in page, "every copy that remains, with why no date"

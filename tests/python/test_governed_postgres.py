@@ -245,6 +245,24 @@ def test_another_tenants_role_learns_nothing_from_any_lethe_function(governed):
     assert answers == {(REFUSED, "lethe: scope_violation")}, answers
     assert held(owner, consenting) == 1 and held(owner, unknown) == 0
 
+
+def test_a_lookalike_name_is_refused_in_the_database(governed):
+    """A row names its subject, tenant and category in their one spelling, as Lethe keeps them,
+    or it is refused: no second `carol` behind a trailing space, a decomposed accent or an
+    invisible character, with or without consent."""
+    import unicodedata
+    lethe, owner_conn, as_role = governed
+    carol = f"{someone()}-jos\u00e9"
+    lethe.grant(carol)
+    app, owner = as_role("lethe_app"), owner_conn()
+    write(app, TENANT, carol, "carol's")
+    lookalikes = [f"{carol} ", f" {carol}", unicodedata.normalize("NFD", carol), f"{carol}\u200b", f"\u202e{carol}"]
+    for subject in lookalikes:
+        assert refusal(lambda: write(app, TENANT, subject, "lookalike")) == (REFUSED, "lethe: invalid_name"), repr(subject)
+    assert refusal(lambda: write(app, TENANT, carol, "x", category="prefer\u200bence")) == (REFUSED, "lethe: invalid_name")
+    assert refusal(lambda: write(app, f"{TENANT} ", carol, "x"))[1] in ("lethe: invalid_name", "lethe: scope_violation")
+    assert owner.execute("SELECT count(*) FROM memories WHERE user_id LIKE %s", (carol[:8] + "%",)).fetchone()[0] == 1
+
 def test_the_sweep_deletes_expired_and_revoked_rows_unless_a_hold_keeps_them(governed):
     lethe, owner_conn, as_role = governed
     short, held_one, revoked = someone(), someone(), someone()

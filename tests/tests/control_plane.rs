@@ -134,6 +134,114 @@ async fn audit_verify_names_an_edited_deleted_or_reordered_row() {
     }
 }
 
+/// Whoever can write the state store cuts the last events off and moves the recorded heads back:
+/// every remaining link is sound, but the chain no longer holds the heads signed earlier. Plain
+/// `verify` catches it while the kept signed heads are there; once they are deleted too, a head
+/// saved elsewhere (`lethe audit head`) still does, for the whole chain and for the tenant's.
+#[tokio::test]
+async fn a_cut_and_re_headed_audit_log_fails_against_its_signed_heads() {
+    for delete_kept_heads in [false, true] {
+        let dir = temp_dir();
+        let state = fresh_sqlite_url();
+        let server = Server::start(&dir, &state).await;
+        let token = server.token("compliance", "acme");
+        let grants = |range: std::ops::Range<usize>| {
+            let (token, url) = (token.clone(), server.url("/v1/consents"));
+            async move {
+                for i in range {
+                    let (status, _) =
+                        call(Method::POST, &url, &token, Some(&grant(&format!("u{i}"))))
+                            .await
+                            .unwrap();
+                    assert_eq!(status, StatusCode::CREATED);
+                }
+            }
+        };
+        grants(0..5).await;
+        let saved = |args: &[&str], name: &str| {
+            let printed = run(lethe(&dir)
+                .args(["audit", "head", "--state", &state])
+                .args(args));
+            assert!(printed.status.success(), "{}", stderr(&printed));
+            let head: serde_json::Value = serde_json::from_str(&stdout(&printed)).unwrap();
+            let path = dir.join(name);
+            std::fs::write(&path, stdout(&printed)).unwrap();
+            (head, path)
+        };
+        let (whole, whole_file) = saved(&[], "head.json");
+        let (acme, acme_file) = saved(&["--tenant", "acme"], "acme-head.json");
+        assert_eq!(
+            (whole["seq"].as_i64(), acme["seq"].as_i64()),
+            (Some(5), Some(5))
+        );
+        assert_eq!(whole["signature"]["algorithm"], "Ed25519");
+        grants(5..8).await;
+        let verify = |args: &[&str]| {
+            run(lethe(&dir)
+                .args(["audit", "verify", "--state", &state])
+                .args(args))
+        };
+        for args in [
+            vec![],
+            vec!["--head", whole_file.to_str().unwrap()],
+            vec!["--tenant", "acme", "--head", acme_file.to_str().unwrap()],
+        ] {
+            let ok = verify(&args);
+            assert!(ok.status.success(), "{args:?}: {}", stderr(&ok));
+        }
+        // A head of the tenant's chain is not one of the whole chain's.
+        let wrong = verify(&["--head", acme_file.to_str().unwrap()]);
+        assert_eq!(wrong.status.code(), Some(1), "{}", stdout(&wrong));
+
+        // Rows 4 to 8 cut off, the heads moved back to row 3.
+        let mut tamper = String::from(
+            "DELETE FROM audit_events WHERE seq > 3;
+             UPDATE audit_head SET seq = 3, hash = (SELECT hash FROM audit_events WHERE seq = 3);
+             UPDATE audit_tenant_heads SET seq = 3, hash = (SELECT tenant_hash FROM audit_events WHERE seq = 3);",
+        );
+        if delete_kept_heads {
+            tamper.push_str("DELETE FROM audit_signed_heads;");
+        }
+        execute_raw(&state, &tamper).await.unwrap();
+        let plain = verify(&[]);
+        if delete_kept_heads {
+            assert!(
+                plain.status.success(),
+                "nothing left in the store to tell: {}",
+                stderr(&plain)
+            );
+        } else {
+            assert_eq!(plain.status.code(), Some(1), "{}", stdout(&plain));
+            assert!(stderr(&plain).contains("cut off"), "{}", stderr(&plain));
+        }
+        for args in [
+            vec!["--head", whole_file.to_str().unwrap()],
+            vec!["--tenant", "acme", "--head", acme_file.to_str().unwrap()],
+        ] {
+            let cut = verify(&args);
+            assert_eq!(cut.status.code(), Some(1), "{args:?}: {}", stdout(&cut));
+            assert!(
+                stderr(&cut).contains("broken at row 4")
+                    && stderr(&cut).contains("signed head names row 5"),
+                "{args:?}: {}",
+                stderr(&cut)
+            );
+        }
+        // A head whose signature does not verify is refused as such.
+        let forged = std::fs::read_to_string(&whole_file)
+            .unwrap()
+            .replace(whole["hash"].as_str().unwrap(), &"0".repeat(64));
+        std::fs::write(&whole_file, forged).unwrap();
+        let refused = verify(&["--head", whole_file.to_str().unwrap()]);
+        assert_eq!(refused.status.code(), Some(1));
+        assert!(
+            stderr(&refused).contains("signature"),
+            "{}",
+            stderr(&refused)
+        );
+    }
+}
+
 /// Two replicas on one PostgreSQL database: concurrent changes through both form one chain, and
 /// the generated development key is shared.
 #[tokio::test]

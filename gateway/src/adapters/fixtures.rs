@@ -94,6 +94,7 @@ pub fn scope(subject: Option<&'static str>) -> Scope<'static> {
         bound: subject.is_some(),
         purpose: Some("personalization"),
         category: Some("preference"),
+        fold: false,
     }
 }
 

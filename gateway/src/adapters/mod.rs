@@ -48,4 +48,6 @@ pub struct Scope<'a> {
     pub bound: bool,
     pub purpose: Option<&'a str>,
     pub category: Option<&'a str>,
+    /// Whether the tenant's subject keys are case-insensitive (folded to their one spelling).
+    pub fold: bool,
 }

@@ -36,7 +36,19 @@ pub fn record_facts<Id>(
     meta: Option<&Map<String, Value>>,
     named: Option<&str>,
 ) -> Result<RecordFacts<Id>, AdapterError> {
-    let record_subject = agree(index, string_field(meta, SUBJECT, index)?, named)?;
+    // What a record names is brought to its one spelling first: `carol` decomposed is `carol`.
+    let canonical = |value: Option<&str>, what: &str, fold: bool| {
+        value
+            .map(|v| {
+                lethe_policy::names::canonical_key(v, fold)
+                    .map(std::borrow::Cow::into_owned)
+                    .map_err(|e| AdapterError::Invalid(format!("record {index}: {what} {e}")))
+            })
+            .transpose()
+    };
+    let stamped = canonical(string_field(meta, SUBJECT, index)?, "subject", scope.fold)?;
+    let named = canonical(named, "subject", scope.fold)?;
+    let record_subject = agree(index, stamped.as_deref(), named.as_deref())?;
     let record_subject = record_subject.as_deref();
     if scope.bound && record_subject.is_some_and(|s| Some(s) != scope.subject) {
         return Err(AdapterError::Refused(vec![RecordRefusal {
@@ -54,10 +66,18 @@ pub fn record_facts<Id>(
         id,
         subject: agree(index, scope.subject, record_subject)?
             .ok_or_else(|| missing("subject", "Subject"))?,
-        purpose: agree(index, scope.purpose, string_field(meta, PURPOSE, index)?)?
-            .ok_or_else(|| missing("purpose", "Purpose"))?,
-        category: agree(index, scope.category, string_field(meta, CATEGORY, index)?)?
-            .ok_or_else(|| missing("category", "Category"))?,
+        purpose: agree(
+            index,
+            scope.purpose,
+            canonical(string_field(meta, PURPOSE, index)?, "purpose", false)?.as_deref(),
+        )?
+        .ok_or_else(|| missing("purpose", "Purpose"))?,
+        category: agree(
+            index,
+            scope.category,
+            canonical(string_field(meta, CATEGORY, index)?, "category", false)?.as_deref(),
+        )?
+        .ok_or_else(|| missing("category", "Category"))?,
         requested_expires_at: requested_expiry(meta, index)?,
         layer: Layer::Raw,
     })

@@ -14,6 +14,7 @@ fn claims() -> Claims {
         role: Role::Compliance,
         subject: Some("u1".into()),
         exp: jsonwebtoken::get_current_timestamp() + 600,
+        jti: None,
     }
 }
 

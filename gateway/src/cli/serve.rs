@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use super::{Failure, connect};
+use super::{Failure, connect, key_audit_chain};
 use crate::config::Config;
 use crate::control::{self, ControlState};
 
@@ -17,6 +17,7 @@ pub(super) async fn serve(config: Config) -> Result<(), Failure> {
     let verifier = Arc::new(crate::keys::verifier(&config, store.as_ref()).await?);
     let audit_key: Arc<[u8]> = Arc::from(crate::keys::audit_key(&config, store.as_ref()).await?);
     store.use_subject_key(&audit_key);
+    key_audit_chain(store.as_ref()).await?;
     let forgotten = store.forget_erased(crate::now()).await?;
     if forgotten > 0 {
         tracing::info!(
@@ -45,6 +46,7 @@ pub(super) async fn serve(config: Config) -> Result<(), Failure> {
         std::time::Duration::from_secs(10),
     ));
     let control_state = ControlState {
+        folding: config.folding(),
         governed,
         lineage: Some(data_state.derivation.memory()),
         store,
@@ -85,18 +87,47 @@ pub(super) async fn serve(config: Config) -> Result<(), Failure> {
         .with_graceful_shutdown(until_stopped(stopped.clone()));
     let worker = crate::erasure::Worker::from_config(&config, Arc::clone(&purge_store), audit_key)
         .map_err(|e| Failure(e, 2))?
-        .certifying(certifier);
+        .certifying(Arc::clone(&certifier));
+    let anchor_certifier = certifier;
     let purge = worker.run(until_stopped(stopped.clone()));
     let sweeper = crate::erasure::Sweeper::from_config(&config, Arc::clone(&purge_store))
         .map_err(|e| Failure(e, 2))?;
     let sweep = sweeper.run(until_stopped(stopped.clone()));
+    let anchor = sign_heads(
+        Arc::clone(&anchor_certifier),
+        Arc::clone(&purge_store),
+        config.audit.sign_interval.0,
+        until_stopped(stopped.clone()),
+    );
     let data = crate::data::serve(data_listener, data_state, limits, until_stopped(stopped));
-    let (control, (), (), (), ()) = tokio::join!(control, data, stop_signal, purge, sweep);
+    let (control, (), (), (), (), ()) =
+        tokio::join!(control, data, stop_signal, purge, sweep, anchor);
     control?;
     // The last lineage rows are written before the process ends.
     let _ = tokio::time::timeout(std::time::Duration::from_secs(10), lineage_task).await;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Signs the audit chain's head every `interval` (when it moved), until `stop`.
+async fn sign_heads(
+    certifier: Arc<crate::erasure::certificate::Certifier>,
+    store: Arc<dyn crate::store::Store>,
+    interval: std::time::Duration,
+    stop: impl Future<Output = ()>,
+) {
+    let mut stop = std::pin::pin!(stop);
+    let mut every = tokio::time::interval(interval);
+    loop {
+        tokio::select! {
+            _ = every.tick() => {
+                if let Err(e) = certifier.sign_head_now(store.as_ref()).await {
+                    tracing::warn!(error = %e, "the audit chain's head could not be signed; trying again later");
+                }
+            }
+            () = &mut stop => return,
+        }
+    }
 }
 
 async fn shutdown_signal() {

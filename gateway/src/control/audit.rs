@@ -64,5 +64,7 @@ pub async fn verify(
     ApiQuery(query): ApiQuery<VerifyQuery>,
 ) -> Result<Json<ChainReport>, ApiError> {
     let tenant = scope(&caller, query.tenant.as_deref())?;
-    Ok(Json(verify_audit(state.store.as_ref(), tenant).await?))
+    Ok(Json(
+        verify_audit(state.store.as_ref(), &state.audit_key, tenant, None).await?,
+    ))
 }

@@ -59,15 +59,16 @@ pub async fn grant(
 pub(crate) async fn grant_as(
     state: &ControlState,
     caller: &Caller,
-    req: GrantRequest,
+    mut req: GrantRequest,
 ) -> Result<ConsentGrant, ApiError> {
     let tenant = caller.tenant(req.tenant.as_deref())?.to_owned();
     let now = crate::now();
     let mut problems = Problems::default();
-    problems.name("tenant", &tenant);
-    problems.name("subject", &req.subject);
-    problems.name("purpose", &req.purpose);
-    problems.name("category", &req.category);
+    let mut tenant = tenant;
+    problems.name("tenant", &mut tenant);
+    problems.key("subject", &mut req.subject, state.folding.folds(&tenant));
+    problems.name("purpose", &mut req.purpose);
+    problems.name("category", &mut req.category);
     problems.text("source", &req.source);
     problems.check(!req.actions.is_empty(), || {
         "actions: name at least one action".into()
@@ -117,10 +118,14 @@ pub async fn list(
     ApiQuery(query): ApiQuery<ListQuery>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let tenant = caller.tenant(query.tenant.as_deref())?;
+    let subject = state
+        .folding
+        .subject(tenant, &query.subject)
+        .map_err(|e| ApiError::invalid(format!("subject: {e}")))?;
     let now = crate::now();
     let items: Vec<_> = state
         .store
-        .grants(tenant, &query.subject)
+        .grants(tenant, &subject)
         .await?
         .into_iter()
         .map(|g| GrantView::at(g, now))

@@ -92,13 +92,22 @@ pub async fn file(
     Ok((StatusCode::CREATED, Json(view(&state, record).await?)))
 }
 
-/// Checks whom a request names: a tenant, a subject, aliases other than the subject.
-fn check_whom(problems: &mut Problems, tenant: &str, subject: &str, aliases: &[String]) {
+/// Checks whom a request names, each in its one spelling (written back): a tenant, a subject,
+/// aliases other than the subject.
+fn check_whom(
+    state: &ControlState,
+    problems: &mut Problems,
+    tenant: &mut String,
+    subject: &mut String,
+    aliases: &mut [String],
+) {
     problems.name("tenant", tenant);
-    problems.name("subject", subject);
-    for (i, alias) in aliases.iter().enumerate() {
-        problems.name(&format!("aliases[{i}]"), alias);
+    let fold = state.folding.folds(tenant);
+    problems.key("subject", subject, fold);
+    for (i, alias) in aliases.iter_mut().enumerate() {
+        problems.key(&format!("aliases[{i}]"), alias, fold);
     }
+    let subject = &*subject;
     problems.check(!aliases.iter().any(|a| a == subject), || {
         "aliases: must not repeat the subject".into()
     });
@@ -148,11 +157,17 @@ pub async fn dry_run(
 pub(crate) async fn dry_run_as(
     state: &ControlState,
     caller: &Caller,
-    req: DryRunRequest,
+    mut req: DryRunRequest,
 ) -> Result<DryRun, ApiError> {
-    let tenant = caller.tenant(req.tenant.as_deref())?.to_owned();
+    let mut tenant = caller.tenant(req.tenant.as_deref())?.to_owned();
     let mut problems = Problems::default();
-    check_whom(&mut problems, &tenant, &req.subject, &req.aliases);
+    check_whom(
+        state,
+        &mut problems,
+        &mut tenant,
+        &mut req.subject,
+        &mut req.aliases,
+    );
     problems.into_result()?;
     let keys: Vec<String> = std::iter::once(req.subject.clone())
         .chain(req.aliases)
@@ -199,11 +214,17 @@ pub(crate) async fn dry_run_as(
 pub(crate) async fn file_as(
     state: &ControlState,
     caller: &Caller,
-    req: FileRequest,
+    mut req: FileRequest,
 ) -> Result<ErasureRecord, ApiError> {
-    let tenant = caller.tenant(req.tenant.as_deref())?.to_owned();
+    let mut tenant = caller.tenant(req.tenant.as_deref())?.to_owned();
     let mut problems = Problems::default();
-    check_whom(&mut problems, &tenant, &req.subject, &req.aliases);
+    check_whom(
+        state,
+        &mut problems,
+        &mut tenant,
+        &mut req.subject,
+        &mut req.aliases,
+    );
     problems.text("ticket", &req.ticket);
     problems.text("reason", &req.reason);
     problems.into_result()?;

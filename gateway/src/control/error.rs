@@ -76,15 +76,15 @@ impl From<StoreError> for ApiError {
             StoreError::NotExtendable => {
                 ApiError::new(StatusCode::CONFLICT, Code::NotExtendable, e.to_string())
             }
-            StoreError::Approval(lethe_policy::ApprovalError::AlreadyApproved) => {
-                ApiError::new(StatusCode::CONFLICT, Code::AlreadyApproved, e.to_string())
-            }
-            StoreError::Approval(lethe_policy::ApprovalError::NotAwaitingApproval) => {
-                ApiError::new(
-                    StatusCode::CONFLICT,
-                    Code::NotAwaitingApproval,
-                    e.to_string(),
-                )
+            StoreError::Approval(refused) => {
+                use lethe_policy::ApprovalError as A;
+                let code = match refused {
+                    A::AlreadyApproved => Code::AlreadyApproved,
+                    A::NotAwaitingApproval => Code::NotAwaitingApproval,
+                    A::ConfusableApprover => Code::ConfusableApprover,
+                    A::RequesterCannotApprove => Code::RequesterCannotApprove,
+                };
+                ApiError::new(StatusCode::CONFLICT, code, e.to_string())
             }
             StoreError::Transition(_) => {
                 ApiError::new(StatusCode::CONFLICT, Code::IllegalState, e.to_string())

@@ -39,13 +39,13 @@ impl HoldView {
 pub async fn place(
     State(state): State<ControlState>,
     caller: Caller,
-    ApiJson(req): ApiJson<PlaceRequest>,
+    ApiJson(mut req): ApiJson<PlaceRequest>,
 ) -> Result<(StatusCode, Json<HoldView>), ApiError> {
-    let tenant = caller.tenant(req.tenant.as_deref())?.to_owned();
+    let mut tenant = caller.tenant(req.tenant.as_deref())?.to_owned();
     let mut problems = Problems::default();
-    problems.name("tenant", &tenant);
-    if let Some(subject) = &req.subject {
-        problems.name("subject", subject);
+    problems.name("tenant", &mut tenant);
+    if let Some(subject) = &mut req.subject {
+        problems.key("subject", subject, state.folding.folds(&tenant));
     }
     problems.text("reason", &req.reason);
     problems.into_result()?;

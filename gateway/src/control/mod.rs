@@ -36,6 +36,8 @@ pub struct ControlState {
     pub governed: Arc<crate::governed::Governed>,
     /// The data plane's memory of the lineage window, for its metrics (none without a data plane).
     pub lineage: Option<Arc<crate::data::derivation::memory::Memory>>,
+    /// Which tenants' subject keys are case-insensitive.
+    pub folding: lethe_policy::names::Folding,
 }
 
 /// How erasure requests are carried out and certified.
@@ -125,17 +127,20 @@ pub fn app(state: ControlState) -> Router {
 struct Problems(Vec<String>);
 
 impl Problems {
-    /// Identifiers (tenants, subjects, purposes, categories): non-empty, at most 200 bytes, no
-    /// control characters, no `/` (it separates tenant and subject in `subject_ref`).
-    fn name(&mut self, field: &str, value: &str) {
-        if value.trim().is_empty() {
-            self.0.push(format!("{field}: must not be empty"));
-        } else if value.len() > 200 {
-            self.0.push(format!("{field}: must be at most 200 bytes"));
-        } else if value.chars().any(|c| c.is_control() || c == '/') {
-            self.0.push(format!(
-                "{field}: must not contain control characters or '/'"
-            ));
+    /// An identifier (a tenant, a purpose, a category) in its one spelling, written back (see
+    /// `lethe_policy::names`: NFC; nothing invisible, no edge whitespace, no `/`, which separates
+    /// tenant and subject in `subject_ref`; at most 200 bytes).
+    fn name(&mut self, field: &str, value: &mut String) {
+        self.key(field, value, false);
+    }
+
+    /// A subject key or alias in its one spelling, written back; `fold`: the tenant's keys are
+    /// case-insensitive.
+    fn key(&mut self, field: &str, value: &mut String, fold: bool) {
+        match lethe_policy::names::canonical_key(value, fold) {
+            Ok(std::borrow::Cow::Borrowed(_)) => {}
+            Ok(std::borrow::Cow::Owned(canonical)) => *value = canonical,
+            Err(e) => self.0.push(format!("{field}: {e}")),
         }
     }
 

@@ -16,6 +16,12 @@ pub async fn view(
     Path((tenant, subject)): Path<(String, String)>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let tenant = caller.tenant(Some(&tenant))?;
+    // Looked up by its one spelling: `Carol` is `carol` where the tenant's keys are folded.
+    let subject = state
+        .folding
+        .subject(tenant, &subject)
+        .map_err(|e| ApiError::invalid(format!("subject: {e}")))?
+        .into_owned();
     let store = &state.store;
     let Some(subject_state) = store.subject(tenant, &subject).await? else {
         return Err(ApiError::not_found("subject"));

@@ -31,6 +31,8 @@ async fn harness() -> Harness {
         max_body_bytes: 64 * 1024,
         governed: crate::governed::Governed::none(),
         lineage: None,
+        // Tenant `mail` keys its subjects by e-mail address, in any case.
+        folding: lethe_policy::names::Folding::new(["mail".to_owned()]),
         erasure: ErasureSettings {
             approvals_required: 2,
             targets: vec!["chroma:chroma".into()],
@@ -68,6 +70,7 @@ fn token(role: Role, tenant: &str) -> String {
         role,
         subject: None,
         exp: jsonwebtoken::get_current_timestamp() + 600,
+        jti: None,
     };
     mint_hs256(SECRET, "lethe", &claims).unwrap()
 }
@@ -176,6 +179,7 @@ async fn callers_must_hold_a_valid_control_token() {
             role: Role::Admin,
             subject: None,
             exp: jsonwebtoken::get_current_timestamp() + 600,
+            jti: None,
         },
     )
     .unwrap();
@@ -797,6 +801,7 @@ fn token_as(role: Role, actor: &str) -> String {
         role,
         subject: None,
         exp: jsonwebtoken::get_current_timestamp() + 600,
+        jti: None,
     };
     mint_hs256(SECRET, "lethe", &claims).unwrap()
 }
@@ -847,23 +852,45 @@ async fn an_erasure_needs_two_different_approvers_then_flips_every_key() {
     let id = filed["id"].as_str().unwrap();
     let approve = format!("/v1/erasures/{id}/approve");
 
-    let (_, once) = h.as_actor("alice", Method::POST, &approve, None).await;
+    // The requester is not one of the two approvers, in any case or spacing.
+    for requester in ["alice", "ALICE"] {
+        assert_error(
+            &h.as_actor(requester, Method::POST, &approve, None).await,
+            StatusCode::CONFLICT,
+            "requester_cannot_approve",
+        );
+    }
+    let (_, once) = h.as_actor("bob", Method::POST, &approve, None).await;
     assert_eq!(
         (once["state"].as_str(), once["approvals"].clone()),
-        (Some("requested"), json!(["alice"]))
+        (Some("requested"), json!(["bob"]))
     );
     assert_error(
-        &h.as_actor("alice", Method::POST, &approve, None).await,
+        &h.as_actor("bob", Method::POST, &approve, None).await,
         StatusCode::CONFLICT,
         "already_approved",
+    );
+    // One person, two spellings: still one approval.
+    for again in ["Bob", "BOB", "b ob"] {
+        assert_error(
+            &h.as_actor(again, Method::POST, &approve, None).await,
+            StatusCode::CONFLICT,
+            "confusable_approver",
+        );
+    }
+    // An actor id with whitespace at its edge is not a canonical id: no token names it.
+    assert_error(
+        &h.as_actor("bob ", Method::POST, &approve, None).await,
+        StatusCode::UNAUTHORIZED,
+        "unauthenticated",
     );
     assert_eq!(
         h.subject_state("u1").await,
         ("active".into(), 0),
-        "the requester alone changes nothing"
+        "one approver alone changes nothing"
     );
 
-    let (status, flipped) = h.as_actor("bob", Method::POST, &approve, None).await;
+    let (status, flipped) = h.as_actor("carol", Method::POST, &approve, None).await;
     assert_eq!(
         (status, flipped["state"].as_str()),
         (StatusCode::OK, Some("suppressed")),
@@ -946,7 +973,7 @@ async fn a_legal_hold_parks_an_erasure_until_every_covering_hold_is_released() {
         .await;
     let id = filed["id"].as_str().unwrap();
     h.as_actor(
-        "alice",
+        "bob",
         Method::POST,
         &format!("/v1/erasures/{id}/approve"),
         None,
@@ -954,7 +981,7 @@ async fn a_legal_hold_parks_an_erasure_until_every_covering_hold_is_released() {
     .await;
     let (_, held) = h
         .as_actor(
-            "bob",
+            "carol",
             Method::POST,
             &format!("/v1/erasures/{id}/approve"),
             None,
@@ -1147,7 +1174,7 @@ async fn the_console_shows_a_tenants_requests_only_and_refuses_forms_without_the
         .await;
     let other_id = other.1["id"].as_str().unwrap().to_owned();
 
-    let session = sign_in(&h, &token(Role::Compliance, "acme")).await;
+    let session = sign_in(&h, &token_as(Role::Compliance, "dpo-b")).await;
     let (_, _, list) = console(&h, Method::GET, "/console/requests", Some(&session), None).await;
     assert!(list.contains(&id) && !list.contains(&other_id), "{list}");
     assert!(list.contains("days left"), "the deadline badge: {list}");

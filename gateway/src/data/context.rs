@@ -26,6 +26,8 @@ pub struct RequestContext {
     pub subject: Option<String>,
     /// Whether the token itself binds the subject.
     pub bound: bool,
+    /// Whether the tenant's subject keys are case-insensitive.
+    pub fold: bool,
     pub purpose: Option<String>,
     pub category: Option<String>,
     /// `X-Lethe-Source`, recorded with lineage.
@@ -34,23 +36,50 @@ pub struct RequestContext {
     pub trace: Option<lethe_policy::TraceId>,
 }
 
-fn header(headers: &HeaderMap, name: &str) -> Result<Option<String>, DataError> {
-    let Some(value) = headers.get(name) else {
+fn invalid(message: String) -> DataError {
+    DataError::new(StatusCode::BAD_REQUEST, Code::InvalidRequest, message)
+}
+
+/// A header sent at most once: a second copy is refused, since a proxy in front of Lethe might
+/// read the other one.
+pub fn single<'h>(
+    headers: &'h HeaderMap,
+    name: &str,
+) -> Result<Option<&'h hyper::header::HeaderValue>, DataError> {
+    let mut values = headers.get_all(name).iter();
+    let first = values.next();
+    if values.next().is_some() {
+        return Err(invalid(format!("{name} must be sent once")));
+    }
+    Ok(first)
+}
+
+/// A header naming a subject, a purpose or a category, in its one spelling (see
+/// `lethe_policy::names`); `fold`: case folded (a tenant's case-insensitive subject keys).
+fn name_header(headers: &HeaderMap, name: &str, fold: bool) -> Result<Option<String>, DataError> {
+    let Some(value) = single(headers, name)? else {
         return Ok(None);
     };
     let text = value
         .to_str()
+        .map_err(|_| invalid(format!("{name} must be printable text")))?;
+    lethe_policy::names::canonical_key(text, fold)
+        .map(|n| Some(n.into_owned()))
+        .map_err(|e| invalid(format!("{name} {e}")))
+}
+
+/// A header of free text (the source of a write), at most 200 printable characters.
+fn text_header(headers: &HeaderMap, name: &str) -> Result<Option<String>, DataError> {
+    let Some(value) = single(headers, name)? else {
+        return Ok(None);
+    };
+    value
+        .to_str()
         .ok()
         .map(str::trim)
         .filter(|v| !v.is_empty() && v.len() <= 200 && !v.chars().any(char::is_control))
-        .ok_or_else(|| {
-            DataError::new(
-                StatusCode::BAD_REQUEST,
-                Code::InvalidRequest,
-                format!("{name} must be 1 to 200 printable characters"),
-            )
-        })?;
-    Ok(Some(text.to_owned()))
+        .map(|v| Some(v.to_owned()))
+        .ok_or_else(|| invalid(format!("{name} must be 1 to 200 printable characters")))
 }
 
 impl RequestContext {
@@ -59,6 +88,7 @@ impl RequestContext {
         claims: Arc<Claims>,
         store: &str,
         headers: &HeaderMap,
+        folding: &lethe_policy::names::Folding,
     ) -> Result<Self, DataError> {
         if claims.role == Role::Compliance {
             return Err(DataError::new(
@@ -67,8 +97,21 @@ impl RequestContext {
                 "the compliance role does not use the data plane",
             ));
         }
-        let asked = header(headers, SUBJECT_HEADER)?;
-        let subject = match (&claims.subject, asked) {
+        let fold = folding.folds(&claims.tenant);
+        let asked = name_header(headers, SUBJECT_HEADER, fold)?;
+        // The token's subject is canonical already; a tenant whose keys are case-insensitive
+        // folds it too.
+        let bound = claims
+            .subject
+            .as_deref()
+            .map(|s| {
+                folding
+                    .subject(&claims.tenant, s)
+                    .map(std::borrow::Cow::into_owned)
+            })
+            .transpose()
+            .map_err(|e| invalid(format!("the token's subject {e}")))?;
+        let subject = match (&bound, asked) {
             (Some(bound), Some(asked)) if *bound != asked => {
                 return Err(DataError::new(
                     StatusCode::FORBIDDEN,
@@ -83,10 +126,11 @@ impl RequestContext {
             request_id,
             store: store.to_owned(),
             bound: claims.subject.is_some(),
+            fold,
             subject,
-            purpose: header(headers, PURPOSE_HEADER)?,
-            category: header(headers, CATEGORY_HEADER)?,
-            source: header(headers, SOURCE_HEADER)?,
+            purpose: name_header(headers, PURPOSE_HEADER, false)?,
+            category: name_header(headers, CATEGORY_HEADER, false)?,
+            source: text_header(headers, SOURCE_HEADER)?,
             trace: headers
                 .get(TRACEPARENT_HEADER)
                 .and_then(|v| v.to_str().ok())
@@ -107,6 +151,7 @@ impl RequestContext {
             bound: self.bound,
             purpose: self.purpose.as_deref(),
             category: self.category.as_deref(),
+            fold: self.fold,
         }
     }
 

@@ -50,6 +50,8 @@ pub struct DataState {
     pub derivation: Arc<derivation::Derivation>,
     pub audit_key: Arc<[u8]>,
     pub max_body_bytes: usize,
+    /// Which tenants' subject keys are case-insensitive.
+    pub folding: lethe_policy::names::Folding,
 }
 
 impl DataState {
@@ -84,6 +86,7 @@ impl DataState {
             lineage,
             audit_key,
             max_body_bytes,
+            folding: config.folding(),
         };
         Ok((Arc::new(state), lineage_task))
     }
@@ -256,7 +259,13 @@ async fn run(
             )
         })?;
     seen.route = Some(route.name.clone());
-    let mut ctx = RequestContext::new(id.to_owned(), claims, &route.name, &parts.headers)?;
+    let mut ctx = RequestContext::new(
+        id.to_owned(),
+        claims,
+        &route.name,
+        &parts.headers,
+        &state.folding,
+    )?;
     seen.subject = ctx.subject.clone().map(|s| (ctx.tenant().to_owned(), s));
     let rest = canonical_path(rest)?.to_owned();
     // A route's defaults stand in for the headers a client cannot send.

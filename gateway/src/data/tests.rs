@@ -213,6 +213,7 @@ fn token(role: Role, subject: Option<&str>) -> String {
         role,
         subject: subject.map(str::to_owned),
         exp: jsonwebtoken::get_current_timestamp() + 600,
+        jti: None,
     };
     mint_hs256(SECRET, "lethe", &claims).unwrap()
 }
@@ -282,6 +283,7 @@ async fn bad_tokens_are_refused_before_anything_moves() {
                 role: Role::Agent,
                 subject: None,
                 exp: 0,
+                jti: None,
             }
         },
     )
@@ -295,6 +297,7 @@ async fn bad_tokens_are_refused_before_anything_moves() {
             role: Role::Admin,
             subject: None,
             exp: jsonwebtoken::get_current_timestamp() + 60,
+            jti: None,
         },
     )
     .unwrap();

@@ -18,7 +18,8 @@ use serde_json::{Value, json};
 use super::Physical;
 use crate::config::Config;
 use crate::store::{
-    Decision, Derivative, ErasureRecord, GovernedFlip, PurgeJob, Store, StoreError,
+    Decision, Derivative, ErasureRecord, GovernedFlip, HeadSignature, PurgeJob, SignedHead, Store,
+    StoreError,
 };
 
 pub struct Signer {
@@ -40,6 +41,58 @@ impl Signer {
     fn sign(&self, message: &[u8]) -> String {
         hex::encode(self.key.sign(message).as_ref())
     }
+
+    /// `head`, of the whole chain (`tenant` unset) or of a tenant's, signed at `at` (to the
+    /// microsecond, as the state store keeps it).
+    pub fn sign_head(
+        &self,
+        tenant: Option<&str>,
+        head: &ChainHead,
+        at: DateTime<Utc>,
+    ) -> SignedHead {
+        use chrono::SubsecRound as _;
+        let signed_at = at.trunc_subsecs(6);
+        let value = self.sign(&head_message(tenant, head, signed_at));
+        SignedHead {
+            tenant: tenant.map(str::to_owned),
+            seq: head.seq,
+            hash: head.hash.clone(),
+            signed_at,
+            signature: HeadSignature::ed25519(self.public_key_hex(), value),
+        }
+    }
+}
+
+/// What a head's signature covers: its canonical JSON.
+fn head_message(tenant: Option<&str>, head: &ChainHead, signed_at: DateTime<Utc>) -> Vec<u8> {
+    canonical(&json!({
+        "tenant": tenant,
+        "seq": head.seq,
+        "hash": head.hash,
+        "signed_at": signed_at,
+    }))
+}
+
+/// Checks a signed head against the issuer's public key (hex).
+pub fn verify_head(head: &SignedHead, public_key_hex: &str) -> Result<(), Invalid> {
+    if head.signature.algorithm != "Ed25519" {
+        return Err(Invalid::Malformed);
+    }
+    if !head
+        .signature
+        .public_key
+        .eq_ignore_ascii_case(public_key_hex.trim())
+    {
+        return Err(Invalid::OtherKey);
+    }
+    let key = hex::decode(public_key_hex.trim()).map_err(|_| Invalid::Malformed)?;
+    let value = hex::decode(&head.signature.value).map_err(|_| Invalid::Malformed)?;
+    UnparsedPublicKey::new(&ED25519, key)
+        .verify(
+            &head_message(head.tenant.as_deref(), &head.anchor(), head.signed_at),
+            &value,
+        )
+        .map_err(|_| Invalid::BadSignature)
 }
 
 /// Issues each completed erasure's certificate once and keeps it: every later download is the
@@ -81,6 +134,17 @@ impl Certifier {
         self.signer.public_key_hex()
     }
 
+    /// Signs the chain's head and keeps it, unless the last head kept is that one already.
+    pub async fn sign_head_now(&self, store: &dyn Store) -> Result<(), StoreError> {
+        let head = store.audit_head(None).await?;
+        if store.signed_heads(None).await?.last().map(|h| h.seq) == Some(head.seq) {
+            return Ok(());
+        }
+        store
+            .keep_signed_head(&self.signer.sign_head(None, &head, crate::now()))
+            .await
+    }
+
     /// The certificate of a completed request: the one kept, or, the first time, one issued now
     /// from the request's jobs and the audit chain's head, and kept. Two replicas issuing at once
     /// both answer the one that was kept first.
@@ -94,7 +158,20 @@ impl Certifier {
         }
         let jobs = store.purge_jobs(&record.id).await?;
         let derivatives = store.derivatives(&record.id).await?;
+        // The heads at issue are signed and kept: the chain must hold them from now on.
+        let now = crate::now();
         let chain_head = store.audit_head(None).await?;
+        let tenant_head = store.audit_head(Some(&record.tenant)).await?;
+        store
+            .keep_signed_head(&self.signer.sign_head(None, &chain_head, now))
+            .await?;
+        store
+            .keep_signed_head(
+                &self
+                    .signer
+                    .sign_head(Some(&record.tenant), &tenant_head, now),
+            )
+            .await?;
         let flips = store.governed_flips(&record.id).await?;
         let evidence = Evidence {
             record,
@@ -102,9 +179,10 @@ impl Certifier {
             derivatives: &derivatives,
             flips: &flips,
             chain_head: &chain_head,
+            tenant_head: &tenant_head,
             backups: &self.backups,
             audit_key: &self.audit_key,
-            issued_at: crate::now(),
+            issued_at: now,
         };
         let document = String::from_utf8_lossy(&issue(&evidence, &self.signer)).into_owned();
         store.keep_certificate(&record.id, &document).await
@@ -120,6 +198,8 @@ pub struct Evidence<'a> {
     /// When the flip held in each governed database.
     pub flips: &'a [GovernedFlip],
     pub chain_head: &'a ChainHead,
+    /// The head of the request's tenant's chain.
+    pub tenant_head: &'a ChainHead,
     /// How long each target's backups are kept.
     pub backups: &'a BTreeMap<String, MaxAge>,
     pub audit_key: &'a [u8],
@@ -223,6 +303,7 @@ pub fn issue(evidence: &Evidence<'_>, signer: &Signer) -> Vec<u8> {
         "final_backup_expiry": final_backup_expiry,
         "final_copy_expiry": final_copy_expiry.zip(final_backup_expiry).map(|(c, b)| c.max(b)),
         "audit_chain_head": evidence.chain_head,
+        "audit_tenant_head": evidence.tenant_head,
         "issued_at": evidence.issued_at,
     });
     let signed = canonical(&certificate);
@@ -528,6 +609,7 @@ mod tests {
             derivatives: &[],
             flips: &[],
             chain_head: &head,
+            tenant_head: &head,
             backups: &backups,
             audit_key: b"k",
             issued_at: record.updated_at,
@@ -629,6 +711,7 @@ mod tests {
             derivatives: &[],
             flips: &[],
             chain_head: &head,
+            tenant_head: &head,
             backups: &none,
             audit_key: b"k",
             issued_at: record.updated_at,
@@ -694,6 +777,7 @@ mod tests {
             derivatives: &derivatives,
             flips: &[],
             chain_head: &head,
+            tenant_head: &head,
             backups: &backups,
             audit_key: b"k",
             issued_at: at,

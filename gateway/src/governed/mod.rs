@@ -25,6 +25,8 @@ use crate::store::{FeedEvent, PolicyChange, Store};
 struct Database {
     config: GovernedDatabase,
     pool: PgPool,
+    /// The tenants whose subject keys are case-insensitive.
+    folding: lethe_policy::names::Folding,
 }
 
 /// How far one database has come.
@@ -84,6 +86,7 @@ impl Governed {
             databases.push(Database {
                 config: db.clone(),
                 pool,
+                folding: config.folding(),
             });
         }
         let progress = Arc::new(Notify::new());
@@ -218,7 +221,7 @@ async fn run_lane(
     let name = &db.config.name;
     let mut backoff = Duration::from_millis(100);
     loop {
-        let first = match install(&db.config, &db.pool).await {
+        let first = match install(&db).await {
             Ok(()) => copy_all(&db, store.as_ref()).await,
             Err(e) => Err(format!("cannot install the rules: {e}")),
         };
@@ -319,13 +322,13 @@ pub async fn check_live(config: &Config) -> Vec<String> {
 }
 
 /// Installs (or upgrades) the rules in one transaction, one installer at a time.
-async fn install(db: &GovernedDatabase, pool: &PgPool) -> Result<(), sqlx::Error> {
-    let mut tx = pool.begin().await?;
+async fn install(db: &Database) -> Result<(), sqlx::Error> {
+    let mut tx = db.pool.begin().await?;
     sqlx::query("SELECT pg_advisory_xact_lock(hashtext('lethe.install'))")
         .execute(&mut *tx)
         .await?;
     // The plan is built from the operator's configuration, checked when it was loaded.
-    for statement in plan::plan(db) {
+    for statement in plan::plan(&db.config, &db.folding) {
         sqlx::raw_sql(sqlx::AssertSqlSafe(statement))
             .execute(&mut *tx)
             .await?;

@@ -8,6 +8,8 @@
 //! role Lethe connects as keeps a policy of its own that sees every row (purges), and
 //! superusers bypass row security as always.
 
+use lethe_policy::names::Folding;
+
 use crate::config::{GovernedDatabase, GovernedTable};
 
 /// The version of what [`plan`] installs; bumped with every change to it.
@@ -17,8 +19,16 @@ pub const VERSION: i32 = 3;
 pub const REFUSED: &str = "LTH01";
 
 /// The statements, in order. Each is idempotent: run again, they leave the same objects.
-pub fn plan(db: &GovernedDatabase) -> Vec<String> {
+/// `folding`: the tenants whose subject keys are case-insensitive.
+pub fn plan(db: &GovernedDatabase, folding: &Folding) -> Vec<String> {
     let mut sql = schema();
+    sql.push("DELETE FROM lethe.folded_tenants".into());
+    for tenant in folding.tenants() {
+        sql.push(format!(
+            "INSERT INTO lethe.folded_tenants (tenant) VALUES ({})",
+            literal(tenant)
+        ));
+    }
     let roles = std::iter::once((None, db.app_role.as_str())).chain(
         db.tenant_roles
             .iter()
@@ -65,8 +75,36 @@ pub fn plan(db: &GovernedDatabase) -> Vec<String> {
     sql
 }
 
+/// A text as an SQL string literal.
+fn literal(text: &str) -> String {
+    format!("'{}'", text.replace('\'', "''"))
+}
+
+/// A regular expression class (PostgreSQL's) of these characters; NUL, which no text holds, is
+/// left out.
+fn sql_class(ranges: &[&[(char, char)]]) -> String {
+    let escape = |c: char| match u32::from(c) {
+        n if n <= 0xFFFF => format!("\\u{n:04X}"),
+        n => format!("\\U{n:08X}"),
+    };
+    let mut class = String::from("[");
+    for &(lo, hi) in ranges.iter().flat_map(|r| r.iter()) {
+        let lo = if lo == '\0' { '\u{1}' } else { lo };
+        class.push_str(&escape(lo));
+        if hi != lo {
+            class.push('-');
+            class.push_str(&escape(hi));
+        }
+    }
+    class.push(']');
+    class
+}
+
 /// The policy tables and the deciding functions.
 fn schema() -> Vec<String> {
+    use lethe_policy::names::{CONTROL, INVISIBLE, WHITESPACE};
+    let invisible = sql_class(&[CONTROL, INVISIBLE]);
+    let whitespace = sql_class(&[WHITESPACE]);
     vec![
         "CREATE SCHEMA IF NOT EXISTS lethe".into(),
         "REVOKE ALL ON SCHEMA lethe FROM PUBLIC".into(),
@@ -88,6 +126,16 @@ fn schema() -> Vec<String> {
   SELECT NOT EXISTS (SELECT 1 FROM lethe.roles r WHERE r.role = session_user)
       OR EXISTS (SELECT 1 FROM lethe.roles r WHERE r.role = session_user AND (r.tenant IS NULL OR r.tenant = p_tenant))
 $lethe$".into(),
+        // Tenants whose subject keys are case-insensitive: kept in lower case.
+        "CREATE TABLE IF NOT EXISTS lethe.folded_tenants (tenant text PRIMARY KEY)".into(),
+        // The same rule as `lethe_policy::names::canonical_key`, over a name as the row holds it:
+        // NFC, nothing invisible, no whitespace at its edges, no '/', 1 to 200 bytes.
+        format!(
+            "CREATE OR REPLACE FUNCTION lethe.canonical_name(p text) RETURNS boolean LANGUAGE sql IMMUTABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $lethe$
+  SELECT p IS NOT NULL AND p <> '' AND octet_length(p) <= 200 AND p IS NFC NORMALIZED
+     AND p !~ '{invisible}' AND p !~ '^{whitespace}|{whitespace}$' AND strpos(p, '/') = 0
+$lethe$"
+        ),
         format!(
             "CREATE OR REPLACE FUNCTION lethe.refuse(code text) RETURNS void LANGUAGE plpgsql AS $lethe$
 BEGIN
@@ -113,6 +161,12 @@ BEGIN
   -- Before anything about the subject is looked at: another tenant's role learns nothing.
   IF NOT lethe.serves(p_tenant) THEN
     PERFORM lethe.refuse('scope_violation');
+  END IF;
+  -- Every name in its one spelling (as Lethe keeps it): no second subject behind a lookalike.
+  IF NOT (lethe.canonical_name(p_tenant) AND lethe.canonical_name(p_subject)
+          AND lethe.canonical_name(p_purpose) AND lethe.canonical_name(p_category))
+     OR (p_subject <> lower(p_subject) AND EXISTS (SELECT 1 FROM lethe.folded_tenants f WHERE f.tenant = p_tenant)) THEN
+    PERFORM lethe.refuse('invalid_name');
   END IF;
   SELECT * INTO s FROM lethe.subjects WHERE tenant = p_tenant AND subject = p_subject;
   IF FOUND AND NOT s.active THEN

@@ -47,6 +47,11 @@ pub const SQLITE: &[Migration] = &[
         name: "governed_flips",
         sql: include_str!("../../../migrations/sqlite/0008_governed_flips.sql"),
     },
+    Migration {
+        version: 9,
+        name: "keyed_audit",
+        sql: include_str!("../../../migrations/sqlite/0009_keyed_audit.sql"),
+    },
 ];
 
 pub const POSTGRES: &[Migration] = &[
@@ -89,6 +94,11 @@ pub const POSTGRES: &[Migration] = &[
         version: 8,
         name: "governed_flips",
         sql: include_str!("../../../migrations/postgres/0008_governed_flips.sql"),
+    },
+    Migration {
+        version: 9,
+        name: "keyed_audit",
+        sql: include_str!("../../../migrations/postgres/0009_keyed_audit.sql"),
     },
 ];
 

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use lethe_policy::audit::{
-    AuditEntry, AuditRecord, ChainBreak, ChainHead, ChainVerifier, TenantChainVerifier,
+    AuditEntry, AuditRecord, ChainBreak, ChainHead, ChainVerifier, Links, TenantChainVerifier,
 };
 use lethe_policy::{
     ConsentGrant, How, Layer, LegalHold, RetentionPolicy, SubjectPolicy, SubjectState,
@@ -882,6 +882,61 @@ pub trait Store: Send + Sync + 'static {
     ) -> Result<Vec<AuditRecord>, StoreError>;
     /// The head the store recorded with the last append: of the whole chain, or of one tenant's.
     async fn audit_head(&self, tenant: Option<&str>) -> Result<ChainHead, StoreError>;
+    /// Seals a chain written before links were keyed again with the audit key, once: it is
+    /// verified as it was written first (a broken one is left as it is: `Corrupt`), then every
+    /// link and head is rewritten and an event naming the old head (`audit.chain_keyed`) is
+    /// appended. Answers the old head when it keyed the chain.
+    async fn key_audit_chain(&self, at: DateTime<Utc>) -> Result<Option<ChainHead>, StoreError>;
+    /// Whether the chain's links are keyed.
+    async fn audit_keyed(&self) -> Result<bool, StoreError>;
+    /// Keeps a signed head (once per chain and position).
+    async fn keep_signed_head(&self, head: &SignedHead) -> Result<(), StoreError>;
+    /// The signed heads of the whole chain (`None`) or of one tenant's, in order.
+    async fn signed_heads(&self, tenant: Option<&str>) -> Result<Vec<SignedHead>, StoreError>;
+}
+
+/// The version of a chain whose links are keyed (`audit_head.chain_version`; 1: plain SHA-256).
+pub(crate) const KEYED_CHAIN: i32 = 2;
+
+/// A head of the audit chain (or of a tenant's), signed with the certificates' key when it was
+/// the head, and kept apart from the chain (and, printed by `lethe audit head`, anywhere else):
+/// a chain that no longer holds it was cut or rewritten.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct SignedHead {
+    /// The tenant whose chain it is; `None`: the whole chain.
+    pub tenant: Option<String>,
+    pub seq: i64,
+    pub hash: String,
+    pub signed_at: DateTime<Utc>,
+    pub signature: HeadSignature,
+}
+
+impl SignedHead {
+    /// The position it names, as a verifier's anchor.
+    pub fn anchor(&self) -> ChainHead {
+        ChainHead {
+            seq: self.seq,
+            hash: self.hash.clone(),
+        }
+    }
+}
+
+/// An Ed25519 signature over a head's canonical JSON (`tenant`, `seq`, `hash`, `signed_at`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct HeadSignature {
+    pub algorithm: String,
+    pub public_key: String,
+    pub value: String,
+}
+
+impl HeadSignature {
+    pub fn ed25519(public_key: String, value: String) -> HeadSignature {
+        HeadSignature {
+            algorithm: "Ed25519".into(),
+            public_key,
+            value,
+        }
+    }
 }
 
 /// The kinds of state store a URL can name.
@@ -931,15 +986,31 @@ pub enum ChainReport {
     },
 }
 
-/// Verifies the whole chain (`tenant` unset) or one tenant's chain, from its recorded head.
+/// Verifies the whole chain (`tenant` unset) or one tenant's chain, from its recorded head, with
+/// `key` (the audit key) when its links are keyed: it must still hold every head signed and kept
+/// for it, and `saved` (a head saved elsewhere, or carried by a certificate) if one is given.
 pub async fn verify_audit(
     store: &dyn Store,
+    key: &[u8],
     tenant: Option<&str>,
+    saved: Option<&ChainHead>,
 ) -> Result<ChainReport, StoreError> {
     const PAGE: i64 = 1000;
+    let links = if store.audit_keyed().await? {
+        Links::Keyed(key)
+    } else {
+        Links::Unkeyed
+    };
+    let anchors: Vec<ChainHead> = store
+        .signed_heads(tenant)
+        .await?
+        .iter()
+        .map(SignedHead::anchor)
+        .chain(saved.cloned())
+        .collect();
     let recorded = store.audit_head(tenant).await?;
-    let mut whole = ChainVerifier::default();
-    let mut own = tenant.map(TenantChainVerifier::new);
+    let mut whole = ChainVerifier::new(links).anchored(anchors.clone());
+    let mut own = tenant.map(|t| TenantChainVerifier::new(links, t).anchored(anchors));
     let mut after = 0;
     let outcome = loop {
         let page = store.audit_page(after, PAGE, tenant).await?;

@@ -11,14 +11,14 @@ macro_rules! impl_store {
 
             use async_trait::async_trait;
             use chrono::{DateTime, Utc};
-            use lethe_policy::audit::{seal, AuditEntry, AuditRecord, ChainHead, TenantLink};
+            use lethe_policy::audit::{seal, AuditEntry, AuditRecord, ChainHead, Links, TenantLink};
             use lethe_policy::progress::{progress, verification_due, Attempt, JobState, Verification};
             use lethe_policy::{Action, ConsentGrant, ErasureEvent, ErasureState, LegalHold, RetentionPolicy, SubjectPolicy, SubjectState, SubjectStatus};
             use sqlx::types::Json;
             use sqlx::Row as _;
 
             use super::*;
-            use crate::store::{deadline, Closure, DeadlineExtension, Decision, Derivative, Derived, DueWindow, Edge, ItemKey, Rejection, ErasureFilter, ErasureRecord, MAX_EXTENSION_MONTHS, ErasureStats, ExpiredItem, Feed, FeedEvent, GovernedFlip, HoldRecord, PendingFlip, ItemRecord, JobOutcome, PolicyChange, PurgeJob, RetentionVersion, Store, StoreError, Tombstone};
+            use crate::store::{deadline, Closure, DeadlineExtension, Decision, Derivative, Derived, DueWindow, Edge, ItemKey, Rejection, ErasureFilter, ErasureRecord, MAX_EXTENSION_MONTHS, ErasureStats, ExpiredItem, Feed, FeedEvent, GovernedFlip, HoldRecord, PendingFlip, SignedHead, ItemRecord, JobOutcome, PolicyChange, PurgeJob, RetentionVersion, Store, StoreError, Tombstone};
 
             crate::store::derivatives::derivative_sql!($db);
 
@@ -99,16 +99,23 @@ macro_rules! impl_store {
             }
 
             /// Seals `entry` after the current head, inside the caller's transaction, with the
-            /// head locked so that concurrent appends queue instead of forking the chain.
-            async fn append_in(tx: &mut Tx, entry: AuditEntry) -> Result<AuditRecord, StoreError> {
+            /// head locked so that concurrent appends queue instead of forking the chain. Links are
+            /// keyed with the audit key, unless the chain is one written before they were and not
+            /// keyed yet ([`Store::key_audit_chain`]): it goes on as it was written.
+            async fn append_in(tx: &mut Tx, key: &std::sync::OnceLock<Vec<u8>>, entry: AuditEntry) -> Result<AuditRecord, StoreError> {
                 let head = sqlx::query(<$store>::LOCK_AUDIT_HEAD).fetch_one(&mut **tx).await?;
+                let version: i32 = head.try_get("chain_version")?;
                 let head = ChainHead { seq: head.try_get("seq")?, hash: head.try_get("hash")? };
+                let links = match version {
+                    crate::store::KEYED_CHAIN => Links::Keyed(key.get().ok_or(StoreError::NoSubjectKey)?),
+                    _ => Links::Unkeyed,
+                };
                 // The whole chain's head is locked: the tenant's head cannot move meanwhile.
                 let tenant_head = match &entry.tenant {
                     Some(tenant) => tenant_head_in(&mut **tx, tenant).await?,
                     None => ChainHead::default(),
                 };
-                let record = seal(&head, &tenant_head, entry);
+                let record = seal(links, &head, &tenant_head, entry);
                 let e = &record.entry;
                 let link = record.tenant_chain.as_ref();
                 sqlx::query(
@@ -330,13 +337,13 @@ macro_rules! impl_store {
                 if held(tx, record, at).await? {
                     step(record, ErasureEvent::HoldPlaced, at)?;
                     save_erasure(tx, record).await?;
-                    append_in(tx, AuditEntry { action: "erasure.hold".into(), target: "erasure".into(), target_ref: Some(record.id.clone()), ..audit.clone() }).await?;
+                    append_in(tx, subject_key, AuditEntry { action: "erasure.hold".into(), target: "erasure".into(), target_ref: Some(record.id.clone()), ..audit.clone() }).await?;
                     return Ok(Vec::new());
                 }
                 let changes = flip(tx, subject_key, record, closure, governed, at).await?;
                 // `erasure.suppress` once the flip holds everywhere; until then it is on its way.
                 let action = if record.state == ErasureState::Suppressed { "erasure.suppress" } else { "erasure.flip" };
-                append_in(tx, AuditEntry { action: action.into(), target: "erasure".into(), target_ref: Some(record.id.clone()), ..audit.clone() }).await?;
+                append_in(tx, subject_key, AuditEntry { action: action.into(), target: "erasure".into(), target_ref: Some(record.id.clone()), ..audit.clone() }).await?;
                 Ok(changes)
             }
 
@@ -528,7 +535,7 @@ macro_rules! impl_store {
                 }
                 for action in &next.audit {
                     let event = AuditEntry { action: (*action).into(), target: "erasure".into(), target_ref: Some(record.id.clone()), ..audit.clone() };
-                    append_in(tx, event).await?;
+                    append_in(tx, subject_key, event).await?;
                 }
                 save_erasure(tx, record).await?;
                 Ok((changes, next.completed()))
@@ -661,7 +668,7 @@ macro_rules! impl_store {
                     .bind(&grant.source)
                     .execute(&mut *tx)
                     .await?;
-                    append_in(&mut tx, audit).await?;
+                    append_in(&mut tx, &self.subject_key, audit).await?;
                     let change = PolicyChange::of_subject(&grant.tenant, &grant.subject);
                     commit_change(self, tx, change).await
                 }
@@ -703,7 +710,7 @@ macro_rules! impl_store {
                         .execute(&mut *tx)
                         .await?;
                     }
-                    append_in(&mut tx, audit).await?;
+                    append_in(&mut tx, &self.subject_key, audit).await?;
                     let change = PolicyChange::of_subject(&grant.tenant, &grant.subject);
                     commit_change(self, tx, change).await?;
                     Ok(grant)
@@ -774,7 +781,7 @@ macro_rules! impl_store {
                     .bind(actor)
                     .execute(&mut *tx)
                     .await?;
-                    append_in(&mut tx, AuditEntry { target_ref: Some(version.to_string()), ..audit }).await?;
+                    append_in(&mut tx, &self.subject_key, AuditEntry { target_ref: Some(version.to_string()), ..audit }).await?;
                     commit_change(self, tx, PolicyChange::of(tenant, None)).await?;
                     Ok(RetentionVersion { version, policy: policy.clone(), created_at: at, created_by: actor.to_owned() })
                 }
@@ -796,7 +803,7 @@ macro_rules! impl_store {
                     .bind(&hold.released_by)
                     .execute(&mut *tx)
                     .await?;
-                    append_in(&mut tx, audit).await?;
+                    append_in(&mut tx, &self.subject_key, audit).await?;
                     // Governed databases keep held rows from their sweep.
                     commit_change(self, tx, PolicyChange::of(&h.tenant, h.subject.as_deref())).await
                 }
@@ -820,7 +827,7 @@ macro_rules! impl_store {
                     if updated == 0 {
                         return Err(StoreError::AlreadyReleased);
                     }
-                    append_in(&mut tx, audit.clone()).await?;
+                    append_in(&mut tx, &self.subject_key, audit.clone()).await?;
                     // Held erasures this hold covered continue, unless another hold still covers them.
                     let sql = sqlx::AssertSqlSafe(format!("SELECT {ERASURE_COLUMNS} FROM erasure_requests WHERE tenant = $1 AND state = 'held' ORDER BY requested_at"));
                     let rows = sqlx::query(sql).bind(&hold.hold.tenant).fetch_all(&mut *tx).await?;
@@ -881,7 +888,7 @@ macro_rules! impl_store {
                         .execute(&mut *tx)
                         .await?;
                     }
-                    append_in(&mut tx, audit).await?;
+                    append_in(&mut tx, &self.subject_key, audit).await?;
                     tx.commit().await?;
                     Ok(())
                 }
@@ -954,7 +961,7 @@ macro_rules! impl_store {
                         .bind(id)
                         .execute(&mut *tx)
                         .await?;
-                    append_in(&mut tx, audit).await?;
+                    append_in(&mut tx, &self.subject_key, audit).await?;
                     tx.commit().await?;
                     record.rejection = Some(rejection.clone());
                     Ok(record)
@@ -980,7 +987,7 @@ macro_rules! impl_store {
                         .bind(id)
                         .execute(&mut *tx)
                         .await?;
-                    append_in(&mut tx, audit).await?;
+                    append_in(&mut tx, &self.subject_key, audit).await?;
                     tx.commit().await?;
                     Ok(record)
                 }
@@ -1027,10 +1034,10 @@ macro_rules! impl_store {
                     let mut tx = self.write_tx().await?;
                     let sql = sqlx::AssertSqlSafe(format!("SELECT {ERASURE_COLUMNS} FROM erasure_requests WHERE id = $1{}", <$store>::FOR_UPDATE));
                     let mut record = erasure_from_row(&sqlx::query(sql).bind(id).fetch_one(&mut *tx).await?)?;
-                    let authorised = lethe_policy::erasure::approve(record.state, &mut record.approvals, actor, required)?;
+                    let authorised = lethe_policy::erasure::approve(record.state, &mut record.approvals, actor, &record.requested_by, required)?;
                     record.updated_at = at;
                     save_erasure(&mut tx, &record).await?;
-                    append_in(&mut tx, audit.clone()).await?;
+                    append_in(&mut tx, &self.subject_key, audit.clone()).await?;
                     let mut changes = Vec::new();
                     if authorised {
                         step(&mut record, ErasureEvent::Authorize, at)?;
@@ -1064,7 +1071,7 @@ macro_rules! impl_store {
                             .await?;
                     }
                     save_erasure(&mut tx, &record).await?;
-                    append_in(&mut tx, audit).await?;
+                    append_in(&mut tx, &self.subject_key, audit).await?;
                     tx.commit().await?;
                     Ok(record)
                 }
@@ -1152,7 +1159,7 @@ macro_rules! impl_store {
                         Attempt::Done => ("purge.done", "ok"),
                         Attempt::Failed { .. } => ("purge.failed", "failed"),
                     };
-                    append_in(&mut tx, AuditEntry { action: action.into(), result: outcome_result.into(), ..audit.clone() }).await?;
+                    append_in(&mut tx, &self.subject_key, AuditEntry { action: action.into(), result: outcome_result.into(), ..audit.clone() }).await?;
                     sqlx::query(
                         "UPDATE purge_jobs SET state = $1, result = $2, last_error = $3, next_attempt_at = $4, claimed_by = NULL, claimed_until = NULL, updated_at = $5 WHERE id = $6",
                     )
@@ -1516,7 +1523,7 @@ macro_rules! impl_store {
                         return Ok(record);
                     }
                     let target = |action: &str, target: &str, target_ref: &str| AuditEntry { action: action.into(), target: target.into(), target_ref: Some(target_ref.to_owned()), at, ..audit.clone() };
-                    append_in(&mut tx, target("governed.flip_applied", "postgres", database)).await?;
+                    append_in(&mut tx, &self.subject_key, target("governed.flip_applied", "postgres", database)).await?;
                     let left: i64 = sqlx::query_scalar("SELECT count(*) FROM erasure_flips WHERE request_id = $1 AND applied_at IS NULL")
                         .bind(request_id)
                         .fetch_one(&mut *tx)
@@ -1525,7 +1532,7 @@ macro_rules! impl_store {
                         step(&mut record, ErasureEvent::FlipApplied, at)?;
                         record.suppressed_at = Some(at);
                         save_erasure(&mut tx, &record).await?;
-                        append_in(&mut tx, target("erasure.suppress", "erasure", request_id)).await?;
+                        append_in(&mut tx, &self.subject_key, target("erasure.suppress", "erasure", request_id)).await?;
                     }
                     tx.commit().await?;
                     Ok(record)
@@ -1622,7 +1629,7 @@ macro_rules! impl_store {
                             target_ref: Some(request_id.to_owned()),
                             ..audit.clone()
                         };
-                        append_in(&mut tx, event).await?;
+                        append_in(&mut tx, &self.subject_key, event).await?;
                     }
                     let (mut changes, completed) = advance(&mut tx, &self.subject_key, self.closure(), &mut record, at, &audit).await?;
                     changes.push(PolicyChange::of_derivatives(&record.tenant));
@@ -1671,7 +1678,7 @@ macro_rules! impl_store {
 
                 async fn append_audit(&self, entry: AuditEntry) -> Result<AuditRecord, StoreError> {
                     let mut tx = self.write_tx().await?;
-                    let record = append_in(&mut tx, entry).await?;
+                    let record = append_in(&mut tx, &self.subject_key, entry).await?;
                     tx.commit().await?;
                     Ok(record)
                 }
@@ -1707,6 +1714,134 @@ macro_rules! impl_store {
                     select.push(") ORDER BY seq LIMIT ").push_bind(limit);
                     let rows = select.build().fetch_all(&self.pool).await?;
                     rows.iter().map(audit_from_row).collect()
+                }
+
+                async fn key_audit_chain(&self, at: DateTime<Utc>) -> Result<Option<ChainHead>, StoreError> {
+                    const PAGE: i64 = 1000;
+                    let key = self.subject_key.get().ok_or(StoreError::NoSubjectKey)?;
+                    let mut tx = self.write_tx().await?;
+                    let head = sqlx::query(<$store>::LOCK_AUDIT_HEAD).fetch_one(&mut *tx).await?;
+                    let version: i32 = head.try_get("chain_version")?;
+                    if version == crate::store::KEYED_CHAIN {
+                        return Ok(None);
+                    }
+                    let old = ChainHead { seq: head.try_get("seq")?, hash: head.try_get("hash")? };
+                    let select = "SELECT seq, at, tenant, actor, action, request_id, subject_ref, target, target_ref, result, attempt, prev_hash, hash,
+                                         tenant_seq, tenant_prev_hash, tenant_hash
+                                  FROM audit_events WHERE seq > $1 ORDER BY seq LIMIT $2";
+                    // Verified as it was written first: a broken chain is not sealed over.
+                    let mut written = lethe_policy::audit::ChainVerifier::new(Links::Unkeyed);
+                    let mut after: i64 = 0;
+                    loop {
+                        let rows = sqlx::query(select).bind(after).bind(PAGE).fetch_all(&mut *tx).await?;
+                        let Some(last) = rows.last() else { break };
+                        after = last.try_get("seq")?;
+                        for row in &rows {
+                            written.push(&audit_from_row(row)?).map_err(|e| StoreError::Corrupt(format!(
+                                "the audit chain is broken at row {}: {e}; it is left unkeyed, as it was written", e.seq()
+                            )))?;
+                        }
+                    }
+                    written.finish(&old).map_err(|e| StoreError::Corrupt(format!(
+                        "the audit chain is broken at row {}: {e}; it is left unkeyed, as it was written", e.seq()
+                    )))?;
+                    // Sealed again, link by link, with the key.
+                    let links = Links::Keyed(key);
+                    let mut head = ChainHead::default();
+                    let mut tenant_heads: BTreeMap<String, ChainHead> = BTreeMap::new();
+                    let mut after: i64 = 0;
+                    loop {
+                        let rows = sqlx::query(select).bind(after).bind(PAGE).fetch_all(&mut *tx).await?;
+                        let Some(last) = rows.last() else { break };
+                        after = last.try_get("seq")?;
+                        for row in &rows {
+                            let entry = audit_from_row(row)?.entry;
+                            let tenant_head = entry.tenant.as_ref().and_then(|t| tenant_heads.get(t)).cloned().unwrap_or_default();
+                            let record = seal(links, &head, &tenant_head, entry);
+                            let link = record.tenant_chain.as_ref();
+                            sqlx::query("UPDATE audit_events SET prev_hash = $2, hash = $3, tenant_prev_hash = $4, tenant_hash = $5 WHERE seq = $1")
+                                .bind(record.seq)
+                                .bind(&record.prev_hash)
+                                .bind(&record.hash)
+                                .bind(link.map(|l| l.prev_hash.clone()))
+                                .bind(link.map(|l| l.hash.clone()))
+                                .execute(&mut *tx)
+                                .await?;
+                            if let (Some(tenant), Some(link)) = (&record.entry.tenant, link) {
+                                tenant_heads.insert(tenant.clone(), ChainHead { seq: link.seq, hash: link.hash.clone() });
+                            }
+                            head = ChainHead { seq: record.seq, hash: record.hash };
+                        }
+                    }
+                    for (tenant, tenant_head) in &tenant_heads {
+                        sqlx::query("UPDATE audit_tenant_heads SET seq = $2, hash = $3 WHERE tenant = $1")
+                            .bind(tenant)
+                            .bind(tenant_head.seq)
+                            .bind(&tenant_head.hash)
+                            .execute(&mut *tx)
+                            .await?;
+                    }
+                    sqlx::query("UPDATE audit_head SET seq = $1, hash = $2, chain_version = $3 WHERE id = 1")
+                        .bind(head.seq)
+                        .bind(&head.hash)
+                        .bind(crate::store::KEYED_CHAIN)
+                        .execute(&mut *tx)
+                        .await?;
+                    let event = AuditEntry {
+                        at,
+                        tenant: None,
+                        actor: "lethe".into(),
+                        action: "audit.chain_keyed".into(),
+                        request_id: String::new(),
+                        subject_ref: None,
+                        target: "audit".into(),
+                        target_ref: Some(format!("{}:{}", old.seq, old.hash)),
+                        result: "ok".into(),
+                        attempt: 0,
+                    };
+                    append_in(&mut tx, &self.subject_key, event).await?;
+                    tx.commit().await?;
+                    Ok(Some(old))
+                }
+
+                async fn audit_keyed(&self) -> Result<bool, StoreError> {
+                    let version: i32 = sqlx::query_scalar("SELECT chain_version FROM audit_head WHERE id = 1").fetch_one(&self.pool).await?;
+                    Ok(version == crate::store::KEYED_CHAIN)
+                }
+
+                async fn keep_signed_head(&self, head: &SignedHead) -> Result<(), StoreError> {
+                    sqlx::query(
+                        "INSERT INTO audit_signed_heads (tenant, seq, hash, signed_at, public_key, signature) VALUES ($1, $2, $3, $4, $5, $6)
+                         ON CONFLICT (tenant, seq) DO NOTHING",
+                    )
+                    .bind(head.tenant.as_deref().unwrap_or_default())
+                    .bind(head.seq)
+                    .bind(&head.hash)
+                    .bind(head.signed_at)
+                    .bind(&head.signature.public_key)
+                    .bind(&head.signature.value)
+                    .execute(&self.pool)
+                    .await?;
+                    Ok(())
+                }
+
+                async fn signed_heads(&self, tenant: Option<&str>) -> Result<Vec<SignedHead>, StoreError> {
+                    let rows = sqlx::query("SELECT tenant, seq, hash, signed_at, public_key, signature FROM audit_signed_heads WHERE tenant = $1 ORDER BY seq")
+                        .bind(tenant.unwrap_or_default())
+                        .fetch_all(&self.pool)
+                        .await?;
+                    rows.iter()
+                        .map(|row| {
+                            let tenant: String = row.try_get("tenant")?;
+                            Ok(SignedHead {
+                                tenant: (!tenant.is_empty()).then_some(tenant),
+                                seq: row.try_get("seq")?,
+                                hash: row.try_get("hash")?,
+                                signed_at: row.try_get("signed_at")?,
+                                signature: crate::store::HeadSignature::ed25519(row.try_get("public_key")?, row.try_get("signature")?),
+                            })
+                        })
+                        .collect()
                 }
 
                 async fn audit_head(&self, tenant: Option<&str>) -> Result<ChainHead, StoreError> {

@@ -28,7 +28,8 @@ impl SqliteStore {
     /// How workers claim a job without waiting on one another (one writer at a time already).
     const SKIP_LOCKED: &'static str = "";
     /// The audit head, read under the transaction's write lock.
-    const LOCK_AUDIT_HEAD: &'static str = "SELECT seq, hash FROM audit_head WHERE id = 1";
+    const LOCK_AUDIT_HEAD: &'static str =
+        "SELECT seq, hash, chain_version FROM audit_head WHERE id = 1";
 
     /// Opens (and creates, with its folder) the database a `sqlite://PATH` URL names.
     pub async fn connect(url: &str) -> Result<Self, StoreError> {

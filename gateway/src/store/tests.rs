@@ -778,7 +778,9 @@ async fn audit_appends_form_one_chain_under_concurrency(store: &Arc<dyn Store>) 
     for t in tasks {
         t.await.unwrap();
     }
-    let report = verify_audit(store.as_ref(), None).await.unwrap();
+    let report = verify_audit(store.as_ref(), crate::testing::AUDIT_KEY, None, None)
+        .await
+        .unwrap();
     let ChainReport::Intact { head, .. } = report else {
         panic!("chain broken: {report:?}")
     };
@@ -794,7 +796,14 @@ async fn audit_appends_form_one_chain_under_concurrency(store: &Arc<dyn Store>) 
         "every append landed exactly once"
     );
     for (tenant, writers) in [("acme", 3), ("globex", 3)] {
-        let report = verify_audit(store.as_ref(), Some(tenant)).await.unwrap();
+        let report = verify_audit(
+            store.as_ref(),
+            crate::testing::AUDIT_KEY,
+            Some(tenant),
+            None,
+        )
+        .await
+        .unwrap();
         let ChainReport::Intact { head, .. } = report else {
             panic!("{tenant}'s chain broken: {report:?}")
         };
@@ -833,7 +842,15 @@ async fn a_tenants_chain_notices_tampering_with_its_rows() {
                 store.append_audit(entry).await.unwrap();
             }
             crate::testing::execute_raw(&url, tamper).await.unwrap();
-            match verify_audit(store.as_ref(), Some("acme")).await.unwrap() {
+            match verify_audit(
+                store.as_ref(),
+                crate::testing::AUDIT_KEY,
+                Some("acme"),
+                None,
+            )
+            .await
+            .unwrap()
+            {
                 ChainReport::Broken { first_bad_seq, .. } => {
                     assert_eq!(first_bad_seq, first_bad, "{tamper} on {url}")
                 }
@@ -841,7 +858,14 @@ async fn a_tenants_chain_notices_tampering_with_its_rows() {
             }
             assert!(
                 matches!(
-                    verify_audit(store.as_ref(), Some("globex")).await.unwrap(),
+                    verify_audit(
+                        store.as_ref(),
+                        crate::testing::AUDIT_KEY,
+                        Some("globex"),
+                        None
+                    )
+                    .await
+                    .unwrap(),
                     ChainReport::Intact { .. }
                 ),
                 "globex's chain is not acme's business: {tamper}"
@@ -872,11 +896,16 @@ async fn tampering_is_reported_with_the_row_number() {
                     .unwrap();
             }
             assert!(matches!(
-                verify_audit(store.as_ref(), None).await.unwrap(),
+                verify_audit(store.as_ref(), crate::testing::AUDIT_KEY, None, None)
+                    .await
+                    .unwrap(),
                 ChainReport::Intact { .. }
             ));
             crate::testing::execute_raw(&url, tamper).await.unwrap();
-            match verify_audit(store.as_ref(), None).await.unwrap() {
+            match verify_audit(store.as_ref(), crate::testing::AUDIT_KEY, None, None)
+                .await
+                .unwrap()
+            {
                 ChainReport::Broken { first_bad_seq, .. } => {
                     assert_eq!(first_bad_seq, first_bad, "{tamper} on {url}")
                 }
@@ -1280,7 +1309,7 @@ async fn before_deadlines_were_kept(
 
 /// Requests filed before deadlines were kept get the default month, to the month's last day.
 async fn the_deadline_of_an_earlier_request_is_its_default_month(store: Arc<dyn Store>) {
-    assert_eq!(store.migrate().await.unwrap(), [6, 7, 8]);
+    assert_eq!(store.migrate().await.unwrap(), [6, 7, 8, 9]);
     let old = store.erasure("er_old").await.unwrap();
     assert_eq!(
         old.deadline,
@@ -1301,6 +1330,123 @@ async fn postgres_requests_filed_before_deadlines_were_kept_get_the_default_mont
     let url = crate::testing::fresh_postgres_database().await.unwrap();
     let store = before_deadlines_were_kept(&url, migrate::POSTGRES).await;
     the_deadline_of_an_earlier_request_is_its_default_month(store).await;
+}
+
+/// A chain written before links were keyed (chain version 1): events of two tenants and none.
+async fn written_before_links_were_keyed(url: &str) -> Arc<dyn Store> {
+    let store = migrated(url).await;
+    crate::testing::execute_raw(url, "UPDATE audit_head SET chain_version = 1")
+        .await
+        .unwrap();
+    for (i, tenant) in [Some("acme"), Some("globex"), None, Some("acme")]
+        .into_iter()
+        .enumerate()
+    {
+        store
+            .append_audit(AuditEntry {
+                tenant: tenant.map(str::to_owned),
+                ..audit("consent.grant", Some(&format!("g{i}")))
+            })
+            .await
+            .unwrap();
+    }
+    assert!(!store.audit_keyed().await.unwrap());
+    store
+}
+
+/// Verified as written, then sealed again with the key: the same events, other links, a new
+/// event naming the old head; whole and tenant chains verify with the key, not without it.
+async fn an_unkeyed_chain_is_verified_then_sealed_again_with_the_key(url: &str) {
+    let store = written_before_links_were_keyed(url).await;
+    let before = store.audit_page(0, 100, None).await.unwrap();
+    let old = store
+        .key_audit_chain(now())
+        .await
+        .unwrap()
+        .expect("keyed now");
+    assert_eq!((old.seq, old.hash.as_str()), (4, before[3].hash.as_str()));
+    assert!(store.audit_keyed().await.unwrap());
+    assert_eq!(store.key_audit_chain(now()).await.unwrap(), None, "once");
+    let after = store.audit_page(0, 100, None).await.unwrap();
+    assert_eq!(after.len(), 5);
+    for (b, a) in before.iter().zip(&after) {
+        assert_eq!(a.entry, b.entry, "the events are the same");
+        assert_ne!(a.hash, b.hash, "their links are keyed");
+    }
+    let keyed = &after[4].entry;
+    assert_eq!(
+        (keyed.action.as_str(), keyed.target_ref.clone()),
+        ("audit.chain_keyed", Some(format!("4:{}", old.hash)))
+    );
+    for tenant in [None, Some("acme"), Some("globex")] {
+        let report = verify_audit(store.as_ref(), crate::testing::AUDIT_KEY, tenant, None)
+            .await
+            .unwrap();
+        assert!(
+            matches!(report, ChainReport::Intact { .. }),
+            "{tenant:?}: {report:?}"
+        );
+        let other = verify_audit(store.as_ref(), b"another key", tenant, None)
+            .await
+            .unwrap();
+        assert!(matches!(other, ChainReport::Broken { .. }), "{tenant:?}");
+    }
+    store
+        .append_audit(audit("consent.grant", Some("g9")))
+        .await
+        .unwrap();
+    let report = verify_audit(store.as_ref(), crate::testing::AUDIT_KEY, None, None)
+        .await
+        .unwrap();
+    assert!(matches!(
+        report,
+        ChainReport::Intact {
+            head: ChainHead { seq: 6, .. },
+            ..
+        }
+    ));
+}
+
+/// A broken chain is not sealed over: it stays as written, and its break stays visible.
+async fn a_broken_unkeyed_chain_is_left_as_it_was_written(url: &str) {
+    let store = written_before_links_were_keyed(url).await;
+    crate::testing::execute_raw(
+        url,
+        "UPDATE audit_events SET actor = 'mallory' WHERE seq = 2",
+    )
+    .await
+    .unwrap();
+    match store.key_audit_chain(now()).await {
+        Err(StoreError::Corrupt(why)) => assert!(why.contains("broken at row 2"), "{why}"),
+        other => panic!("{other:?}"),
+    }
+    assert!(!store.audit_keyed().await.unwrap());
+    let report = verify_audit(store.as_ref(), crate::testing::AUDIT_KEY, None, None)
+        .await
+        .unwrap();
+    assert!(
+        matches!(
+            report,
+            ChainReport::Broken {
+                first_bad_seq: 2,
+                ..
+            }
+        ),
+        "{report:?}"
+    );
+}
+
+#[tokio::test]
+async fn sqlite_chains_written_before_links_were_keyed() {
+    an_unkeyed_chain_is_verified_then_sealed_again_with_the_key(&crate::testing::fresh_sqlite_url()).await;
+    a_broken_unkeyed_chain_is_left_as_it_was_written(&crate::testing::fresh_sqlite_url()).await;
+}
+
+#[tokio::test]
+async fn postgres_chains_written_before_links_were_keyed() {
+    let fresh = || async { crate::testing::fresh_postgres_database().await.unwrap() };
+    an_unkeyed_chain_is_verified_then_sealed_again_with_the_key(&fresh().await).await;
+    a_broken_unkeyed_chain_is_left_as_it_was_written(&fresh().await).await;
 }
 
 #[test]

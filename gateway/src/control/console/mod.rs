@@ -601,12 +601,17 @@ fn request_body(session: &Session, v: &ErasureView, holds: &[String], public_key
     if r.state == ErasureState::Requested {
         let still = v.approvals_required.saturating_sub(r.approvals.len());
         out.push_str(&format!(
-            "<p>{still} more approval{} needed, by any compliance or admin person of {} who has not approved it yet.</p>",
+            "<p>{still} more approval{} needed, by any compliance or admin person of {} who has not approved it yet{}.</p>",
             if still == 1 { "" } else { "s" },
-            escape(&r.tenant)
+            escape(&r.tenant),
+            if v.approvals_required >= 2 { " and did not file it" } else { "" }
         ));
-        if r.approvals.contains(&session.caller.claims.sub) {
+        let me = &session.caller.claims.sub;
+        let confusable = |other: &String| lethe_policy::names::confusable(other, me);
+        if r.approvals.iter().any(confusable) {
             out.push_str("<p>You approved this request; another person must approve it too.</p>");
+        } else if v.approvals_required >= 2 && confusable(&r.requested_by) {
+            out.push_str("<p>You filed this request: two other people must approve it.</p>");
         } else {
             out.push_str(&action_form(
                 session,

@@ -26,7 +26,7 @@ fn with(sql: &[String], needle: &str) -> Vec<String> {
 
 #[test]
 fn every_table_is_stamped_by_a_trigger_and_read_through_forced_row_security() {
-    let sql = plan(&db());
+    let sql = plan(&db(), &Folding::default());
     for needle in [
         "ALTER TABLE public.memories ADD COLUMN IF NOT EXISTS lethe_expires_at timestamptz",
         "ALTER TABLE public.memories ADD COLUMN IF NOT EXISTS lethe_epoch bigint",
@@ -72,7 +72,7 @@ fn every_table_is_stamped_by_a_trigger_and_read_through_forced_row_security() {
 
 #[test]
 fn the_plan_can_run_again_and_never_lets_a_role_bypass_it() {
-    let sql = plan(&db());
+    let sql = plan(&db(), &Folding::default());
     for statement in &sql {
         let creates =
             statement.starts_with("CREATE ") && !statement.starts_with("CREATE OR REPLACE");
@@ -172,7 +172,7 @@ fn langgraph() -> GovernedDatabase {
 #[test]
 fn a_linked_table_follows_its_owner_and_goes_with_it() {
     let db = langgraph();
-    let sql = plan(&db);
+    let sql = plan(&db, &Folding::default());
     assert!(
         with(&sql, "ALTER TABLE checkpoint_blobs ADD COLUMN").is_empty(),
         "no stamp of its own"
@@ -229,7 +229,7 @@ fn a_linked_table_follows_its_owner_and_goes_with_it() {
 #[test]
 fn a_write_reads_the_subject_state_without_locking_it() {
     // A lock taken by every deciding write would let a stream of writes hold off a flip.
-    let sql = plan(&db()).join("\n");
+    let sql = plan(&db(), &Folding::default()).join("\n");
     let decide = sql
         .split("CREATE OR REPLACE FUNCTION lethe.decide_write")
         .nth(1)
@@ -249,7 +249,7 @@ fn a_write_reads_the_subject_state_without_locking_it() {
 
 #[test]
 fn every_answer_is_for_the_callers_tenant_and_nothing_is_public() {
-    let sql = plan(&db());
+    let sql = plan(&db(), &Folding::default());
     let joined = sql.join("\n");
     // Which tenant each app role serves, written afresh at every install.
     let roles = [
@@ -293,5 +293,72 @@ fn every_answer_is_for_the_callers_tenant_and_nothing_is_public() {
     assert_eq!(granted.len(), 2, "{granted:?}");
     for grant in granted {
         assert!(grant.starts_with("GRANT EXECUTE ON FUNCTION lethe.readable(text, text, text, text, timestamptz, bigint), lethe.written_here(xid, tid) TO "), "{grant}");
+    }
+}
+
+/// The database's check of a name agrees with Lethe's own (`lethe_policy::names`): a name the
+/// database takes is one Lethe keeps as it is, and the other way round.
+#[tokio::test]
+async fn the_databases_name_check_is_lethes() {
+    use lethe_policy::names::canonical_key;
+    use sqlx::Connection as _;
+    let url = crate::testing::fresh_postgres_database()
+        .await
+        .expect("a PostgreSQL test database");
+    let mut conn = sqlx::PgConnection::connect(&url).await.unwrap();
+    for statement in schema() {
+        sqlx::raw_sql(sqlx::AssertSqlSafe(statement))
+            .execute(&mut conn)
+            .await
+            .unwrap();
+    }
+    let mut names: Vec<String> = [
+        "carol",
+        "Carol",
+        "car\u{e9}",
+        "care\u{301}",
+        "carol ",
+        " carol",
+        "carol\u{a0}",
+        "carol\u{3000}",
+        "car\u{200b}ol",
+        "\u{202e}lorac",
+        "ca\u{ad}rol",
+        "car\u{feff}ol",
+        "carol\u{e0041}",
+        "car\nol",
+        "carol\u{2028}",
+        "acme/u1",
+        "Mary Smith",
+        "\u{1f600}",
+        "a\u{85}",
+        "\u{85}a",
+        "x\u{1680}",
+        "\u{110bd}x",
+        "",
+    ]
+    .iter()
+    .map(|s| (*s).to_owned())
+    .collect();
+    names.push("a".repeat(200));
+    names.push("a".repeat(201));
+    // Every character of the ranges the check is built from, inside a name and at its edges.
+    use lethe_policy::names::{CONTROL, INVISIBLE, WHITESPACE};
+    for &(lo, hi) in [CONTROL, INVISIBLE, WHITESPACE]
+        .iter()
+        .flat_map(|r| r.iter())
+    {
+        for c in [lo, hi].into_iter().filter(|c| *c != '\0') {
+            names.extend([format!("a{c}b"), format!("{c}ab"), format!("ab{c}")]);
+        }
+    }
+    for name in &names {
+        let lethe = canonical_key(name, false).as_deref() == Ok(name.as_str());
+        let database: bool = sqlx::query_scalar("SELECT lethe.canonical_name($1)")
+            .bind(name)
+            .fetch_one(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(database, lethe, "{name:?}");
     }
 }

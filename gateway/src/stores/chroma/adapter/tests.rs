@@ -184,6 +184,7 @@ fn records_may_carry_their_own_scope_when_the_request_does_not() {
         bound: false,
         purpose: None,
         category: None,
+        fold: false,
     };
     let metas = json!([
         {SUBJECT: "alice", PURPOSE: "personalization", CATEGORY: "preference"},
@@ -217,6 +218,7 @@ fn one_refused_record_refuses_the_write_with_reasons_and_no_content() {
         bound: false,
         purpose: Some("personalization"),
         category: Some("preference"),
+        fold: false,
     };
     let cases = [
         (
@@ -275,6 +277,7 @@ fn scope_problems_are_caught_before_any_decision() {
         bound: false,
         purpose: Some("p"),
         category: Some("c"),
+        fold: false,
     };
     assert!(matches!(
         plan_write(&add_body(Value::Null), &nobody),
