@@ -73,8 +73,6 @@ pub enum AuthError {
     BadClaims,
     #[error("the Authorization header must be sent once")]
     Repeated,
-    #[error("the token was revoked")]
-    Revoked,
 }
 
 impl From<jsonwebtoken::errors::Error> for AuthError {

@@ -536,6 +536,10 @@ impl Default for DataPlaneConfig {
 pub struct ControlPlaneConfig {
     pub listen: SocketAddr,
     pub max_body_bytes: u64,
+    /// A console session unused this long ends.
+    pub session_idle: ConfigDuration,
+    /// A console session ends this long after sign-in at the latest (or when its token expires).
+    pub session_max: ConfigDuration,
 }
 
 impl Default for ControlPlaneConfig {
@@ -543,6 +547,8 @@ impl Default for ControlPlaneConfig {
         ControlPlaneConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 7401)),
             max_body_bytes: 1024 * 1024,
+            session_idle: ConfigDuration(Duration::from_secs(30 * 60)),
+            session_max: ConfigDuration(Duration::from_secs(12 * 3600)),
         }
     }
 }

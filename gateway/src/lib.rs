@@ -14,6 +14,7 @@ pub mod error_shape;
 pub mod governed;
 pub mod keys;
 pub mod metrics;
+pub mod revocations;
 pub mod store;
 pub mod stores;
 #[cfg(any(test, feature = "testing"))]

@@ -143,6 +143,11 @@ def test_writes_are_decided_and_stamped_reads_see_only_what_policy_allows(govern
         assert refusal(lambda: app.execute(attempt))[0] == state, attempt
     app.execute("SET row_security = off")
     assert refusal(lambda: app.execute("SELECT count(*) FROM memories"))[0] == "42501", "row security cannot be switched off"
+    app.execute("SET row_security = on")
+    # Large objects live outside every table, so outside the rules: an app role makes none.
+    for attempt in ("SELECT lo_create(0)", "SELECT lo_creat(-1)", "SELECT lo_from_bytea(0, 'alice likes tea')"):
+        assert refusal(lambda: app.execute(attempt))[0] == "42501", attempt
+    assert owner.execute("SELECT count(*) FROM pg_largeobject_metadata").fetchone()[0] == 0
 
 
 def test_a_revocation_and_an_erasure_hide_the_subject_at_once_and_refuse_late_writes(governed):

@@ -3,6 +3,7 @@ server: threads are registered as they are created through Lethe, runs and reads
 that registration, store items live under their subject's namespace, and an erasure deletes both
 (counted straight on the server)."""
 
+import re
 import uuid
 
 import httpx
@@ -204,7 +205,10 @@ def test_the_semantic_probe_stops_an_erasure_that_left_an_unattributed_note(chro
         progress = lambda: instance.call("GET", f"/v1/erasures/{filed['id']}")[1]
         wait_for("the erasure to stop for review", lambda: progress()["state"] == "exception", deadline=30)
         target = next(t for t in progress()["targets"] if t["target"] == "langgraph:langgraph")
-        assert "verification probe found 1 records" in target["last_error"], target
+        # At least the note above; the server is shared by the whole session, and other tests'
+        # unattributed notes about their own subjects may be close enough to be found too.
+        found = re.search(r"verification probe found (\d+) records", target["last_error"] or "")
+        assert found and int(found.group(1)) >= 1, target
         assert direct_items(langgraph, [TENANT, s]) == []
         assert len(direct_items(langgraph, [TENANT, other])) == 1
     finally:

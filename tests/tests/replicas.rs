@@ -117,3 +117,71 @@ async fn three_replicas_enforce_a_flip_made_on_one_of_them() {
         percentile(&delays, 0.99)
     );
 }
+
+/// A token revoked through one replica is refused by the other's data and control planes at once.
+#[tokio::test]
+async fn a_token_revoked_on_one_replica_is_refused_by_the_other() {
+    let state = fresh_postgres_database().await.unwrap();
+    let dirs = [temp_dir(), temp_dir()];
+    let (a, b) = tokio::join!(
+        Server::start(&dirs[0], &state),
+        Server::start(&dirs[1], &state)
+    );
+    let agent = a.token("agent", "acme");
+    let dpo = a.token("compliance", "acme");
+    let claims: serde_json::Value =
+        jsonwebtoken::dangerous::insecure_decode_claims(&agent).unwrap();
+    let jti = claims["jti"]
+        .as_str()
+        .expect("lethe token gives every token an id");
+    // Before: b takes the agent's token (the write goes on to be refused for its own reasons).
+    assert_ne!(write(&b, &agent).await.0, StatusCode::UNAUTHORIZED);
+    assert_eq!(
+        call(Method::GET, &b.url("/v1/audit"), &dpo, None)
+            .await
+            .unwrap()
+            .0,
+        StatusCode::OK
+    );
+    let admin = a.token("admin", "acme");
+    for token in [&agent, &dpo] {
+        let claims: serde_json::Value =
+            jsonwebtoken::dangerous::insecure_decode_claims(token).unwrap();
+        let (status, body) = call(
+            Method::POST,
+            &a.url("/v1/tokens/revoke"),
+            &admin,
+            Some(&json!({ "jti": claims["jti"] })),
+        )
+        .await
+        .unwrap();
+        assert_eq!(status, StatusCode::OK, "{body}");
+    }
+    let answered = Instant::now();
+    loop {
+        let (status, body) = write(&b, &agent).await;
+        if status == StatusCode::UNAUTHORIZED {
+            assert!(
+                body["error"]["message"]
+                    .as_str()
+                    .unwrap()
+                    .contains("revoked"),
+                "{body}"
+            );
+            break;
+        }
+        assert!(
+            answered.elapsed() < Duration::from_secs(5),
+            "b still takes the revoked token: {status}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    println!(
+        "revoked token {jti} refused by the other replica {:?} after the answer",
+        answered.elapsed()
+    );
+    let (status, _) = call(Method::GET, &b.url("/v1/audit"), &dpo, None)
+        .await
+        .unwrap();
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+}

@@ -47,6 +47,12 @@ pub(super) async fn serve(config: Config) -> Result<(), Failure> {
     ));
     let control_state = ControlState {
         folding: config.folding(),
+        revocations: Arc::clone(&data_state.revocations),
+        sign_ins: Arc::default(),
+        sessions: control::SessionLimits {
+            idle: config.control_plane.session_idle.0,
+            max: config.control_plane.session_max.0,
+        },
         governed,
         lineage: Some(data_state.derivation.memory()),
         store,
@@ -83,8 +89,12 @@ pub(super) async fn serve(config: Config) -> Result<(), Failure> {
         timeout: config.data_plane.request_timeout.0,
         max_concurrency: usize::try_from(config.data_plane.max_concurrency).unwrap_or(usize::MAX),
     };
-    let control = axum::serve(control_listener, control::app(control_state))
-        .with_graceful_shutdown(until_stopped(stopped.clone()));
+    // The peer's address limits failed console sign-ins.
+    let control = axum::serve(
+        control_listener,
+        control::app(control_state).into_make_service_with_connect_info::<std::net::SocketAddr>(),
+    )
+    .with_graceful_shutdown(until_stopped(stopped.clone()));
     let worker = crate::erasure::Worker::from_config(&config, Arc::clone(&purge_store), audit_key)
         .map_err(|e| Failure(e, 2))?
         .certifying(Arc::clone(&certifier));

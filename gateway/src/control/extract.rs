@@ -23,12 +23,38 @@ pub struct Caller {
 }
 
 impl Caller {
-    /// The caller a token names, if it is a valid compliance or admin token.
-    pub fn of_token(state: &ControlState, token: &str, parts: &Parts) -> Result<Caller, ApiError> {
+    /// The caller a token names, if it is a valid compliance or admin token, not revoked.
+    pub async fn of_token(
+        state: &ControlState,
+        token: &str,
+        parts: &Parts,
+    ) -> Result<Caller, ApiError> {
         let claims = state
             .verifier
             .verify(token)
             .map_err(|e| ApiError::unauthenticated(e.to_string()))?;
+        Caller::of_claims(state, claims, parts).await
+    }
+
+    /// The caller of verified claims (a token's, or a console session's), if they are a
+    /// compliance or admin person's and their token was not revoked.
+    pub async fn of_claims(
+        state: &ControlState,
+        claims: Claims,
+        parts: &Parts,
+    ) -> Result<Caller, ApiError> {
+        state
+            .revocations
+            .check(&claims)
+            .await
+            .map_err(|e| match e {
+                crate::revocations::Refused::Revoked => ApiError::unauthenticated(e.to_string()),
+                _ => ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    Code::StateUnavailable,
+                    "whether the token was revoked cannot be known",
+                ),
+            })?;
         if !matches!(claims.role, Role::Compliance | Role::Admin) {
             return Err(ApiError::forbidden(format!(
                 "the {} role cannot use the control plane",
@@ -101,7 +127,7 @@ impl FromRequestParts<ControlState> for Caller {
     async fn from_request_parts(parts: &mut Parts, state: &ControlState) -> Result<Self, ApiError> {
         let token =
             bearer_token(&parts.headers).map_err(|e| ApiError::unauthenticated(e.to_string()))?;
-        Caller::of_token(state, token, parts)
+        Caller::of_token(state, token, parts).await
     }
 }
 

@@ -11,6 +11,7 @@ mod holds;
 pub(crate) mod ops;
 mod retention;
 mod subjects;
+mod tokens;
 
 use std::sync::Arc;
 
@@ -38,6 +39,19 @@ pub struct ControlState {
     pub lineage: Option<Arc<crate::data::derivation::memory::Memory>>,
     /// Which tenants' subject keys are case-insensitive.
     pub folding: lethe_policy::names::Folding,
+    /// Tokens revoked before they expire (the data plane's list, where there is one).
+    pub revocations: Arc<crate::revocations::Revocations>,
+    /// How long a console session lasts unused, and at most.
+    pub sessions: SessionLimits,
+    /// Failed console sign-ins, per client address.
+    pub sign_ins: Arc<console::SignInLimit>,
+}
+
+/// How long a console session lasts: unused, and at most (and never past its token's expiry).
+#[derive(Debug, Clone, Copy)]
+pub struct SessionLimits {
+    pub idle: std::time::Duration,
+    pub max: std::time::Duration,
 }
 
 /// How erasure requests are carried out and certified.
@@ -76,6 +90,7 @@ pub fn app(state: ControlState) -> Router {
     Router::new()
         .route("/v1/consents", post(consents::grant).get(consents::list))
         .route("/v1/consents/{id}/revoke", post(consents::revoke))
+        .route("/v1/tokens/revoke", post(tokens::revoke))
         .route(
             "/v1/retention-rules",
             get(retention::current).put(retention::replace),

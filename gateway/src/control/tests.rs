@@ -33,6 +33,12 @@ async fn harness() -> Harness {
         lineage: None,
         // Tenant `mail` keys its subjects by e-mail address, in any case.
         folding: lethe_policy::names::Folding::new(["mail".to_owned()]),
+        revocations: crate::revocations::Revocations::new(Arc::clone(&store)),
+        sign_ins: Arc::default(),
+        sessions: super::SessionLimits {
+            idle: std::time::Duration::from_secs(600),
+            max: std::time::Duration::from_secs(3600),
+        },
         erasure: ErasureSettings {
             approvals_required: 2,
             targets: vec!["chroma:chroma".into()],
@@ -789,8 +795,8 @@ async fn the_openapi_document_matches_the_routes() {
         }
     }
     assert_eq!(
-        operations, 27,
-        "the document and the router list the same 27 operations"
+        operations, 28,
+        "the document and the router list the same 28 operations"
     );
 }
 
@@ -1089,11 +1095,31 @@ async fn console(
     )
 }
 
+/// The sign-in page's cookie and the CSRF token its form carries.
+async fn sign_in_page(h: &Harness) -> (String, String) {
+    let (status, headers, page) = console(h, Method::GET, "/console/sign-in", None, None).await;
+    assert_eq!(status, StatusCode::OK);
+    let cookie = headers[header::SET_COOKIE].to_str().unwrap();
+    (cookie.split(';').next().unwrap().to_owned(), csrf_in(&page))
+}
+
+/// Posts the sign-in form with `token`, as the sign-in page's form would.
+async fn post_sign_in(h: &Harness, token: &str) -> (StatusCode, axum::http::HeaderMap, String) {
+    let (cookie, csrf) = sign_in_page(h).await;
+    let form = format!("csrf={csrf}&token={token}");
+    console(
+        h,
+        Method::POST,
+        "/console/sign-in",
+        Some(&cookie),
+        Some(&form),
+    )
+    .await
+}
+
 /// Signs in with `token`; the session cookie to send back.
 async fn sign_in(h: &Harness, token: &str) -> String {
-    let form = format!("token={token}");
-    let (status, headers, _) =
-        console(h, Method::POST, "/console/sign-in", None, Some(&form)).await;
+    let (status, headers, _) = post_sign_in(h, token).await;
     assert_eq!(status, StatusCode::SEE_OTHER);
     let cookie = headers[header::SET_COOKIE].to_str().unwrap().to_owned();
     cookie.split(';').next().unwrap().to_owned()
@@ -1123,21 +1149,21 @@ async fn the_console_signs_in_compliance_and_admin_tokens_only_with_a_strict_coo
             && page.contains("<label for=\"token\">")
     );
     for refused in [token(Role::Agent, "acme"), "not-a-token".to_owned()] {
-        let form = format!("token={refused}");
-        let (status, headers, page) =
-            console(&h, Method::POST, "/console/sign-in", None, Some(&form)).await;
+        let (status, headers, page) = post_sign_in(&h, &refused).await;
         assert!(
             status == StatusCode::FORBIDDEN || status == StatusCode::UNAUTHORIZED,
             "{status}"
         );
         assert!(
-            headers.get(header::SET_COOKIE).is_none() && page.contains("Not signed in"),
+            !headers
+                .get_all(header::SET_COOKIE)
+                .iter()
+                .any(|c| c.to_str().unwrap().starts_with("lethe_console="))
+                && page.contains("Not signed in"),
             "{page}"
         );
     }
-    let form = format!("token={}", token(Role::Compliance, "acme"));
-    let (status, headers, _) =
-        console(&h, Method::POST, "/console/sign-in", None, Some(&form)).await;
+    let (status, headers, _) = post_sign_in(&h, &token(Role::Compliance, "acme")).await;
     assert_eq!(status, StatusCode::SEE_OTHER);
     let cookie = headers[header::SET_COOKIE].to_str().unwrap();
     for attribute in ["HttpOnly", "SameSite=Strict", "Path=/console"] {
@@ -1443,10 +1469,12 @@ async fn the_console_edits_rules_as_a_new_version_after_a_preview_and_places_and
 #[tokio::test]
 async fn behind_a_tls_proxy_the_session_cookie_is_secure() {
     let h = harness().await;
-    let form = format!("token={}", token(Role::Compliance, "acme"));
+    let (sign_in_cookie, csrf) = sign_in_page(&h).await;
+    let form = format!("csrf={csrf}&token={}", token(Role::Compliance, "acme"));
     let request = Request::builder()
         .method(Method::POST)
         .uri("/console/sign-in")
+        .header(header::COOKIE, sign_in_cookie)
         .header("x-forwarded-proto", "https")
         .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
         .body(Body::from(form))
@@ -2418,4 +2446,186 @@ async fn the_console_shows_what_derives_from_a_subject_and_takes_a_decision_on_i
     )
     .await;
     assert_eq!(status, StatusCode::NOT_FOUND);
+}
+
+/// Sign-out ends the session: its cookie and CSRF token are worth nothing after it, on the
+/// console and on `/v1` (a console cookie is no bearer token). An idle session ends too, and one
+/// whose token is revoked; the revoked token is refused on `/v1` as well.
+#[tokio::test]
+async fn a_console_session_ends_at_sign_out_when_idle_and_when_its_token_is_revoked() {
+    let h = harness().await;
+    let jti = format!("jti-{}", uuid::Uuid::new_v4());
+    let token = mint_hs256(
+        SECRET,
+        "lethe",
+        &Claims {
+            sub: "dpo-a".into(),
+            tenant: "acme".into(),
+            role: Role::Compliance,
+            subject: None,
+            exp: jsonwebtoken::get_current_timestamp() + 600,
+            jti: Some(jti.clone()),
+        },
+    )
+    .unwrap();
+    let session = sign_in(&h, &token).await;
+    let (status, headers, page) =
+        console(&h, Method::GET, "/console/requests", Some(&session), None).await;
+    assert_eq!(status, StatusCode::OK);
+    for (name, value) in [
+        ("x-frame-options", "DENY"),
+        ("x-content-type-options", "nosniff"),
+        ("referrer-policy", "no-referrer"),
+    ] {
+        assert_eq!(headers[name], value, "{name}");
+    }
+    assert!(
+        headers["content-security-policy"]
+            .to_str()
+            .unwrap()
+            .contains("frame-ancestors 'none'")
+    );
+    let csrf = csrf_in(&page);
+    let id = session.split_once('=').unwrap().1;
+    assert!(
+        !token.contains(id) && !id.contains('.'),
+        "the cookie holds a random id, not the token"
+    );
+    let (status, _) = h.send(Method::GET, "/v1/audit", Some(id), None).await;
+    assert_eq!(
+        status,
+        StatusCode::UNAUTHORIZED,
+        "a session id is no bearer token"
+    );
+
+    let sign_out = format!("csrf={csrf}");
+    let (status, headers, _) = console(
+        &h,
+        Method::POST,
+        "/console/sign-out",
+        Some(&session),
+        Some(&sign_out),
+    )
+    .await;
+    assert_eq!(
+        (status, headers[header::LOCATION].to_str().unwrap()),
+        (StatusCode::SEE_OTHER, "/console/sign-in")
+    );
+    // The old cookie and CSRF token, sent again: the session is gone.
+    let (status, headers, _) =
+        console(&h, Method::GET, "/console/requests", Some(&session), None).await;
+    assert_eq!(
+        (status, headers[header::LOCATION].to_str().unwrap()),
+        (StatusCode::SEE_OTHER, "/console/sign-in?expired")
+    );
+    let hold = format!("csrf={csrf}&subject=u1&reason=litigation");
+    let (status, headers, _) = console(
+        &h,
+        Method::POST,
+        "/console/holds/place",
+        Some(&session),
+        Some(&hold),
+    )
+    .await;
+    assert_eq!(
+        (status, headers[header::LOCATION].to_str().unwrap()),
+        (StatusCode::SEE_OTHER, "/console/sign-in?expired")
+    );
+    let (_, holds) = h.as_dpo(Method::GET, "/v1/legal-holds", None).await;
+    assert_eq!(holds["items"], json!([]), "no hold was placed");
+
+    // Unused longer than the idle timeout (10 minutes here): over.
+    let session = sign_in(&h, &token).await;
+    crate::testing::execute_raw(
+        &h.url,
+        &format!(
+            "UPDATE console_sessions SET last_seen_at = '{}'",
+            (crate::now() - chrono::TimeDelta::minutes(11)).to_rfc3339()
+        ),
+    )
+    .await
+    .unwrap();
+    let (_, headers, _) = console(&h, Method::GET, "/console/requests", Some(&session), None).await;
+    assert_eq!(headers[header::LOCATION], "/console/sign-in?expired");
+
+    // The token revoked: its session ends and the token is refused everywhere.
+    let session = sign_in(&h, &token).await;
+    let revoke = json!({ "jti": jti }).to_string();
+    let (status, refused) = h
+        .send(
+            Method::POST,
+            "/v1/tokens/revoke",
+            Some(&token),
+            Some(Body::from(revoke.clone())),
+        )
+        .await;
+    assert_eq!(
+        (status, refused["error"]["code"].as_str()),
+        (StatusCode::FORBIDDEN, Some("forbidden"))
+    );
+    let admin = token_as(Role::Admin, "ops");
+    let (status, revoked) = h
+        .send(
+            Method::POST,
+            "/v1/tokens/revoke",
+            Some(&admin),
+            Some(Body::from(revoke.clone())),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{revoked}");
+    let (status, again) = h
+        .send(
+            Method::POST,
+            "/v1/tokens/revoke",
+            Some(&admin),
+            Some(Body::from(revoke)),
+        )
+        .await;
+    assert_eq!(
+        (status, again["error"]["code"].as_str()),
+        (StatusCode::CONFLICT, Some("already_revoked"))
+    );
+    let (status, _) = h.send(Method::GET, "/v1/audit", Some(&token), None).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    let (_, headers, _) = console(&h, Method::GET, "/console/requests", Some(&session), None).await;
+    assert_eq!(headers[header::LOCATION], "/console/sign-in?expired");
+    let (status, _, page) = post_sign_in(&h, &token).await;
+    assert!(
+        status == StatusCode::UNAUTHORIZED && page.contains("revoked"),
+        "{page}"
+    );
+}
+
+/// The sign-in form is refused without the sign-in page's own CSRF token (a form posted from
+/// another site), and an address that keeps failing is turned away for a while.
+#[tokio::test]
+async fn sign_in_needs_its_pages_csrf_token_and_failures_are_limited() {
+    let h = harness().await;
+    let good = token_as(Role::Compliance, "dpo-a");
+    let (cookie, csrf) = sign_in_page(&h).await;
+    for (cookie, form) in [
+        (None, format!("token={good}")),
+        (None, format!("csrf={csrf}&token={good}")),
+        (Some(cookie.as_str()), format!("token={good}")),
+        (Some(cookie.as_str()), format!("csrf=00&token={good}")),
+    ] {
+        let (status, headers, _) =
+            console(&h, Method::POST, "/console/sign-in", cookie, Some(&form)).await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "{cookie:?} {form}");
+        assert!(
+            headers
+                .get_all(header::SET_COOKIE)
+                .iter()
+                .all(|c| !c.to_str().unwrap().starts_with("lethe_console="))
+        );
+    }
+    for _ in 0..5 {
+        let (status, _, _) = post_sign_in(&h, "not-a-token").await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED);
+    }
+    let (status, _, page) = post_sign_in(&h, &good).await;
+    assert!(
+        status == StatusCode::TOO_MANY_REQUESTS && page.contains("Too many failed sign-ins"),
+        "{status}"
+    );
 }

@@ -520,6 +520,7 @@ fn forget_when_erased(store: &Arc<dyn Store>, memory: &Arc<Memory>, audit_key: &
             tenant,
             subject: Some(key),
             derivatives: false,
+            revoked_token: None,
         }) = event
         else {
             return;

@@ -52,6 +52,8 @@ pub struct DataState {
     pub max_body_bytes: usize,
     /// Which tenants' subject keys are case-insensitive.
     pub folding: lethe_policy::names::Folding,
+    /// Tokens revoked before they expire.
+    pub revocations: Arc<crate::revocations::Revocations>,
 }
 
 impl DataState {
@@ -73,6 +75,7 @@ impl DataState {
             usize::try_from(config.data_plane.max_body_bytes).unwrap_or(usize::MAX);
         let state = DataState {
             routes,
+            revocations: crate::revocations::Revocations::new(Arc::clone(&store)),
             tokens: TokenCache::new(verifier),
             policy: PolicyCache::new(Arc::clone(&store), 100_000, config.lineage.window.0),
             derivation: Arc::new(derivation::Derivation::new(
@@ -246,6 +249,22 @@ async fn run(
             e.to_string(),
         )
     })?;
+    state
+        .revocations
+        .check(&claims)
+        .await
+        .map_err(|e| match e {
+            crate::revocations::Refused::Revoked => DataError::new(
+                StatusCode::UNAUTHORIZED,
+                Code::Unauthenticated,
+                e.to_string(),
+            ),
+            _ => DataError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                Code::StateUnavailable,
+                "whether the token was revoked cannot be known",
+            ),
+        })?;
     let path = parts.uri.path();
     let (route, rest) = state
         .routes
@@ -268,6 +287,7 @@ async fn run(
     )?;
     seen.subject = ctx.subject.clone().map(|s| (ctx.tenant().to_owned(), s));
     let rest = canonical_path(rest)?.to_owned();
+    single_parameters(parts.uri.query())?;
     // A route's defaults stand in for the headers a client cannot send.
     if ctx.purpose.is_none() {
         ctx.purpose.clone_from(&route.purpose);
@@ -335,6 +355,22 @@ fn canonical_path(rest: &str) -> Result<&str, DataError> {
             "the path must name every segment plainly: no percent-encoding, empty, . or .. segments",
         ))
     }
+}
+
+/// A query that names a parameter twice, in any spelling, is refused: stores disagree on which
+/// one counts, and Lethe must decide on the one the store reads.
+fn single_parameters(query: Option<&str>) -> Result<(), DataError> {
+    let mut seen = std::collections::HashSet::new();
+    for (name, _) in form_urlencoded::parse(query.unwrap_or_default().as_bytes()) {
+        if !seen.insert(name.into_owned()) {
+            return Err(DataError::new(
+                StatusCode::BAD_REQUEST,
+                Code::InvalidRequest,
+                "a query parameter is given more than once",
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Where this request's upstream calls go: the route's upstream, with the client's query string

@@ -583,6 +583,55 @@ async fn paths_the_store_would_read_another_way_are_refused() {
     assert_eq!(p.upstream_saw(), 0);
 }
 
+/// A second copy of a header or a query parameter is refused before anything moves: a proxy in
+/// front of Lethe, or the store behind it, might read the other one.
+#[tokio::test]
+async fn repeated_headers_and_query_parameters_are_refused() {
+    let p = plane(ok_json).await;
+    let auth = bearer(&token(Role::Agent, None));
+    let other = bearer(&token(Role::Agent, Some("u2")));
+    let get = format!("{COLLECTION}/get");
+    let response = p
+        .send(
+            Method::POST,
+            &get,
+            &[
+                ("authorization", auth.as_str()),
+                ("authorization", other.as_str()),
+            ],
+            "{}",
+        )
+        .await;
+    assert_refused(&response, StatusCode::UNAUTHORIZED, "unauthenticated");
+    for header in ["x-lethe-subject", "x-lethe-purpose", "x-lethe-category"] {
+        let response = p
+            .send(
+                Method::POST,
+                &get,
+                &[
+                    ("authorization", auth.as_str()),
+                    (header, "u1"),
+                    (header, "u2"),
+                ],
+                "{}",
+            )
+            .await;
+        assert_refused(&response, StatusCode::BAD_REQUEST, "invalid_request");
+    }
+    for query in ["?limit=1&limit=2", "?limit=1&%6Cimit=2", "?a&a"] {
+        let response = p
+            .send(
+                Method::GET,
+                &format!("/chroma/api/v2/tenants/default_tenant/databases/default_database/collections{query}"),
+                &[("authorization", auth.as_str())],
+                "",
+            )
+            .await;
+        assert_refused(&response, StatusCode::BAD_REQUEST, "invalid_request");
+    }
+    assert_eq!(p.upstream_saw(), 0);
+}
+
 /// Answers a `get` with one record of u2's, stamped, under the id `theirs`.
 fn holds_u2s_record(received: &Received) -> (StatusCode, String) {
     if received.uri.ends_with("/get") {

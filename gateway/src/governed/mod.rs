@@ -352,8 +352,9 @@ async fn copy_all(db: &Database, store: &dyn Store) -> Result<(), String> {
 /// One change: a subject's state and consent coverage, or a tenant's retention rules, read from
 /// the state store and written whole in one transaction.
 async fn apply(db: &Database, store: &dyn Store, change: &PolicyChange) -> Result<(), String> {
-    // Lineage is not kept in the governed databases: their rows are not written through Lethe.
-    if change.derivatives {
+    // Lineage is not kept in the governed databases (their rows are not written through Lethe),
+    // and tokens are not used there.
+    if change.derivatives || change.revoked_token.is_some() {
         return Ok(());
     }
     let failed = |e: sqlx::Error| e.to_string();

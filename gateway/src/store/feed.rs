@@ -15,6 +15,9 @@ pub struct PolicyChange {
     pub subject: Option<String>,
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub derivatives: bool,
+    /// A token revoked by its id: every replica refuses it from now on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revoked_token: Option<String>,
 }
 
 impl PolicyChange {
@@ -28,6 +31,7 @@ impl PolicyChange {
             tenant: tenant.to_owned(),
             subject: subject.map(str::to_owned),
             derivatives: false,
+            revoked_token: None,
         }
     }
 
@@ -37,6 +41,17 @@ impl PolicyChange {
             tenant: tenant.to_owned(),
             subject: None,
             derivatives: true,
+            revoked_token: None,
+        }
+    }
+
+    /// A token was revoked (tenant-less: a token's id names no tenant).
+    pub fn of_revoked_token(jti: &str) -> PolicyChange {
+        PolicyChange {
+            tenant: String::new(),
+            subject: None,
+            derivatives: false,
+            revoked_token: Some(jti.to_owned()),
         }
     }
 }

@@ -52,6 +52,11 @@ pub const SQLITE: &[Migration] = &[
         name: "keyed_audit",
         sql: include_str!("../../../migrations/sqlite/0009_keyed_audit.sql"),
     },
+    Migration {
+        version: 10,
+        name: "sessions_and_revocations",
+        sql: include_str!("../../../migrations/sqlite/0010_sessions_and_revocations.sql"),
+    },
 ];
 
 pub const POSTGRES: &[Migration] = &[
@@ -99,6 +104,11 @@ pub const POSTGRES: &[Migration] = &[
         version: 9,
         name: "keyed_audit",
         sql: include_str!("../../../migrations/postgres/0009_keyed_audit.sql"),
+    },
+    Migration {
+        version: 10,
+        name: "sessions_and_revocations",
+        sql: include_str!("../../../migrations/postgres/0010_sessions_and_revocations.sql"),
     },
 ];
 

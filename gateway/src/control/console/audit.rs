@@ -21,7 +21,7 @@ pub async fn audit(
     Query(query): Query<HashMap<String, String>>,
     parts: Parts,
 ) -> Response {
-    let session = match signed_in(&state, &parts) {
+    let session = match signed_in(&state, &parts).await {
         Ok(session) => session,
         Err(to) => return *to,
     };
@@ -99,7 +99,7 @@ pub async fn audit(
 /// The tenant's whole log, one JSON event per line, as stored (hashes included, so that it can
 /// be verified elsewhere).
 pub async fn export(State(state): State<ControlState>, parts: Parts) -> Response {
-    let session = match signed_in(&state, &parts) {
+    let session = match signed_in(&state, &parts).await {
         Ok(session) => session,
         Err(to) => return *to,
     };

@@ -1,17 +1,12 @@
 //! The compliance console (`/console`): server-rendered pages for the DPO, on the control
-//! listener, from the binary alone.
-//!
-//! Sign-in exchanges a compliance or admin token, pasted into the form, for a session cookie
-//! holding it (`HttpOnly`, `SameSite=Strict`, `Path=/console`, expiring with the token); every
-//! page verifies it again, so a session ends with its token. Every state-changing form carries a
-//! CSRF token (an HMAC of the session under the audit key) and is refused without it. The seam
-//! for OIDC sign-in is [`signed_in`]: a session is a verified [`Caller`], whatever made it.
+//! listener, from the binary alone. Who is signed in, and how, is [`session`]'s.
 
 mod audit;
 mod derivatives;
 mod filing;
 mod html;
 mod policy;
+mod session;
 
 use axum::Router;
 use axum::extract::{Path, Request, State};
@@ -19,9 +14,7 @@ use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
-use hmac::{Hmac, KeyInit, Mac};
 use lethe_policy::ErasureState;
-use sha2::Sha256;
 
 use super::ControlState;
 use super::consents::{GrantRequest, grant_as, revoke_as};
@@ -30,9 +23,10 @@ use super::erasures::{
 };
 use super::extract::Caller;
 use crate::store::{DueWindow, ErasureFilter, ErasureStats, MAX_EXTENSION_MONTHS};
-use html::{deadline_badge, escape, nav, page, steps};
+use html::{deadline_badge, escape, page, steps};
+pub use session::SignInLimit;
+use session::{Session, posted, signed_in};
 
-const COOKIE: &str = "lethe_console";
 /// The requests one page of the list shows.
 const LIST_LIMIT: u32 = 100;
 
@@ -42,8 +36,11 @@ pub fn routes() -> Router<ControlState> {
             "/console",
             get(|| async { Redirect::to("/console/requests") }),
         )
-        .route("/console/sign-in", get(sign_in_form).post(sign_in))
-        .route("/console/sign-out", post(sign_out))
+        .route(
+            "/console/sign-in",
+            get(session::sign_in_form).post(session::sign_in),
+        )
+        .route("/console/sign-out", post(session::sign_out))
         .route("/console/requests", get(requests).post(filing::file))
         .route("/console/requests/dry-run", post(filing::dry_run))
         .route("/console/requests/{id}", get(request))
@@ -66,6 +63,29 @@ pub fn routes() -> Router<ControlState> {
         .route("/console/holds/place", post(policy::place_hold))
         .route("/console/holds/release", post(policy::release_hold))
         .route("/console/audit/export", get(audit::export))
+        .layer(axum::middleware::map_response(guarded))
+}
+
+/// Every console answer: never framed by another site, never sniffed as another type, nothing
+/// loaded or sent but to the console itself, no address of it handed on.
+async fn guarded(mut response: Response) -> Response {
+    let headers = response.headers_mut();
+    headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    headers.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(
+            "default-src 'none'; style-src 'unsafe-inline'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+        ),
+    );
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    headers.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
+    response
 }
 
 fn html(status: StatusCode, body: String) -> Response {
@@ -80,61 +100,6 @@ fn html(status: StatusCode, body: String) -> Response {
         .into_response()
 }
 
-/// The session's token, from its cookie.
-fn session_token(headers: &HeaderMap) -> Option<&str> {
-    headers
-        .get_all(header::COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(';'))
-        .find_map(|pair| pair.trim().strip_prefix(COOKIE)?.strip_prefix('='))
-        .filter(|t| !t.is_empty())
-}
-
-/// The MAC a session's CSRF token is: bound to the session, unguessable without the audit key.
-fn csrf_mac(state: &ControlState, session: &str) -> Hmac<Sha256> {
-    let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(&state.audit_key)
-        .unwrap_or_else(|_| unreachable!("HMAC takes keys of any length"));
-    mac.update(b"lethe console csrf\0");
-    mac.update(session.as_bytes());
-    mac
-}
-
-fn csrf_of(state: &ControlState, session: &str) -> String {
-    hex::encode(csrf_mac(state, session).finalize().into_bytes())
-}
-
-/// A signed-in person: the verified caller, and the session's CSRF token.
-struct Session {
-    caller: Caller,
-    csrf: String,
-}
-
-impl Session {
-    fn nav(&self) -> String {
-        nav(&self.caller.claims.sub, &self.csrf)
-    }
-
-    fn page(&self, title: &str, body: &str) -> Response {
-        html(StatusCode::OK, page(title, Some(&self.nav()), body))
-    }
-}
-
-/// The answer to send instead of the page asked for (sign in first, a refused form).
-type Elsewhere = Box<Response>;
-
-/// The session of a request, or where to send the person instead.
-fn signed_in(state: &ControlState, parts: &Parts) -> Result<Session, Elsewhere> {
-    let to = |path: &'static str| Box::new(Redirect::to(path).into_response());
-    let token = session_token(&parts.headers).ok_or_else(|| to("/console/sign-in"))?;
-    let caller =
-        Caller::of_token(state, token, parts).map_err(|_| to("/console/sign-in?expired"))?;
-    Ok(Session {
-        caller,
-        csrf: csrf_of(state, token),
-    })
-}
-
 /// The fields of a form body.
 fn form(body: &[u8]) -> Vec<(String, String)> {
     form_urlencoded::parse(body).into_owned().collect()
@@ -147,117 +112,13 @@ fn field<'a>(fields: &'a [(String, String)], name: &str) -> Option<&'a str> {
         .map(|(_, v)| v.as_str())
 }
 
-/// A state-changing form's session, refused without the session's CSRF token.
-async fn posted(
-    state: &ControlState,
-    request: Request,
-) -> Result<(Session, Vec<(String, String)>), Elsewhere> {
-    let (parts, body) = request.into_parts();
-    let session = signed_in(state, &parts)?;
-    let unreadable = || {
-        Box::new(html(
-            StatusCode::BAD_REQUEST,
-            page("Bad request", None, "<p>The form could not be read.</p>"),
-        ))
-    };
-    let bytes = axum::body::to_bytes(body, state.max_body_bytes)
-        .await
-        .map_err(|_| unreadable())?;
-    let fields = form(&bytes);
-    // The session's token is in the cookie, which a form from another site cannot read.
-    let given = hex::decode(field(&fields, "csrf").unwrap_or("")).unwrap_or_default();
-    let token = session_token(&parts.headers).unwrap_or("");
-    if csrf_mac(state, token).verify_slice(&given).is_err() {
-        return Err(Box::new(html(
-            StatusCode::FORBIDDEN,
-            page(
-                "Refused",
-                Some(&session.nav()),
-                "<p class=\"error\" role=\"alert\">This form was not sent from the console (its CSRF token is missing or wrong). Nothing was changed.</p>",
-            ),
-        )));
-    }
-    Ok((session, fields))
-}
-
-fn sign_in_page(status: StatusCode, message: Option<&str>) -> Response {
-    let message = message
-        .map(|m| format!("<p class=\"error\" role=\"alert\">{}</p>", escape(m)))
-        .unwrap_or_default();
-    html(
-        status,
-        page(
-            "Sign in",
-            None,
-            &format!(
-                "{message}<form method=\"post\" action=\"/console/sign-in\"><label for=\"token\">Compliance or admin token</label><input id=\"token\" name=\"token\" type=\"password\" autocomplete=\"off\" required><p><button type=\"submit\">Sign in</button></p></form>"
-            ),
-        ),
-    )
-}
-
-async fn sign_in_form(request: Request) -> Response {
-    let expired = request.uri().query() == Some("expired");
-    sign_in_page(
-        StatusCode::OK,
-        expired.then_some("Your session ended with its token. Sign in again."),
-    )
-}
-
-async fn sign_in(State(state): State<ControlState>, request: Request) -> Response {
-    let (parts, body) = request.into_parts();
-    let Ok(bytes) = axum::body::to_bytes(body, state.max_body_bytes).await else {
-        return sign_in_page(StatusCode::BAD_REQUEST, Some("The form could not be read."));
-    };
-    let fields = form(&bytes);
-    let token = field(&fields, "token").unwrap_or("").trim();
-    let caller = match Caller::of_token(&state, token, &parts) {
-        Ok(caller) => caller,
-        Err(e) => {
-            return sign_in_page(e.status, Some(&format!("Not signed in: {}", e.message)));
-        }
-    };
-    let seconds = caller
-        .claims
-        .exp
-        .saturating_sub(jsonwebtoken::get_current_timestamp());
-    // Behind a TLS-terminating proxy the cookie is sent back over TLS only.
-    let secure = parts
-        .headers
-        .get("x-forwarded-proto")
-        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"https"));
-    let cookie = format!(
-        "{COOKIE}={token}; Path=/console; HttpOnly; SameSite=Strict; Max-Age={seconds}{}",
-        if secure { "; Secure" } else { "" }
-    );
-    let mut response = Redirect::to("/console/requests").into_response();
-    if let Ok(value) = HeaderValue::from_str(&cookie) {
-        response.headers_mut().insert(header::SET_COOKIE, value);
-    }
-    response
-}
-
-async fn sign_out(State(state): State<ControlState>, request: Request) -> Response {
-    if let Err(refused) = posted(&state, request).await {
-        return *refused;
-    }
-    let mut response = Redirect::to("/console/sign-in").into_response();
-    response.headers_mut().insert(
-        header::SET_COOKIE,
-        HeaderValue::from_static(
-            "lethe_console=; Path=/console; HttpOnly; SameSite=Strict; Max-Age=0",
-        ),
-    );
-    response
-}
-
 /// Every erasure request of the caller's tenant, with its deadline.
 async fn requests(
     State(state): State<ControlState>,
     axum::extract::Query(query): axum::extract::Query<std::collections::HashMap<String, String>>,
     parts: Parts,
 ) -> Response {
-    let session = match signed_in(&state, &parts) {
+    let session = match signed_in(&state, &parts).await {
         Ok(session) => session,
         Err(to) => return *to,
     };
@@ -429,7 +290,7 @@ async fn request(
     Path(id): Path<String>,
     parts: Parts,
 ) -> Response {
-    let session = match signed_in(&state, &parts) {
+    let session = match signed_in(&state, &parts).await {
         Ok(session) => session,
         Err(to) => return *to,
     };
@@ -708,7 +569,7 @@ async fn subject(
     axum::extract::Query(query): axum::extract::Query<std::collections::HashMap<String, String>>,
     parts: Parts,
 ) -> Response {
-    let session = match signed_in(&state, &parts) {
+    let session = match signed_in(&state, &parts).await {
         Ok(session) => session,
         Err(to) => return *to,
     };
@@ -899,7 +760,7 @@ async fn certificate(
     axum::extract::Query(query): axum::extract::Query<std::collections::HashMap<String, String>>,
     parts: Parts,
 ) -> Response {
-    let session = match signed_in(&state, &parts) {
+    let session = match signed_in(&state, &parts).await {
         Ok(session) => session,
         Err(to) => return *to,
     };

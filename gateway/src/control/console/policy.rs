@@ -57,7 +57,7 @@ fn rules_table(policy: &RetentionPolicy) -> String {
 }
 
 pub async fn policy(State(state): State<ControlState>, parts: Parts) -> Response {
-    let session = match signed_in(&state, &parts) {
+    let session = match signed_in(&state, &parts).await {
         Ok(session) => session,
         Err(to) => return *to,
     };

@@ -1,0 +1,328 @@
+//! Console sessions, kept server-side. Sign-in takes a compliance or admin token pasted into its
+//! form (which carries a CSRF token of its own, bound to a cookie of the sign-in page) and keeps
+//! a session in the state store: the cookie holds a random id (`HttpOnly`, `SameSite=Strict`,
+//! `Path=/console`), the store its SHA-256 with the token's claims, never the token. A session
+//! ends at sign-out, after `[control_plane] session_idle` unused, `session_max` after sign-in,
+//! when its token expires or is revoked; the cookie is no bearer token for `/v1`. Every
+//! state-changing form carries the session's CSRF token (random, kept with it). Failed sign-ins
+//! are limited per client address. The seam for OIDC sign-in is [`signed_in`]: a session is a
+//! verified [`Caller`], whatever made it.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::time::Duration;
+
+use axum::extract::connect_info::ConnectInfo;
+use axum::extract::{Request, State};
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Redirect, Response};
+use sha2::{Digest, Sha256};
+
+use super::html::{escape, nav, page};
+use super::{field, form, html};
+use crate::control::ControlState;
+use crate::control::extract::Caller;
+use crate::store::ConsoleSession;
+
+const COOKIE: &str = "lethe_console";
+/// The sign-in form's own CSRF token (double submit): a form posted from another site has not it.
+const SIGN_IN_COOKIE: &str = "lethe_console_sign_in";
+/// Failed sign-ins an address may make per [`SIGN_IN_WINDOW`] before it is turned away.
+const SIGN_IN_FAILURES: u32 = 5;
+const SIGN_IN_WINDOW: Duration = Duration::from_secs(60);
+/// A session's last use is written at most this often.
+const TOUCH_EVERY: Duration = Duration::from_secs(30);
+
+/// A signed-in person: the verified caller, and the session's CSRF token.
+pub struct Session {
+    pub caller: Caller,
+    pub csrf: String,
+    id_hash: String,
+}
+
+impl Session {
+    pub fn nav(&self) -> String {
+        nav(&self.caller.claims.sub, &self.csrf)
+    }
+
+    pub fn page(&self, title: &str, body: &str) -> Response {
+        html(StatusCode::OK, page(title, Some(&self.nav()), body))
+    }
+}
+
+/// Failed sign-ins per client address, forgotten after the window.
+pub struct SignInLimit {
+    failures: moka::sync::Cache<IpAddr, u32>,
+}
+
+impl Default for SignInLimit {
+    fn default() -> Self {
+        SignInLimit {
+            failures: moka::sync::Cache::builder()
+                .max_capacity(100_000)
+                .time_to_live(SIGN_IN_WINDOW)
+                .build(),
+        }
+    }
+}
+
+/// The answer to send instead of the page asked for (sign in first, a refused form).
+pub type Elsewhere = Box<Response>;
+
+/// A cookie's value.
+fn cookie<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .find_map(|pair| pair.trim().strip_prefix(name)?.strip_prefix('='))
+        .filter(|t| !t.is_empty())
+}
+
+/// 32 random bytes, hex.
+fn random_hex() -> Result<String, Elsewhere> {
+    let mut bytes = [0u8; 32];
+    aws_lc_rs::rand::fill(&mut bytes).map_err(|_| unavailable())?;
+    Ok(hex::encode(bytes))
+}
+
+/// What the store keeps of a session id.
+fn hash(id: &str) -> String {
+    hex::encode(Sha256::digest(id.as_bytes()))
+}
+
+/// Whether two tokens are equal, in time that does not depend on where they differ.
+fn same(a: &str, b: &str) -> bool {
+    a.len() == b.len() && a.bytes().zip(b.bytes()).fold(0, |d, (x, y)| d | (x ^ y)) == 0
+}
+
+fn unavailable() -> Elsewhere {
+    Box::new(html(
+        StatusCode::SERVICE_UNAVAILABLE,
+        page(
+            "Unavailable",
+            None,
+            "<p class=\"error\" role=\"alert\">Lethe's state store cannot be reached. Nothing was changed; try again shortly.</p>",
+        ),
+    ))
+}
+
+fn elsewhere(path: &'static str) -> Elsewhere {
+    Box::new(Redirect::to(path).into_response())
+}
+
+/// The session of a request, or where to send the person instead. A session that is over is
+/// ended here.
+pub async fn signed_in(state: &ControlState, parts: &Parts) -> Result<Session, Elsewhere> {
+    let id = cookie(&parts.headers, COOKIE).ok_or_else(|| elsewhere("/console/sign-in"))?;
+    let id_hash = hash(id);
+    let kept = state
+        .store
+        .session(&id_hash)
+        .await
+        .map_err(|_| unavailable())?
+        .ok_or_else(|| elsewhere("/console/sign-in?expired"))?;
+    let now = crate::now();
+    let idle = chrono::TimeDelta::from_std(state.sessions.idle).unwrap_or(chrono::TimeDelta::MAX);
+    let claims = serde_json::from_str(&kept.claims).ok();
+    let caller = match claims {
+        Some(claims) if now < kept.expires_at && now - kept.last_seen_at <= idle => {
+            Caller::of_claims(state, claims, parts).await.ok()
+        }
+        _ => None,
+    };
+    let Some(caller) = caller else {
+        // Over (idle, expired, its token revoked): it cannot come back.
+        let _ = state.store.end_session(&id_hash).await;
+        return Err(elsewhere("/console/sign-in?expired"));
+    };
+    if (now - kept.last_seen_at).to_std().unwrap_or_default() >= TOUCH_EVERY {
+        state
+            .store
+            .touch_session(&id_hash, now)
+            .await
+            .map_err(|_| unavailable())?;
+    }
+    Ok(Session {
+        caller,
+        csrf: kept.csrf,
+        id_hash,
+    })
+}
+
+/// A state-changing form's session, refused without the session's CSRF token.
+pub async fn posted(
+    state: &ControlState,
+    request: Request,
+) -> Result<(Session, Vec<(String, String)>), Elsewhere> {
+    let (parts, body) = request.into_parts();
+    let session = signed_in(state, &parts).await?;
+    let unreadable = || {
+        Box::new(html(
+            StatusCode::BAD_REQUEST,
+            page("Bad request", None, "<p>The form could not be read.</p>"),
+        ))
+    };
+    let bytes = axum::body::to_bytes(body, state.max_body_bytes)
+        .await
+        .map_err(|_| unreadable())?;
+    let fields = form(&bytes);
+    // The session's token is kept server-side: a form from another site cannot know it.
+    if !same(field(&fields, "csrf").unwrap_or(""), &session.csrf) {
+        return Err(Box::new(html(
+            StatusCode::FORBIDDEN,
+            page(
+                "Refused",
+                Some(&session.nav()),
+                "<p class=\"error\" role=\"alert\">This form was not sent from the console (its CSRF token is missing or wrong). Nothing was changed.</p>",
+            ),
+        )));
+    }
+    Ok((session, fields))
+}
+
+/// The sign-in page, with a fresh CSRF token in its form and in its cookie.
+fn sign_in_page(status: StatusCode, message: Option<&str>) -> Response {
+    let message = message
+        .map(|m| format!("<p class=\"error\" role=\"alert\">{}</p>", escape(m)))
+        .unwrap_or_default();
+    let token = match random_hex() {
+        Ok(token) => token,
+        Err(unavailable) => return *unavailable,
+    };
+    let mut response = html(
+        status,
+        page(
+            "Sign in",
+            None,
+            &format!(
+                "{message}<form method=\"post\" action=\"/console/sign-in\"><input type=\"hidden\" name=\"csrf\" value=\"{token}\"><label for=\"token\">Compliance or admin token</label><input id=\"token\" name=\"token\" type=\"password\" autocomplete=\"off\" required><p><button type=\"submit\">Sign in</button></p></form>"
+            ),
+        ),
+    );
+    if let Ok(value) = HeaderValue::from_str(&format!(
+        "{SIGN_IN_COOKIE}={token}; Path=/console/sign-in; HttpOnly; SameSite=Strict"
+    )) {
+        response.headers_mut().append(header::SET_COOKIE, value);
+    }
+    response
+}
+
+pub async fn sign_in_form(request: Request) -> Response {
+    let expired = request.uri().query() == Some("expired");
+    sign_in_page(
+        StatusCode::OK,
+        expired.then_some("Your session ended (signed out, unused too long, or its token expired or was revoked). Sign in again."),
+    )
+}
+
+/// The client's address, as the listener saw it (a proxy's own, behind one).
+fn address(parts: &Parts) -> IpAddr {
+    parts
+        .extensions
+        .get::<ConnectInfo<SocketAddr>>()
+        .map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |c| c.0.ip())
+}
+
+pub async fn sign_in(State(state): State<ControlState>, request: Request) -> Response {
+    let (parts, body) = request.into_parts();
+    let from = address(&parts);
+    if state.sign_ins.failures.get(&from).unwrap_or(0) >= SIGN_IN_FAILURES {
+        return sign_in_page(
+            StatusCode::TOO_MANY_REQUESTS,
+            Some("Too many failed sign-ins from this address; wait a minute."),
+        );
+    }
+    let Ok(bytes) = axum::body::to_bytes(body, state.max_body_bytes).await else {
+        return sign_in_page(StatusCode::BAD_REQUEST, Some("The form could not be read."));
+    };
+    let fields = form(&bytes);
+    let sent = field(&fields, "csrf").unwrap_or("");
+    if sent.is_empty() || !cookie(&parts.headers, SIGN_IN_COOKIE).is_some_and(|c| same(c, sent)) {
+        return sign_in_page(
+            StatusCode::FORBIDDEN,
+            Some("This form was not sent from the sign-in page. Sign in from it."),
+        );
+    }
+    let token = field(&fields, "token").unwrap_or("").trim();
+    let caller = match Caller::of_token(&state, token, &parts).await {
+        Ok(caller) => caller,
+        Err(e) => {
+            let failures = state.sign_ins.failures.get(&from).unwrap_or(0);
+            state.sign_ins.failures.insert(from, failures + 1);
+            return sign_in_page(e.status, Some(&format!("Not signed in: {}", e.message)));
+        }
+    };
+    let now = crate::now();
+    let max = chrono::TimeDelta::from_std(state.sessions.max).unwrap_or(chrono::TimeDelta::MAX);
+    let token_ends = i64::try_from(caller.claims.exp)
+        .ok()
+        .and_then(|exp| chrono::DateTime::from_timestamp(exp, 0))
+        .unwrap_or(now);
+    let expires_at = (now + max).min(token_ends);
+    let (id, csrf) = match (random_hex(), random_hex()) {
+        (Ok(id), Ok(csrf)) => (id, csrf),
+        (Err(e), _) | (_, Err(e)) => return *e,
+    };
+    let Ok(claims) = serde_json::to_string(&caller.claims) else {
+        return *unavailable();
+    };
+    let session = ConsoleSession {
+        id_hash: hash(&id),
+        claims,
+        csrf,
+        created_at: now,
+        last_seen_at: now,
+        expires_at,
+    };
+    if state.store.create_session(&session).await.is_err() {
+        return *unavailable();
+    }
+    // Behind a TLS-terminating proxy the cookie is sent back over TLS only.
+    let secure = parts
+        .headers
+        .get("x-forwarded-proto")
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"https"));
+    let seconds = (expires_at - now).num_seconds().max(0);
+    let cookie = format!(
+        "{COOKIE}={id}; Path=/console; HttpOnly; SameSite=Strict; Max-Age={seconds}{}",
+        if secure { "; Secure" } else { "" }
+    );
+    let mut response = Redirect::to("/console/requests").into_response();
+    if let Ok(value) = HeaderValue::from_str(&cookie) {
+        response.headers_mut().insert(header::SET_COOKIE, value);
+    }
+    response
+}
+
+pub async fn sign_out(State(state): State<ControlState>, request: Request) -> Response {
+    let session = match posted(&state, request).await {
+        Ok((session, _)) => session,
+        Err(refused) => return *refused,
+    };
+    if state.store.end_session(&session.id_hash).await.is_err() {
+        return *unavailable();
+    }
+    let mut response = Redirect::to("/console/sign-in").into_response();
+    response.headers_mut().insert(
+        header::SET_COOKIE,
+        HeaderValue::from_static(
+            "lethe_console=; Path=/console; HttpOnly; SameSite=Strict; Max-Age=0",
+        ),
+    );
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_compare_whole() {
+        assert!(same("abc", "abc"));
+        assert!(!same("abc", "abd"));
+        assert!(!same("abc", "ab"));
+        assert!(!same("", "a"));
+    }
+}
