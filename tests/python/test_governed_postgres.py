@@ -14,16 +14,9 @@ from conftest import GLOBEX, TENANT, someone, two_tenant_lethe, wait_for
 REFUSED = "LTH01"
 
 
-def start_governed(chroma, pgvector, tmp_path, flip_grace="1s", url=None):
-    """Lethe governing an app's `memories` table (pgvector) in a fresh database; answers Lethe,
-    a factory of owner connections and one of connections as an app role."""
-    url = url or pgvector()
-    with psycopg.connect(url, autocommit=True) as owner:
-        owner.execute("CREATE EXTENSION IF NOT EXISTS vector")
-        owner.execute("""CREATE TABLE IF NOT EXISTS memories (id bigserial PRIMARY KEY, tenant_id text NOT NULL, user_id text NOT NULL,
-                         category text NOT NULL, content text NOT NULL, embedding vector(3))""")
-        owner.execute("CREATE INDEX IF NOT EXISTS memories_embedding_idx ON memories USING hnsw (embedding vector_l2_ops)")
-    config = f'''
+def governed_toml(url, flip_grace="1s"):
+    """Lethe's config governing the app's `memories` table in the database at `url`."""
+    return f'''
 [erasure]
 sweep_interval = "200ms"
 
@@ -41,6 +34,18 @@ subject = "user_id"
 purpose = "'personalization'"
 category = "category"
 '''
+
+
+def start_governed(chroma, pgvector, tmp_path, flip_grace="1s"):
+    """Lethe governing an app's `memories` table (pgvector) in a fresh database; answers Lethe,
+    a factory of owner connections and one of connections as an app role."""
+    url = pgvector()
+    with psycopg.connect(url, autocommit=True) as owner:
+        owner.execute("CREATE EXTENSION IF NOT EXISTS vector")
+        owner.execute("""CREATE TABLE IF NOT EXISTS memories (id bigserial PRIMARY KEY, tenant_id text NOT NULL, user_id text NOT NULL,
+                         category text NOT NULL, content text NOT NULL, embedding vector(3))""")
+        owner.execute("CREATE INDEX IF NOT EXISTS memories_embedding_idx ON memories USING hnsw (embedding vector_l2_ops)")
+    config = governed_toml(url, flip_grace)
     instance = two_tenant_lethe(chroma, tmp_path, config)
     return instance, (lambda: psycopg.connect(url, autocommit=True)), app_connector(url)
 
@@ -657,19 +662,7 @@ def test_lethe_starts_while_a_governed_database_is_down_and_governs_it_once_it_i
         owner.execute("CREATE EXTENSION IF NOT EXISTS vector")
     admin.execute(f"ALTER DATABASE {name} ALLOW_CONNECTIONS false")
     try:
-        lethe = two_tenant_lethe(chroma, tmp_path, f'''
-[[postgres]]
-name = "app"
-url = {{ value = "{url}" }}
-app_role = "lethe_app"
-
-[[postgres.tables]]
-table = "memories"
-tenant = "tenant_id"
-subject = "user_id"
-purpose = "'personalization'"
-category = "category"
-''')
+        lethe = two_tenant_lethe(chroma, tmp_path, governed_toml(url))
     except Exception:
         admin.execute(f"ALTER DATABASE {name} ALLOW_CONNECTIONS true")
         raise

@@ -92,17 +92,19 @@ pub async fn file(
     Ok((StatusCode::CREATED, Json(view(&state, record).await?)))
 }
 
-/// Checks whom a request names, each in its one spelling (written back): a tenant, a subject,
-/// aliases other than the subject.
-fn check_whom(
+/// Whom a request names, each in its one spelling (written back): the caller's tenant (or the
+/// one it asks for), a subject, aliases other than the subject. Problems are added to `problems`.
+fn whom(
     state: &ControlState,
+    caller: &Caller,
     problems: &mut Problems,
-    tenant: &mut String,
+    tenant: Option<&str>,
     subject: &mut String,
     aliases: &mut [String],
-) {
-    problems.name("tenant", tenant);
-    let fold = state.folding.folds(tenant);
+) -> Result<String, ApiError> {
+    let mut tenant = caller.tenant(tenant)?.to_owned();
+    problems.name("tenant", &mut tenant);
+    let fold = state.folding.folds(&tenant);
     problems.key("subject", subject, fold);
     for (i, alias) in aliases.iter_mut().enumerate() {
         problems.key(&format!("aliases[{i}]"), alias, fold);
@@ -111,6 +113,7 @@ fn check_whom(
     problems.check(!aliases.iter().any(|a| a == subject), || {
         "aliases: must not repeat the subject".into()
     });
+    Ok(tenant)
 }
 
 #[derive(Debug, Deserialize)]
@@ -159,15 +162,15 @@ pub(crate) async fn dry_run_as(
     caller: &Caller,
     mut req: DryRunRequest,
 ) -> Result<DryRun, ApiError> {
-    let mut tenant = caller.tenant(req.tenant.as_deref())?.to_owned();
     let mut problems = Problems::default();
-    check_whom(
+    let tenant = whom(
         state,
+        caller,
         &mut problems,
-        &mut tenant,
+        req.tenant.as_deref(),
         &mut req.subject,
         &mut req.aliases,
-    );
+    )?;
     problems.into_result()?;
     let keys: Vec<String> = std::iter::once(req.subject.clone())
         .chain(req.aliases)
@@ -216,15 +219,15 @@ pub(crate) async fn file_as(
     caller: &Caller,
     mut req: FileRequest,
 ) -> Result<ErasureRecord, ApiError> {
-    let mut tenant = caller.tenant(req.tenant.as_deref())?.to_owned();
     let mut problems = Problems::default();
-    check_whom(
+    let tenant = whom(
         state,
+        caller,
         &mut problems,
-        &mut tenant,
+        req.tenant.as_deref(),
         &mut req.subject,
         &mut req.aliases,
-    );
+    )?;
     problems.text("ticket", &req.ticket);
     problems.text("reason", &req.reason);
     problems.into_result()?;
