@@ -1081,8 +1081,18 @@ impl Config {
         }
         let mut names = BTreeSet::new();
         let mut prefixes = BTreeSet::new();
+        let mut upstreams = std::collections::BTreeMap::new();
         for (i, route) in self.routes.iter().enumerate() {
             let at = format!("[[routes]] #{} ({})", i + 1, route.name);
+            // A shared route to a store whose collections another route keeps per tenant would
+            // list every tenant's.
+            let isolation = route.store.isolation();
+            match upstreams.insert(route.upstream.as_str(), (isolation, &route.name)) {
+                Some((other, name)) if other != isolation => problems.push(format!(
+                    "{at}: route {name} has the same upstream and another isolation: routes to one store must agree"
+                )),
+                _ => {}
+            }
             let name_ok = !route.name.is_empty()
                 && route
                     .name

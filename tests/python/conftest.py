@@ -364,12 +364,14 @@ class Lethe:
         self.process.wait(timeout=15)
 
 
-def own_lethe(chroma_url, workdir, erasure_toml, langgraph_url=None, openai_url=None, qdrant_url=None):
+def own_lethe(chroma_url, workdir, erasure_toml, langgraph_url=None, openai_url=None, qdrant_url=None, qdrant_settings="",
+              chroma_settings=""):
     """A Lethe of the test's own, on a fresh state database: the chroma route (its upstream
     given by `chroma_url`), the langgraph, openai and qdrant routes when their URLs are given, and the
-    erasure settings in `erasure_toml`."""
+    erasure settings in `erasure_toml` (and the routes' own keys in `chroma_settings` and
+    `qdrant_settings`)."""
     config = Path(workdir) / "lethe.toml"
-    routes = '\n[[routes]]\nname = "chroma"\nprefix = "/chroma"\nupstream = "http://127.0.0.1:1"\nadapter = "chroma"\n'
+    routes = '\n[[routes]]\nname = "chroma"\nprefix = "/chroma"\nupstream = "http://127.0.0.1:1"\nadapter = "chroma"\n' + chroma_settings
     if langgraph_url:
         routes += '\n[[routes]]\nname = "langgraph"\nprefix = "/langgraph"\nupstream = "http://127.0.0.1:1"\nadapter = "langgraph"\n'
     if openai_url:
@@ -377,7 +379,7 @@ def own_lethe(chroma_url, workdir, erasure_toml, langgraph_url=None, openai_url=
                    'timeout = "2s"\nretention_window = "30d"\n'
                    'credential = { header = "authorization", value = { value = "Bearer sk-standin" } }\n')
     if qdrant_url:
-        routes += '\n[[routes]]\nname = "qdrant"\nprefix = "/qdrant"\nupstream = "http://127.0.0.1:1"\nadapter = "qdrant"\n'
+        routes += '\n[[routes]]\nname = "qdrant"\nprefix = "/qdrant"\nupstream = "http://127.0.0.1:1"\nadapter = "qdrant"\n' + qdrant_settings
     config.write_text(erasure_toml + routes)
     return Lethe(new_database(), chroma_url, workdir, config=config,
                  langgraph_url=langgraph_url or "http://127.0.0.1:1", openai_url=openai_url or "http://127.0.0.1:1",

@@ -289,3 +289,73 @@ def test_another_owners_retention_never_sweeps_a_record(gate, shared):
     wait_for("the sweeper to take up acme's expired lineage row", lambda: lineage_rows(gate, "reused") == [], deadline=15)
     assert held(stored, "reused")[1] == "globex's, for 30 days"
     assert records(gate, name, GLOBEX, second).get(ids=["reused"])["ids"] == ["reused"]
+
+
+def test_collections_of_their_own_tell_nothing_of_another_tenants(chroma, tmp_path):
+    """`isolation = "collection_per_tenant"`: acme and globex both keep a collection they call
+    `notes`, in Chroma databases of their own; each sees its own count and list, by its own names;
+    another tenant's collection id (a global capability in Chroma itself) reaches nothing, by any
+    operation; an erasure purges acme's records. Counted in Chroma."""
+    from conftest import own_lethe
+    gate = own_lethe(chroma, tmp_path, '[erasure]\nsettle = "100ms"\n',
+                     chroma_settings='isolation = "collection_per_tenant"\n')
+    try:
+        rules = {"rules": [{"purpose": "personalization", "category": "preference", "max_age": "30d"}]}
+        assert gate.call("PUT", "/v1/retention-rules", rules, token=gate.token("compliance", tenant=GLOBEX))[0] == 200
+        name = f"notes-{uuid.uuid4().hex[:8]}"
+        made = {t: gate.client(gate.token("admin", tenant=t)).create_collection(name, embedding_function=None)
+                for t in (TENANT, GLOBEX)}
+        ids = {t: str(c.id) for t, c in made.items()}
+        assert ids[TENANT] != ids[GLOBEX]
+        people = {TENANT: someone(), GLOBEX: someone(GLOBEX)}
+        for tenant, s in people.items():
+            gate.grant(s, tenant=tenant)
+        add(records(gate, name, TENANT, people[TENANT]), ["a1", "a2", "a3"])
+        add(records(gate, name, GLOBEX, people[GLOBEX]), ["g1"])
+
+        # In Chroma: two databases of Lethe's, one collection `notes` in each.
+        from conftest import http
+        host, port = chroma.removeprefix("http://").split(":")
+        in_database = lambda database: chromadb.HttpClient(host=host, port=int(port), database=database,
+                                                           settings=Settings(anonymized_telemetry=False))
+        databases = [d["name"] for d in http("GET", f"{chroma}/api/v2/tenants/default_tenant/databases")[1]
+                     if d["name"].endswith("__default_database")]
+        assert len(databases) >= 2, databases
+        per_database = {}
+        for database in databases:
+            client = in_database(database)
+            if name in [c.name for c in client.list_collections()]:
+                per_database[database] = client.get_collection(name, embedding_function=None).count()
+        assert sorted(per_database.values()) == [1, 3], per_database
+
+        # Each tenant's own view, by its own names.
+        for tenant, count in ((TENANT, 3), (GLOBEX, 1)):
+            mine = records(gate, name, tenant, people[tenant])
+            assert mine.count() == count and str(mine.id) == ids[tenant]
+            assert mine.database == "default_database" and mine.tenant == "default_tenant"
+            admin = gate.client(gate.token("admin", tenant=tenant))
+            assert [c.name for c in admin.list_collections() if c.name.startswith("notes-")] == [name]
+            listed = send(f"http://{gate.data}/chroma", "GET", "/api/v2/tenants/default_tenant/databases", None,
+                          {"Authorization": f"Bearer {gate.token('admin', tenant=tenant)}"})[1]
+            assert [d["name"] for d in listed] == ["default_database"], listed
+
+        # acme's collection id, in globex's hands: nothing exists there, whatever the operation.
+        theirs, path = ids[TENANT], f"/api/v2/tenants/default_tenant/databases/default_database/collections/{ids[TENANT]}"
+        token, admin = gate.token("agent", people[GLOBEX], tenant=GLOBEX), gate.token("admin", tenant=GLOBEX)
+        for op, body in (("get", {}), ("query", {"query_embeddings": [[1.0, 1.0, 0.5]], "n_results": 3}),
+                         ("add", {"ids": ["x"], "embeddings": [[1.0, 1.0, 0.5]]}), ("delete", {"ids": ["a1"]})):
+            status, answer = raw(gate, token, f"{path}/{op}", body)
+            assert status == 404 and "lethe_" not in str(answer), (op, status, answer)
+        status, answer = send(f"http://{gate.data}/chroma", "GET", f"{path}/count", None, {"Authorization": f"Bearer {token}", **HEADERS})
+        assert status == 404, answer
+        status, answer = send(f"http://{gate.data}/chroma", "PUT", path, {"new_metadata": {"pwn": 1}}, {"Authorization": f"Bearer {admin}"})
+        assert status == 404, answer
+        acme = in_database(next(d for d, n in per_database.items() if n == 3)).get_collection(name, embedding_function=None)
+        assert acme.count() == 3 and not acme.metadata, "nothing of acme's was read, written or changed"
+
+        # The erasure of acme's subject purges acme's records; globex's stays.
+        gate.erase_to_completion(people[TENANT])
+        assert acme.count() == 0
+        assert sum(per_database.values()) - 3 == 1
+    finally:
+        gate.stop()

@@ -374,3 +374,64 @@ def test_no_spelling_of_a_payload_path_reaches_the_stamp(gate, qdrant, shared):
     mine.set_payload(shared, payload={"x": 1}, points=[pid], key='meta."lethe_subject"')
     assert held(qdrant, shared, pid)["meta"] == {"lethe_subject": {"x": 1}}
     assert owner(qdrant, shared, pid) == (TENANT, s)
+
+
+def test_collections_of_their_own_tell_nothing_of_another_tenants(chroma, qdrant, tmp_path):
+    """`isolation = "collection_per_tenant"`: acme and globex both keep a collection they call
+    `memories`; each sees its own size and list and aliases only, cannot reach the other's by its
+    physical name (in a path or a lookup), and an erasure purges acme's own. Counted in Qdrant."""
+    gate = two_tenant_lethe(chroma, tmp_path, '[erasure]\nsettle = "100ms"\n', qdrant_url=qdrant.url,
+                            qdrant_settings='isolation = "collection_per_tenant"\n')
+    try:
+        name = f"memories-{uuid.uuid4().hex[:8]}"
+        admins = {t: gate.qdrant(gate.token("admin", tenant=t)) for t in (TENANT, GLOBEX)}
+        for admin in admins.values():
+            admin.create_collection(name, vectors_config=models.VectorParams(size=DIM, distance=models.Distance.COSINE))
+        people = {TENANT: someone(), GLOBEX: someone(GLOBEX)}
+        for tenant, s in people.items():
+            gate.grant(s, tenant=tenant)
+        agent(gate, TENANT, people[TENANT]).upsert(name, [point(text=f"acme {i}") for i in range(3)])
+        agent(gate, GLOBEX, people[GLOBEX]).upsert(name, [point(text="globex 0")])
+
+        direct = qdrant.client()
+        physical = {c.name for c in direct.get_collections().collections if c.name.endswith(f"__{name}")}
+        assert len(physical) == 2 and name not in {c.name for c in direct.get_collections().collections}
+        counts = sorted(direct.count(c, exact=True).count for c in physical)
+        assert counts == [1, 3], counts
+        acme_physical = next(c for c in physical if direct.count(c, exact=True).count == 3)
+
+        # Each tenant's view: its own size, its own list, by the names it gave.
+        assert admins[TENANT].get_collection(name).points_count == 3
+        assert admins[GLOBEX].get_collection(name).points_count == 1
+        for admin in admins.values():
+            listed = [c.name for c in admin.get_collections().collections]
+            assert name in listed and not any(n.startswith("lethe_") for n in listed), listed
+        # Another tenant's physical name is only a name in globex's namespace: nothing there.
+        theirs = admins[GLOBEX]
+        assert status_of(lambda: theirs.get_collection(acme_physical))[0] == 404
+        assert not theirs.collection_exists(acme_physical)
+        token = gate.token("agent", people[GLOBEX], tenant=GLOBEX)
+        # (An error may name what the client sent, and nothing else of Lethe's.)
+        nothing_else = lambda answer: "lethe_" not in str(answer).replace(acme_physical, "")
+        status, answer = raw(gate, token, "POST", f"/collections/{acme_physical}/points/scroll", {"limit": 10})
+        assert status == 404 and nothing_else(answer), answer
+        status, answer = raw(gate, token, "POST", f"/collections/{name}/points/query",
+                             {"query": {"recommend": {"positive": [1]}}, "lookup_from": {"collection": acme_physical}})
+        assert status >= 400 and nothing_else(answer), (status, answer)
+        # Errors name the client's own names.
+        status, answer = raw(gate, token, "GET", "/collections/nowhere", None)
+        assert status == 404 and "nowhere" in str(answer) and "lethe_" not in str(answer), answer
+
+        # Aliases: each tenant's, and only in its own namespace.
+        admins[TENANT].update_collection_aliases(change_aliases_operations=[
+            models.CreateAliasOperation(create_alias=models.CreateAlias(collection_name=name, alias_name=f"{name}-now"))])
+        assert [a.alias_name for a in admins[TENANT].get_aliases().aliases] == [f"{name}-now"]
+        assert [a.alias_name for a in admins[GLOBEX].get_aliases().aliases if a.alias_name.startswith(name)] == []
+        assert admins[TENANT].get_collection(f"{name}-now").points_count == 3
+
+        # The erasure of acme's subject purges acme's collection; globex's point stays.
+        gate.erase_to_completion(people[TENANT])
+        assert direct.count(acme_physical, exact=True).count == 0
+        assert sum(direct.count(c, exact=True).count for c in physical) == 1
+    finally:
+        gate.stop()

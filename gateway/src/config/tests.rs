@@ -403,3 +403,39 @@ fn the_statutory_deadline_is_one_to_three_months() {
         assert_eq!(Config::check(&text).is_ok(), ok, "{months}");
     }
 }
+
+#[test]
+fn routes_to_one_store_agree_on_whether_tenants_share_its_collections() {
+    let routes = |isolation: &str| {
+        format!(
+            r#"
+            [[routes]]
+            name = "shared"
+            prefix = "/qdrant"
+            upstream = "http://127.0.0.1:6333"
+            adapter = "qdrant"
+            [[routes]]
+            name = "own"
+            prefix = "/mine"
+            upstream = "http://127.0.0.1:6333"
+            adapter = "qdrant"
+            isolation = "{isolation}"
+            "#
+        )
+    };
+    assert!(Config::check(&routes("shared")).is_ok());
+    let joined = Config::check(&routes("collection_per_tenant"))
+        .unwrap_err()
+        .problems
+        .join("\n");
+    assert!(
+        joined.contains(
+            "[[routes]] #2 (own): route shared has the same upstream and another isolation"
+        ),
+        "{joined}"
+    );
+    assert!(
+        Config::check(&routes("per_tenant")).is_err(),
+        "an unknown isolation"
+    );
+}

@@ -9,6 +9,7 @@
 
 pub mod chroma;
 pub mod langgraph;
+pub mod namespace;
 pub mod openai;
 pub mod qdrant;
 
@@ -105,6 +106,12 @@ pub trait RouteStore: Send + Sync + fmt::Debug {
         None
     }
 
+    /// Whether its tenants share collections (see [`namespace`]): routes to one upstream must
+    /// agree, or a shared route would list every tenant's physical names.
+    fn isolation(&self) -> namespace::Isolation {
+        namespace::Isolation::Shared
+    }
+
     /// One data-plane request (`path` is what follows the route's prefix), decided and
     /// answered.
     async fn handle(
@@ -122,4 +129,20 @@ pub trait RouteStore: Send + Sync + fmt::Debug {
         upstreams: Arc<Upstreams>,
         erasure: &ErasureConfig,
     ) -> Arc<dyn Connector>;
+}
+
+/// An answer with its body rewritten by `rewrite` (given whether it is a success), when that
+/// answers a new one; its length follows the new body.
+pub(crate) async fn rewritten(
+    answer: Response<http_body_util::Full<Bytes>>,
+    rewrite: impl FnOnce(bool, &[u8]) -> Option<Vec<u8>>,
+) -> Response<http_body_util::Full<Bytes>> {
+    let (mut head, body) = answer.into_parts();
+    let bytes = http_body_util::BodyExt::collect(body)
+        .await
+        .map(http_body_util::Collected::to_bytes)
+        .unwrap_or_default();
+    let bytes = rewrite(head.status.is_success(), &bytes).map_or(bytes, Bytes::from);
+    head.headers.remove(hyper::header::CONTENT_LENGTH);
+    Response::from_parts(head, http_body_util::Full::new(bytes))
 }

@@ -666,5 +666,7 @@ pub fn strip_added(answer: &mut Value, plan: &ReadPlan) {
     }
 }
 
+pub mod isolate;
+
 #[cfg(test)]
 mod tests;

@@ -851,6 +851,7 @@ pub fn stamped_by(tenant: &str, keys: &[String]) -> Value {
 }
 
 pub mod edit;
+pub mod isolate;
 pub mod key_path;
 pub mod read;
 

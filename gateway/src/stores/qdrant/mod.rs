@@ -12,6 +12,7 @@ use bytes::Bytes;
 use hyper::Response;
 use serde::Deserialize;
 
+use super::namespace::{Isolation, Namespace};
 use super::{Kind, RouteStore, Settings};
 use crate::config::ErasureConfig;
 use crate::data::error::DataError;
@@ -40,6 +41,11 @@ pub struct QdrantSettings {
     /// subject's or no one's fails verification.
     #[serde(default)]
     pub text_fields: Vec<String>,
+    /// `collection_per_tenant`: each tenant has collections (and aliases) of its own, under
+    /// physical names of its namespace (see `stores::namespace`); `shared` (the default): one
+    /// collection for every tenant that names it.
+    #[serde(default)]
+    pub isolation: Isolation,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
@@ -74,6 +80,7 @@ impl Settings for QdrantSettings {
             subject_field: self.subject_field,
             snapshots: self.snapshots,
             text_fields: self.text_fields,
+            isolation: self.isolation,
         }))
     }
 }
@@ -83,12 +90,17 @@ pub struct Qdrant {
     subject_field: Option<String>,
     snapshots: Snapshots,
     text_fields: Vec<String>,
+    isolation: Isolation,
 }
 
 #[async_trait]
 impl RouteStore for Qdrant {
     fn kind(&self) -> &'static str {
         KIND.name
+    }
+
+    fn isolation(&self) -> Isolation {
+        self.isolation
     }
 
     async fn handle(
@@ -102,9 +114,21 @@ impl RouteStore for Qdrant {
             subject: self.subject_field.as_deref(),
             text: &self.text_fields,
         };
-        route::handle(upstream, ctx, path, body, fields)
-            .await
-            .map(whole)
+        if self.isolation == Isolation::Shared {
+            return route::handle(upstream, ctx, path, body, fields)
+                .await
+                .map(whole);
+        }
+        // The route sees the caller's physical names only; the client, its own names only.
+        let namespace = Namespace::of(ctx.tenant());
+        let (physical, mapped) = adapter::isolate::request(path, &body, &namespace)?;
+        let body = mapped.map_or(body, Bytes::from);
+        let answer = route::handle(upstream, ctx, &physical, body, fields).await?;
+        let answer = super::rewritten(answer, |success, bytes| {
+            adapter::isolate::answer(path, success, bytes, &namespace)
+        })
+        .await;
+        Ok(whole(answer))
     }
 
     fn connector(

@@ -1,0 +1,258 @@
+//! `isolation = "collection_per_tenant"` on the Chroma route: each Lethe tenant's databases are
+//! Chroma databases of its namespace (`default_database` becomes `lethe_<hash>__default_database`,
+//! made on first use), in the route's home Chroma tenant. Chroma keeps collection names per
+//! database, so names, lists and counts are the tenant's own. Chroma does not check that a
+//! collection named by id in a path is in the path's database (an id is a global capability
+//! there), so every request naming a collection id is checked first against the database's own
+//! `collections/by-id`. Answers name the client's tenant and databases, never the physical ones.
+
+use hyper::Method;
+use serde_json::Value;
+
+use crate::adapters::AdapterError;
+use crate::stores::namespace::Namespace;
+
+/// The database made on first use; other databases exist once an admin creates them.
+pub const DEFAULT_DATABASE: &str = "default_database";
+/// The Chroma tenant clients name by default.
+const DEFAULT_TENANT: &str = "default_tenant";
+
+/// What an answer of Chroma's must have changed before the client sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shape {
+    AsIs,
+    /// A Chroma tenant: `name`.
+    Tenant,
+    /// A database: `name`, `tenant`.
+    Database,
+    /// Every database of the home tenant: the caller's only, paged as the client asked.
+    Databases,
+    /// A collection: `tenant`, `database`.
+    Collection,
+    /// A list of collections.
+    Collections,
+}
+
+/// A request as Chroma must see it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Isolated {
+    pub path: String,
+    /// A body with the database it creates named physically.
+    pub body: Option<Vec<u8>>,
+    /// The Chroma tenant the client named, for the answers.
+    pub tenant: String,
+    /// The database the request is in: the client's name, and Chroma's.
+    pub database: Option<(String, String)>,
+    /// A collection id that must be one of the database's before the request is sent.
+    pub check_id: Option<String>,
+    pub shape: Shape,
+}
+
+fn invalid(message: impl Into<String>) -> AdapterError {
+    AdapterError::Invalid(message.into())
+}
+
+/// A database name as Lethe lets it through (Chroma's own rule, without `+`, which it reads as a
+/// topology): 3 to 200 letters, digits, `_`, `-` and `.`, not `..`.
+fn database_name(name: &str) -> bool {
+    (3..=200).contains(&name.len())
+        && !name.contains("..")
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+}
+
+/// A collection id as Chroma reads it from a path: a UUID, written canonically (the adapter
+/// refuses other spellings of it).
+fn collection_id(segment: &str) -> Option<String> {
+    uuid::Uuid::parse_str(segment)
+        .ok()
+        .map(|u| u.hyphenated().to_string())
+        .filter(|canonical| canonical == segment)
+}
+
+/// The request in the caller's namespace; `home` is the Chroma tenant its databases live in.
+pub fn request(
+    method: &Method,
+    path: &str,
+    body: &[u8],
+    ns: &Namespace,
+    home: &str,
+) -> Result<Isolated, AdapterError> {
+    let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let as_is = Isolated {
+        path: path.to_owned(),
+        body: None,
+        tenant: String::new(),
+        database: None,
+        check_id: None,
+        shape: Shape::AsIs,
+    };
+    let ["api", "v2", "tenants", rest @ ..] = segments.as_slice() else {
+        return Ok(as_is);
+    };
+    let Some((tenant, rest)) = rest.split_first() else {
+        return Err(invalid(
+            "Chroma tenants are Lethe's here: each Lethe tenant has its own databases",
+        ));
+    };
+    if *tenant != DEFAULT_TENANT && *tenant != home {
+        return Err(invalid(format!(
+            "the Chroma tenant is {DEFAULT_TENANT} (or {home}) here"
+        )));
+    }
+    let mut isolated = Isolated {
+        tenant: (*tenant).to_owned(),
+        ..as_is
+    };
+    let mut physical: Vec<String> = vec!["api".into(), "v2".into(), "tenants".into(), home.into()];
+    match rest {
+        [] if *method == Method::GET => isolated.shape = Shape::Tenant,
+        [] => {
+            return Err(invalid(
+                "Chroma tenants are Lethe's here: each Lethe tenant has its own databases",
+            ));
+        }
+        ["databases"] if *method == Method::GET => {
+            physical.push("databases".into());
+            isolated.shape = Shape::Databases;
+        }
+        ["databases"] => {
+            physical.push("databases".into());
+            isolated.body = Some(database_body(body, ns)?);
+            isolated.shape = Shape::Database;
+        }
+        ["databases", database, rest @ ..] => {
+            if !database_name(database) {
+                return Err(invalid(
+                    "database names are 3 to 200 letters, digits, '_', '-' and '.'",
+                ));
+            }
+            let mapped = ns
+                .physical(database)
+                .ok_or_else(|| invalid("database names are at most 200 bytes here"))?;
+            physical.push("databases".into());
+            physical.push(mapped.clone());
+            physical.extend(rest.iter().map(|s| (*s).to_owned()));
+            isolated.database = Some(((*database).to_owned(), mapped));
+            let by_id = |id: &str| {
+                collection_id(id).ok_or_else(|| {
+                    invalid("collection ids are written as lowercase, hyphenated UUIDs")
+                })
+            };
+            isolated.shape = match rest {
+                [] => Shape::Database,
+                ["collections"] if *method == Method::GET => Shape::Collections,
+                ["collections"] => Shape::Collection,
+                // By name (GET, DELETE), which Chroma looks up in the path's database only.
+                ["collections", _] if *method == Method::GET => Shape::Collection,
+                ["collections", _] if *method == Method::DELETE => Shape::AsIs,
+                // By id (PUT renames it or changes its metadata; record operations; fork).
+                ["collections", id, op @ ..] => {
+                    isolated.check_id = Some(by_id(id)?);
+                    if op == ["fork"] {
+                        Shape::Collection
+                    } else {
+                        Shape::AsIs
+                    }
+                }
+                _ => Shape::AsIs,
+            };
+        }
+        _ => return Err(invalid("no such Chroma endpoint")),
+    }
+    isolated.path = format!("/{}", physical.join("/"));
+    Ok(isolated)
+}
+
+/// A database created: its name in the caller's namespace.
+fn database_body(body: &[u8], ns: &Namespace) -> Result<Vec<u8>, AdapterError> {
+    let mut value: Value =
+        serde_json::from_slice(body).map_err(|_| invalid("the body must be JSON"))?;
+    let name = value
+        .get("name")
+        .and_then(Value::as_str)
+        .filter(|n| database_name(n))
+        .ok_or_else(|| invalid("name: 3 to 200 letters, digits, '_', '-' and '.'"))?;
+    let mapped = ns
+        .physical(name)
+        .ok_or_else(|| invalid("database names are at most 200 bytes here"))?;
+    value["name"] = Value::String(mapped);
+    serde_json::to_vec(&value).map_err(|e| invalid(e.to_string()))
+}
+
+/// What Chroma answered, as the client may see it (`query`: the client's, for a list of
+/// databases it pages itself). `None`: it stands as it is.
+pub fn answer(
+    isolated: &Isolated,
+    success: bool,
+    body: &[u8],
+    ns: &Namespace,
+    query: Option<&str>,
+) -> Option<Vec<u8>> {
+    if !success {
+        return Some(ns.scrub(&String::from_utf8_lossy(body)).into_bytes());
+    }
+    let mut value: Value = serde_json::from_slice(body).ok()?;
+    let tenant = Value::String(isolated.tenant.clone());
+    let logical = isolated
+        .database
+        .as_ref()
+        .map(|(l, _)| Value::String(l.clone()));
+    let collection = |c: &mut Value| {
+        if let Some(model) = c.as_object_mut() {
+            model.insert("tenant".into(), tenant.clone());
+            if let Some(logical) = &logical {
+                model.insert("database".into(), logical.clone());
+            }
+        }
+    };
+    match isolated.shape {
+        Shape::AsIs => return None,
+        Shape::Tenant => value["name"] = tenant.clone(),
+        Shape::Database => {
+            let name = value
+                .get("name")
+                .and_then(Value::as_str)
+                .and_then(|n| ns.logical(n));
+            value["name"] = Value::String(name?.to_owned());
+            value["tenant"] = tenant.clone();
+        }
+        Shape::Databases => {
+            let (offset, limit) = paging(query);
+            let own: Vec<Value> = value
+                .as_array()?
+                .iter()
+                .filter_map(|d| {
+                    let name = ns.logical(d.get("name")?.as_str()?)?.to_owned();
+                    let mut d = d.clone();
+                    d["name"] = Value::String(name);
+                    d["tenant"] = tenant.clone();
+                    Some(d)
+                })
+                .skip(offset)
+                .take(limit)
+                .collect();
+            value = Value::Array(own);
+        }
+        Shape::Collection => collection(&mut value),
+        Shape::Collections => value.as_array_mut()?.iter_mut().for_each(collection),
+    }
+    serde_json::to_vec(&value).ok()
+}
+
+/// The client's `offset` and `limit` of a list (Chroma's defaults: from the first, all).
+fn paging(query: Option<&str>) -> (usize, usize) {
+    let mut paging = (0, usize::MAX);
+    for (name, value) in form_urlencoded::parse(query.unwrap_or_default().as_bytes()) {
+        match (name.as_ref(), value.parse::<usize>()) {
+            ("offset", Ok(n)) => paging.0 = n,
+            ("limit", Ok(n)) => paging.1 = n,
+            _ => {}
+        }
+    }
+    paging
+}
+
+#[cfg(test)]
+mod tests;
