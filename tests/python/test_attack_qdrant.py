@@ -163,6 +163,20 @@ def test_an_expired_point_stays_dead_and_the_sweeper_takes_it(gate, qdrant, shar
     wait_for("the sweeper to delete the expired point", lambda: held(qdrant, shared, pid) is None, deadline=15)
 
 
+def test_a_point_written_through_an_alias_is_swept_when_it_expires(gate, qdrant, shared):
+    """Lineage names the point by the alias it was written through: the sweeper still finds it
+    (and deletes it from the collection behind the alias), instead of taking it for gone."""
+    s = someone()
+    gate.grant(s)
+    alias = f"{shared}-now"
+    gate.qdrant(gate.token("admin")).update_collection_aliases(change_aliases_operations=[
+        models.CreateAliasOperation(create_alias=models.CreateAlias(collection_name=shared, alias_name=alias))])
+    pid = str(uuid.uuid4())
+    agent(gate, TENANT, s).upsert(alias, [point(pid, "short-lived", lethe_expires_at=int(time.time()) + 2)])
+    assert held(qdrant, shared, pid) is not None
+    wait_for("the sweeper to delete the expired point", lambda: held(qdrant, shared, pid) is None, deadline=20)
+
+
 def test_widening_filters_reach_nothing_of_another_tenant_or_subject(gate, qdrant, shared):
     victim, neighbour = someone(), someone()
     gate.grant(victim)

@@ -197,6 +197,17 @@ impl QdrantConnector {
             .collect())
     }
 
+    /// Every alias's name.
+    async fn aliases(&self) -> Result<Vec<String>, ConnectorError> {
+        let answer = self.http.json(Method::GET, "/aliases", None).await?;
+        Ok(answer["result"]["aliases"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|a| a.get("alias_name")?.as_str().map(str::to_owned))
+            .collect())
+    }
+
     /// Every point matching `filter`, with its payload, page by page.
     async fn scroll(&self, collection: &str, filter: Value) -> Result<Vec<Value>, ConnectorError> {
         let path = format!("/collections/{collection}/points/scroll");
@@ -478,7 +489,11 @@ impl QdrantConnector {
         collection: &str,
         items: &[ExpiredItem],
     ) -> Result<BTreeSet<PointId>, ConnectorError> {
-        if !self.collections().await?.iter().any(|c| c == collection) {
+        // Lineage names a point by the name it was written through: a collection, or an alias
+        // of one (Qdrant reads either in a point's path).
+        if !self.collections().await?.iter().any(|c| c == collection)
+            && !self.aliases().await?.iter().any(|a| a == collection)
+        {
             return Ok(BTreeSet::new());
         }
         let ids: Vec<PointId> = items
