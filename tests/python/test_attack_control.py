@@ -257,3 +257,38 @@ def test_confusable_names_are_one_subject_or_refused_and_an_erased_one_stays_era
         del made
     finally:
         gate.stop()
+
+
+def test_one_person_is_one_approver_and_the_requester_is_none(chroma, tmp_path):
+    """Two approvals required: the requester cannot give one, in any spelling; an approver in
+    another case or spacing is the same person; an id with edge whitespace is no actor at all.
+    The approvals are counted in the state store."""
+    from conftest import LETHE, own_lethe
+    gate = own_lethe(chroma, tmp_path, '[erasure]\napprovals_required = 2\nsettle = "100ms"\n')
+    try:
+        def as_actor(actor):
+            out = subprocess.run([str(LETHE), "token", "--role", "compliance", "--tenant", TENANT, "--actor", actor],
+                                 cwd=gate.workdir, env=gate.env, capture_output=True, text=True)
+            return out.stdout.strip() if out.returncode == 0 else None
+
+        s = someone()
+        gate.grant(s)
+        status, filed = gate.call("POST", "/v1/erasures", {"subject": s, "ticket": "DSR-2", "reason": "art. 17"},
+                                  token=as_actor("dpo-a"))
+        assert status == 201, filed
+        approve = lambda actor: gate.call("POST", f"/v1/erasures/{filed['id']}/approve", token=as_actor(actor))
+        for requester in ("dpo-a", "DPO-A", "dpo -a"):
+            status, refused = approve(requester)
+            assert (status, refused["error"]["code"]) == (409, "requester_cannot_approve"), (requester, refused)
+        assert approve("dpo-b")[1]["state"] == "requested"
+        for again in ("DPO-B", "Dpo-b", "dpo- b"):
+            status, refused = approve(again)
+            assert (status, refused["error"]["code"]) == (409, "confusable_approver"), (again, refused)
+        assert as_actor("dpo-c ") is None or approve("dpo-c ")[0] == 401, "no token names an actor with edge whitespace"
+        stored = subprocess.run(["psql", gate.state_url, "-qtAc", f"SELECT approvals FROM erasure_requests WHERE id = '{filed['id']}'"],
+                                check=True, capture_output=True, text=True).stdout.strip()
+        assert json.loads(stored) == ["dpo-b"], stored
+        status, approved = approve("dpo-c")
+        assert status == 200 and approved["state"] == "suppressed" and approved["approvals"] == ["dpo-b", "dpo-c"], approved
+    finally:
+        gate.stop()
