@@ -232,6 +232,10 @@ enum AuditCommand {
         #[arg(long)]
         tenant: Option<String>,
     },
+    /// Once, after upgrading from a version whose chain links were not keyed: verify the chain
+    /// as it was written and seal it again with the audit key (Lethe serves nothing before). An
+    /// `audit.chain_keyed` event names the head it had; heads certified before still verify.
+    KeyChain,
 }
 
 /// A command's failure: what to print, and the exit code.
@@ -312,6 +316,7 @@ async fn dispatch(cli: Cli) -> Result<(), Failure> {
         Command::Audit(AuditCommand::Head { tenant }) => {
             audit_head(&load()?, tenant.as_deref()).await
         }
+        Command::Audit(AuditCommand::KeyChain) => key_chain(&load()?).await,
         Command::Postgres(PostgresCommand::Plan { name }) => {
             let config = load()?;
             let db = config
@@ -372,23 +377,37 @@ async fn open(config: &Config) -> Result<Arc<dyn Store>, Failure> {
     let store = connect(config).await?;
     store.migrate().await?;
     store.use_subject_key(&crate::keys::audit_key(config, store.as_ref()).await?);
-    key_audit_chain(store.as_ref()).await?;
     Ok(store)
 }
 
-/// Keys a chain written before links were keyed (the store must have the audit key). A broken
-/// chain stays as it was written; `lethe audit verify` names where it breaks.
-async fn key_audit_chain(store: &dyn Store) -> Result<(), Failure> {
-    match store.key_audit_chain(crate::now()).await {
-        Ok(Some(old)) => tracing::info!(
-            events = old.seq,
-            "the audit chain was verified as written and sealed again with the audit key"
+/// A chain whose links are not keyed, or keyed with another key, takes no event: Lethe does not
+/// serve on it. Keying a chain is the operator's, once (`lethe audit key-chain`), never Lethe's
+/// on its own: whoever can write the state store could otherwise have a forged history sealed.
+async fn keyed_chain(store: &dyn Store, key: &[u8]) -> Result<(), Failure> {
+    let (keyed, check) = store.audit_keying().await?;
+    if !keyed {
+        return Err(Failure(
+            "the audit chain's links are not keyed (a chain from before they were, or one marked so since): run `lethe audit key-chain` once, then start again".into(),
+            2,
+        ));
+    }
+    if check.is_some_and(|c| c != lethe_policy::audit::key_check(key)) {
+        return Err(Failure(
+            "the audit chain was keyed with another audit key than the one configured here".into(),
+            2,
+        ));
+    }
+    Ok(())
+}
+
+async fn key_chain(config: &Config) -> Result<(), Failure> {
+    let store = open(config).await?;
+    match store.key_audit_chain(crate::now()).await? {
+        Some(old) => println!(
+            "audit chain verified as written ({} events, head {}) and sealed again with the audit key",
+            old.seq, old.hash
         ),
-        Ok(None) => {}
-        Err(store::StoreError::Corrupt(why)) => {
-            tracing::error!(%why, "the audit chain is not keyed")
-        }
-        Err(e) => return Err(e.into()),
+        None => println!("the audit chain is keyed already"),
     }
     Ok(())
 }
@@ -679,17 +698,30 @@ async fn audit_verify(
     tenant: Option<&str>,
     saved: Option<&std::path::Path>,
 ) -> Result<(), Failure> {
+    if let Some(tenant) = tenant
+        && lethe_policy::names::canonical_key(tenant, false).as_deref() != Ok(tenant)
+    {
+        return Err(Failure(
+            format!("--tenant {tenant:?}: not a tenant's name"),
+            2,
+        ));
+    }
     let store = open(config).await?;
     let key = crate::keys::audit_key(config, store.as_ref()).await?;
+    let public_key = crate::keys::certificate_signer(config, store.as_ref())
+        .await?
+        .public_key_hex();
     let saved = match saved {
-        Some(path) => Some(saved_head(config, store.as_ref(), path, tenant).await?),
+        Some(path) => Some(saved_head(&public_key, path, tenant)?),
         None => None,
     };
+    let genuine =
+        |h: &store::SignedHead| crate::erasure::certificate::verify_head(h, &public_key).is_ok();
     let chain = tenant.map_or_else(
         || "audit chain".to_owned(),
         |t| format!("audit chain of tenant {t}"),
     );
-    match store::verify_audit(store.as_ref(), &key, tenant, saved.as_ref()).await? {
+    match store::verify_audit(store.as_ref(), &key, Some(&genuine), tenant, saved.as_ref()).await? {
         ChainReport::Intact { head, .. } => {
             let holding = saved.map_or(String::new(), |s| {
                 format!(", holding the saved head at row {}", s.seq)
@@ -714,20 +746,16 @@ async fn audit_verify(
 /// The head a file saved: one printed by `lethe audit head`, checked against this deployment's
 /// signing key, or a certificate (checked the same way), whose chain head it carries (its
 /// tenant's, with `--tenant`).
-async fn saved_head(
-    config: &Config,
-    store: &dyn Store,
+fn saved_head(
+    public_key: &str,
     path: &std::path::Path,
     tenant: Option<&str>,
 ) -> Result<lethe_policy::audit::ChainHead, Failure> {
     use crate::erasure::certificate;
     let bytes = std::fs::read(path).map_err(|e| Failure(format!("{}: {e}", path.display()), 2))?;
-    let public_key = crate::keys::certificate_signer(config, store)
-        .await?
-        .public_key_hex();
     let refused = |why: String| Failure(format!("{}: {why}", path.display()), 1);
     if let Ok(head) = serde_json::from_slice::<store::SignedHead>(&bytes) {
-        certificate::verify_head(&head, &public_key).map_err(|e| refused(e.to_string()))?;
+        certificate::verify_head(&head, public_key).map_err(|e| refused(e.to_string()))?;
         if head.tenant.as_deref() != tenant {
             return Err(refused(format!(
                 "a head of {}, not of {}",
@@ -739,7 +767,7 @@ async fn saved_head(
         }
         return Ok(head.anchor());
     }
-    let certified = certificate::verify(&bytes, &public_key).map_err(|e| {
+    let certified = certificate::verify(&bytes, public_key).map_err(|e| {
         refused(format!(
             "neither a signed head nor a valid certificate: {e}"
         ))
@@ -757,6 +785,11 @@ async fn saved_head(
 
 async fn audit_head(config: &Config, tenant: Option<&str>) -> Result<(), Failure> {
     let store = open(config).await?;
+    keyed_chain(
+        store.as_ref(),
+        &crate::keys::audit_key(config, store.as_ref()).await?,
+    )
+    .await?;
     let signer = crate::keys::certificate_signer(config, store.as_ref()).await?;
     let head = store.audit_head(tenant).await?;
     let signed = signer.sign_head(tenant, &head, crate::now());

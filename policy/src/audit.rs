@@ -78,6 +78,10 @@ pub struct AuditRecord {
     pub hash: String,
     /// Its place in its tenant's own chain, for events that belong to a tenant.
     pub tenant_chain: Option<TenantLink>,
+    /// Its link as written before the chain was keyed, if it was: heads saved or certified then
+    /// name it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub legacy_hash: Option<String>,
 }
 
 /// An event's link in its tenant's chain: `hash = SHA-256(prev_hash || the event's hash)`. The
@@ -165,6 +169,12 @@ impl Links<'_> {
     }
 }
 
+/// What a chain keeps to tell the key its links are made with, without the key: an HMAC of a
+/// fixed text.
+pub fn key_check(key: &[u8]) -> String {
+    Links::Keyed(key).digest(&[b"lethe audit key check"])
+}
+
 /// Seals `entry` as the row after `head`, and when it belongs to a tenant, as the link after
 /// `tenant_head` in that tenant's chain.
 pub fn seal(
@@ -186,6 +196,7 @@ pub fn seal(
         prev_hash: head.hash.clone(),
         hash,
         tenant_chain,
+        legacy_hash: None,
     }
 }
 
@@ -206,6 +217,16 @@ pub enum ChainBreak {
         "the log ends at row {last} but a signed head names row {signed}: rows after {last} were cut off"
     )]
     CutBeforeSignedHead { last: i64, signed: i64 },
+    #[error(
+        "a signed head kept for row {seq} does not verify with the certificates' key: it was forged"
+    )]
+    ForgedHead { seq: i64 },
+    #[error(
+        "the chain's links are not keyed (written before they were, or marked so since): nothing of it can be trusted until `lethe audit key-chain` verifies it as written and seals it with the key"
+    )]
+    Unkeyed,
+    #[error("the chain's links were made with another key than this one")]
+    WrongKey,
 }
 
 impl ChainBreak {
@@ -215,7 +236,9 @@ impl ChainBreak {
             ChainBreak::Missing { expected, .. } => expected,
             ChainBreak::Unlinked { seq }
             | ChainBreak::Altered { seq }
-            | ChainBreak::Rewritten { seq } => seq,
+            | ChainBreak::Rewritten { seq }
+            | ChainBreak::ForgedHead { seq } => seq,
+            ChainBreak::Unkeyed | ChainBreak::WrongKey => 1,
             ChainBreak::Truncated { last, .. } | ChainBreak::CutBeforeSignedHead { last, .. } => {
                 last.saturating_add(1)
             }
@@ -269,17 +292,24 @@ impl<'k> ChainVerifier<'k> {
             .links
             .chain_hash(&record.prev_hash, record.seq, &record.entry)
             == record.hash;
-        self.step(record.seq, &record.prev_hash, &record.hash, intact)
+        self.step(
+            record.seq,
+            &record.prev_hash,
+            &record.hash,
+            intact,
+            record.legacy_hash.as_deref(),
+        )
     }
 
     /// One link: at the next position, pointing at the head, `intact`, and the one an anchor
-    /// names there.
+    /// names there (as it is, or as it was written before the chain was keyed: `legacy`).
     fn step(
         &mut self,
         seq: i64,
         prev_hash: &str,
         hash: &str,
         intact: bool,
+        legacy: Option<&str>,
     ) -> Result<(), ChainBreak> {
         let expected = self.head.seq.saturating_add(1);
         if seq != expected {
@@ -294,7 +324,11 @@ impl<'k> ChainVerifier<'k> {
         if !intact {
             return Err(ChainBreak::Altered { seq });
         }
-        if self.anchors.get(&seq).is_some_and(|signed| signed != hash) {
+        if self
+            .anchors
+            .get(&seq)
+            .is_some_and(|signed| signed != hash && Some(signed.as_str()) != legacy)
+        {
             return Err(ChainBreak::Rewritten { seq });
         }
         self.head = ChainHead {
@@ -360,7 +394,7 @@ impl<'k> TenantChainVerifier<'k> {
             && links.chain_hash(&record.prev_hash, record.seq, &record.entry) == record.hash
             && links.tenant_link_hash(&link.prev_hash, &record.hash) == link.hash;
         self.chain
-            .step(link.seq, &link.prev_hash, &link.hash, intact)
+            .step(link.seq, &link.prev_hash, &link.hash, intact, None)
     }
 
     /// Ends verification against the tenant's head as the store recorded it.

@@ -169,7 +169,7 @@ def test_a_certificate_anchors_the_audit_chain_so_a_cut_below_it_is_found(chroma
             assert ok.returncode == 0, ok.stdout + ok.stderr
 
         cut = f"""DELETE FROM audit_events WHERE seq >= {head};
-                  UPDATE audit_head SET seq = e.seq, hash = e.hash FROM (SELECT seq, hash FROM audit_events ORDER BY seq DESC LIMIT 1) e;
+                  UPDATE audit_chain SET seq = e.seq, hash = e.hash FROM (SELECT seq, hash FROM audit_events ORDER BY seq DESC LIMIT 1) e;
                   UPDATE audit_tenant_heads t SET seq = e.tenant_seq, hash = e.tenant_hash
                     FROM (SELECT DISTINCT ON (tenant) tenant, tenant_seq, tenant_hash FROM audit_events
                            WHERE tenant IS NOT NULL ORDER BY tenant, seq DESC) e WHERE t.tenant = e.tenant;

@@ -196,7 +196,7 @@ async fn a_cut_and_re_headed_audit_log_fails_against_its_signed_heads() {
         // Rows 4 to 8 cut off, the heads moved back to row 3.
         let mut tamper = String::from(
             "DELETE FROM audit_events WHERE seq > 3;
-             UPDATE audit_head SET seq = 3, hash = (SELECT hash FROM audit_events WHERE seq = 3);
+             UPDATE audit_chain SET seq = 3, hash = (SELECT hash FROM audit_events WHERE seq = 3);
              UPDATE audit_tenant_heads SET seq = 3, hash = (SELECT tenant_hash FROM audit_events WHERE seq = 3);",
         );
         if delete_kept_heads {
@@ -240,6 +240,68 @@ async fn a_cut_and_re_headed_audit_log_fails_against_its_signed_heads() {
             stderr(&refused)
         );
     }
+}
+
+/// A chain marked unkeyed (as whoever can write the state store could mark it, to have a forged
+/// history sealed with the key) is never sealed on its own: verify fails, the server takes no
+/// change and will not start on it, and `lethe audit key-chain` refuses what does not verify as
+/// plainly written.
+#[tokio::test]
+async fn a_chain_marked_unkeyed_is_neither_served_nor_sealed_again() {
+    let dir = temp_dir();
+    let state = fresh_sqlite_url();
+    let server = Server::start(&dir, &state).await;
+    let token = server.token("compliance", "acme");
+    let (status, _) = call(
+        Method::POST,
+        &server.url("/v1/consents"),
+        &token,
+        Some(&grant("u1")),
+    )
+    .await
+    .unwrap();
+    assert_eq!(status, StatusCode::CREATED);
+    execute_raw(&state, "UPDATE audit_chain SET chain_version = 1")
+        .await
+        .unwrap();
+    let verify = run(lethe(&dir).args(["audit", "verify", "--state", &state]));
+    assert_eq!(verify.status.code(), Some(1));
+    assert!(stderr(&verify).contains("not keyed"), "{}", stderr(&verify));
+    let (status, body) = call(
+        Method::POST,
+        &server.url("/v1/consents"),
+        &token,
+        Some(&grant("u2")),
+    )
+    .await
+    .unwrap();
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    let mut second = lethe(&dir)
+        .args(["serve", "--state", &state])
+        .env("LETHE_CONTROL_LISTEN", format!("127.0.0.1:{}", free_port()))
+        .env("LETHE_DATA_LISTEN", format!("127.0.0.1:{}", free_port()))
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let code = loop {
+        if let Some(code) = second.try_wait().unwrap() {
+            break code.code();
+        }
+        if std::time::Instant::now() > deadline {
+            second.kill().unwrap();
+            panic!("lethe serve started on an unkeyed chain");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(code, Some(2));
+    let keyed = run(lethe(&dir).args(["audit", "key-chain", "--state", &state]));
+    assert_eq!(keyed.status.code(), Some(2), "{}", stdout(&keyed));
+    assert!(
+        stderr(&keyed).contains("broken at row 1"),
+        "{}",
+        stderr(&keyed)
+    );
 }
 
 /// Two replicas on one PostgreSQL database: concurrent changes through both form one chain, and

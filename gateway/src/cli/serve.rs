@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use super::{Failure, connect, key_audit_chain};
+use super::{Failure, connect, keyed_chain};
 use crate::config::Config;
 use crate::control::{self, ControlState};
 
@@ -17,7 +17,7 @@ pub(super) async fn serve(config: Config) -> Result<(), Failure> {
     let verifier = Arc::new(crate::keys::verifier(&config, store.as_ref()).await?);
     let audit_key: Arc<[u8]> = Arc::from(crate::keys::audit_key(&config, store.as_ref()).await?);
     store.use_subject_key(&audit_key);
-    key_audit_chain(store.as_ref()).await?;
+    keyed_chain(store.as_ref(), &audit_key).await?;
     let forgotten = store.forget_erased(crate::now()).await?;
     if forgotten > 0 {
         tracing::info!(
@@ -119,7 +119,7 @@ pub(super) async fn serve(config: Config) -> Result<(), Failure> {
     Ok(())
 }
 
-/// Signs the audit chain's head every `interval` (when it moved), until `stop`.
+/// Signs the audit chain's heads every `interval` (those that moved), until `stop`.
 async fn sign_heads(
     certifier: Arc<crate::erasure::certificate::Certifier>,
     store: Arc<dyn crate::store::Store>,
@@ -131,7 +131,7 @@ async fn sign_heads(
     loop {
         tokio::select! {
             _ = every.tick() => {
-                if let Err(e) = certifier.sign_head_now(store.as_ref()).await {
+                if let Err(e) = certifier.sign_heads_now(store.as_ref()).await {
                     tracing::warn!(error = %e, "the audit chain's head could not be signed; trying again later");
                 }
             }

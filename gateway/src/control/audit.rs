@@ -65,6 +65,13 @@ pub async fn verify(
 ) -> Result<Json<ChainReport>, ApiError> {
     let tenant = scope(&caller, query.tenant.as_deref())?;
     Ok(Json(
-        verify_audit(state.store.as_ref(), &state.audit_key, tenant, None).await?,
+        verify_audit(
+            state.store.as_ref(),
+            &state.audit_key,
+            Some(&|h| state.erasure.certifier.genuine(h)),
+            tenant,
+            None,
+        )
+        .await?,
     ))
 }

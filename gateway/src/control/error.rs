@@ -105,6 +105,15 @@ impl From<StoreError> for ApiError {
                     "the state store is unavailable",
                 )
             }
+            // Nothing is changed without its event, and the chain takes none: refused whole.
+            StoreError::AuditUnkeyed | StoreError::WrongAuditKey => {
+                tracing::error!(error = %e, "the audit chain takes no event");
+                ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    Code::StateUnavailable,
+                    "the audit log cannot take the change's event",
+                )
+            }
             StoreError::Database(_)
             | StoreError::Corrupt(_)
             | StoreError::NoSubjectKey

@@ -63,9 +63,11 @@ impl Signer {
     }
 }
 
-/// What a head's signature covers: its canonical JSON.
+/// What a head's signature covers: its canonical JSON, typed, so that no signed head passes for
+/// a certificate signed with the same key.
 fn head_message(tenant: Option<&str>, head: &ChainHead, signed_at: DateTime<Utc>) -> Vec<u8> {
     canonical(&json!({
+        "type": "lethe.audit_head",
         "tenant": tenant,
         "seq": head.seq,
         "hash": head.hash,
@@ -134,15 +136,34 @@ impl Certifier {
         self.signer.public_key_hex()
     }
 
-    /// Signs the chain's head and keeps it, unless the last head kept is that one already.
-    pub async fn sign_head_now(&self, store: &dyn Store) -> Result<(), StoreError> {
-        let head = store.audit_head(None).await?;
-        if store.signed_heads(None).await?.last().map(|h| h.seq) == Some(head.seq) {
-            return Ok(());
+    /// Whether a head was signed with this deployment's key.
+    pub fn genuine(&self, head: &SignedHead) -> bool {
+        verify_head(head, &self.signer.public_key_hex()).is_ok()
+    }
+
+    /// Signs and keeps the head of the chain and of every tenant's that moved since its last
+    /// signed head.
+    pub async fn sign_heads_now(&self, store: &dyn Store) -> Result<(), StoreError> {
+        let now = crate::now();
+        let last = store.last_signed_heads().await?;
+        let heads = std::iter::once((None, store.audit_head(None).await?)).chain(
+            store
+                .tenant_heads()
+                .await?
+                .into_iter()
+                .map(|(tenant, head)| (Some(tenant), head)),
+        );
+        for (tenant, head) in heads {
+            let moved = last
+                .get(tenant.as_deref().unwrap_or_default())
+                .is_none_or(|&seq| seq < head.seq);
+            if moved {
+                store
+                    .keep_signed_head(&self.signer.sign_head(tenant.as_deref(), &head, now))
+                    .await?;
+            }
         }
-        store
-            .keep_signed_head(&self.signer.sign_head(None, &head, crate::now()))
-            .await
+        Ok(())
     }
 
     /// The certificate of a completed request: the one kept, or, the first time, one issued now

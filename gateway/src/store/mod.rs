@@ -54,6 +54,10 @@ pub enum StoreError {
     Corrupt(String),
     #[error("the state store was opened without the key of subject references")]
     NoSubjectKey,
+    #[error("the audit chain's links are not keyed: run `lethe audit key-chain` once")]
+    AuditUnkeyed,
+    #[error("the audit chain's links were made with another audit key than this one")]
+    WrongAuditKey,
     #[error("unsupported state store URL (expected sqlite://PATH or postgres://...): {0}")]
     UnsupportedUrl(String),
 }
@@ -887,8 +891,13 @@ pub trait Store: Send + Sync + 'static {
     /// link and head is rewritten and an event naming the old head (`audit.chain_keyed`) is
     /// appended. Answers the old head when it keyed the chain.
     async fn key_audit_chain(&self, at: DateTime<Utc>) -> Result<Option<ChainHead>, StoreError>;
-    /// Whether the chain's links are keyed.
-    async fn audit_keyed(&self) -> Result<bool, StoreError>;
+    /// Whether the chain's links are keyed, and the check of the key they are made with (see
+    /// `lethe_policy::audit::key_check`), once the first keyed link was.
+    async fn audit_keying(&self) -> Result<(bool, Option<String>), StoreError>;
+    /// The head of every tenant's chain.
+    async fn tenant_heads(&self) -> Result<Vec<(String, ChainHead)>, StoreError>;
+    /// The position of the last head signed and kept, per chain (`""`: the whole chain).
+    async fn last_signed_heads(&self) -> Result<BTreeMap<String, i64>, StoreError>;
     /// Keeps a signed head (once per chain and position).
     async fn keep_signed_head(&self, head: &SignedHead) -> Result<(), StoreError>;
     /// The signed heads of the whole chain (`None`) or of one tenant's, in order.
@@ -929,7 +938,7 @@ pub struct ConsoleSession {
     pub expires_at: DateTime<Utc>,
 }
 
-/// The version of a chain whose links are keyed (`audit_head.chain_version`; 1: plain SHA-256).
+/// The version of a chain whose links are keyed (`audit_chain.chain_version`; 1: plain SHA-256).
 pub(crate) const KEYED_CHAIN: i32 = 2;
 
 /// A head of the audit chain (or of a tenant's), signed with the certificates' key when it was
@@ -1020,31 +1029,53 @@ pub enum ChainReport {
     },
 }
 
-/// Verifies the whole chain (`tenant` unset) or one tenant's chain, from its recorded head, with
-/// `key` (the audit key) when its links are keyed: it must still hold every head signed and kept
-/// for it, and `saved` (a head saved elsewhere, or carried by a certificate) if one is given.
+/// Verifies the whole chain (`tenant` unset) or one tenant's chain, up to its recorded head,
+/// with `key` (the audit key): it must be keyed with that key, and still hold every head signed
+/// and kept for it (each of them `genuine`, when that can be told: signed with the certificates'
+/// key) and `saved` (a head saved elsewhere, or carried by a certificate) if one is given.
 pub async fn verify_audit(
     store: &dyn Store,
     key: &[u8],
+    genuine: Option<&(dyn Fn(&SignedHead) -> bool + Sync)>,
     tenant: Option<&str>,
     saved: Option<&ChainHead>,
 ) -> Result<ChainReport, StoreError> {
     const PAGE: i64 = 1000;
-    let links = if store.audit_keyed().await? {
-        Links::Keyed(key)
-    } else {
-        Links::Unkeyed
+    let broken = |problem: ChainBreak| ChainReport::Broken {
+        ok: false,
+        first_bad_seq: problem.seq(),
+        message: problem.to_string(),
+        problem,
     };
-    let anchors: Vec<ChainHead> = store
-        .signed_heads(tenant)
-        .await?
+    let (keyed, check) = store.audit_keying().await?;
+    if !keyed {
+        return Ok(broken(ChainBreak::Unkeyed));
+    }
+    if check.is_some_and(|c| c != lethe_policy::audit::key_check(key)) {
+        return Ok(broken(ChainBreak::WrongKey));
+    }
+    // Read before the head: a head signed meanwhile is never past the head read after it.
+    let kept = store.signed_heads(tenant).await?;
+    if let Some(genuine) = genuine
+        && let Some(forged) = kept.iter().find(|h| !genuine(h))
+    {
+        return Ok(broken(ChainBreak::ForgedHead { seq: forged.seq }));
+    }
+    let anchors: Vec<ChainHead> = kept
         .iter()
         .map(SignedHead::anchor)
         .chain(saved.cloned())
         .collect();
     let recorded = store.audit_head(tenant).await?;
+    let links = Links::Keyed(key);
     let mut whole = ChainVerifier::new(links).anchored(anchors.clone());
     let mut own = tenant.map(|t| TenantChainVerifier::new(links, t).anchored(anchors));
+    // Events appended while it reads lie past the recorded head: not this verification's.
+    let recorded_at = |r: &AuditRecord| match (tenant, &r.tenant_chain) {
+        (Some(_), Some(link)) => link.seq <= recorded.seq,
+        (Some(_), None) => false,
+        (None, _) => r.seq <= recorded.seq,
+    };
     let mut after = 0;
     let outcome = loop {
         let page = store.audit_page(after, PAGE, tenant).await?;
@@ -1055,22 +1086,24 @@ pub async fn verify_audit(
             };
         };
         after = last.seq;
-        let checked = page.iter().try_for_each(|r| match own.as_mut() {
+        let within: Vec<&AuditRecord> = page.iter().filter(|r| recorded_at(r)).collect();
+        let checked = within.iter().try_for_each(|r| match own.as_mut() {
             Some(own) => own.push(r),
             None => whole.push(r),
         });
         if let Err(e) = checked {
             break Err(e);
         }
+        if within.len() < page.len() {
+            break match own {
+                Some(own) => own.finish(&recorded),
+                None => whole.finish(&recorded),
+            };
+        }
     };
     Ok(match outcome {
         Ok(head) => ChainReport::Intact { ok: true, head },
-        Err(problem) => ChainReport::Broken {
-            ok: false,
-            first_bad_seq: problem.seq(),
-            message: problem.to_string(),
-            problem,
-        },
+        Err(problem) => broken(problem),
     })
 }
 

@@ -32,7 +32,7 @@ impl PgStore {
     const SKIP_LOCKED: &'static str = " FOR UPDATE SKIP LOCKED";
     /// Appends from every replica queue on this row lock; the chain cannot fork.
     const LOCK_AUDIT_HEAD: &'static str =
-        "SELECT seq, hash, chain_version FROM audit_head WHERE id = 1 FOR UPDATE";
+        "SELECT seq, hash, chain_version, key_check FROM audit_chain WHERE id = 1 FOR UPDATE";
 
     /// Connects, and starts listening for other replicas' changes; until the listener is up the
     /// feed reports unhealthy and caches are bypassed.

@@ -95,21 +95,36 @@ macro_rules! impl_store {
                     },
                     prev_hash: row.try_get("prev_hash")?,
                     hash: row.try_get("hash")?,
+                    legacy_hash: row.try_get("legacy_hash")?,
                 })
             }
 
             /// Seals `entry` after the current head, inside the caller's transaction, with the
             /// head locked so that concurrent appends queue instead of forking the chain. Links are
-            /// keyed with the audit key, unless the chain is one written before they were and not
-            /// keyed yet ([`Store::key_audit_chain`]): it goes on as it was written.
+            /// keyed with the audit key, always: a chain not keyed (written before links were, or
+            /// marked so since) or keyed with another key takes nothing more, and with it no
+            /// change (each is written with its event).
             async fn append_in(tx: &mut Tx, key: &std::sync::OnceLock<Vec<u8>>, entry: AuditEntry) -> Result<AuditRecord, StoreError> {
+                let key = key.get().ok_or(StoreError::NoSubjectKey)?;
                 let head = sqlx::query(<$store>::LOCK_AUDIT_HEAD).fetch_one(&mut **tx).await?;
                 let version: i32 = head.try_get("chain_version")?;
+                let kept_check: Option<String> = head.try_get("key_check")?;
                 let head = ChainHead { seq: head.try_get("seq")?, hash: head.try_get("hash")? };
-                let links = match version {
-                    crate::store::KEYED_CHAIN => Links::Keyed(key.get().ok_or(StoreError::NoSubjectKey)?),
-                    _ => Links::Unkeyed,
-                };
+                if version != crate::store::KEYED_CHAIN {
+                    return Err(StoreError::AuditUnkeyed);
+                }
+                let check = lethe_policy::audit::key_check(key);
+                match kept_check {
+                    Some(kept) if kept != check => return Err(StoreError::WrongAuditKey),
+                    Some(_) => {}
+                    None => {
+                        sqlx::query("UPDATE audit_chain SET key_check = $1 WHERE id = 1")
+                            .bind(&check)
+                            .execute(&mut **tx)
+                            .await?;
+                    }
+                }
+                let links = Links::Keyed(key);
                 // The whole chain's head is locked: the tenant's head cannot move meanwhile.
                 let tenant_head = match &entry.tenant {
                     Some(tenant) => tenant_head_in(&mut **tx, tenant).await?,
@@ -151,7 +166,7 @@ macro_rules! impl_store {
                     .execute(&mut **tx)
                     .await?;
                 }
-                sqlx::query("UPDATE audit_head SET seq = $1, hash = $2 WHERE id = 1")
+                sqlx::query("UPDATE audit_chain SET seq = $1, hash = $2 WHERE id = 1")
                     .bind(record.seq)
                     .bind(&record.hash)
                     .execute(&mut **tx)
@@ -1686,7 +1701,7 @@ macro_rules! impl_store {
                 async fn audit_page(&self, after: i64, limit: i64, tenant: Option<&str>) -> Result<Vec<AuditRecord>, StoreError> {
                     let rows = sqlx::query(
                         "SELECT seq, at, tenant, actor, action, request_id, subject_ref, target, target_ref, result, attempt, prev_hash, hash,
-                                tenant_seq, tenant_prev_hash, tenant_hash
+                                tenant_seq, tenant_prev_hash, tenant_hash, legacy_hash
                          FROM audit_events WHERE seq > $1 AND ($3 IS NULL OR tenant = $3) ORDER BY seq LIMIT $2",
                     )
                     .bind(after)
@@ -1703,7 +1718,7 @@ macro_rules! impl_store {
                     }
                     let mut select = sqlx::QueryBuilder::<$db>::new(
                         "SELECT seq, at, tenant, actor, action, request_id, subject_ref, target, target_ref, result, attempt, prev_hash, hash,
-                                tenant_seq, tenant_prev_hash, tenant_hash
+                                tenant_seq, tenant_prev_hash, tenant_hash, legacy_hash
                          FROM audit_events WHERE tenant = ",
                     );
                     select.push_bind(tenant.to_owned()).push(" AND target_ref IN (");
@@ -1727,7 +1742,7 @@ macro_rules! impl_store {
                     }
                     let old = ChainHead { seq: head.try_get("seq")?, hash: head.try_get("hash")? };
                     let select = "SELECT seq, at, tenant, actor, action, request_id, subject_ref, target, target_ref, result, attempt, prev_hash, hash,
-                                         tenant_seq, tenant_prev_hash, tenant_hash
+                                         tenant_seq, tenant_prev_hash, tenant_hash, legacy_hash
                                   FROM audit_events WHERE seq > $1 ORDER BY seq LIMIT $2";
                     // Verified as it was written first: a broken chain is not sealed over.
                     let mut written = lethe_policy::audit::ChainVerifier::new(Links::Unkeyed);
@@ -1759,7 +1774,9 @@ macro_rules! impl_store {
                             let tenant_head = entry.tenant.as_ref().and_then(|t| tenant_heads.get(t)).cloned().unwrap_or_default();
                             let record = seal(links, &head, &tenant_head, entry);
                             let link = record.tenant_chain.as_ref();
-                            sqlx::query("UPDATE audit_events SET prev_hash = $2, hash = $3, tenant_prev_hash = $4, tenant_hash = $5 WHERE seq = $1")
+                            // The link as written stays beside the new one: heads certified
+                            // before name it.
+                            sqlx::query("UPDATE audit_events SET prev_hash = $2, hash = $3, tenant_prev_hash = $4, tenant_hash = $5, legacy_hash = hash WHERE seq = $1")
                                 .bind(record.seq)
                                 .bind(&record.prev_hash)
                                 .bind(&record.hash)
@@ -1774,17 +1791,18 @@ macro_rules! impl_store {
                         }
                     }
                     for (tenant, tenant_head) in &tenant_heads {
-                        sqlx::query("UPDATE audit_tenant_heads SET seq = $2, hash = $3 WHERE tenant = $1")
+                        sqlx::query("INSERT INTO audit_tenant_heads (tenant, seq, hash) VALUES ($1, $2, $3) ON CONFLICT (tenant) DO UPDATE SET seq = excluded.seq, hash = excluded.hash")
                             .bind(tenant)
                             .bind(tenant_head.seq)
                             .bind(&tenant_head.hash)
                             .execute(&mut *tx)
                             .await?;
                     }
-                    sqlx::query("UPDATE audit_head SET seq = $1, hash = $2, chain_version = $3 WHERE id = 1")
+                    sqlx::query("UPDATE audit_chain SET seq = $1, hash = $2, chain_version = $3, key_check = $4 WHERE id = 1")
                         .bind(head.seq)
                         .bind(&head.hash)
                         .bind(crate::store::KEYED_CHAIN)
+                        .bind(lethe_policy::audit::key_check(key))
                         .execute(&mut *tx)
                         .await?;
                     let event = AuditEntry {
@@ -1804,9 +1822,22 @@ macro_rules! impl_store {
                     Ok(Some(old))
                 }
 
-                async fn audit_keyed(&self) -> Result<bool, StoreError> {
-                    let version: i32 = sqlx::query_scalar("SELECT chain_version FROM audit_head WHERE id = 1").fetch_one(&self.pool).await?;
-                    Ok(version == crate::store::KEYED_CHAIN)
+                async fn audit_keying(&self) -> Result<(bool, Option<String>), StoreError> {
+                    let row = sqlx::query("SELECT chain_version, key_check FROM audit_chain WHERE id = 1").fetch_one(&self.pool).await?;
+                    let version: i32 = row.try_get("chain_version")?;
+                    Ok((version == crate::store::KEYED_CHAIN, row.try_get("key_check")?))
+                }
+
+                async fn tenant_heads(&self) -> Result<Vec<(String, ChainHead)>, StoreError> {
+                    let rows = sqlx::query("SELECT tenant, seq, hash FROM audit_tenant_heads ORDER BY tenant").fetch_all(&self.pool).await?;
+                    rows.iter()
+                        .map(|row| Ok((row.try_get("tenant")?, ChainHead { seq: row.try_get("seq")?, hash: row.try_get("hash")? })))
+                        .collect()
+                }
+
+                async fn last_signed_heads(&self) -> Result<BTreeMap<String, i64>, StoreError> {
+                    let rows = sqlx::query("SELECT tenant, max(seq) AS seq FROM audit_signed_heads GROUP BY tenant").fetch_all(&self.pool).await?;
+                    rows.iter().map(|row| Ok((row.try_get("tenant")?, row.try_get("seq")?))).collect()
                 }
 
                 async fn keep_signed_head(&self, head: &SignedHead) -> Result<(), StoreError> {
@@ -1929,7 +1960,7 @@ macro_rules! impl_store {
                     match tenant {
                         Some(tenant) => tenant_head_in(&self.pool, tenant).await,
                         None => {
-                            let row = sqlx::query("SELECT seq, hash FROM audit_head WHERE id = 1").fetch_one(&self.pool).await?;
+                            let row = sqlx::query("SELECT seq, hash FROM audit_chain WHERE id = 1").fetch_one(&self.pool).await?;
                             Ok(ChainHead { seq: row.try_get("seq")?, hash: row.try_get("hash")? })
                         }
                     }

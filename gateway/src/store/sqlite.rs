@@ -29,7 +29,7 @@ impl SqliteStore {
     const SKIP_LOCKED: &'static str = "";
     /// The audit head, read under the transaction's write lock.
     const LOCK_AUDIT_HEAD: &'static str =
-        "SELECT seq, hash, chain_version FROM audit_head WHERE id = 1";
+        "SELECT seq, hash, chain_version, key_check FROM audit_chain WHERE id = 1";
 
     /// Opens (and creates, with its folder) the database a `sqlite://PATH` URL names.
     pub async fn connect(url: &str) -> Result<Self, StoreError> {

@@ -44,6 +44,7 @@ on_both_backends!(
     erasure_requests_are_listed_a_page_at_a_time_and_summed_up,
     a_refused_request_keeps_its_reason_and_cancels_its_jobs,
     a_flip_is_suppressed_only_once_it_holds_in_every_governed_database,
+    a_forged_kept_head_is_named,
 );
 
 /// The raw keys of the erased subject in the test below: distinct enough that no hash, id or
@@ -778,7 +779,7 @@ async fn audit_appends_form_one_chain_under_concurrency(store: &Arc<dyn Store>) 
     for t in tasks {
         t.await.unwrap();
     }
-    let report = verify_audit(store.as_ref(), crate::testing::AUDIT_KEY, None, None)
+    let report = verify_audit(store.as_ref(), crate::testing::AUDIT_KEY, None, None, None)
         .await
         .unwrap();
     let ChainReport::Intact { head, .. } = report else {
@@ -799,6 +800,7 @@ async fn audit_appends_form_one_chain_under_concurrency(store: &Arc<dyn Store>) 
         let report = verify_audit(
             store.as_ref(),
             crate::testing::AUDIT_KEY,
+            None,
             Some(tenant),
             None,
         )
@@ -845,6 +847,7 @@ async fn a_tenants_chain_notices_tampering_with_its_rows() {
             match verify_audit(
                 store.as_ref(),
                 crate::testing::AUDIT_KEY,
+                None,
                 Some("acme"),
                 None,
             )
@@ -861,6 +864,7 @@ async fn a_tenants_chain_notices_tampering_with_its_rows() {
                     verify_audit(
                         store.as_ref(),
                         crate::testing::AUDIT_KEY,
+                        None,
                         Some("globex"),
                         None
                     )
@@ -896,13 +900,13 @@ async fn tampering_is_reported_with_the_row_number() {
                     .unwrap();
             }
             assert!(matches!(
-                verify_audit(store.as_ref(), crate::testing::AUDIT_KEY, None, None)
+                verify_audit(store.as_ref(), crate::testing::AUDIT_KEY, None, None, None)
                     .await
                     .unwrap(),
                 ChainReport::Intact { .. }
             ));
             crate::testing::execute_raw(&url, tamper).await.unwrap();
-            match verify_audit(store.as_ref(), crate::testing::AUDIT_KEY, None, None)
+            match verify_audit(store.as_ref(), crate::testing::AUDIT_KEY, None, None, None)
                 .await
                 .unwrap()
             {
@@ -1332,25 +1336,65 @@ async fn postgres_requests_filed_before_deadlines_were_kept_get_the_default_mont
     the_deadline_of_an_earlier_request_is_its_default_month(store).await;
 }
 
-/// A chain written before links were keyed (chain version 1): events of two tenants and none.
+/// A chain written before links were keyed (chain version 1, plain SHA-256 links, as an earlier
+/// Lethe wrote them): events of two tenants and of none. Written row by row, as no Lethe of now
+/// appends to such a chain.
 async fn written_before_links_were_keyed(url: &str) -> Arc<dyn Store> {
+    use lethe_policy::audit::{Links, seal};
     let store = migrated(url).await;
-    crate::testing::execute_raw(url, "UPDATE audit_head SET chain_version = 1")
-        .await
-        .unwrap();
+    let mut head = ChainHead::default();
+    let mut tenant_heads = std::collections::BTreeMap::<String, ChainHead>::new();
+    let mut sql = String::from("UPDATE audit_chain SET chain_version = 1;\n");
+    let text = |v: Option<&str>| v.map_or("NULL".to_owned(), |v| format!("'{v}'"));
     for (i, tenant) in [Some("acme"), Some("globex"), None, Some("acme")]
         .into_iter()
         .enumerate()
     {
-        store
-            .append_audit(AuditEntry {
-                tenant: tenant.map(str::to_owned),
-                ..audit("consent.grant", Some(&format!("g{i}")))
-            })
-            .await
-            .unwrap();
+        let entry = AuditEntry {
+            tenant: tenant.map(str::to_owned),
+            ..audit("consent.grant", Some(&format!("g{i}")))
+        };
+        let tenant_head = tenant
+            .and_then(|t| tenant_heads.get(t))
+            .cloned()
+            .unwrap_or_default();
+        let r = seal(Links::Unkeyed, &head, &tenant_head, entry);
+        let link = r.tenant_chain.clone();
+        sql.push_str(&format!(
+            "INSERT INTO audit_events (seq, at, tenant, actor, action, request_id, subject_ref, target, target_ref, result, attempt, prev_hash, hash, tenant_seq, tenant_prev_hash, tenant_hash) VALUES ({}, '{}', {}, '{}', '{}', '{}', {}, '{}', {}, '{}', {}, '{}', '{}', {}, {}, {});\n",
+            r.seq, r.entry.at.to_rfc3339_opts(chrono::SecondsFormat::Micros, true), text(tenant), r.entry.actor, r.entry.action,
+            r.entry.request_id, text(r.entry.subject_ref.as_deref()), r.entry.target, text(r.entry.target_ref.as_deref()),
+            r.entry.result, r.entry.attempt, r.prev_hash, r.hash,
+            link.as_ref().map_or("NULL".to_owned(), |l| l.seq.to_string()),
+            text(link.as_ref().map(|l| l.prev_hash.as_str())),
+            text(link.as_ref().map(|l| l.hash.as_str())),
+        ));
+        if let (Some(t), Some(link)) = (tenant, link) {
+            tenant_heads.insert(
+                t.to_owned(),
+                ChainHead {
+                    seq: link.seq,
+                    hash: link.hash,
+                },
+            );
+        }
+        head = ChainHead {
+            seq: r.seq,
+            hash: r.hash,
+        };
     }
-    assert!(!store.audit_keyed().await.unwrap());
+    for (t, h) in &tenant_heads {
+        sql.push_str(&format!(
+            "INSERT INTO audit_tenant_heads (tenant, seq, hash) VALUES ('{t}', {}, '{}');\n",
+            h.seq, h.hash
+        ));
+    }
+    sql.push_str(&format!(
+        "UPDATE audit_chain SET seq = {}, hash = '{}' WHERE id = 1;",
+        head.seq, head.hash
+    ));
+    crate::testing::execute_raw(url, &sql).await.unwrap();
+    assert!(!store.audit_keying().await.unwrap().0);
     store
 }
 
@@ -1365,7 +1409,7 @@ async fn an_unkeyed_chain_is_verified_then_sealed_again_with_the_key(url: &str) 
         .unwrap()
         .expect("keyed now");
     assert_eq!((old.seq, old.hash.as_str()), (4, before[3].hash.as_str()));
-    assert!(store.audit_keyed().await.unwrap());
+    assert!(store.audit_keying().await.unwrap().0);
     assert_eq!(store.key_audit_chain(now()).await.unwrap(), None, "once");
     let after = store.audit_page(0, 100, None).await.unwrap();
     assert_eq!(after.len(), 5);
@@ -1379,14 +1423,20 @@ async fn an_unkeyed_chain_is_verified_then_sealed_again_with_the_key(url: &str) 
         ("audit.chain_keyed", Some(format!("4:{}", old.hash)))
     );
     for tenant in [None, Some("acme"), Some("globex")] {
-        let report = verify_audit(store.as_ref(), crate::testing::AUDIT_KEY, tenant, None)
-            .await
-            .unwrap();
+        let report = verify_audit(
+            store.as_ref(),
+            crate::testing::AUDIT_KEY,
+            None,
+            tenant,
+            None,
+        )
+        .await
+        .unwrap();
         assert!(
             matches!(report, ChainReport::Intact { .. }),
             "{tenant:?}: {report:?}"
         );
-        let other = verify_audit(store.as_ref(), b"another key", tenant, None)
+        let other = verify_audit(store.as_ref(), b"another key", None, tenant, None)
             .await
             .unwrap();
         assert!(matches!(other, ChainReport::Broken { .. }), "{tenant:?}");
@@ -1395,7 +1445,7 @@ async fn an_unkeyed_chain_is_verified_then_sealed_again_with_the_key(url: &str) 
         .append_audit(audit("consent.grant", Some("g9")))
         .await
         .unwrap();
-    let report = verify_audit(store.as_ref(), crate::testing::AUDIT_KEY, None, None)
+    let report = verify_audit(store.as_ref(), crate::testing::AUDIT_KEY, None, None, None)
         .await
         .unwrap();
     assert!(matches!(
@@ -1405,6 +1455,143 @@ async fn an_unkeyed_chain_is_verified_then_sealed_again_with_the_key(url: &str) 
             ..
         }
     ));
+    // A head certified before the chain was keyed still verifies: the row keeps its old link.
+    let verify_with = |saved: ChainHead| {
+        let store = Arc::clone(&store);
+        async move {
+            verify_audit(
+                store.as_ref(),
+                crate::testing::AUDIT_KEY,
+                None,
+                None,
+                Some(&saved),
+            )
+            .await
+            .unwrap()
+        }
+    };
+    let certified = ChainHead {
+        seq: 3,
+        hash: before[2].hash.clone(),
+    };
+    assert!(matches!(
+        verify_with(certified).await,
+        ChainReport::Intact { .. }
+    ));
+    let other = ChainHead {
+        seq: 3,
+        hash: "0".repeat(64),
+    };
+    assert!(matches!(
+        verify_with(other).await,
+        ChainReport::Broken {
+            problem: ChainBreak::Rewritten { seq: 3 },
+            ..
+        }
+    ));
+    // Another key neither appends nor verifies.
+    store.use_subject_key(b"ignored: the first key stays");
+    let (_, check) = store.audit_keying().await.unwrap();
+    assert_eq!(
+        check,
+        Some(lethe_policy::audit::key_check(crate::testing::AUDIT_KEY))
+    );
+    assert!(matches!(
+        verify_audit(store.as_ref(), b"another key", None, None, None)
+            .await
+            .unwrap(),
+        ChainReport::Broken {
+            problem: ChainBreak::WrongKey,
+            ..
+        }
+    ));
+    // Marked unkeyed again (by whoever can write the store): it is not sealed again on its own,
+    // and nothing verifies or appends.
+    crate::testing::execute_raw(url, "UPDATE audit_chain SET chain_version = 1")
+        .await
+        .unwrap();
+    assert!(matches!(
+        verify_audit(store.as_ref(), crate::testing::AUDIT_KEY, None, None, None)
+            .await
+            .unwrap(),
+        ChainReport::Broken {
+            problem: ChainBreak::Unkeyed,
+            ..
+        }
+    ));
+    assert!(matches!(
+        store
+            .append_audit(audit("consent.grant", Some("g10")))
+            .await,
+        Err(StoreError::AuditUnkeyed)
+    ));
+}
+
+/// A signed head kept in the store that does not verify (forged by whoever can write the store)
+/// is reported as such, not taken for a cut.
+async fn a_forged_kept_head_is_named(store: &Arc<dyn Store>) {
+    store
+        .append_audit(audit("consent.grant", Some("g1")))
+        .await
+        .unwrap();
+    let signer = crate::erasure::certificate::Signer::from_seed(&[3; 32]).unwrap();
+    let head = store.audit_head(None).await.unwrap();
+    store
+        .keep_signed_head(&signer.sign_head(None, &head, now()))
+        .await
+        .unwrap();
+    let genuine = |h: &SignedHead| {
+        crate::erasure::certificate::verify_head(h, &signer.public_key_hex()).is_ok()
+    };
+    let report = verify_audit(
+        store.as_ref(),
+        crate::testing::AUDIT_KEY,
+        Some(&genuine),
+        None,
+        None,
+    )
+    .await
+    .unwrap();
+    assert!(matches!(report, ChainReport::Intact { .. }), "{report:?}");
+    let mut forged = signer.sign_head(
+        None,
+        &ChainHead {
+            seq: 1_000_000,
+            hash: "f".repeat(64),
+        },
+        now(),
+    );
+    forged.signature.value = "00".repeat(64);
+    store.keep_signed_head(&forged).await.unwrap();
+    let report = verify_audit(
+        store.as_ref(),
+        crate::testing::AUDIT_KEY,
+        Some(&genuine),
+        None,
+        None,
+    )
+    .await
+    .unwrap();
+    assert!(
+        matches!(
+            report,
+            ChainReport::Broken {
+                problem: ChainBreak::ForgedHead { seq: 1_000_000 },
+                ..
+            }
+        ),
+        "{report:?}"
+    );
+    // A head signed and kept is read back byte for byte: its signature still verifies.
+    assert!(
+        store
+            .signed_heads(None)
+            .await
+            .unwrap()
+            .iter()
+            .filter(|h| h.seq == head.seq)
+            .all(genuine)
+    );
 }
 
 /// A broken chain is not sealed over: it stays as written, and its break stays visible.
@@ -1420,20 +1607,25 @@ async fn a_broken_unkeyed_chain_is_left_as_it_was_written(url: &str) {
         Err(StoreError::Corrupt(why)) => assert!(why.contains("broken at row 2"), "{why}"),
         other => panic!("{other:?}"),
     }
-    assert!(!store.audit_keyed().await.unwrap());
-    let report = verify_audit(store.as_ref(), crate::testing::AUDIT_KEY, None, None)
+    assert!(!store.audit_keying().await.unwrap().0);
+    let report = verify_audit(store.as_ref(), crate::testing::AUDIT_KEY, None, None, None)
         .await
         .unwrap();
     assert!(
         matches!(
             report,
             ChainReport::Broken {
-                first_bad_seq: 2,
+                problem: ChainBreak::Unkeyed,
                 ..
             }
         ),
         "{report:?}"
     );
+    // Nothing more is written to it: no change, since each is written with its event.
+    assert!(matches!(
+        store.append_audit(audit("consent.grant", Some("g9"))).await,
+        Err(StoreError::AuditUnkeyed)
+    ));
 }
 
 #[tokio::test]

@@ -35,8 +35,14 @@ pub async fn audit(
         "<p><a href=\"/console/audit?verify\">Verify the chain</a> · <a href=\"/console/audit/export\">Export (JSON lines)</a></p>",
     );
     if query.contains_key("verify") {
-        let report =
-            verify_audit(state.store.as_ref(), &state.audit_key, Some(&tenant), None).await;
+        let report = verify_audit(
+            state.store.as_ref(),
+            &state.audit_key,
+            Some(&|h| state.erasure.certifier.genuine(h)),
+            Some(&tenant),
+            None,
+        )
+        .await;
         body.push_str(&match report {
             Ok(ChainReport::Intact { head, .. }) => format!(
                 "<p role=\"status\" class=\"badge ok\">The chain of {} is intact: {} events, head {}.</p>",
