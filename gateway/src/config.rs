@@ -193,6 +193,21 @@ impl GovernedDatabase {
         if !valid_name(&self.name) {
             problems.push(format!("{at}: name must be letters, digits, '-' or '_'"));
         }
+        let mut distinct = BTreeSet::new();
+        for role in std::iter::once(&self.app_role).chain(self.tenant_roles.values()) {
+            if !distinct.insert(role) {
+                problems.push(format!(
+                    "{at}: role {role:?} is named twice (each app role serves one tenant, or every one)"
+                ));
+            }
+        }
+        for tenant in self.tenant_roles.keys() {
+            if lethe_policy::names::canonical_key(tenant, false).as_deref() != Ok(tenant.as_str()) {
+                problems.push(format!(
+                    "{at}: tenant_roles: {tenant:?} is not a tenant's name"
+                ));
+            }
+        }
         let roles = std::iter::once(&self.app_role).chain(self.tenant_roles.values());
         for role in roles {
             if !sql_identifier(role) || role.starts_with("pg_") {

@@ -237,7 +237,7 @@ def test_another_tenants_role_learns_nothing_from_any_lethe_function(governed):
     callable_by_globex = [f for f in functions
                           if owner.execute("SELECT has_function_privilege('globex_app', %s, 'EXECUTE')", (f,)).fetchone()[0]]
     assert sorted(callable_by_globex) == ["lethe.readable(text,text,text,text,timestamp with time zone,bigint)",
-                                          "lethe.written_here(xid,tid)"], callable_by_globex
+                                          "lethe.unstored(tid)"], callable_by_globex
     # Each of the others, called by globex with what it would take: refused.
     calls = {
         "decide_write": "SELECT * FROM lethe.decide_write(%s, %s, 'personalization', 'preference', NULL)",
@@ -253,6 +253,12 @@ def test_another_tenants_role_learns_nothing_from_any_lethe_function(governed):
     # A write into acme tells globex nothing about the acme subject it names.
     answers = {refusal(lambda: write(globex, TENANT, who, "probe")) for who in (consenting, suppressed, unknown)}
     assert answers == {(REFUSED, "lethe: scope_violation")}, answers
+    # Nor does a login role that acts as globex's through membership.
+    owner.execute("DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'globex_login') THEN CREATE ROLE globex_login LOGIN; END IF; END $$")
+    owner.execute("GRANT globex_app TO globex_login")
+    member = as_role("globex_login")
+    assert member.execute(readable, (TENANT, consenting, expires, epoch)).fetchone()[0] is False
+    assert refusal(lambda: write(member, TENANT, consenting, "probe")) == (REFUSED, "lethe: scope_violation")
     assert held(owner, consenting) == 1 and held(owner, unknown) == 0
 
 
@@ -561,6 +567,11 @@ def test_writers_holding_and_overlapping_transactions_cannot_hold_off_a_flip(gov
     writers[1].start()
     left_open = as_role("lethe_app", autocommit=False)
     write(left_open, TENANT, s, "decided before the flip, never committed")
+    # A login role that acts as the app role through membership is held to the same.
+    owner.execute("DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'app_login') THEN CREATE ROLE app_login LOGIN; END IF; END $$")
+    owner.execute("GRANT lethe_app TO app_login")
+    member = as_role("app_login", autocommit=False)
+    write(member, TENANT, s, "decided before the flip by a member of the app role")
     reader = as_role("lethe_app", autocommit=False)
     reader.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
     assert len(visible(reader, s)) >= 1
@@ -578,8 +589,9 @@ def test_writers_holding_and_overlapping_transactions_cannot_hold_off_a_flip(gov
     fresh = as_role("lethe_app")
     assert visible(fresh, s) == []
     assert refusal(lambda: write(fresh, TENANT, s, "after the answer"))[1] == "lethe: subject_suppressed"
-    with pytest.raises(psycopg.OperationalError):
-        left_open.commit()  # its session was ended: the write decided before the flip never lands
+    for session in (left_open, member):
+        with pytest.raises(psycopg.OperationalError):
+            session.commit()  # its session was ended: the write decided before the flip never lands
     with pytest.raises(psycopg.OperationalError):
         visible(reader, s)  # its snapshot from before the flip is gone with its session
     time.sleep(1)  # the writers keep trying

@@ -4,7 +4,7 @@
 //! snapshot (repeatable read, an open cursor) in which the subject is still readable. The flip
 //! holds once the database has applied it and no such transaction of a role that can reach the
 //! subject's tenant is left: they are given the database's `flip_grace` to finish, then their
-//! statements are cancelled and their idle sessions (and prepared transactions) ended. Until
+//! sessions are ended (and prepared transactions rolled back). Until
 //! then the request names the database as lagging; a role Lethe cannot see or signal leaves it
 //! lagging, never announced.
 
@@ -14,7 +14,6 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use lethe_policy::audit::AuditEntry;
-use sqlx::Row as _;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
@@ -31,26 +30,48 @@ const IDLE: Duration = Duration::from_secs(1);
 struct Applied {
     since: DateTime<Utc>,
     seen: Instant,
-    /// Whether the grace is over and the suspects were told to end.
+    /// Whether the grace is over (and the log told so).
     ended: bool,
 }
 
-/// The transactions of `roles` that began before `$2` and may still write or read with a
-/// snapshot from before it: they hold a transaction id (wrote something) or a snapshot (a
-/// statement running, repeatable read, an open cursor). A session whose state Lethe may not see
-/// counts as one. Answers each one's pid and whether it is running a statement.
-const SUSPECTS: &str =
-    "SELECT pid, coalesce(state = 'active', false) AS active FROM pg_catalog.pg_stat_activity
- WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_type = 'client backend'
-   AND usename = ANY($1)
-   AND (state IS NULL
-        OR (state <> 'idle' AND (backend_xid IS NOT NULL OR backend_xmin IS NOT NULL)
-            AND coalesce(xact_start, query_start) < $2))";
+/// Whether a role (an oid or a name) acts as one of `$1` (the roles that can reach the tenant):
+/// logs in as one, is a member of one, or may `SET ROLE` to one. Superusers, members of
+/// everything, are not governed (they bypass row security), nor is Lethe's own role.
+const AN_APP_ROLE: &str = "EXISTS (SELECT 1 FROM unnest($1::text[]) lethe_role WHERE pg_catalog.pg_has_role({role}, lethe_role, 'MEMBER'))
+   AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.oid = {oid} AND (r.rolsuper OR r.rolbypassrls OR r.rolname = current_user))";
 
-/// Prepared transactions of `roles` from before `$2`: committed later, they would land behind
-/// the flip.
-const PREPARED: &str = "SELECT gid FROM pg_catalog.pg_prepared_xacts
- WHERE database = current_database() AND owner = ANY($1) AND prepared < $2";
+/// The transactions of `$1`'s roles that began before `$2` and may still write or read with a
+/// snapshot from before it: they hold a transaction id (wrote something) or a snapshot (a
+/// statement running, repeatable read, an open cursor). A session whose state or start Lethe
+/// may not see (no `pg_read_all_stats`, `track_activities` off) counts as one. Answers each
+/// one's pid.
+fn suspects() -> String {
+    format!(
+        "SELECT a.pid FROM pg_catalog.pg_stat_activity a
+ WHERE a.datname = current_database() AND a.pid <> pg_backend_pid()
+   AND (a.backend_type = 'client backend' OR a.backend_type IS NULL)
+   AND {}
+   AND (a.state IS NULL
+        OR (a.state <> 'idle' AND (a.backend_xid IS NOT NULL OR a.backend_xmin IS NOT NULL)
+            AND coalesce(a.xact_start, a.query_start, '-infinity') < $2))",
+        AN_APP_ROLE
+            .replace("{role}", "a.usesysid")
+            .replace("{oid}", "a.usesysid")
+    )
+}
+
+/// Every prepared transaction of `$1`'s roles: it may hold a write decided before the flip
+/// (prepared after it or not), to be committed any time.
+fn prepared() -> String {
+    format!(
+        "SELECT p.gid FROM pg_catalog.pg_prepared_xacts p
+ WHERE p.database = current_database() AND {}",
+        AN_APP_ROLE.replace("{role}", "p.owner").replace(
+            "{oid}",
+            "(SELECT oid FROM pg_catalog.pg_roles WHERE rolname = p.owner)"
+        )
+    )
+}
 
 /// Watches `db`'s pending flips until the runtime ends: woken when its lane applied a change,
 /// and polling while flips are pending.
@@ -119,15 +140,14 @@ async fn step(
         }
     };
     let roles = roles_of(&db.config, &flip.tenant);
-    let suspects = sqlx::query(SUSPECTS)
+    let suspects: Vec<i32> = sqlx::query_scalar(sqlx::AssertSqlSafe(suspects()))
         .bind(&roles)
         .bind(applied.since)
         .fetch_all(&db.pool)
         .await
         .map_err(failed)?;
-    let prepared: Vec<String> = sqlx::query_scalar(PREPARED)
+    let prepared: Vec<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(prepared()))
         .bind(&roles)
-        .bind(applied.since)
         .fetch_all(&db.pool)
         .await
         .map_err(failed)?;
@@ -152,22 +172,15 @@ async fn step(
         seen.remove(&flip.request_id);
         return Ok(());
     }
-    if applied.seen.elapsed() < db.config.flip_grace.0 || applied.ended {
+    if applied.seen.elapsed() < db.config.flip_grace.0 {
         return Ok(());
     }
-    // The grace is over: what still runs is cancelled, what sits idle in its transaction is
-    // ended (a cancel does not reach it), prepared transactions are rolled back.
-    applied.ended = true;
+    // The grace is over: what is left is ended, at every look until nothing is (a cancel can be
+    // lost on a statement just ending, or caught by the client), and prepared transactions are
+    // rolled back.
     let mut refused = 0;
-    for suspect in &suspects {
-        let pid: i32 = suspect.try_get("pid").map_err(failed)?;
-        let active: bool = suspect.try_get("active").map_err(failed)?;
-        let signal = if active {
-            "SELECT pg_catalog.pg_cancel_backend($1)"
-        } else {
-            "SELECT pg_catalog.pg_terminate_backend($1)"
-        };
-        if sqlx::query(signal)
+    for pid in &suspects {
+        if sqlx::query("SELECT pg_catalog.pg_terminate_backend($1)")
             .bind(pid)
             .execute(&db.pool)
             .await
@@ -191,18 +204,18 @@ async fn step(
             refused += 1;
         }
     }
-    tracing::warn!(
-        database = %db.config.name,
-        request = %flip.request_id,
-        ended = suspects.len() + prepared.len() - refused,
-        refused,
-        "transactions from before a flip outlived its grace and were ended"
-    );
-    if refused > 0 {
-        tracing::warn!(database = %db.config.name, "Lethe's role may not end some transactions (it needs pg_signal_backend and pg_read_all_stats, or superuser): the flip waits for them to end on their own");
-        // Told again at the next look, in case the role was granted meanwhile.
-        applied.ended = false;
-        applied.seen = Instant::now();
+    if !applied.ended {
+        applied.ended = true;
+        tracing::warn!(
+            database = %db.config.name,
+            request = %flip.request_id,
+            sessions = suspects.len(),
+            prepared = prepared.len(),
+            "transactions from before a flip outlived its grace: they are ended"
+        );
+        if refused > 0 {
+            tracing::warn!(database = %db.config.name, "Lethe's role may not end some of them (it needs pg_signal_backend and pg_read_all_stats, or superuser): the flip waits for them to end on their own");
+        }
     }
     Ok(())
 }
@@ -213,8 +226,12 @@ async fn applied_since(
     db: &Database,
     flip: &PendingFlip,
 ) -> Result<Option<DateTime<Utc>>, sqlx::Error> {
-    let (keys, epochs): (Vec<&str>, Vec<i64>) =
-        flip.keys.iter().map(|(k, e)| (k.as_str(), *e)).unzip();
+    // A key forgotten since (another request completed) has no policy rows there either.
+    let (keys, epochs): (Vec<&str>, Vec<i64>) = flip
+        .keys
+        .iter()
+        .filter_map(|(k, e)| e.map(|e| (k.as_str(), e)))
+        .unzip();
     sqlx::query_scalar(
         "SELECT clock_timestamp() WHERE NOT EXISTS (
            SELECT 1 FROM unnest($2::text[], $3::bigint[]) AS k(subject, epoch)

@@ -484,16 +484,24 @@ async fn write_subject(
         }
         return Ok(());
     }
-    sqlx::query(
+    // Never back: another replica's lane may apply an older state after this one applied a
+    // flip (epochs only grow, and a subject is suppressed in a new epoch); its consents are then
+    // older too, and left as they are.
+    let written = sqlx::query(
         "INSERT INTO lethe.subjects (tenant, subject, active, epoch) VALUES ($1, $2, $3, $4)
-         ON CONFLICT (tenant, subject) DO UPDATE SET active = excluded.active, epoch = excluded.epoch",
+         ON CONFLICT (tenant, subject) DO UPDATE SET active = excluded.active, epoch = excluded.epoch
+         WHERE (lethe.subjects.epoch, NOT lethe.subjects.active) <= (excluded.epoch, NOT excluded.active)",
     )
     .bind(tenant)
     .bind(subject)
     .bind(policy.state.is_active())
     .bind(policy.state.epoch)
     .execute(&mut **tx)
-    .await?;
+    .await?
+    .rows_affected();
+    if written == 0 {
+        return Ok(());
+    }
     sqlx::query("DELETE FROM lethe.consents WHERE tenant = $1 AND subject = $2")
         .bind(tenant)
         .bind(subject)

@@ -21,7 +21,9 @@ pub const REFUSED: &str = "LTH01";
 /// The statements, in order. Each is idempotent: run again, they leave the same objects.
 /// `folding`: the tenants whose subject keys are case-insensitive.
 pub fn plan(db: &GovernedDatabase, folding: &Folding) -> Vec<String> {
-    let mut sql = schema();
+    // Names are compared in their NFC form, which only a UTF8 database can tell.
+    let mut sql = vec!["DO $lethe$ BEGIN IF (SELECT pg_catalog.pg_encoding_to_char(encoding) FROM pg_catalog.pg_database WHERE datname = current_database()) <> 'UTF8' THEN RAISE EXCEPTION 'lethe: a governed database must be encoded in UTF8'; END IF; END $lethe$".to_owned()];
+    sql.extend(schema());
     sql.push("DELETE FROM lethe.folded_tenants".into());
     for tenant in folding.tenants() {
         sql.push(format!(
@@ -38,7 +40,7 @@ pub fn plan(db: &GovernedDatabase, folding: &Folding) -> Vec<String> {
     // Which tenants each app role may hear about: its own, or (the app role) every one.
     sql.push("DELETE FROM lethe.roles".into());
     for (tenant, role) in &roles {
-        let tenant = tenant.map_or("NULL".to_owned(), |t| format!("'{t}'"));
+        let tenant = tenant.map_or("NULL".to_owned(), literal);
         sql.push(format!(
             "INSERT INTO lethe.roles (role, tenant) VALUES ('{role}', {tenant})"
         ));
@@ -55,7 +57,7 @@ pub fn plan(db: &GovernedDatabase, folding: &Folding) -> Vec<String> {
         ));
         sql.push(format!("GRANT USAGE ON SCHEMA lethe TO {role}"));
         sql.push(format!(
-            "GRANT EXECUTE ON FUNCTION lethe.readable(text, text, text, text, timestamptz, bigint), lethe.written_here(xid, tid) TO {role}"
+            "GRANT EXECUTE ON FUNCTION lethe.readable(text, text, text, text, timestamptz, bigint), lethe.unstored(tid) TO {role}"
         ));
     }
     for table in &db.tables {
@@ -70,6 +72,12 @@ pub fn plan(db: &GovernedDatabase, folding: &Folding) -> Vec<String> {
     // Nothing in schema lethe is PUBLIC's: functions are executable by their owner and by
     // what is granted above (the app roles: `readable`, which their row security calls), and
     // every function made later starts that way too.
+    // Grants of earlier installs to roles no longer configured go too.
+    let kept: Vec<String> = roles.iter().map(|(_, role)| literal(role)).collect();
+    sql.push(format!(
+        "DO $lethe$ DECLARE g record; BEGIN FOR g IN SELECT DISTINCT p.oid::regprocedure AS fn, r.rolname FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace CROSS JOIN LATERAL aclexplode(p.proacl) a JOIN pg_catalog.pg_roles r ON r.oid = a.grantee WHERE n.nspname = 'lethe' AND a.grantee <> p.proowner AND r.rolname NOT IN ({}) LOOP EXECUTE format('REVOKE ALL ON FUNCTION %s FROM %I', g.fn, g.rolname); END LOOP; END $lethe$",
+        kept.join(", ")
+    ));
     sql.push("REVOKE ALL ON ALL FUNCTIONS IN SCHEMA lethe FROM PUBLIC".into());
     sql.push("ALTER DEFAULT PRIVILEGES IN SCHEMA lethe REVOKE ALL ON FUNCTIONS FROM PUBLIC".into());
     sql.push(format!(
@@ -122,12 +130,13 @@ fn schema() -> Vec<String> {
         "CREATE INDEX IF NOT EXISTS holds_scope ON lethe.holds (tenant, subject)".into(),
         // The app roles and the tenant each serves (NULL: every tenant).
         "CREATE TABLE IF NOT EXISTS lethe.roles (role text PRIMARY KEY, tenant text)".into(),
-        // Whether the session's role may hear about a tenant: an app role only of the tenants
-        // it serves; any other role (the tables' owner, Lethe) is not an app role and is not
-        // scoped. The session's role, not the definer's: every caller is a SECURITY DEFINER.
+        // Whether the session's role may hear about a tenant: a role that acts as app roles (is
+        // one, is a member of one, may SET ROLE to one) only of the tenants they serve; any
+        // other role (the tables' owner, Lethe) is not an app role and is not scoped. The
+        // session's role, not the definer's: every caller is a SECURITY DEFINER.
         "CREATE OR REPLACE FUNCTION lethe.serves(p_tenant text) RETURNS boolean LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $lethe$
-  SELECT NOT EXISTS (SELECT 1 FROM lethe.roles r WHERE r.role = session_user)
-      OR EXISTS (SELECT 1 FROM lethe.roles r WHERE r.role = session_user AND (r.tenant IS NULL OR r.tenant = p_tenant))
+  SELECT NOT EXISTS (SELECT 1 FROM lethe.roles r WHERE pg_has_role(session_user, r.role, 'MEMBER'))
+      OR EXISTS (SELECT 1 FROM lethe.roles r WHERE pg_has_role(session_user, r.role, 'MEMBER') AND (r.tenant IS NULL OR r.tenant = p_tenant))
 $lethe$".into(),
         // Tenants whose subject keys are case-insensitive: kept in lower case.
         "CREATE TABLE IF NOT EXISTS lethe.folded_tenants (tenant text PRIMARY KEY)".into(),
@@ -218,19 +227,29 @@ RETURNS boolean LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalo
      AND NOT EXISTS (SELECT 1 FROM lethe.holds h
                       WHERE h.tenant = p_tenant AND (h.subject IS NULL OR h.subject = p_subject))
 $lethe$".into(),
-        // Whether a row is being written by the calling transaction: not stored yet (a row an
-        // INSERT ... ON CONFLICT checks as a read before storing it has no place), or stored by
-        // it (or one of its savepoints) and not committed (a visible row whose writer is still in
-        // progress is the caller's own). It answers about the caller's own rows only.
-        "CREATE OR REPLACE FUNCTION lethe.written_here(p_xmin xid, p_ctid tid) RETURNS boolean LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $lethe$
-  SELECT p_ctid = '(4294967295,0)'::tid OR coalesce(pg_xact_status(((c.top - c.top % 4294967296) + x.low
-           + CASE WHEN x.low - c.top % 4294967296 > 2147483648 THEN -4294967296
-                  WHEN c.top % 4294967296 - x.low > 2147483648 THEN 4294967296 ELSE 0 END)::text::xid8) = 'in progress', false)
-    FROM (SELECT pg_current_xact_id_if_assigned()::text::bigint AS top) c,
-         (SELECT p_xmin::text::bigint AS low) x
+        // Whether a row is one being written and not stored yet: an INSERT ... ON CONFLICT
+        // checks the row it would store as a read, before it has a place. It says nothing of any
+        // stored row, anyone's.
+        "CREATE OR REPLACE FUNCTION lethe.unstored(p_ctid tid) RETURNS boolean LANGUAGE sql IMMUTABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $lethe$
+  SELECT p_ctid = '(4294967295,0)'::tid
 $lethe$".into(),
         "REVOKE ALL ON ALL TABLES IN SCHEMA lethe FROM PUBLIC".into(),
     ]
+}
+
+/// Drops the table's `lethe_*` policies of roles no longer configured (an earlier install's): a
+/// role Lethe no longer scopes must not keep what it was given.
+fn stale_policies(table: &GovernedTable, roles: &[(Option<&str>, &str)]) -> String {
+    let kept: Vec<String> = std::iter::once("'lethe_itself'".to_owned())
+        .chain(roles.iter().map(|(_, role)| format!("'lethe_{role}'")))
+        .collect();
+    format!(
+        "DO $lethe$ DECLARE p record; BEGIN FOR p IN SELECT policyname FROM pg_catalog.pg_policies WHERE schemaname = {} AND tablename = {} AND policyname LIKE 'lethe\\_%' AND policyname NOT IN ({}) LOOP EXECUTE format('DROP POLICY %I ON {}', p.policyname); END LOOP; END $lethe$",
+        literal(schema_of(table)),
+        literal(bare(table)),
+        kept.join(", "),
+        table.table
+    )
 }
 
 /// The name of a table's objects in schema lethe: `public.memories` -> `public_memories`.
@@ -301,19 +320,23 @@ fn linked_plan(
     let join = joined(table).replace(&format!("{}.", bare(table)), "NEW.");
     let scope = scope_of(owner);
     let mut sql = vec![
+        stale_policies(table, roles),
         format!(
             "CREATE OR REPLACE FUNCTION lethe.owned_{name}() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, public AS $lethe$
 DECLARE
   lethe_scope text[];
 BEGIN
-  SELECT ARRAY[{scope}] INTO lethe_scope FROM {o} lethe_owner WHERE {join} AND lethe_owner.lethe_epoch IS NOT NULL LIMIT 1;
+  -- Another tenant's owner looks absent: a write says nothing of whether it exists.
+  SELECT ARRAY[{scope}] INTO lethe_scope FROM {o} lethe_owner WHERE {join} AND lethe_owner.lethe_epoch IS NOT NULL
+     AND lethe.serves(({owner_tenant})::text) LIMIT 1;
   IF lethe_scope IS NULL THEN
     PERFORM lethe.refuse('owner_required');
   END IF;
   PERFORM lethe.decide_write(lethe_scope[1], lethe_scope[2], lethe_scope[3], lethe_scope[4], NULL);
   RETURN NULL;
 END $lethe$",
-            o = owner.table
+            o = owner.table,
+            owner_tenant = owner.tenant
         ),
         format!("DROP TRIGGER IF EXISTS lethe_owned ON {t}"),
         format!(
@@ -324,12 +347,11 @@ END $lethe$",
         format!("DROP POLICY IF EXISTS lethe_itself ON {t}"),
         format!("CREATE POLICY lethe_itself ON {t} TO CURRENT_USER USING (true) WITH CHECK (true)"),
     ];
-    // Readable under an owner row the reader may read; or by the transaction writing it, until
-    // it commits (apps write such rows before their owner's, and ON CONFLICT checks them as a
-    // read): the deferred check decides it then. Nothing here says whether another tenant's
-    // owner exists.
+    // Readable under an owner row the reader may read; or, not stored yet, as the row an
+    // INSERT ... ON CONFLICT checks (apps write such rows before their owner's): the deferred
+    // check decides it at commit. Nothing here says whether another tenant's owner exists.
     let owned = format!(
-        "EXISTS (SELECT 1 FROM {} lethe_owner WHERE {}) OR lethe.written_here({name}.xmin, {name}.ctid)",
+        "EXISTS (SELECT 1 FROM {} lethe_owner WHERE {}) OR lethe.unstored({name}.ctid)",
         owner.table,
         joined(table),
         name = bare(table)
@@ -389,6 +411,7 @@ fn table_plan(table: &GovernedTable, roles: &[(Option<&str>, &str)]) -> Vec<Stri
     let scope = scope_of(table);
     let readable = format!("lethe.readable({scope}, lethe_expires_at, lethe_epoch)");
     let mut sql = vec![
+        stale_policies(table, roles),
         format!("ALTER TABLE {t} ADD COLUMN IF NOT EXISTS lethe_expires_at timestamptz"),
         format!("ALTER TABLE {t} ADD COLUMN IF NOT EXISTS lethe_epoch bigint"),
         // Decides every written row: the row's own scope, the subject's current state; an

@@ -201,8 +201,9 @@ pub struct GovernedFlip {
 pub struct PendingFlip {
     pub request_id: String,
     pub tenant: String,
-    /// Each flipped key with the epoch the state store gave it.
-    pub keys: Vec<(String, i64)>,
+    /// Each flipped key with the epoch the state store gave it; `None` for a key another
+    /// request's completion forgot since (the governed databases keep nothing of it either).
+    pub keys: Vec<(String, Option<i64>)>,
 }
 
 /// One store's share of an erasure: waiting for the flip, then pending, running, done or failed.

@@ -1511,12 +1511,13 @@ macro_rules! impl_store {
                         let record = erasure_from_row(row)?;
                         let mut keys = Vec::new();
                         for key in record.keys() {
+                            // A key another request's completion forgot meanwhile has no state.
                             let epoch: Option<i64> = sqlx::query_scalar("SELECT epoch FROM subjects WHERE tenant = $1 AND subject = $2")
                                 .bind(&record.tenant)
                                 .bind(key)
                                 .fetch_optional(&self.pool)
                                 .await?;
-                            keys.push((key.to_owned(), epoch.ok_or_else(|| StoreError::Corrupt("a flipped key without its state".into()))?));
+                            keys.push((key.to_owned(), epoch));
                         }
                         pending.push(PendingFlip { request_id: record.id, tenant: record.tenant, keys });
                     }
@@ -1603,8 +1604,10 @@ macro_rules! impl_store {
                     let mut tx = self.write_tx().await?;
                     let sql = sqlx::AssertSqlSafe(format!("SELECT {ERASURE_COLUMNS} FROM erasure_requests WHERE id = $1{}", <$store>::FOR_UPDATE));
                     let mut record = erasure_from_row(&sqlx::query(sql).bind(request_id).fetch_one(&mut *tx).await?)?;
-                    if !record.state.is_suppressed() || record.state.is_final() {
-                        return Err(StoreError::NotDecidable(format!("the request is {}: only a flipped, open request's derivatives are decided", record.state)));
+                    // Flipped everywhere: a flip still on its way to a governed database cannot
+                    // move the request on.
+                    if !record.state.is_suppressed() || record.state.is_final() || record.suppressed_at.is_none() {
+                        return Err(StoreError::NotDecidable(format!("the request is {}: only a flipped, open request's derivatives are decided, once the flip holds everywhere", record.state)));
                     }
                     let known = derivatives_in(&mut tx, request_id).await?;
                     let keys: Vec<String> = record.keys().map(str::to_owned).collect();

@@ -1712,7 +1712,7 @@ async fn a_flip_is_suppressed_only_once_it_holds_in_every_governed_database(
         assert_eq!(flips[0].request_id, "er1");
         assert_eq!(
             flips[0].keys,
-            [("u1".to_owned(), 1), ("u1-old".to_owned(), 1)]
+            [("u1".to_owned(), Some(1)), ("u1-old".to_owned(), Some(1))]
         );
     }
     let later = |ms| at + TimeDelta::milliseconds(ms);
