@@ -222,15 +222,17 @@ fn validate_claims(claims: Claims) -> Result<Claims, AuthError> {
             .subject
             .as_deref()
             .is_none_or(|s| is(canonical_key(s, false), s))
-        && claims
-            .jti
-            .as_deref()
-            .is_none_or(|j| !j.is_empty() && j.len() <= 200);
+        && claims.jti.as_deref().is_none_or(revocable_id);
     if sound {
         Ok(claims)
     } else {
         Err(AuthError::BadClaims)
     }
+}
+
+/// A token id that can be revoked as sent: 1 to 200 bytes, no control characters.
+pub fn revocable_id(jti: &str) -> bool {
+    !jti.is_empty() && jti.len() <= 200 && !jti.chars().any(char::is_control)
 }
 
 fn algorithm_of(algorithm: PublicKeyAlgorithm) -> Algorithm {

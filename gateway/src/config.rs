@@ -826,6 +826,34 @@ impl<'de> Deserialize<'de> for ConfigDuration {
     }
 }
 
+/// One spelling of an upstream's address, so that two routes to one store are seen as one:
+/// scheme and host in lowercase, the port written, every loopback name as one, no trailing `/`.
+/// (Two DNS names of one host are not found out.)
+fn store_address(upstream: &str) -> String {
+    let Ok(uri) = upstream.parse::<hyper::Uri>() else {
+        return upstream.to_owned();
+    };
+    let scheme = uri.scheme_str().unwrap_or("http").to_ascii_lowercase();
+    let host = uri
+        .host()
+        .unwrap_or_default()
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_ascii_lowercase();
+    let loopback = host == "localhost"
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback());
+    let host = if loopback { "loopback" } else { &host };
+    let port = uri
+        .port_u16()
+        .unwrap_or(if scheme == "https" { 443 } else { 80 });
+    format!(
+        "{scheme}://{host}:{port}{}",
+        uri.path().trim_end_matches('/')
+    )
+}
+
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let bad = || format!("{text:?} is not a duration like 500ms, 30s, 5m or 1h");
     let split = text.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?;
@@ -1016,6 +1044,13 @@ impl Config {
         if self.control_plane.max_body_bytes == 0 {
             problems.push("control_plane.max_body_bytes: must be greater than zero".to_owned());
         }
+        if self.control_plane.session_idle.0 < Duration::from_secs(60) {
+            problems.push("control_plane.session_idle: at least 1m".to_owned());
+        }
+        let max = self.control_plane.session_max.0;
+        if max < self.control_plane.session_idle.0 || max > Duration::from_secs(30 * 24 * 3600) {
+            problems.push("control_plane.session_max: session_idle to 30 days".to_owned());
+        }
         let url = &self.state.url;
         if crate::store::StateKind::of(url).is_none() {
             problems.push(format!(
@@ -1102,7 +1137,7 @@ impl Config {
             // A shared route to a store whose collections another route keeps per tenant would
             // list every tenant's.
             let isolation = route.store.isolation();
-            match upstreams.insert(route.upstream.as_str(), (isolation, &route.name)) {
+            match upstreams.insert(store_address(&route.upstream), (isolation, &route.name)) {
                 Some((other, name)) if other != isolation => problems.push(format!(
                     "{at}: route {name} has the same upstream and another isolation: routes to one store must agree"
                 )),

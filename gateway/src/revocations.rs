@@ -4,7 +4,7 @@
 //! state store is asked instead, and a store that cannot answer refuses the request.
 
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
 use crate::auth::Claims;
@@ -13,8 +13,10 @@ use crate::store::{FeedEvent, Store, StoreError};
 pub struct Revocations {
     store: Arc<dyn Store>,
     revoked: RwLock<HashSet<String>>,
-    /// The set may miss revocations (not loaded yet, or the feed was lost): load it again.
-    stale: AtomicBool,
+    /// Moves on every loss or return of the feed: revocations may have been missed since.
+    generation: AtomicU64,
+    /// The generation the set was last loaded complete at (`u64::MAX`: never).
+    loaded: AtomicU64,
 }
 
 impl Revocations {
@@ -23,7 +25,8 @@ impl Revocations {
         let revocations = Arc::new(Revocations {
             store: Arc::clone(&store),
             revoked: RwLock::default(),
-            stale: AtomicBool::new(true),
+            generation: AtomicU64::new(0),
+            loaded: AtomicU64::new(u64::MAX),
         });
         let weak = Arc::downgrade(&revocations);
         store.feed().on_event(move |event| {
@@ -39,7 +42,7 @@ impl Revocations {
                     }
                 }
                 FeedEvent::Lost | FeedEvent::Restored => {
-                    revocations.stale.store(true, Ordering::SeqCst)
+                    revocations.generation.fetch_add(1, Ordering::SeqCst);
                 }
             }
         });
@@ -52,7 +55,10 @@ impl Revocations {
         let Some(jti) = &claims.jti else {
             return Ok(());
         };
-        if self.stale.load(Ordering::SeqCst) {
+        let generation = self.generation.load(Ordering::SeqCst);
+        if self.loaded.load(Ordering::SeqCst) != generation {
+            // Read before loading: a feed lost during the load leaves the set to be loaded again.
+            let feed_was_healthy = self.store.feed().is_healthy();
             let loaded = self
                 .store
                 .revoked_tokens()
@@ -63,8 +69,8 @@ impl Revocations {
                 .write()
                 .map_err(|_| Refused::Poisoned)?
                 .extend(loaded);
-            if self.store.feed().is_healthy() {
-                self.stale.store(false, Ordering::SeqCst);
+            if feed_was_healthy && self.generation.load(Ordering::SeqCst) == generation {
+                self.loaded.store(generation, Ordering::SeqCst);
             }
         }
         let revoked = self.revoked.read().map_err(|_| Refused::Poisoned)?;

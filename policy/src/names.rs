@@ -47,30 +47,36 @@ pub const WHITESPACE: &[(char, char)] = &[
 ];
 
 /// Unicode's format characters (general category Cf: bidi controls, zero-width and joiners,
-/// soft hyphen, tags...), and the line and paragraph separators: they change how a name looks,
-/// or hide in it.
+/// soft hyphen, tags...), the other default-ignorable ones (variation selectors, fillers, the
+/// grapheme joiner), and the line and paragraph separators: they change how a name looks, or
+/// hide in it.
 pub const INVISIBLE: &[(char, char)] = &[
     ('\u{00AD}', '\u{00AD}'),
+    ('\u{034F}', '\u{034F}'),
     ('\u{0600}', '\u{0605}'),
     ('\u{061C}', '\u{061C}'),
     ('\u{06DD}', '\u{06DD}'),
     ('\u{070F}', '\u{070F}'),
     ('\u{0890}', '\u{0891}'),
     ('\u{08E2}', '\u{08E2}'),
-    ('\u{180E}', '\u{180E}'),
+    ('\u{115F}', '\u{1160}'),
+    ('\u{17B4}', '\u{17B5}'),
+    ('\u{180B}', '\u{180F}'),
     ('\u{200B}', '\u{200F}'),
     ('\u{2028}', '\u{202E}'),
     ('\u{2060}', '\u{2064}'),
     ('\u{2066}', '\u{206F}'),
+    ('\u{3164}', '\u{3164}'),
+    ('\u{FE00}', '\u{FE0F}'),
     ('\u{FEFF}', '\u{FEFF}'),
+    ('\u{FFA0}', '\u{FFA0}'),
     ('\u{FFF9}', '\u{FFFB}'),
     ('\u{110BD}', '\u{110BD}'),
     ('\u{110CD}', '\u{110CD}'),
     ('\u{13430}', '\u{1343F}'),
     ('\u{1BCA0}', '\u{1BCA3}'),
     ('\u{1D173}', '\u{1D17A}'),
-    ('\u{E0001}', '\u{E0001}'),
-    ('\u{E0020}', '\u{E007F}'),
+    ('\u{E0000}', '\u{E0FFF}'),
 ];
 
 fn invisible(c: char) -> bool {
@@ -149,10 +155,11 @@ impl Folding {
     }
 }
 
-/// Two canonical names a person could not tell apart: the same but for case or whitespace.
+/// Two canonical names a person could not tell apart: the same but for case, whitespace or
+/// compatibility forms (fullwidth letters, ligatures).
 pub fn confusable(a: &str, b: &str) -> bool {
     let plain = |s: &str| -> String {
-        s.chars()
+        s.nfkc()
             .filter(|c| !c.is_whitespace())
             .flat_map(char::to_lowercase)
             .collect()

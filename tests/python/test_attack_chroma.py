@@ -356,6 +356,34 @@ def test_collections_of_their_own_tell_nothing_of_another_tenants(chroma, tmp_pa
         # The erasure of acme's subject purges acme's records; globex's stays.
         gate.erase_to_completion(people[TENANT])
         assert acme.count() == 0
-        assert sum(per_database.values()) - 3 == 1
+        globex = in_database(next(d for d, n in per_database.items() if n == 1)).get_collection(name, embedding_function=None)
+        assert globex.count() == 1, "globex's record stays"
+
+        # What the official client asks first (who am I) names the client's tenant and database.
+        identity = gate.client(gate.token("admin", tenant=GLOBEX)).get_user_identity()
+        assert (identity.tenant, identity.databases) == ("default_tenant", ["default_database"]), identity
+
+        # A refused request (an agent managing collections) makes no database for a tenant new here.
+        def physical_databases():
+            return sorted(d["name"] for d in http("GET", f"{chroma}/api/v2/tenants/default_tenant/databases")[1])
+        before = physical_databases()
+        fresh = "initech"
+        status, answer = send(f"http://{gate.data}/chroma", "POST",
+                              "/api/v2/tenants/default_tenant/databases/default_database/collections", {"name": "x"},
+                              {"Authorization": f"Bearer {gate.token('agent', someone(fresh), tenant=fresh)}", **HEADERS})
+        assert status == 403, answer
+        assert physical_databases() == before
+
+        # globex drops its default database: its next use makes it again, empty.
+        admin = gate.token("admin", tenant=GLOBEX)
+        status, answer = send(f"http://{gate.data}/chroma", "DELETE",
+                              "/api/v2/tenants/default_tenant/databases/default_database", None,
+                              {"Authorization": f"Bearer {admin}"})
+        assert status == 200, answer
+        assert len(physical_databases()) == len(before) - 1
+        again = gate.client(admin)
+        assert [c.name for c in again.list_collections()] == []
+        again.create_collection(name, embedding_function=None)
+        assert [c.name for c in again.list_collections()] == [name]
     finally:
         gate.stop()

@@ -432,6 +432,12 @@ def test_collections_of_their_own_tell_nothing_of_another_tenants(chroma, qdrant
         status, answer = raw(gate, token, "POST", f"/collections/{name}/points/query",
                              {"query": {"recommend": {"positive": [1]}}, "lookup_from": {"collection": acme_physical}})
         assert status >= 400 and nothing_else(answer), (status, answer)
+        # A collection made as a copy of acme's (by its physical name) is refused, and not made.
+        copy = f"copy-{uuid.uuid4().hex[:8]}"
+        status, answer = raw(gate, gate.token("admin", tenant=GLOBEX), "PUT", f"/collections/{copy}",
+                             {"vectors": {"size": DIM, "distance": "Cosine"}, "init_from": {"collection": acme_physical}})
+        assert status == 400 and "init_from" in str(answer), (status, answer)
+        assert not any(c.name.endswith(f"__{copy}") for c in direct.get_collections().collections)
         # Errors name the client's own names.
         status, answer = raw(gate, token, "GET", "/collections/nowhere", None)
         assert status == 404 and "nowhere" in str(answer) and "lethe_" not in str(answer), answer

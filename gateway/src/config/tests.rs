@@ -98,6 +98,8 @@ fn meaning_problems_are_all_reported_at_once() {
         max_body_bytes = 0
         [control_plane]
         listen = "127.0.0.1:7000"
+        session_idle = "30s"
+        session_max = "2000h"
         [state]
         url = "mysql://x"
         [auth]
@@ -154,6 +156,8 @@ fn meaning_problems_are_all_reported_at_once() {
         "[[routes]] #5 (graph2): namespace must name {tenant} and {subject} exactly once each",
         "every probe must contain {subject}",
         "probe_min_similarity",
+        "control_plane.session_idle: at least 1m",
+        "control_plane.session_max: session_idle to 30 days",
         "[[routes]] #4 (graph): unknown field `retention_window`, expected `namespace`",
         "[[routes]] #4 (graph): unknown field `chroma_tenants`, expected `namespace`",
     ] {
@@ -406,7 +410,7 @@ fn the_statutory_deadline_is_one_to_three_months() {
 
 #[test]
 fn routes_to_one_store_agree_on_whether_tenants_share_its_collections() {
-    let routes = |isolation: &str| {
+    let routes = |other: &str, isolation: &str| {
         format!(
             r#"
             [[routes]]
@@ -417,25 +421,34 @@ fn routes_to_one_store_agree_on_whether_tenants_share_its_collections() {
             [[routes]]
             name = "own"
             prefix = "/mine"
-            upstream = "http://127.0.0.1:6333"
+            upstream = "{other}"
             adapter = "qdrant"
             isolation = "{isolation}"
             "#
         )
     };
-    assert!(Config::check(&routes("shared")).is_ok());
-    let joined = Config::check(&routes("collection_per_tenant"))
-        .unwrap_err()
-        .problems
-        .join("\n");
+    assert!(Config::check(&routes("http://127.0.0.1:6333", "shared")).is_ok());
+    // One store however its address is spelled.
+    for same in [
+        "http://127.0.0.1:6333",
+        "HTTP://LOCALHOST:6333/",
+        "http://[::1]:6333",
+        "http://127.0.0.2:6333",
+    ] {
+        let joined = Config::check(&routes(same, "collection_per_tenant"))
+            .unwrap_err()
+            .problems
+            .join("\n");
+        assert!(
+            joined.contains(
+                "[[routes]] #2 (own): route shared has the same upstream and another isolation"
+            ),
+            "{same}: {joined}"
+        );
+    }
+    assert!(Config::check(&routes("http://127.0.0.1:6334", "collection_per_tenant")).is_ok());
     assert!(
-        joined.contains(
-            "[[routes]] #2 (own): route shared has the same upstream and another isolation"
-        ),
-        "{joined}"
-    );
-    assert!(
-        Config::check(&routes("per_tenant")).is_err(),
+        Config::check(&routes("http://127.0.0.1:6333", "per_tenant")).is_err(),
         "an unknown isolation"
     );
 }

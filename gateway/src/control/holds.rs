@@ -86,7 +86,16 @@ pub async fn list(
     ApiQuery(query): ApiQuery<ListQuery>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let tenant = caller.tenant(query.tenant.as_deref())?;
-    let holds = state.store.holds(tenant, query.subject.as_deref()).await?;
+    let subject = match &query.subject {
+        Some(subject) => Some(
+            state
+                .folding
+                .subject(tenant, subject)
+                .map_err(|e| ApiError::invalid(format!("subject: {e}")))?,
+        ),
+        None => None,
+    };
+    let holds = state.store.holds(tenant, subject.as_deref()).await?;
     let items: Vec<_> = holds.into_iter().map(HoldView::now).collect();
     Ok(Json(serde_json::json!({ "items": items })))
 }

@@ -28,10 +28,10 @@ pub async fn revoke(
     if caller.claims.role != Role::Admin {
         return Err(ApiError::forbidden("only an admin revokes tokens"));
     }
-    let jti = req.jti.trim();
-    if jti.is_empty() || jti.len() > 200 || jti.chars().any(char::is_control) {
+    let jti = req.jti.as_str();
+    if !crate::auth::revocable_id(jti) {
         return Err(ApiError::validation(vec![
-            "jti: must be 1 to 200 printable characters".into(),
+            "jti: must be 1 to 200 bytes without control characters".into(),
         ]));
     }
     let now = crate::now();

@@ -154,8 +154,9 @@ struct Rewrite<'a> {
     in_progress: &'a [&'a str],
     /// How the last one ended.
     status: &'a str,
-    /// How many have finished since the server started (Redis 7): ours is done once it moved.
-    finished: &'a str,
+    /// How many have been started since the server started (Redis 7; counted when the child
+    /// is forked): ours is done once it moved and none is in progress.
+    started: &'a str,
 }
 
 /// Starts a background rewrite and waits until the server reports it finished (its count moved
@@ -174,8 +175,8 @@ async fn rewrite(con: &mut MultiplexedConnection, r: &Rewrite<'_>) -> Result<(),
         }
         Ok(true)
     };
-    let finished = async |con: &mut MultiplexedConnection| -> Result<Option<u64>, String> {
-        Ok(info_field(con, "persistence", r.finished)
+    let started = async |con: &mut MultiplexedConnection| -> Result<Option<u64>, String> {
+        Ok(info_field(con, "persistence", r.started)
             .await
             .map_err(|e| e.to_string())?
             .parse()
@@ -190,7 +191,7 @@ async fn rewrite(con: &mut MultiplexedConnection, r: &Rewrite<'_>) -> Result<(),
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let before = finished(con).await?;
+    let before = started(con).await?;
     loop {
         match redis::cmd(r.command).query_async::<()>(con).await {
             Ok(()) => break,
@@ -205,7 +206,7 @@ async fn rewrite(con: &mut MultiplexedConnection, r: &Rewrite<'_>) -> Result<(),
         }
     }
     loop {
-        let moved = match (before, finished(con).await?) {
+        let moved = match (before, started(con).await?) {
             (Some(before), Some(now)) => now > before,
             _ => true,
         };
@@ -248,7 +249,7 @@ async fn physical(con: &mut MultiplexedConnection, server: &str) -> Physical {
             command: "BGREWRITEAOF",
             in_progress: &["aof_rewrite_in_progress", "aof_rewrite_scheduled"],
             status: "aof_last_bgrewrite_status",
-            finished: "aof_rewrites",
+            started: "aof_rewrites",
         };
         match rewrite(con, &aof_rewrite).await {
             Ok(()) => physical.done.push(format!("{server}: append-only file rewritten without the keys")),
@@ -265,7 +266,7 @@ async fn physical(con: &mut MultiplexedConnection, server: &str) -> Physical {
             command: "BGSAVE",
             in_progress: &["rdb_bgsave_in_progress"],
             status: "rdb_last_bgsave_status",
-            finished: "rdb_saves",
+            started: "rdb_saves",
         };
         match rewrite(con, &snapshot).await {
             Ok(()) => physical

@@ -74,6 +74,16 @@ fn every_spelling_has_one_canonical_form_or_is_refused() {
             Err(NameError::Invisible),
         ),
         (
+            "carol\u{fe0f}",
+            Err(NameError::Invisible),
+            Err(NameError::Invisible),
+        ),
+        (
+            "car\u{115f}ol",
+            Err(NameError::Invisible),
+            Err(NameError::Invisible),
+        ),
+        (
             "car\nol",
             Err(NameError::Invisible),
             Err(NameError::Invisible),
@@ -112,6 +122,8 @@ fn confusable_names_differ_only_in_case_or_whitespace() {
         ("Mary Smith", "marysmith", true),
         ("dpo-a", "dpo-b", false),
         ("dpo-a", "dpo_a", false),
+        ("dpo-a", "\u{ff44}\u{ff50}\u{ff4f}-a", true),
+        ("office", "o\u{fb03}ce", true),
     ] {
         assert_eq!(confusable(a, b), alike, "{a:?} {b:?}");
     }

@@ -582,6 +582,18 @@ async fn subject(
         return session.page("Subjects", &body);
     }
     let tenant = session.caller.claims.tenant.clone();
+    // The key in its one spelling (case folded where the tenant's keys are), as every store holds it.
+    let asked = match state.folding.subject(&tenant, asked) {
+        Ok(key) => key.into_owned(),
+        Err(e) => {
+            body.push_str(&format!(
+                "<p class=\"error\" role=\"alert\">Subject key: {}.</p>",
+                escape(&e.to_string())
+            ));
+            return session.page("Subjects", &body);
+        }
+    };
+    let asked = asked.as_str();
     let found = super::subjects::view(
         State(state.clone()),
         session.caller.clone(),

@@ -8,7 +8,7 @@
 //! are limited per client address. The seam for OIDC sign-in is [`signed_in`]: a session is a
 //! verified [`Caller`], whatever made it.
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::time::Duration;
 
 use axum::extract::connect_info::ConnectInfo;
@@ -50,9 +50,32 @@ impl Session {
     }
 }
 
-/// Failed sign-ins per client address, forgotten after the window.
+/// Failed sign-ins per client address (an IPv6 client by its /64, which one host is usually
+/// given whole), forgotten a window after the last.
 pub struct SignInLimit {
     failures: moka::sync::Cache<IpAddr, u32>,
+}
+
+impl SignInLimit {
+    fn failures(&self, from: IpAddr) -> u32 {
+        self.failures.get(&Self::key(from)).unwrap_or(0)
+    }
+
+    fn failed(&self, from: IpAddr) {
+        self.failures
+            .entry(Self::key(from))
+            .and_upsert_with(|kept| kept.map_or(1, |n| n.into_value().saturating_add(1)));
+    }
+
+    fn key(from: IpAddr) -> IpAddr {
+        match from {
+            IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+                Some(v4) => IpAddr::V4(v4),
+                None => IpAddr::V6(Ipv6Addr::from_bits(v6.to_bits() & !u128::from(u64::MAX))),
+            },
+            v4 => v4,
+        }
+    }
 }
 
 impl Default for SignInLimit {
@@ -128,7 +151,12 @@ pub async fn signed_in(state: &ControlState, parts: &Parts) -> Result<Session, E
     let claims = serde_json::from_str(&kept.claims).ok();
     let caller = match claims {
         Some(claims) if now < kept.expires_at && now - kept.last_seen_at <= idle => {
-            Caller::of_claims(state, claims, parts).await.ok()
+            match Caller::of_claims(state, claims, parts).await {
+                Ok(caller) => Some(caller),
+                // Whether its token was revoked cannot be known now: the session is not over.
+                Err(e) if e.status == StatusCode::SERVICE_UNAVAILABLE => return Err(unavailable()),
+                Err(_) => None,
+            }
         }
         _ => None,
     };
@@ -228,7 +256,7 @@ fn address(parts: &Parts) -> IpAddr {
 pub async fn sign_in(State(state): State<ControlState>, request: Request) -> Response {
     let (parts, body) = request.into_parts();
     let from = address(&parts);
-    if state.sign_ins.failures.get(&from).unwrap_or(0) >= SIGN_IN_FAILURES {
+    if state.sign_ins.failures(from) >= SIGN_IN_FAILURES {
         return sign_in_page(
             StatusCode::TOO_MANY_REQUESTS,
             Some("Too many failed sign-ins from this address; wait a minute."),
@@ -249,8 +277,9 @@ pub async fn sign_in(State(state): State<ControlState>, request: Request) -> Res
     let caller = match Caller::of_token(&state, token, &parts).await {
         Ok(caller) => caller,
         Err(e) => {
-            let failures = state.sign_ins.failures.get(&from).unwrap_or(0);
-            state.sign_ins.failures.insert(from, failures + 1);
+            if e.status != StatusCode::SERVICE_UNAVAILABLE {
+                state.sign_ins.failed(from);
+            }
             return sign_in_page(e.status, Some(&format!("Not signed in: {}", e.message)));
         }
     };
@@ -324,5 +353,19 @@ mod tests {
         assert!(!same("abc", "abd"));
         assert!(!same("abc", "ab"));
         assert!(!same("", "a"));
+    }
+
+    #[test]
+    fn failures_count_per_address_and_per_ipv6_64() {
+        let limit = SignInLimit::default();
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        limit.failed(ip("2001:db8:1:2::1"));
+        limit.failed(ip("2001:db8:1:2:ffff::9"));
+        limit.failed(ip("192.0.2.7"));
+        limit.failed(ip("::ffff:192.0.2.7"));
+        assert_eq!(limit.failures(ip("2001:db8:1:2::77")), 2);
+        assert_eq!(limit.failures(ip("2001:db8:1:3::1")), 0);
+        assert_eq!(limit.failures(ip("192.0.2.7")), 2);
+        assert_eq!(limit.failures(ip("192.0.2.8")), 0);
     }
 }

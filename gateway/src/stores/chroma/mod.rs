@@ -145,6 +145,12 @@ impl Chroma {
         let parts = upstream.parts;
         let isolated = isolate::request(&parts.method, path, &body, &namespace, home)?;
         let query = parts.uri.query();
+        // Nothing is made or looked up for a request that will be refused.
+        if let Some(refused) =
+            route::refusal(&adapter::classify(&parts.method, &isolated.path), ctx)
+        {
+            return Err(refused);
+        }
         let answer = match &isolated.database {
             Some((logical, physical)) => {
                 if logical == DEFAULT_DATABASE {
@@ -170,6 +176,13 @@ impl Chroma {
                 route::handle(upstream, ctx, &isolated.path, body).await?
             }
         };
+        if let Some((_, physical)) = &isolated.database
+            && isolated.drops_database
+            && response.status().is_success()
+        {
+            // Made again at its next use, if it is the default database.
+            self.made.invalidate(physical);
+        }
         Ok(super::rewritten(response, |success, bytes| {
             isolate::answer(&isolated, success, bytes, &namespace, query)
         })

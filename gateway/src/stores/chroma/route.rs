@@ -16,6 +16,24 @@ use crate::data::{DataState, RequestContext, Upstream};
 use crate::store::ItemRecord;
 use crate::stores::chroma::adapter::{self as adapter, Endpoint, ReadPlan, WriteKind};
 
+/// Why a request is refused before anything is sent for it, if it is.
+pub(crate) fn refusal(endpoint: &Endpoint, ctx: &RequestContext) -> Option<DataError> {
+    match endpoint {
+        Endpoint::Refused => Some(DataError::unknown_endpoint()),
+        Endpoint::NonCanonical => Some(DataError::new(
+            StatusCode::BAD_REQUEST,
+            Code::InvalidRequest,
+            "collection ids are written as lowercase, hyphenated UUIDs",
+        )),
+        Endpoint::Admin if ctx.claims.role != Role::Admin => Some(DataError::new(
+            StatusCode::FORBIDDEN,
+            Code::Forbidden,
+            "managing tenants, databases and collections needs the admin role",
+        )),
+        _ => None,
+    }
+}
+
 /// One Chroma request, from classification to the checked answer.
 pub(crate) async fn handle(
     upstream: &Upstream<'_>,
@@ -24,18 +42,13 @@ pub(crate) async fn handle(
     body: Bytes,
 ) -> Result<Response<Full<Bytes>>, DataError> {
     let parts = upstream.parts;
-    match adapter::classify(&parts.method, path) {
-        Endpoint::Refused => Err(DataError::unknown_endpoint()),
-        Endpoint::NonCanonical => Err(DataError::new(
-            StatusCode::BAD_REQUEST,
-            Code::InvalidRequest,
-            "collection ids are written as lowercase, hyphenated UUIDs",
-        )),
-        Endpoint::Admin if ctx.claims.role != Role::Admin => Err(DataError::new(
-            StatusCode::FORBIDDEN,
-            Code::Forbidden,
-            "managing tenants, databases and collections needs the admin role",
-        )),
+    let endpoint = adapter::classify(&parts.method, path);
+    if let Some(refused) = refusal(&endpoint, ctx) {
+        return Err(refused);
+    }
+    match endpoint {
+        // Refused above already.
+        Endpoint::Refused | Endpoint::NonCanonical => Err(DataError::unknown_endpoint()),
         Endpoint::PassThrough | Endpoint::Admin => {
             let answer = upstream.send(parts.method.clone(), path, body).await?;
             Ok(answer.passed_on())

@@ -121,11 +121,12 @@ impl RouteStore for Qdrant {
         }
         // The route sees the caller's physical names only; the client, its own names only.
         let namespace = Namespace::of(ctx.tenant());
-        let (physical, mapped) = adapter::isolate::request(path, &body, &namespace)?;
+        let (physical, mapped) =
+            adapter::isolate::request(&upstream.parts.method, path, &body, &namespace)?;
         let body = mapped.map_or(body, Bytes::from);
         let answer = route::handle(upstream, ctx, &physical, body, fields).await?;
         let answer = super::rewritten(answer, |success, bytes| {
-            adapter::isolate::answer(path, success, bytes, &namespace)
+            adapter::isolate::answer(&upstream.parts.method, path, success, bytes, &namespace)
         })
         .await;
         Ok(whole(answer))

@@ -7,7 +7,7 @@
 //! `collections/by-id`. Answers name the client's tenant and databases, never the physical ones.
 
 use hyper::Method;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use crate::adapters::AdapterError;
 use crate::stores::namespace::Namespace;
@@ -31,6 +31,8 @@ pub enum Shape {
     Collection,
     /// A list of collections.
     Collections,
+    /// Who the caller is (`auth/identity`): the tenant and database a client uses by default.
+    Identity,
 }
 
 /// A request as Chroma must see it.
@@ -45,6 +47,8 @@ pub struct Isolated {
     pub database: Option<(String, String)>,
     /// A collection id that must be one of the database's before the request is sent.
     pub check_id: Option<String>,
+    /// The request deletes the database.
+    pub drops_database: bool,
     pub shape: Shape,
 }
 
@@ -86,10 +90,18 @@ pub fn request(
         tenant: String::new(),
         database: None,
         check_id: None,
+        drops_database: false,
         shape: Shape::AsIs,
     };
-    let ["api", "v2", "tenants", rest @ ..] = segments.as_slice() else {
-        return Ok(as_is);
+    let rest = match segments.as_slice() {
+        ["api", "v2", "tenants", rest @ ..] => rest,
+        ["api", "v2", "auth", "identity"] => {
+            return Ok(Isolated {
+                shape: Shape::Identity,
+                ..as_is
+            });
+        }
+        _ => return Ok(as_is),
     };
     let Some((tenant, rest)) = rest.split_first() else {
         return Err(invalid(
@@ -120,7 +132,6 @@ pub fn request(
         ["databases"] => {
             physical.push("databases".into());
             isolated.body = Some(database_body(body, ns)?);
-            isolated.shape = Shape::Database;
         }
         ["databases", database, rest @ ..] => {
             if !database_name(database) {
@@ -141,7 +152,11 @@ pub fn request(
                 })
             };
             isolated.shape = match rest {
-                [] => Shape::Database,
+                [] if *method == Method::GET => Shape::Database,
+                [] => {
+                    isolated.drops_database = *method == Method::DELETE;
+                    Shape::AsIs
+                }
                 ["collections"] if *method == Method::GET => Shape::Collections,
                 ["collections"] => Shape::Collection,
                 // By name (GET, DELETE), which Chroma looks up in the path's database only.
@@ -182,7 +197,8 @@ fn database_body(body: &[u8], ns: &Namespace) -> Result<Vec<u8>, AdapterError> {
 }
 
 /// What Chroma answered, as the client may see it (`query`: the client's, for a list of
-/// databases it pages itself). `None`: it stands as it is.
+/// databases it pages itself). `None`: it stands as it is. An answer that cannot be read as its
+/// shape is not shown: an empty list, or an error.
 pub fn answer(
     isolated: &Isolated,
     success: bool,
@@ -193,30 +209,53 @@ pub fn answer(
     if !success {
         return Some(ns.scrub(&String::from_utf8_lossy(body)).into_bytes());
     }
-    let mut value: Value = serde_json::from_slice(body).ok()?;
+    if isolated.shape == Shape::AsIs {
+        return None;
+    }
+    let value = serde_json::from_slice(body)
+        .ok()
+        .and_then(|value| reshaped(isolated, value, ns, query))
+        .unwrap_or_else(|| match isolated.shape {
+            Shape::Databases | Shape::Collections => Value::Array(Vec::new()),
+            _ => json!({
+                "error": "LetheUnreadableAnswer",
+                "message": "Chroma's answer could not be read as the caller's",
+            }),
+        });
+    serde_json::to_vec(&value).ok()
+}
+
+fn reshaped(
+    isolated: &Isolated,
+    mut value: Value,
+    ns: &Namespace,
+    query: Option<&str>,
+) -> Option<Value> {
     let tenant = Value::String(isolated.tenant.clone());
     let logical = isolated
         .database
         .as_ref()
         .map(|(l, _)| Value::String(l.clone()));
-    let collection = |c: &mut Value| {
-        if let Some(model) = c.as_object_mut() {
-            model.insert("tenant".into(), tenant.clone());
-            if let Some(logical) = &logical {
-                model.insert("database".into(), logical.clone());
-            }
+    let collection = |c: &mut Value| -> Option<()> {
+        let model = c.as_object_mut()?;
+        model.insert("tenant".into(), tenant.clone());
+        if let Some(logical) = &logical {
+            model.insert("database".into(), logical.clone());
         }
+        Some(())
     };
     match isolated.shape {
-        Shape::AsIs => return None,
-        Shape::Tenant => value["name"] = tenant.clone(),
+        Shape::AsIs => {}
+        Shape::Tenant => *value.as_object_mut()?.get_mut("name")? = tenant.clone(),
         Shape::Database => {
             let name = value
                 .get("name")
                 .and_then(Value::as_str)
-                .and_then(|n| ns.logical(n));
-            value["name"] = Value::String(name?.to_owned());
-            value["tenant"] = tenant.clone();
+                .and_then(|n| ns.logical(n))?
+                .to_owned();
+            let model = value.as_object_mut()?;
+            model.insert("name".into(), Value::String(name));
+            model.insert("tenant".into(), tenant.clone());
         }
         Shape::Databases => {
             let (offset, limit) = paging(query);
@@ -235,10 +274,20 @@ pub fn answer(
                 .collect();
             value = Value::Array(own);
         }
-        Shape::Collection => collection(&mut value),
-        Shape::Collections => value.as_array_mut()?.iter_mut().for_each(collection),
+        Shape::Collection => collection(&mut value)?,
+        Shape::Collections => {
+            for model in value.as_array_mut()? {
+                collection(model)?;
+            }
+        }
+        // Whatever Chroma's own auth says, the caller's tenant and database are these.
+        Shape::Identity => {
+            let identity = value.as_object_mut()?;
+            identity.insert("tenant".into(), json!(DEFAULT_TENANT));
+            identity.insert("databases".into(), json!([DEFAULT_DATABASE]));
+        }
     }
-    serde_json::to_vec(&value).ok()
+    Some(value)
 }
 
 /// The client's `offset` and `limit` of a list (Chroma's defaults: from the first, all).

@@ -4,6 +4,7 @@
 //! the client named them. The rest of the route sees physical names only, so lineage, stamps
 //! and purges are per physical collection.
 
+use hyper::Method;
 use serde_json::{Map, Value, json};
 
 use super::canonical_collection;
@@ -28,13 +29,15 @@ fn physical(ns: &Namespace, name: &str) -> Result<String, AdapterError> {
 
 /// A request as Qdrant must see it: its path, and its body when that names collections.
 pub fn request(
+    method: &Method,
     path: &str,
     body: &[u8],
     ns: &Namespace,
 ) -> Result<(String, Option<Vec<u8>>), AdapterError> {
     let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
     match segments.as_slice() {
-        ["collections", "aliases"] => {
+        // Only a POST there changes aliases; other methods name a collection called `aliases`.
+        ["collections", "aliases"] if method == Method::POST => {
             let body = alias_actions(body, ns)?;
             Ok((path.to_owned(), Some(body)))
         }
@@ -45,6 +48,11 @@ pub fn request(
                 .chain(rest.iter().copied())
                 .collect::<Vec<_>>()
                 .join("/");
+            if rest.is_empty() && method == Method::PUT && copies_another(body) {
+                return Err(invalid(
+                    "init_from is not taken here: copy points through Lethe instead",
+                ));
+            }
             let searches = matches!(
                 rest,
                 ["points", "query" | "search" | "recommend" | "discover", ..]
@@ -61,6 +69,14 @@ pub fn request(
         }
         _ => Ok((path.to_owned(), None)),
     }
+}
+
+/// Whether a collection's creation would copy another collection's points (`init_from`), which
+/// may be another tenant's and would not be stamped, counted or seen by Lethe. A body that is
+/// not JSON is Qdrant's to refuse.
+fn copies_another(body: &[u8]) -> bool {
+    serde_json::from_slice::<Map<String, Value>>(body)
+        .is_ok_and(|create| create.get("init_from").is_some_and(|v| !v.is_null()))
 }
 
 /// Maps every `lookup_from.collection` and `with_lookup` (a name, or `{collection}`) in a
@@ -135,20 +151,26 @@ fn alias_actions(body: &[u8], ns: &Namespace) -> Result<Vec<u8>, AdapterError> {
 
 /// What Qdrant answered, as the client may see it: lists of collections and aliases keep only
 /// the caller's, by the names the client gave them; an error names the client's names. `None`:
-/// the answer stands as it is.
-pub fn answer(path: &str, success: bool, body: &[u8], ns: &Namespace) -> Option<Vec<u8>> {
+/// the answer stands as it is. A list in an unexpected shape is answered empty: what cannot be
+/// read cannot be shown to be the caller's.
+pub fn answer(
+    method: &Method,
+    path: &str,
+    success: bool,
+    body: &[u8],
+    ns: &Namespace,
+) -> Option<Vec<u8>> {
     if !success {
         return Some(ns.scrub(&String::from_utf8_lossy(body)).into_bytes());
     }
     let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
     let list = match segments.as_slice() {
+        ["collections"] | ["aliases"] | ["collections", _, "aliases"] if method != Method::GET => {
+            return None;
+        }
         ["collections"] => "collections",
         ["aliases"] | ["collections", _, "aliases"] => "aliases",
         _ => return None,
-    };
-    let mut value: Value = serde_json::from_slice(body).ok()?;
-    let Some(Value::Array(items)) = value.pointer_mut(&format!("/result/{list}")) else {
-        return None;
     };
     let own = |item: &mut Value, field: &str| -> bool {
         let logical = item
@@ -164,10 +186,14 @@ pub fn answer(path: &str, success: bool, body: &[u8], ns: &Namespace) -> Option<
             _ => false,
         }
     };
-    items.retain_mut(|item| match list {
-        "collections" => own(item, "name"),
-        _ => own(item, "alias_name") && own(item, "collection_name"),
-    });
+    let mut value: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+    match value.pointer_mut(&format!("/result/{list}")) {
+        Some(Value::Array(items)) => items.retain_mut(|item| match list {
+            "collections" => own(item, "name"),
+            _ => own(item, "alias_name") && own(item, "collection_name"),
+        }),
+        _ => value = json!({ "result": { list: [] }, "status": "ok" }),
+    }
     serde_json::to_vec(&value).ok()
 }
 

@@ -113,6 +113,13 @@ fn every_database_a_path_names_is_the_callers_in_the_home_tenant() {
         ),
         (
             Method::GET,
+            "/api/v2/auth/identity".to_owned(),
+            "/api/v2/auth/identity".to_owned(),
+            Shape::Identity,
+            None,
+        ),
+        (
+            Method::GET,
             "/api/v2/heartbeat".to_owned(),
             "/api/v2/heartbeat".to_owned(),
             Shape::AsIs,
@@ -130,6 +137,13 @@ fn every_database_a_path_names_is_the_callers_in_the_home_tenant() {
             "{method} {path}"
         );
     }
+    let dropped = isolate(Method::DELETE, &format!("{base}/team_notes")).unwrap();
+    assert_eq!((dropped.shape, dropped.drops_database), (Shape::AsIs, true));
+    assert!(
+        !isolate(Method::GET, &format!("{base}/team_notes"))
+            .unwrap()
+            .drops_database
+    );
     // Another tenant's physical database is only a name in acme's namespace.
     let theirs = Namespace::of("globex")
         .physical("default_database")
@@ -250,4 +264,57 @@ fn answers_name_the_clients_tenant_and_databases_only() {
         serde_json::from_slice(&answer(&tenant, true, br#"{"name": "home"}"#, &ns, None).unwrap())
             .unwrap();
     assert_eq!(out, json!({"name": "default_tenant"}));
+    let identity = isolate(Method::GET, "/api/v2/auth/identity").unwrap();
+    let said =
+        json!({"user_id": "u", "tenant": "home", "databases": [db("default_database"), "*"]});
+    let out: Value = serde_json::from_slice(
+        &answer(
+            &identity,
+            true,
+            &serde_json::to_vec(&said).unwrap(),
+            &ns,
+            None,
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        out,
+        json!({"user_id": "u", "tenant": "default_tenant", "databases": ["default_database"]})
+    );
+}
+
+/// What cannot be read as the caller's is not passed on.
+#[test]
+fn unreadable_answers_show_nothing() {
+    let ns = acme();
+    let base = "/api/v2/tenants/default_tenant/databases";
+    for (path, odd, shown) in [
+        (base.to_owned(), &b"{\"a\": 1}"[..], json!([])),
+        (base.to_owned(), b"not json", json!([])),
+        (
+            format!("{base}/default_database/collections"),
+            br#"[{"id": "x"}, 7]"#,
+            json!([]),
+        ),
+        (
+            format!("{base}/default_database"),
+            br#"{"name": "made_around_lethe"}"#,
+            json!({"error": "LetheUnreadableAnswer"}),
+        ),
+        (
+            format!("{base}/default_database/collections/notes"),
+            b"[1]",
+            json!({"error": "LetheUnreadableAnswer"}),
+        ),
+    ] {
+        let isolated = isolate(Method::GET, &path).unwrap();
+        let out: Value =
+            serde_json::from_slice(&answer(&isolated, true, odd, &ns, None).unwrap()).unwrap();
+        if shown.is_array() {
+            assert_eq!(out, shown, "{path}");
+        } else {
+            assert_eq!(out["error"], shown["error"], "{path}");
+        }
+    }
 }

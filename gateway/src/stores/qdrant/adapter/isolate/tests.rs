@@ -34,11 +34,21 @@ fn every_collection_a_path_names_is_the_callers() {
         ("/aliases", "/aliases".to_owned()),
         ("/", "/".to_owned()),
     ] {
-        assert_eq!(request(path, b"", &ns).unwrap().0, want, "{path}");
+        assert_eq!(
+            request(&Method::GET, path, b"", &ns).unwrap().0,
+            want,
+            "{path}"
+        );
     }
     // Another tenant's physical name is just a name, in the caller's namespace.
     let theirs = Namespace::of("globex").physical("memories").unwrap();
-    let (path, _) = request(&format!("/collections/{theirs}/points/scroll"), b"", &ns).unwrap();
+    let (path, _) = request(
+        &Method::POST,
+        &format!("/collections/{theirs}/points/scroll"),
+        b"",
+        &ns,
+    )
+    .unwrap();
     assert_eq!(
         path,
         format!("/collections/{}/points/scroll", phys(&theirs))
@@ -48,7 +58,7 @@ fn every_collection_a_path_names_is_the_callers() {
         "/collections/..",
         &format!("/collections/{}", "x".repeat(216)),
     ] {
-        assert!(request(bad, b"", &ns).is_err(), "{bad}");
+        assert!(request(&Method::GET, bad, b"", &ns).is_err(), "{bad}");
     }
 }
 
@@ -63,6 +73,7 @@ fn a_search_looks_up_in_the_callers_collections_only() {
         "filter": {"must": [{"key": "lookup_from", "match": {"value": "x"}}]},
     });
     let (_, mapped) = request(
+        &Method::POST,
         "/collections/memories/points/query/groups",
         &serde_json::to_vec(&body).unwrap(),
         &ns,
@@ -81,6 +92,7 @@ fn a_search_looks_up_in_the_callers_collections_only() {
     );
     let batch = json!({"searches": [{"query": [0.1], "with_lookup": {"collection": "docs", "with_payload": true}}]});
     let (_, mapped) = request(
+        &Method::POST,
         "/collections/memories/points/query/batch",
         &serde_json::to_vec(&batch).unwrap(),
         &ns,
@@ -94,6 +106,7 @@ fn a_search_looks_up_in_the_callers_collections_only() {
     let forged = json!({"query": [0.1], "lookup_from": {"collection": "a/b"}});
     assert!(
         request(
+            &Method::POST,
             "/collections/m/points/query",
             &serde_json::to_vec(&forged).unwrap(),
             &ns
@@ -111,6 +124,7 @@ fn alias_actions_are_rebuilt_in_the_callers_namespace() {
         {"delete_alias": {"alias_name": "latest"}},
     ]});
     let (_, mapped) = request(
+        &Method::POST,
         "/collections/aliases",
         &serde_json::to_vec(&body).unwrap(),
         &ns,
@@ -135,6 +149,7 @@ fn alias_actions_are_rebuilt_in_the_callers_namespace() {
     ] {
         assert!(
             request(
+                &Method::POST,
                 "/collections/aliases",
                 &serde_json::to_vec(&refused).unwrap(),
                 &ns
@@ -143,6 +158,43 @@ fn alias_actions_are_rebuilt_in_the_callers_namespace() {
             "{refused}"
         );
     }
+    // Other methods there name a collection called `aliases`, in the caller's namespace.
+    for method in [Method::GET, Method::PUT, Method::DELETE] {
+        assert_eq!(
+            request(&method, "/collections/aliases", b"{}", &ns)
+                .unwrap()
+                .0,
+            format!("/collections/{}", phys("aliases")),
+            "{method}"
+        );
+    }
+}
+
+#[test]
+fn a_collection_is_not_made_from_another() {
+    let ns = acme();
+    let theirs = Namespace::of("globex").physical("memories").unwrap();
+    let create =
+        json!({"vectors": {"size": 4, "distance": "Cosine"}, "init_from": {"collection": theirs}});
+    assert!(
+        request(
+            &Method::PUT,
+            "/collections/copy",
+            &serde_json::to_vec(&create).unwrap(),
+            &ns
+        )
+        .is_err()
+    );
+    let plain = json!({"vectors": {"size": 4, "distance": "Cosine"}, "init_from": null});
+    assert!(
+        request(
+            &Method::PUT,
+            "/collections/fresh",
+            &serde_json::to_vec(&plain).unwrap(),
+            &ns
+        )
+        .is_ok()
+    );
 }
 
 #[test]
@@ -154,6 +206,7 @@ fn answers_name_the_callers_collections_only() {
     ]}, "status": "ok"});
     let out: Value = serde_json::from_slice(
         &answer(
+            &Method::GET,
             "/collections",
             true,
             &serde_json::to_vec(&listed).unwrap(),
@@ -173,7 +226,14 @@ fn answers_name_the_callers_collections_only() {
     ]}});
     for path in ["/aliases", "/collections/memories/aliases"] {
         let out: Value = serde_json::from_slice(
-            &answer(path, true, &serde_json::to_vec(&aliases).unwrap(), &ns).unwrap(),
+            &answer(
+                &Method::GET,
+                path,
+                true,
+                &serde_json::to_vec(&aliases).unwrap(),
+                &ns,
+            )
+            .unwrap(),
         )
         .unwrap();
         assert_eq!(
@@ -186,13 +246,37 @@ fn answers_name_the_callers_collections_only() {
         "{{\"status\":{{\"error\":\"Not found: Collection `{}` doesn't exist!\"}}}}",
         phys("memories")
     );
-    let out = answer("/collections/memories", false, error.as_bytes(), &ns).unwrap();
+    let out = answer(
+        &Method::GET,
+        "/collections/memories",
+        false,
+        error.as_bytes(),
+        &ns,
+    )
+    .unwrap();
     assert_eq!(
         String::from_utf8(out).unwrap(),
         "{\"status\":{\"error\":\"Not found: Collection `memories` doesn't exist!\"}}"
     );
     assert_eq!(
-        answer("/collections/memories/points/scroll", true, b"{}", &ns),
+        answer(
+            &Method::POST,
+            "/collections/memories/points/scroll",
+            true,
+            b"{}",
+            &ns
+        ),
         None
     );
+    // A list that cannot be read shows nothing.
+    for odd in [
+        &b"not json"[..],
+        br#"{"result": {"collections": {"name": "x"}}}"#,
+        br#"{"result": null}"#,
+    ] {
+        let out: Value =
+            serde_json::from_slice(&answer(&Method::GET, "/collections", true, odd, &ns).unwrap())
+                .unwrap();
+        assert_eq!(out["result"]["collections"], json!([]));
+    }
 }
