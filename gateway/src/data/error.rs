@@ -54,7 +54,9 @@ impl DataError {
 }
 
 pub fn json_response(status: StatusCode, body: &Value) -> Response<Full<Bytes>> {
-    let bytes = Bytes::from(body.to_string());
+    // Written straight into bytes (`to_string` goes through the formatter); a `Value` always
+    // serializes.
+    let bytes = Bytes::from(serde_json::to_vec(body).unwrap_or_default());
     let mut response = Response::new(Full::new(bytes.clone()));
     *response.status_mut() = status;
     let headers = response.headers_mut();

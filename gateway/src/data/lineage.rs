@@ -5,16 +5,20 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
 use crate::store::{ItemRecord, ProcessorUse, Store, StoreError};
 
 const BATCH: usize = 500;
+/// How long the first row of a batch waits for others, unless someone waits for it.
+const GATHER: Duration = Duration::from_millis(25);
 
 enum Row {
     Item(ItemRecord),
     Processor(ProcessorUse),
+    /// Answered once every row queued before it is stored (`false`: it could not be).
+    Flush(oneshot::Sender<bool>),
 }
 
 #[derive(Clone)]
@@ -44,6 +48,16 @@ impl LineageWriter {
         }
     }
 
+    /// Records rows in the writer's next batch, which is written at once, and waits for it:
+    /// `false` when they could not be stored. Rows queued before are stored first, so an older
+    /// row of the same item never lands after these.
+    pub async fn record_now(&self, items: Vec<ItemRecord>) -> bool {
+        let (done, stored) = oneshot::channel();
+        self.record(items).await;
+        self.queue(Row::Flush(done)).await;
+        stored.await.unwrap_or(false)
+    }
+
     /// Queues the use of a provider (a processor) for a subject's data, unless it was recorded
     /// less than a minute ago.
     pub async fn processor_used(&self, used: ProcessorUse) {
@@ -68,25 +82,42 @@ impl LineageWriter {
 
 async fn write(store: Arc<dyn Store>, mut rx: mpsc::Receiver<Row>) {
     let mut batch = Vec::with_capacity(BATCH);
+    let awaited = |batch: &[Row]| batch.iter().any(|r| matches!(r, Row::Flush(_)));
     while rx.recv_many(&mut batch, BATCH).await > 0 {
-        let mut items = Vec::new();
-        let mut uses = Vec::new();
+        // Rows arriving a few at a time are gathered a moment: one transaction (and one sync to
+        // disk) for many requests rather than one each. A row someone waits for ends the wait.
+        let gathered = tokio::time::sleep(GATHER);
+        tokio::pin!(gathered);
+        while batch.len() < BATCH && !awaited(&batch) {
+            let room = BATCH - batch.len();
+            tokio::select! {
+                () = &mut gathered => break,
+                n = rx.recv_many(&mut batch, room) => if n == 0 { break },
+            }
+        }
+        let (mut items, mut uses, mut waiting) = (Vec::new(), Vec::new(), Vec::new());
         for row in batch.drain(..) {
             match row {
                 Row::Item(item) => items.push(item),
                 Row::Processor(used) => uses.push(used),
+                Row::Flush(done) => waiting.push(done),
             }
         }
+        let mut stored = true;
         if !items.is_empty() {
-            retried("lineage batch", || store.record_items(&items)).await;
+            stored &= retried("lineage batch", || store.record_items(&items)).await;
         }
         if !uses.is_empty() {
-            retried("processor batch", || store.record_processors(&uses)).await;
+            stored &= retried("processor batch", || store.record_processors(&uses)).await;
+        }
+        for done in waiting {
+            let _ = done.send(stored);
         }
     }
 }
 
-async fn retried<F, Fut>(what: &str, mut attempt_once: F)
+/// Whether the attempt succeeded within five tries.
+async fn retried<F, Fut>(what: &str, mut attempt_once: F) -> bool
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<(), StoreError>>,
@@ -94,7 +125,7 @@ where
     let mut delay = Duration::from_millis(50);
     for attempt in 1..=5 {
         match attempt_once().await {
-            Ok(()) => return,
+            Ok(()) => return true,
             Err(e) if attempt < 5 => {
                 tracing::warn!(error = %e, attempt, "{what} failed; retrying");
                 tokio::time::sleep(delay).await;
@@ -102,5 +133,51 @@ where
             }
             Err(e) => tracing::error!(error = %e, "{what} dropped"),
         }
+    }
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::TimeDelta;
+    use lethe_policy::Layer;
+
+    use super::*;
+    use crate::testing::{fresh_sqlite_url, migrated};
+
+    fn row(id: &str, layer: Layer) -> ItemRecord {
+        ItemRecord {
+            store: "chroma".into(),
+            collection: "c".into(),
+            item_id: id.into(),
+            tenant: "acme".into(),
+            subject: "alice".into(),
+            purpose: "personalization".into(),
+            category: "preference".into(),
+            layer,
+            created_at: crate::now(),
+            expires_at: crate::now() + TimeDelta::days(1),
+            epoch: 0,
+            source_ref: None,
+            parents: vec![],
+        }
+    }
+
+    #[tokio::test]
+    async fn rows_waited_for_are_stored_at_the_answer_after_the_rows_queued_before_them() {
+        let store = migrated(&fresh_sqlite_url()).await;
+        let (writer, _task) = LineageWriter::spawn(Arc::clone(&store));
+        writer
+            .record(vec![row("a", Layer::Raw), row("b", Layer::Raw)])
+            .await;
+        assert!(writer.record_now(vec![row("b", Layer::Derived)]).await);
+        let ids = ["a".to_owned(), "b".to_owned()];
+        let stored = store.item_stamps("chroma", "c", &ids).await.expect("read");
+        assert_eq!(stored.len(), 2, "the rows queued before are stored too");
+        assert_eq!(
+            stored["b"].layer,
+            Layer::Derived,
+            "the later row of b is the one kept"
+        );
     }
 }

@@ -21,7 +21,9 @@ pub enum Recording {
     First,
     /// After the check, at once: the client's next request is decided on the row (threads).
     AtOnce,
-    /// After the check, in the lineage writer's next batch (items the store keeps stamped).
+    /// After the check, in the lineage writer's next batch (items the store keeps stamped);
+    /// the write waits for the batch when one of its records is derived, as an erasure decides
+    /// a derivative on its row.
     Batched,
 }
 
@@ -95,10 +97,23 @@ where
             state.store.record_items(&kept).await?;
         }
         Recording::Batched => {
-            state
-                .lineage
-                .record(current.into_iter().chain(left).collect())
-                .await;
+            let kept: Vec<ItemRecord> = current.into_iter().chain(left).collect();
+            let derives = |row: &ItemRecord| {
+                derived
+                    .and_then(|d| d.of(&row.item_id))
+                    .is_some_and(|r| !r.parents.is_empty())
+            };
+            if kept.iter().any(derives) {
+                if !state.lineage.record_now(kept).await {
+                    return Err(DataError::new(
+                        hyper::StatusCode::SERVICE_UNAVAILABLE,
+                        crate::error_shape::Code::StateUnavailable,
+                        "the state store is unavailable",
+                    ));
+                }
+            } else {
+                state.lineage.record(kept).await;
+            }
         }
     }
     refusal.map_or(Ok(()), |r| Err(r.into()))
