@@ -2,11 +2,15 @@
 
 // RATE requests/s for DURATION, whatever the latency (k6's constant arrival rate); or, with
 // VUS set, that many clients sending one request after another for DURATION (as many requests
-// as the server can take: its saturation throughput).
+// as the server can take: its saturation throughput); with ITERATIONS set, that many requests
+// in all, sent by VUS (default 32) clients as fast as they are answered.
 export function arrivals(defaultRate) {
   const duration = __ENV.DURATION || '20s';
-  const mix = __ENV.VUS
-    ? { executor: 'constant-vus', vus: parseInt(__ENV.VUS), duration }
+  const vus = parseInt(__ENV.VUS || '32');
+  const mix = __ENV.ITERATIONS
+    ? { executor: 'shared-iterations', vus, iterations: parseInt(__ENV.ITERATIONS), maxDuration: '10m' }
+    : __ENV.VUS
+    ? { executor: 'constant-vus', vus, duration }
     : {
         executor: 'constant-arrival-rate',
         rate: parseInt(__ENV.RATE || `${defaultRate}`),

@@ -1,68 +1,24 @@
 //! The Chroma adapter's cost per request: planning and stamping an `add`, narrowing a `query`,
 //! and filtering its answer (10 records of about 2 KB each).
 
-use std::collections::BTreeMap;
 use std::hint::black_box;
 
-use chrono::{TimeDelta, Utc};
+use chrono::Utc;
 use criterion::{Criterion, criterion_group, criterion_main};
 use lethe_gateway::adapters::Scope;
 use lethe_gateway::stores::chroma::adapter::{
     ReadPlan, WriteKind, apply_write, filter_read, held_stamps, narrow_read, plan_write,
 };
-use lethe_policy::{
-    Action, ConsentGrant, PolicySnapshot, ReadContext, RetentionPolicy, RetentionRule,
-    SubjectPolicy, SubjectState,
-};
+use lethe_policy::ReadContext;
 use serde_json::json;
 
-fn snapshot() -> PolicySnapshot {
-    let grant = ConsentGrant {
-        id: "g".into(),
-        tenant: "acme".into(),
-        subject: "u1".into(),
-        purpose: "personalization".into(),
-        category: "preference".into(),
-        actions: [Action::Store, Action::Retrieve].into(),
-        granted_at: Utc::now() - TimeDelta::days(1),
-        expires_at: None,
-        revoked_at: None,
-        policy_version: 1,
-        source: "bench".into(),
-    };
-    let rule = RetentionRule {
-        purpose: "personalization".into(),
-        category: "preference".into(),
-        layer: None,
-        max_age: "30d".parse().expect("age"),
-        legal_end: None,
-    };
-    PolicySnapshot {
-        subjects: BTreeMap::from([(
-            "acme".to_owned(),
-            BTreeMap::from([(
-                "u1".to_owned(),
-                SubjectPolicy {
-                    state: SubjectState::default(),
-                    grants: vec![grant],
-                },
-            )]),
-        )]),
-        retention: BTreeMap::from([(
-            "acme".to_owned(),
-            RetentionPolicy {
-                rules: vec![rule],
-                purpose_ends: vec![],
-            },
-        )]),
-        hidden: Default::default(),
-    }
-}
+mod common;
+use common::{prose, snapshot};
 
 fn adapter(c: &mut Criterion) {
     let view = snapshot();
     let now = Utc::now();
-    let text = "x".repeat(2000);
+    let text = prose(2000, 1);
     let ids: Vec<String> = (0..10).map(|i| format!("m{i}")).collect();
     let add = json!({
         "ids": ids,

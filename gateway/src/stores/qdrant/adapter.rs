@@ -538,7 +538,8 @@ pub fn apply_upsert(
 ) -> Result<StampedUpsert, AdapterError> {
     let (upsert, stamps) = stamp_points(planned, tenant, view, held, now)?;
     Ok(StampedUpsert {
-        body: upsert.to_string().into_bytes(),
+        // Straight into bytes (`to_string` goes through the formatter); a `Value` always serializes.
+        body: serde_json::to_vec(&upsert).unwrap_or_default(),
         stamps,
     })
 }
