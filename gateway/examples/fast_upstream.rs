@@ -4,7 +4,8 @@
 //! sends 10 events 20 ms apart (so that the time to the first byte can be measured).
 //!
 //! `cargo run --release --example fast_upstream -- PORT SUBJECT` (records are stamped for tenant
-//! `acme` and SUBJECT, so that Lethe serves them).
+//! `acme` and SUBJECT, so that Lethe serves them; a read Lethe narrowed to another subject is
+//! answered with records stamped for that one).
 
 use std::convert::Infallible;
 
@@ -22,37 +23,16 @@ async fn main() -> std::io::Result<()> {
     let mut args = std::env::args().skip(1);
     let port: u16 = args.next().and_then(|p| p.parse().ok()).unwrap_or(18080);
     let subject = args.next().unwrap_or_else(|| "load-user".to_owned());
-    let stamp = json!({"lethe_subject": subject, "lethe_tenant": "acme", "lethe_purpose": "personalization",
-        "lethe_category": "preference", "lethe_expires_at": 4_102_444_800i64, "lethe_epoch": 0, "n": 1});
-    let ids: Vec<String> = (0..5).map(|i| format!("m{i}")).collect();
-    // Prose, as memories are (derivative lineage fingerprints runs of words).
-    let docs: Vec<String> = (0..5)
-        .map(|d| {
-            (0..60)
-                .map(|w| format!("w{}", (d * 7919 + w * 104_729) % 100_000))
-                .collect::<Vec<_>>()
-                .join(" ")
-        })
-        .collect();
-    let query = Bytes::from(
-        json!({"ids": [ids], "documents": [docs], "metadatas": [vec![stamp.clone(); 5]],
-            "distances": [[0.1, 0.2, 0.3, 0.4, 0.5]], "embeddings": null, "uris": null, "data": null,
-            "include": ["documents", "metadatas", "distances"]})
-        .to_string(),
-    );
-    let get = Bytes::from(
-        json!({"ids": ids, "documents": docs, "metadatas": vec![stamp; 5], "embeddings": null, "uris": null,
-            "data": null, "include": ["documents", "metadatas"]})
-        .to_string(),
-    );
+    let (query, get) = answers(&subject);
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
     loop {
         let (stream, _) = listener.accept().await?;
         let _ = stream.set_nodelay(true);
-        let (query, get) = (query.clone(), get.clone());
+        let (query, get, subject) = (query.clone(), get.clone(), subject.clone());
         tokio::spawn(async move {
             let service = hyper::service::service_fn(move |request: Request<Incoming>| {
-                let (query, get) = (query.clone(), get.clone());
+                let (mut query, mut get) = (query.clone(), get.clone());
+                let subject = subject.clone();
                 async move {
                     let path = request.uri().path().to_owned();
                     let sent = request
@@ -63,6 +43,9 @@ async fn main() -> std::io::Result<()> {
                         .unwrap_or_default();
                     if path == "/v1/chat/completions" {
                         return Ok::<_, Infallible>(chat(&sent));
+                    }
+                    if let Some(asked) = asked_subject(&sent).filter(|s| *s != subject) {
+                        (query, get) = answers(asked);
                     }
                     let (status, body) = if path.ends_with("/query") {
                         (StatusCode::OK, query)
@@ -89,6 +72,36 @@ async fn main() -> std::io::Result<()> {
                 .await;
         });
     }
+}
+
+/// A `query` answer (5 records, nested) and a `get` answer of `subject`'s records.
+fn answers(subject: &str) -> (Bytes, Bytes) {
+    let stamp = json!({"lethe_subject": subject, "lethe_tenant": "acme", "lethe_purpose": "personalization",
+        "lethe_category": "preference", "lethe_expires_at": 4_102_444_800i64, "lethe_epoch": 0, "n": 1});
+    let ids: Vec<String> = (0..5).map(|i| format!("m{i}")).collect();
+    // Prose, as memories are (derivative lineage fingerprints runs of words).
+    let docs: Vec<String> = (0..5)
+        .map(|d| {
+            (0..60)
+                .map(|w| format!("w{}", (d * 7919 + w * 104_729) % 100_000))
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .collect();
+    let query = json!({"ids": [ids], "documents": [docs], "metadatas": [vec![stamp.clone(); 5]],
+        "distances": [[0.1, 0.2, 0.3, 0.4, 0.5]], "embeddings": null, "uris": null, "data": null,
+        "include": ["documents", "metadatas", "distances"]});
+    let get = json!({"ids": ids, "documents": docs, "metadatas": vec![stamp; 5], "embeddings": null,
+        "uris": null, "data": null, "include": ["documents", "metadatas"]});
+    (Bytes::from(query.to_string()), Bytes::from(get.to_string()))
+}
+
+/// The subject a read Lethe narrowed to one names (`"lethe_subject":{"$eq":"..."}`).
+fn asked_subject(body: &[u8]) -> Option<&str> {
+    const KEY: &[u8] = br#""lethe_subject":{"$eq":""#;
+    let start = body.windows(KEY.len()).position(|w| w == KEY)? + KEY.len();
+    let len = body.get(start..)?.iter().position(|&b| b == b'"')?;
+    std::str::from_utf8(body.get(start..start + len)?).ok()
 }
 
 type Answer = Response<Either<Full<Bytes>, Events>>;
