@@ -9,11 +9,10 @@ use lethe_gateway::adapters::Scope;
 use lethe_gateway::stores::chroma::adapter::{
     ReadPlan, WriteKind, apply_write, filter_read, held_stamps, narrow_read, plan_write,
 };
-use lethe_policy::ReadContext;
 use serde_json::json;
 
 mod common;
-use common::{prose, snapshot};
+use common::{answer_bench, bound_read, prose, snapshot};
 
 fn adapter(c: &mut Criterion) {
     let view = snapshot();
@@ -77,26 +76,16 @@ fn adapter(c: &mut Criterion) {
         "embeddings": null,
     })
     .to_string();
-    let ctx = ReadContext {
-        tenant: "acme",
-        store: "chroma",
-        bound_subject: Some("u1"),
-        purpose: None,
-    };
+    let ctx = bound_read("chroma");
     let plan = ReadPlan {
         nested: true,
         ..ReadPlan::default()
     };
-    c.bench_function(
+    answer_bench(
+        c,
         "chroma query answer: parse + decide + filter + serialise (10 x 2 KB)",
-        |b| {
-            b.iter(|| {
-                let value: serde_json::Value =
-                    serde_json::from_str(black_box(&answer)).expect("json");
-                let out = filter_read(value, &plan, &view, &ctx, now).expect("filter");
-                serde_json::to_vec(&out).expect("serialise")
-            })
-        },
+        &answer,
+        |value| filter_read(value, &plan, &view, &ctx, now).expect("filter"),
     );
 }
 

@@ -11,11 +11,10 @@ use lethe_gateway::stores::qdrant::adapter::read::{
     SearchKind, SearchShape, decide_answer, narrow_search_body,
 };
 use lethe_gateway::stores::qdrant::adapter::{apply_upsert, held_stamps, plan_upsert};
-use lethe_policy::ReadContext;
 use serde_json::json;
 
 mod common;
-use common::{prose, snapshot};
+use common::{answer_bench, bound_read, prose, snapshot};
 
 fn adapter(c: &mut Criterion) {
     let view = snapshot();
@@ -68,22 +67,12 @@ fn adapter(c: &mut Criterion) {
         })
         .collect();
     let answer = json!({"result": {"points": points}, "status": "ok", "time": 0.001}).to_string();
-    let ctx = ReadContext {
-        tenant: "acme",
-        store: "qdrant",
-        bound_subject: Some("u1"),
-        purpose: None,
-    };
-    c.bench_function(
+    let ctx = bound_read("qdrant");
+    answer_bench(
+        c,
         "qdrant query answer: parse + decide + serialise (5 x 2 KB)",
-        |b| {
-            b.iter(|| {
-                let value: serde_json::Value =
-                    serde_json::from_str(black_box(&answer)).expect("json");
-                let out = decide_answer(value, &plan, &view, &ctx, now).expect("decide");
-                serde_json::to_vec(&out).expect("serialise")
-            })
-        },
+        &answer,
+        |value| decide_answer(value, &plan, &view, &ctx, now).expect("decide"),
     );
 }
 

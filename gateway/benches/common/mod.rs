@@ -2,7 +2,10 @@
 
 use std::collections::BTreeMap;
 
+use std::hint::black_box;
+
 use chrono::{TimeDelta, Utc};
+use criterion::Criterion;
 use lethe_policy::{
     Action, ConsentGrant, PolicySnapshot, RetentionPolicy, RetentionRule, SubjectPolicy,
     SubjectState,
@@ -67,4 +70,29 @@ pub fn prose(bytes: usize, seed: u64) -> String {
         text.push_str(&format!("w{word} "));
     }
     text
+}
+
+/// The bound subject `u1`'s reads of `store`.
+pub fn bound_read(store: &str) -> lethe_policy::ReadContext<'_> {
+    lethe_policy::ReadContext {
+        tenant: "acme",
+        store,
+        bound_subject: Some("u1"),
+        purpose: None,
+    }
+}
+
+/// A store's answer as Lethe handles it: parsed, `decide`d, serialized again.
+pub fn answer_bench(
+    c: &mut Criterion,
+    name: &str,
+    answer: &str,
+    decide: impl Fn(serde_json::Value) -> serde_json::Value,
+) {
+    c.bench_function(name, |b| {
+        b.iter(|| {
+            let value: serde_json::Value = serde_json::from_str(black_box(answer)).expect("json");
+            serde_json::to_vec(&decide(value)).expect("serialise")
+        })
+    });
 }
