@@ -285,9 +285,10 @@ class Lethe:
         made = self.client(self.token("admin")).create_collection(name, embedding_function=None)
         return name, str(made.id)
 
-    def erase_to_completion(self, subject, tenant=TENANT):
-        """Files and approves an erasure with the tenant's compliance token and waits until it is
-        completed; answers the completed request and each store's result by target."""
+    def erase_to_completion(self, subject, tenant=TENANT, deadline=30):
+        """Files and approves an erasure with the tenant's compliance token and waits (up to
+        `deadline` s) until it is completed; answers the completed request and each store's
+        result by target."""
         dpo = self.dpo if tenant == TENANT else self.token("compliance", tenant=tenant)
         status, filed = self.call("POST", "/v1/erasures", {"tenant": tenant, "subject": subject, "ticket": "DSR-1",
                                                            "reason": "art. 17"}, token=dpo)
@@ -296,7 +297,7 @@ class Lethe:
         assert status == 200, approved
         done = wait_for("the erasure to complete",
                         lambda: (e := self.call("GET", f"/v1/erasures/{filed['id']}", token=dpo)[1])["state"] == "completed" and e,
-                        deadline=30)
+                        deadline=deadline)
         return done, {t["target"]: t["result"] for t in done["targets"]}
 
     def revoke(self, grant_id):

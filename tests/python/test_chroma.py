@@ -205,7 +205,8 @@ def test_an_erasure_reaches_records_in_every_database(lethe, chroma):
 
 
 def stamped_by(direct, collection, subject):
-    return direct.get_collection(collection).get(where={"lethe_subject": subject})["ids"]
+    # Ids only: Chroma cannot answer the records of more than ~32 000 ids at once.
+    return direct.get_collection(collection).get(where={"lethe_subject": subject}, include=[])["ids"]
 
 
 def test_an_erasure_purges_chroma_verifies_and_completes(lethe, direct, collection):
@@ -264,6 +265,30 @@ def test_an_erasure_purges_chroma_verifies_and_completes(lethe, direct, collecti
     assert first == second == document
     path.write_bytes(second)
     assert lethe.cli("certificate", "verify", str(path), "--key", key).returncode == 0
+
+
+def test_an_erasure_purges_more_records_than_chroma_takes_in_one_call(lethe, direct, collection):
+    """Chroma answers 500 to a `get` naming more than 32 763 ids: a subject with more records
+    than that, all known to lineage, is purged call by call, counted again, and completes."""
+    many, kept = subject(), subject()
+    for s in (many, kept):
+        lethe.grant(s)
+    agent = memories(lethe.agent(many), collection)
+    total = 33_000
+    for first in range(0, total, 3000):
+        ids = [f"{many}-{i}" for i in range(first, min(total, first + 3000))]
+        agent.add(ids=ids, embeddings=[[float(i % 97), 1.0, 0.5] for i in range(len(ids))],
+                  documents=[f"note {i}" for i in ids])
+    add(lethe.agent(kept), collection, [f"{kept}-1"])
+    assert len(stamped_by(direct, collection, many)) == total
+    # (33 000 records are deleted and counted again a thousand at a time.)
+    _, results = lethe.erase_to_completion(many, deadline=120)
+    assert stamped_by(direct, collection, many) == [], "counted directly in Chroma: nothing left"
+    assert stamped_by(direct, collection, kept) == [f"{kept}-1"]
+    result = results["chroma:chroma"]
+    assert (result["before"], result["deleted"], result["remaining"]) == (total, total, 0)
+    assert lethe.call("GET", f"/v1/subjects/{TENANT}/{many}")[1]["inventory"].get("chroma", 0) == 0, \
+        "every lineage row is marked deleted"
 
 
 class Stoppable:

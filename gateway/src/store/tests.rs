@@ -37,6 +37,7 @@ on_both_backends!(
     retention_rules_are_versioned,
     holds_are_placed_and_released_once,
     inventory_counts_live_lineage_per_store,
+    marking_many_items_deleted_counts_each_live_row_once,
     generated_secrets_are_kept,
     audit_appends_form_one_chain_under_concurrency,
     an_approved_erasure_flips_its_keys_and_tells_every_cache,
@@ -739,6 +740,35 @@ async fn inventory_counts_live_lineage_per_store(store: &Arc<dyn Store>) {
     let owners = store.item_owners("chroma", "memories", &ids).await.unwrap();
     assert_eq!(owners.get("d"), Some(&owner("u1")));
     assert!(store.inventory("acme", "u3").await.unwrap().is_empty());
+}
+
+/// A purge marks every item it deleted, often many thousands (marked a chunk at a time): each
+/// live row once, nothing of another collection, and a second mark finds none live.
+async fn marking_many_items_deleted_counts_each_live_row_once(store: &Arc<dyn Store>) {
+    let ids: Vec<String> = (0..2500).map(|i| format!("m{i}")).collect();
+    let rows: Vec<ItemRecord> = ids
+        .iter()
+        .map(|id| lineage_row("chroma", "memories", id, "u1"))
+        .chain([lineage_row("chroma", "other", "m7", "u1")])
+        .collect();
+    store.record_items(&rows).await.unwrap();
+    let mut asked = ids.clone();
+    asked.push("never-written".into());
+    let marked = store
+        .mark_items_deleted("chroma", "memories", &asked, now())
+        .await
+        .unwrap();
+    assert_eq!(marked, 2500);
+    let again = store
+        .mark_items_deleted("chroma", "memories", &ids, now())
+        .await
+        .unwrap();
+    assert_eq!(again, 0, "a row already marked is not counted again");
+    assert_eq!(
+        store.inventory("acme", "u1").await.unwrap(),
+        BTreeMap::from([("chroma".to_owned(), 1)]),
+        "only the other collection's row is live"
+    );
 }
 
 async fn generated_secrets_are_kept(store: &Arc<dyn Store>) {
