@@ -234,6 +234,10 @@ fn delta(d: Duration) -> TimeDelta {
     TimeDelta::from_std(d).unwrap_or(TimeDelta::MAX)
 }
 
+/// How many purge jobs a worker runs at once: an erasure's targets (Chroma, Qdrant, ...) are
+/// purged side by side, so it takes as long as its slowest store rather than their sum.
+const PARALLEL_JOBS: usize = 4;
+
 pub struct Worker {
     store: Arc<dyn Store>,
     connectors: HashMap<String, Target>,
@@ -284,38 +288,61 @@ impl Worker {
         self
     }
 
-    /// Claims and runs jobs until `stop` resolves; idles briefly when there is nothing to do.
+    /// Claims and runs jobs until `stop` resolves, up to [`PARALLEL_JOBS`] at once; idles briefly
+    /// when there is nothing to do. Jobs under way when `stop` resolves are finished first.
     pub async fn run(self, stop: impl Future<Output = ()>) {
+        let worker = Arc::new(self);
         let mut stop = std::pin::pin!(stop);
+        let mut running = tokio::task::JoinSet::new();
         loop {
-            let idle = match self.run_one().await {
-                Ok(ran) => !ran,
-                Err(e) => {
-                    tracing::warn!(error = %e, "purge worker could not reach the state store");
-                    true
-                }
-            };
-            if idle {
-                tokio::select! {
-                    () = tokio::time::sleep(Duration::from_millis(200)) => {}
-                    () = &mut stop => return,
+            if running.len() < PARALLEL_JOBS {
+                match worker.claim().await {
+                    Ok(Some(job)) => {
+                        let worker = Arc::clone(&worker);
+                        running.spawn(async move {
+                            if let Err(e) = worker.run_job(job).await {
+                                tracing::warn!(error = %e, "purge job result not recorded; its lease runs out and it runs again");
+                            }
+                        });
+                        continue;
+                    }
+                    Ok(None) => {}
+                    Err(e) => {
+                        tracing::warn!(error = %e, "purge worker could not reach the state store");
+                    }
                 }
             }
+            tokio::select! {
+                Some(_) = running.join_next(), if !running.is_empty() => {}
+                () = tokio::time::sleep(Duration::from_millis(200)) => {}
+                () = &mut stop => break,
+            }
         }
+        while running.join_next().await.is_some() {}
     }
 
     /// Runs one due job, if any; answers whether there was one.
     pub async fn run_one(&self) -> Result<bool, crate::store::StoreError> {
+        match self.claim().await? {
+            Some(job) => self.run_job(job).await.map(|()| true),
+            None => Ok(false),
+        }
+    }
+
+    /// A due job, claimed for this worker until its lease runs out.
+    async fn claim(&self) -> Result<Option<PurgeJob>, crate::store::StoreError> {
         let now = crate::now();
         let lease = delta(self.schedule.lease);
         let settled = now - delta(self.schedule.settle);
-        let Some(job) = self
-            .store
+        self.store
             .claim_purge_job(&self.id, now, settled, now + lease)
-            .await?
-        else {
-            return Ok(false);
-        };
+            .await
+    }
+
+    /// Runs a claimed job and records its outcome (and the request's completion, with its
+    /// certificate).
+    async fn run_job(&self, job: PurgeJob) -> Result<(), crate::store::StoreError> {
+        let lease = delta(self.schedule.lease);
         // The lease is renewed while the purge runs: a long purge keeps its job, a crashed
         // worker's job is taken over once its lease runs out.
         let record = self.store.erasure(&job.request_id).await;
@@ -360,7 +387,7 @@ impl Worker {
         {
             tracing::warn!(request = %record.id, error = %e, "certificate not issued at completion; its first download issues it");
         }
-        Ok(true)
+        Ok(())
     }
 
     async fn purge(

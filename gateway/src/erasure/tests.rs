@@ -380,3 +380,85 @@ async fn a_job_waits_for_the_flip_to_settle_is_claimed_once_and_a_lost_lease_is_
         .unwrap();
     assert_eq!(again.attempts, 2, "w1 died holding it; w2 takes it over");
 }
+
+/// Purges only once every store of the barrier is being purged at the same time.
+struct Together(Arc<tokio::sync::Barrier>);
+
+#[async_trait]
+impl Connector for Together {
+    async fn purge(
+        &self,
+        _: &crate::erasure::Subjects,
+        _: &[(String, String)],
+    ) -> Result<PurgeReport, ConnectorError> {
+        self.0.wait().await;
+        Ok(PurgeReport {
+            probe_hits: None,
+            before: 0,
+            deleted: 0,
+            remaining: 0,
+            physical: Physical::done(["test".to_owned()]),
+        })
+    }
+    async fn count(
+        &self,
+        _: &crate::erasure::Subjects,
+        _: &[(String, String)],
+    ) -> Result<u64, ConnectorError> {
+        Ok(0)
+    }
+}
+
+#[tokio::test]
+async fn an_erasures_stores_are_purged_side_by_side() {
+    // Each store's purge returns only while the other's runs too: one after the other, neither
+    // would ever finish.
+    let store = migrated(&fresh_sqlite_url()).await;
+    let now = crate::now();
+    let targets = ["chroma:chroma".to_owned(), "qdrant:qdrant".to_owned()];
+    store
+        .create_erasure(&erasure_request("er1", "u1", now), &targets, audit())
+        .await
+        .unwrap();
+    store
+        .approve_erasure("er1", "dpo", 1, now, audit())
+        .await
+        .unwrap();
+    let barrier = Arc::new(tokio::sync::Barrier::new(2));
+    let connectors = targets
+        .iter()
+        .map(|t| {
+            let connector: Arc<dyn Connector> = Arc::new(Together(Arc::clone(&barrier)));
+            (
+                t.clone(),
+                Target::own(t.split(':').next().unwrap(), connector),
+            )
+        })
+        .collect();
+    let schedule = Schedule {
+        max_attempts: 1,
+        first_backoff: Duration::from_millis(1),
+        settle: Duration::ZERO,
+        lease: Duration::from_secs(60),
+    };
+    let worker = Worker::new(
+        Arc::clone(&store),
+        connectors,
+        schedule,
+        Arc::from(crate::testing::AUDIT_KEY),
+    );
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(worker.run(async {
+        let _ = stopped.await;
+    }));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while store.erasure("er1").await.unwrap().state != ErasureState::Completed {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the two purges never ran at once"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let _ = stop.send(());
+    running.await.unwrap();
+}
