@@ -187,8 +187,13 @@ impl Upstreams {
             .https_or_http()
             .enable_http1()
             .wrap_connector(http);
+        // A connection idle this long is not reused: servers close idle connections after their
+        // keep-alive (5 s for Qdrant's actix and uvicorn), and a request sent on one just closed
+        // fails (`IncompleteMessage`; measured under a purge bench, 11 in 11 000 Qdrant queries).
         let client = Client::builder(TokioExecutor::new())
             .pool_max_idle_per_host(64)
+            .pool_timer(hyper_util::rt::TokioTimer::new())
+            .pool_idle_timeout(std::time::Duration::from_secs(4))
             .build(connector);
         Ok(Upstreams {
             client,
