@@ -101,7 +101,7 @@ impl QdrantConnector {
                 let text = text.replace("{subject}", key).replace("{tenant}", tenant);
                 for field in &self.probe.fields {
                     let filter = json!({ "must": [{ "key": field, "match": { "text": text } }] });
-                    for p in self.scroll(collection, filter).await? {
+                    for p in self.scroll(collection, filter, json!(true)).await? {
                         if may_be_subjects(&p["payload"], tenant, |s| subjects.include(s)) {
                             hits.extend(PointId::parse(&p["id"]));
                         }
@@ -208,13 +208,19 @@ impl QdrantConnector {
             .collect())
     }
 
-    /// Every point matching `filter`, with its payload, page by page.
-    async fn scroll(&self, collection: &str, filter: Value) -> Result<Vec<Value>, ConnectorError> {
+    /// Every point matching `filter`, page by page, with the payload `with_payload` asks for
+    /// (`true`, `false` for ids only, or a list of fields).
+    async fn scroll(
+        &self,
+        collection: &str,
+        filter: Value,
+        with_payload: Value,
+    ) -> Result<Vec<Value>, ConnectorError> {
         let path = format!("/collections/{collection}/points/scroll");
         let mut points = Vec::new();
         let mut offset = Value::Null;
         loop {
-            let mut body = json!({ "filter": filter, "limit": PAGE, "with_payload": true, "with_vector": false });
+            let mut body = json!({ "filter": filter, "limit": PAGE, "with_payload": with_payload, "with_vector": false });
             if !offset.is_null() {
                 body["offset"] = offset;
             }
@@ -243,7 +249,7 @@ impl QdrantConnector {
         }
         let has =
             json!({ "must": [{ "has_id": ids.iter().map(PointId::to_json).collect::<Vec<_>>() }] });
-        self.scroll(collection, has).await
+        self.scroll(collection, has, json!(true)).await
     }
 
     /// The subjects, with the keys of those known only by reference found again among the
@@ -259,7 +265,7 @@ impl QdrantConnector {
         let tenant =
             json!({ "must": [{ "key": TENANT, "match": { "value": subjects.tenant() } }] });
         let owners: BTreeSet<String> = self
-            .scroll(collection, tenant)
+            .scroll(collection, tenant, json!([SUBJECT]))
             .await?
             .iter()
             .filter_map(|p| p["payload"][SUBJECT].as_str().map(str::to_owned))
@@ -279,7 +285,11 @@ impl QdrantConnector {
         let keys = subjects.keys();
         if !keys.is_empty() {
             for p in self
-                .scroll(collection, stamped_by(subjects.tenant(), &keys))
+                .scroll(
+                    collection,
+                    stamped_by(subjects.tenant(), &keys),
+                    json!(false),
+                )
                 .await?
             {
                 found.extend(PointId::parse(&p["id"]));
