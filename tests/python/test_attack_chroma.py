@@ -260,6 +260,7 @@ def test_widening_filters_reach_nothing_of_another_tenant_or_subject(gate, share
         for where in ({"$or": [{"lethe_tenant": TENANT}, {"lethe_tenant": GLOBEX}]},
                       {"lethe_tenant": {"$ne": "nobody"}},
                       {"lethe_subject": victim},
+                      {"lethe_owner": f"{TENANT}/{victim}"},
                       {"lethe_expires_at": {"$gt": 0}}):
             assert reader.get(where=where)["ids"] == []
             assert reader.query(query_embeddings=[[0.0, 1.0, 0.5]], n_results=5, where=where)["ids"] == [[]]
@@ -270,6 +271,27 @@ def test_widening_filters_reach_nothing_of_another_tenant_or_subject(gate, share
         reader.delete(ids=["w1", "w2"])
     assert sorted(stored.get(ids=["w1", "w2"])["ids"]) == ["w1", "w2"]
     assert owner(stored, "w1") == (TENANT, victim)
+
+
+def test_an_owner_key_only_finds_candidates_and_the_stamp_decides(gate, shared):
+    """A subject's reads are found by its owner key (`tenant/subject`), but that key is only an
+    index: a record stamped as another tenant's, planted straight in Chroma with this subject's
+    owner key, is never served to it, counted for it, or deleted by it."""
+    name, _, stored = shared
+    s = someone()
+    gate.grant(s)
+    gate.grant(s, tenant=GLOBEX)
+    add(records(gate, name, GLOBEX, s), ["theirs"], documents=["globex's own"])
+    assert held(stored, "theirs")[0]["lethe_owner"] == f"{GLOBEX}/{s}"
+    stored.update(ids=["theirs"], metadatas=[{"lethe_owner": f"{TENANT}/{s}"}])
+    mine = records(gate, name, TENANT, s)
+    assert mine.get()["ids"] == []
+    assert mine.get(ids=["theirs"])["ids"] == []
+    assert mine.query(query_embeddings=[[0.0, 1.0, 0.5]], n_results=5)["ids"] == [[]]
+    assert mine.count() == 0
+    mine.delete(ids=["theirs"])
+    meta, document = held(stored, "theirs")
+    assert (meta["lethe_tenant"], meta["lethe_subject"], document) == (GLOBEX, s, "globex's own")
 
 
 def test_another_owners_retention_never_sweeps_a_record(gate, shared):

@@ -291,6 +291,28 @@ def test_an_erasure_purges_more_records_than_chroma_takes_in_one_call(lethe, dir
         "every lineage row is marked deleted"
 
 
+def test_records_stamped_before_owner_keys_are_found_again_after_a_restart(lethe, direct, collection):
+    """Reads of a subject find its records by their owner key; a record stamped by an earlier
+    Lethe has none, and stays hidden (never served to anyone else) until the sweeper's first
+    pass after a start gives it the key its stamp names."""
+    s = subject()
+    lethe.grant(s)
+    add(lethe.agent(s), collection, [f"{s}-new"])
+    stored = direct.get_collection(collection)
+    meta = stored.get(ids=[f"{s}-new"], include=["metadatas"])["metadatas"][0]
+    assert meta["lethe_owner"] == f"{TENANT}/{s}"
+    earlier = {k: v for k, v in meta.items() if k != "lethe_owner"}
+    stored.add(ids=[f"{s}-old"], embeddings=[[0.5, 1.0, 0.5]], documents=["written by an earlier Lethe"],
+               metadatas=[earlier])
+    reader = lambda: sorted(memories(lethe.agent(s), collection).get()["ids"])
+    assert reader() == [f"{s}-new"]
+    lethe.stop()
+    lethe.start()
+    wait_for("the earlier record to be found again", lambda: reader() == [f"{s}-new", f"{s}-old"], deadline=30)
+    upgraded = stored.get(ids=[f"{s}-old"], include=["metadatas"])["metadatas"][0]
+    assert upgraded == {**earlier, "lethe_owner": f"{TENANT}/{s}"}, "only the owner key is added"
+
+
 class Stoppable:
     """A Chroma server of the test's own, that it can stop and start again on the same data."""
 

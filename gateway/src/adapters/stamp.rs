@@ -17,6 +17,15 @@ pub const EPOCH: &str = "lethe_epoch";
 pub const LAYER: &str = "lethe_layer";
 /// Every key of the stamp.
 pub const STAMP_KEYS: [&str; 7] = [SUBJECT, TENANT, PURPOSE, CATEGORY, EXPIRES_AT, EPOCH, LAYER];
+/// `tenant/subject` beside the stamp, where a store filters best on one selective key (Chroma):
+/// an index for finding a subject's items, never what decides who owns one.
+pub const OWNER: &str = "lethe_owner";
+
+/// The [`OWNER`] value of a tenant's subject (neither may contain `/`: see
+/// `lethe_policy::names::canonical_key`).
+pub fn owner(tenant: &str, subject: &str) -> String {
+    format!("{tenant}/{subject}")
+}
 
 /// A request body that must be a JSON object; an empty body is an empty object.
 pub fn parse_object(body: &[u8]) -> Result<Map<String, Value>, AdapterError> {

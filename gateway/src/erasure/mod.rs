@@ -102,6 +102,13 @@ pub trait Connector: Send + Sync {
             "{collection}: this store holds no items Lethe tracks"
         )))
     }
+
+    /// Brings what an earlier Lethe wrote into the shape this one reads (Chroma: the owner key
+    /// of records stamped before it); answers how many items it changed. The sweeper runs it
+    /// once at start, again until it succeeds.
+    async fn upgrade(&self) -> Result<u64, ConnectorError> {
+        Ok(0)
+    }
 }
 
 /// The connector of a route to a store Lethe writes items to.

@@ -38,7 +38,20 @@ impl Sweeper {
 
     pub async fn run(self, stop: impl Future<Output = ()>) {
         let mut stop = std::pin::pin!(stop);
+        let mut to_upgrade: Vec<&String> = self.connectors.keys().collect();
         loop {
+            for route in std::mem::take(&mut to_upgrade) {
+                match self.connectors[route].upgrade().await {
+                    Ok(0) => {}
+                    Ok(n) => {
+                        tracing::info!(route = %route, items = n, "items written by an earlier Lethe brought up to date")
+                    }
+                    Err(e) => {
+                        tracing::warn!(route = %route, error = %e, "items written by an earlier Lethe not brought up to date yet; retrying at the next sweep");
+                        to_upgrade.push(route);
+                    }
+                }
+            }
             match self.sweep_once().await {
                 Ok(0) => {}
                 Ok(n) => tracing::info!(items = n, "retention sweep deleted expired items"),

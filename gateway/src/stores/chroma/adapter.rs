@@ -12,7 +12,9 @@ use hyper::Method;
 use lethe_policy::{Overwrite, PolicyView, ReadContext, Stamp, decide_read_item};
 use serde_json::{Map, Value, json};
 
-use crate::adapters::stamp::{EXPIRES_AT, SUBJECT, TENANT, parse_object, read_stamp, write_stamp};
+use crate::adapters::stamp::{
+    EXPIRES_AT, OWNER, SUBJECT, TENANT, owner, parse_object, read_stamp, write_stamp,
+};
 use crate::adapters::write::{decide_records, record_facts};
 use crate::adapters::{AdapterError, Scope};
 
@@ -344,6 +346,7 @@ pub fn apply_write(
             }
             if let Value::Object(m) = meta {
                 write_stamp(m, stamp);
+                m.insert(OWNER.into(), json!(owner(&stamp.tenant, &stamp.subject)));
             }
         }
     }
@@ -388,9 +391,24 @@ pub fn stamped_by(tenant: &str, keys: &[String]) -> Value {
     json!({"$and": [{ TENANT: { "$eq": tenant } }, { SUBJECT: { "$in": keys } }]})
 }
 
-/// The conditions Lethe adds to every read: the caller's tenant, its bound subject, and not
-/// expired. Chroma evaluates them, so most refused records never leave the store.
-fn scope_conditions(
+/// The conditions Lethe adds to a read: for a subject, its [`OWNER`] key alone; else the
+/// caller's tenant and not expired. Chroma evaluates every clause over the metadata of every
+/// collection on the server, so each must be selective: measured with 100 000 stamped records
+/// elsewhere on the server, a query narrowed by tenant, subject and expiry took 129 ms, by owner
+/// 4.5 ms. Every record answered is decided again on its stamp (tenant, subject, expiry,
+/// consent), so the owner key only finds candidates: a record past its deadline and not yet
+/// swept takes a place in the top k and is withheld.
+pub fn read_conditions(tenant: &str, subject: Option<&str>, now: DateTime<Utc>) -> Vec<Value> {
+    match subject {
+        Some(subject) => vec![json!({ OWNER: { "$eq": owner(tenant, subject) } })],
+        None => scope_conditions(tenant, None, Some(now)),
+    }
+}
+
+/// The conditions that select what a caller owns by the stamp itself (what a delete may
+/// remove: the store's answer is not decided again): its tenant, its subject, and, given `now`,
+/// not expired.
+pub fn scope_conditions(
     tenant: &str,
     bound_subject: Option<&str>,
     now: Option<DateTime<Utc>>,
@@ -436,7 +454,7 @@ pub fn narrow_read(
     let original = map.remove("where");
     map.insert(
         "where".into(),
-        narrowed_where(original, scope_conditions(tenant, bound_subject, Some(now))),
+        narrowed_where(original, read_conditions(tenant, bound_subject, now)),
     );
     let strip_metadatas = match map.get_mut("include") {
         None | Some(Value::Null) => false,
@@ -465,23 +483,19 @@ pub fn narrow_read(
     ))
 }
 
-/// The body of the `get` Lethe sends to count or to delete within the caller's scope. Counting
-/// also leaves out expired records; deleting does not (removing expired data is always allowed).
+/// The body of the `get` Lethe sends to count ([`read_conditions`]: the answer is decided
+/// again) or to delete ([`scope_conditions`] without expiry: removing expired data is always
+/// allowed) within the caller's scope.
 pub fn scoped_get(
     ids: Option<Value>,
     original_where: Option<Value>,
-    tenant: &str,
-    bound_subject: Option<&str>,
-    now: Option<DateTime<Utc>>,
+    conditions: Vec<Value>,
 ) -> Vec<u8> {
     let mut body = Map::new();
     if let Some(ids) = ids.filter(|v| !v.is_null()) {
         body.insert("ids".into(), ids);
     }
-    body.insert(
-        "where".into(),
-        narrowed_where(original_where, scope_conditions(tenant, bound_subject, now)),
-    );
+    body.insert("where".into(), narrowed_where(original_where, conditions));
     body.insert("include".into(), json!(["metadatas"]));
     serde_json::to_vec(&Value::Object(body)).unwrap_or_default()
 }

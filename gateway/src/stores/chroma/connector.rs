@@ -8,7 +8,7 @@ use hyper::Method;
 use serde_json::{Value, json};
 
 use crate::adapters::stamp::may_be_subjects;
-use crate::adapters::stamp::{SUBJECT, TENANT};
+use crate::adapters::stamp::{OWNER, SUBJECT, TENANT, owner, read_stamp};
 use crate::data::forward::{Route, Upstreams};
 use crate::erasure::http::StoreHttp;
 use crate::erasure::{Connector, ConnectorError, Copy, Physical, PurgeReport, Subjects};
@@ -388,6 +388,53 @@ impl Connector for ChromaConnector {
             Some(place) => Ok(self.owned(&place, items).await?.len() as u64),
             None => Ok(0),
         }
+    }
+
+    /// Gives every stamped record the owner key its stamp names (records stamped before reads
+    /// were found by it, or whose key disagrees with their stamp), [`BATCH`] at a time. Until
+    /// then a subject's reads do not find them: hidden, never served to anyone else. A record
+    /// restamped between this page's read and its update keeps the older owner key until it is
+    /// written again: hidden from its new owner, and never served on the key alone.
+    async fn upgrade(&self) -> Result<u64, ConnectorError> {
+        let mut changed = 0;
+        for place in &self.collections().await? {
+            for page in 0.. {
+                let answer = self
+                    .call(
+                        Method::POST,
+                        &place.op("get"),
+                        Some(json!({"include": ["metadatas"], "limit": BATCH, "offset": page * BATCH})),
+                    )
+                    .await?;
+                let found = ids(&answer);
+                let metadatas = answer.get("metadatas").and_then(Value::as_array);
+                let (stale, keys): (Vec<String>, Vec<Value>) = found
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, id)| {
+                        let meta = metadatas?.get(i)?;
+                        let stamp = read_stamp(meta)?;
+                        let key = owner(&stamp.tenant, &stamp.subject);
+                        (meta.get(OWNER).and_then(Value::as_str) != Some(key.as_str()))
+                            .then(|| (id.clone(), json!({ OWNER: key })))
+                    })
+                    .unzip();
+                if !stale.is_empty() {
+                    // Chroma merges an update's metadata into the record's.
+                    self.call(
+                        Method::POST,
+                        &place.op("update"),
+                        Some(json!({"ids": stale, "metadatas": keys})),
+                    )
+                    .await?;
+                    changed += stale.len() as u64;
+                }
+                if found.len() < BATCH {
+                    break;
+                }
+            }
+        }
+        Ok(changed)
     }
 }
 

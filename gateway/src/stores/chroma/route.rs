@@ -224,9 +224,7 @@ async fn count(
     let body = adapter::scoped_get(
         None,
         None,
-        ctx.tenant(),
-        ctx.subject.as_deref(),
-        Some(crate::now()),
+        adapter::read_conditions(ctx.tenant(), ctx.subject.as_deref(), crate::now()),
     );
     let answer = upstream
         .send(Method::POST, &get_path, Bytes::from(body))
@@ -257,7 +255,8 @@ async fn delete(
 ) -> Result<Response<Full<Bytes>>, DataError> {
     let Upstream { state, route, .. } = *upstream;
     let (ids, filter) = adapter::parse_delete(&body)?;
-    let body = adapter::scoped_get(ids, filter, ctx.tenant(), ctx.subject.as_deref(), None);
+    let owned = adapter::scope_conditions(ctx.tenant(), ctx.subject.as_deref(), None);
+    let body = adapter::scoped_get(ids, filter, owned);
     let found = upstream
         .send(Method::POST, &sibling(path, "get"), Bytes::from(body))
         .await?;

@@ -162,7 +162,7 @@ fn a_consented_write_is_stamped_record_by_record() {
     let expires = (now() + TimeDelta::days(30)).timestamp();
     assert_eq!(
         body["metadatas"][0],
-        json!({"topic": "drinks", SUBJECT: "alice", TENANT: "acme", PURPOSE: "personalization", CATEGORY: "preference", EXPIRES_AT: expires, EPOCH: 0, LAYER: "raw"})
+        json!({"topic": "drinks", SUBJECT: "alice", TENANT: "acme", PURPOSE: "personalization", CATEGORY: "preference", EXPIRES_AT: expires, EPOCH: 0, LAYER: "raw", OWNER: "acme/alice"})
     );
     assert_eq!(
         body["metadatas"][1][SUBJECT], "alice",
@@ -203,6 +203,11 @@ fn records_may_carry_their_own_scope_when_the_request_does_not() {
     .body;
     let body: Value = serde_json::from_slice(&body.unwrap()).unwrap();
     assert_eq!(body["metadatas"][1][SUBJECT], "bob");
+    assert_eq!(
+        (&body["metadatas"][0][OWNER], &body["metadatas"][1][OWNER]),
+        (&json!("acme/alice"), &json!("acme/bob")),
+        "each record's owner key follows its own stamp"
+    );
     assert_eq!(
         body["metadatas"][1][EXPIRES_AT],
         now().timestamp() + 60,
@@ -429,15 +434,20 @@ fn reads_are_narrowed_in_the_store() {
     )
     .unwrap();
     let body: Value = serde_json::from_slice(&body).unwrap();
+    // A subject's read is found by its one selective owner key; the answer is decided again.
     assert_eq!(
         body["where"],
-        json!({"$and": [{"topic": "x"}, {TENANT: {"$eq": "acme"}}, {SUBJECT: {"$eq": "alice"}}, {EXPIRES_AT: {"$gt": now().timestamp()}}]})
+        json!({"$and": [{"topic": "x"}, {OWNER: {"$eq": "acme/alice"}}]})
     );
     assert_eq!(body["include"], json!(["documents", "metadatas"]));
     assert!(plan.strip_metadatas);
     let (body, plan) = narrow_read(b"{}", C1, true, "acme", None, now()).unwrap();
     let body: Value = serde_json::from_slice(&body).unwrap();
-    assert_eq!(body["where"]["$and"].as_array().unwrap().len(), 2);
+    assert_eq!(
+        body["where"],
+        json!({"$and": [{TENANT: {"$eq": "acme"}}, {EXPIRES_AT: {"$gt": now().timestamp()}}]}),
+        "a read of no one subject stays within the tenant and its deadlines"
+    );
     assert!(!plan.strip_metadatas && plan.nested);
     assert!(narrow_read(br#"{"where": [1]}"#, C1, false, "acme", None, now()).is_err());
 }
@@ -566,9 +576,7 @@ fn deletes_are_scoped_through_a_get() {
     let body: Value = serde_json::from_slice(&scoped_get(
         Some(json!(["a"])),
         Some(json!({"k": 1})),
-        "acme",
-        Some("alice"),
-        None,
+        scope_conditions("acme", Some("alice"), None),
     ))
     .unwrap();
     assert_eq!(
