@@ -399,28 +399,20 @@ pub fn stamped_by(tenant: &str, keys: &[String]) -> Value {
 /// consent), so the owner key only finds candidates: a record past its deadline and not yet
 /// swept takes a place in the top k and is withheld.
 pub fn read_conditions(tenant: &str, subject: Option<&str>, now: DateTime<Utc>) -> Vec<Value> {
-    match subject {
-        Some(subject) => vec![json!({ OWNER: { "$eq": owner(tenant, subject) } })],
-        None => scope_conditions(tenant, None, Some(now)),
-    }
-}
-
-/// The conditions that select what a caller owns by the stamp itself (what a delete may
-/// remove: the store's answer is not decided again): its tenant, its subject, and, given `now`,
-/// not expired.
-pub fn scope_conditions(
-    tenant: &str,
-    bound_subject: Option<&str>,
-    now: Option<DateTime<Utc>>,
-) -> Vec<Value> {
-    let mut conditions = vec![json!({ TENANT: { "$eq": tenant } })];
-    if let Some(subject) = bound_subject {
-        conditions.push(json!({ SUBJECT: { "$eq": subject } }));
-    }
-    if let Some(now) = now {
+    let mut conditions = delete_conditions(tenant, subject);
+    if subject.is_none() {
         conditions.push(json!({ EXPIRES_AT: { "$gt": now.timestamp() } }));
     }
     conditions
+}
+
+/// The conditions that find what a delete may remove (expired records too): the subject's
+/// [`OWNER`] key, else the caller's tenant. The answer's stamps decide ([`owned_ids`]).
+pub fn delete_conditions(tenant: &str, subject: Option<&str>) -> Vec<Value> {
+    vec![match subject {
+        Some(subject) => json!({ OWNER: { "$eq": owner(tenant, subject) } }),
+        None => json!({ TENANT: { "$eq": tenant } }),
+    }]
 }
 
 /// `original AND conditions`, in the shape Chroma accepts (`$and` needs two or more operands).
@@ -483,9 +475,8 @@ pub fn narrow_read(
     ))
 }
 
-/// The body of the `get` Lethe sends to count ([`read_conditions`]: the answer is decided
-/// again) or to delete ([`scope_conditions`] without expiry: removing expired data is always
-/// allowed) within the caller's scope.
+/// The body of the `get` Lethe sends to count ([`read_conditions`]) or to delete
+/// ([`delete_conditions`]) within the caller's scope.
 pub fn scoped_get(
     ids: Option<Value>,
     original_where: Option<Value>,
@@ -530,14 +521,31 @@ pub fn parse_delete(body: &[u8]) -> Result<(Option<Value>, Option<Value>), Adapt
     Ok((ids, filter))
 }
 
-/// The ids a `get` answered.
-pub fn ids_of(response: &[u8]) -> Result<Vec<String>, AdapterError> {
+/// The ids of a scoped `get`'s answer whose stamp names the caller's tenant and, when it has
+/// one, its subject: what the owner key found, the stamp Chroma holds decides a delete.
+pub fn owned_ids(
+    response: &[u8],
+    tenant: &str,
+    subject: Option<&str>,
+) -> Result<Vec<String>, AdapterError> {
+    let invalid = || AdapterError::UpstreamInvalid("ids missing".into());
     let map: Map<String, Value> = serde_json::from_slice(response)
         .map_err(|_| AdapterError::UpstreamInvalid("not JSON".into()))?;
-    map.get("ids")
+    let ids = map
+        .get("ids")
         .and_then(Value::as_array)
-        .and_then(|ids| ids.iter().map(|v| v.as_str().map(str::to_owned)).collect())
-        .ok_or_else(|| AdapterError::UpstreamInvalid("ids missing".into()))
+        .ok_or_else(invalid)?;
+    let metadatas = map.get("metadatas").and_then(Value::as_array);
+    let text = |meta: &Value, key: &str| meta.get(key).and_then(Value::as_str).map(str::to_owned);
+    ids.iter()
+        .enumerate()
+        .filter_map(|(i, id)| {
+            let meta = metadatas.and_then(|m| m.get(i)).unwrap_or(&Value::Null);
+            let owned = text(meta, TENANT).as_deref() == Some(tenant)
+                && subject.is_none_or(|s| text(meta, SUBJECT).as_deref() == Some(s));
+            owned.then(|| id.as_str().map(str::to_owned).ok_or_else(invalid))
+        })
+        .collect()
 }
 
 /// The (tenant, subject) pairs whose stamps appear in a read's response: their policy must be

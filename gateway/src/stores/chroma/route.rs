@@ -255,15 +255,15 @@ async fn delete(
 ) -> Result<Response<Full<Bytes>>, DataError> {
     let Upstream { state, route, .. } = *upstream;
     let (ids, filter) = adapter::parse_delete(&body)?;
-    let owned = adapter::scope_conditions(ctx.tenant(), ctx.subject.as_deref(), None);
-    let body = adapter::scoped_get(ids, filter, owned);
+    let conditions = adapter::delete_conditions(ctx.tenant(), ctx.subject.as_deref());
+    let body = adapter::scoped_get(ids, filter, conditions);
     let found = upstream
         .send(Method::POST, &sibling(path, "get"), Bytes::from(body))
         .await?;
     if !found.is_success() {
         return Ok(found.passed_on());
     }
-    let ids = adapter::ids_of(&found.body)?;
+    let ids = adapter::owned_ids(&found.body, ctx.tenant(), ctx.subject.as_deref())?;
     if ids.is_empty() {
         return Ok(json_response(StatusCode::OK, &json!({ "deleted": 0 })));
     }

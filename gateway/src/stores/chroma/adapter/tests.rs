@@ -576,14 +576,38 @@ fn deletes_are_scoped_through_a_get() {
     let body: Value = serde_json::from_slice(&scoped_get(
         Some(json!(["a"])),
         Some(json!({"k": 1})),
-        scope_conditions("acme", Some("alice"), None),
+        delete_conditions("acme", Some("alice")),
     ))
     .unwrap();
     assert_eq!(
         body,
-        json!({"ids": ["a"], "where": {"$and": [{"k": 1}, {TENANT: {"$eq": "acme"}}, {SUBJECT: {"$eq": "alice"}}]}, "include": ["metadatas"]})
+        json!({"ids": ["a"], "where": {"$and": [{"k": 1}, {OWNER: {"$eq": "acme/alice"}}]}, "include": ["metadatas"]})
     );
-    assert_eq!(ids_of(br#"{"ids": ["x", "y"]}"#).unwrap(), ["x", "y"]);
+    assert_eq!(
+        delete_conditions("acme", None),
+        [json!({TENANT: {"$eq": "acme"}})],
+        "a delete of no one subject stays in the tenant, expired records included"
+    );
+    // The owner key found them; the stamp Chroma holds decides which may go.
+    let found = json!({
+        "ids": ["mine", "forged", "neighbours", "bare"],
+        "metadatas": [
+            {TENANT: "acme", SUBJECT: "alice", OWNER: "acme/alice"},
+            {TENANT: "globex", SUBJECT: "alice", OWNER: "acme/alice"},
+            {TENANT: "acme", SUBJECT: "bob", OWNER: "acme/alice"},
+            null,
+        ],
+    })
+    .to_string();
+    assert_eq!(
+        owned_ids(found.as_bytes(), "acme", Some("alice")).unwrap(),
+        ["mine"]
+    );
+    assert_eq!(
+        owned_ids(found.as_bytes(), "acme", None).unwrap(),
+        ["mine", "neighbours"]
+    );
+    assert!(owned_ids(b"{}", "acme", None).is_err());
 }
 
 // ---- properties: arbitrary JSON never panics and never lets a suppressed subject through ----
@@ -639,7 +663,7 @@ proptest! {
         }
         let _ = narrow_read(&bytes, C1, nested, "acme", None, now());
         let _ = parse_delete(&bytes);
-        let _ = ids_of(&bytes);
+        let _ = owned_ids(&bytes, "acme", Some("alice"));
         let ctx = ReadContext { tenant: "acme", store: "chroma", bound_subject: None, purpose: None };
         if let Ok(out) = filter_read(body, &ReadPlan { nested, ..ReadPlan::default() }, &view(), &ctx, now()) {
             let text = out.to_string();
