@@ -104,8 +104,8 @@ pub trait Connector: Send + Sync {
     }
 
     /// Brings what an earlier Lethe wrote into the shape this one reads (Chroma: the owner key
-    /// of records stamped before it); answers how many items it changed. The sweeper runs it
-    /// once at start, again until it succeeds.
+    /// of records stamped before it); answers how many items it changed. The sweeper runs it at
+    /// start, and at every sweep after until a pass fails nowhere and changes nothing.
     async fn upgrade(&self) -> Result<u64, ConnectorError> {
         Ok(0)
     }

@@ -43,8 +43,11 @@ impl Sweeper {
             for route in std::mem::take(&mut to_upgrade) {
                 match self.connectors[route].upgrade().await {
                     Ok(0) => {}
+                    // Again until a pass finds nothing: one that ran beside deletes may have
+                    // skipped records.
                     Ok(n) => {
-                        tracing::info!(route = %route, items = n, "items written by an earlier Lethe brought up to date")
+                        tracing::info!(route = %route, items = n, "items written by an earlier Lethe brought up to date");
+                        to_upgrade.push(route);
                     }
                     Err(e) => {
                         tracing::warn!(route = %route, error = %e, "items written by an earlier Lethe not brought up to date yet; retrying at the next sweep");

@@ -25,14 +25,7 @@ impl Connector for Flaky {
         if self.calls.fetch_add(1, Ordering::SeqCst) < self.failures {
             return Err(ConnectorError::Unavailable("upstream unavailable".into()));
         }
-        let n = lineage.len() as u64;
-        Ok(PurgeReport {
-            probe_hits: None,
-            before: n,
-            deleted: n,
-            remaining: 0,
-            physical: Physical::done(["test".to_owned()]),
-        })
+        Ok(all_deleted(lineage.len() as u64))
     }
     async fn count(
         &self,
@@ -40,6 +33,17 @@ impl Connector for Flaky {
         lineage: &[(String, String)],
     ) -> Result<u64, ConnectorError> {
         Ok(lineage.len() as u64)
+    }
+}
+
+/// A purge that found `n` records and left none.
+fn all_deleted(n: u64) -> PurgeReport {
+    PurgeReport {
+        probe_hits: None,
+        before: n,
+        deleted: n,
+        remaining: 0,
+        physical: Physical::done(["test".to_owned()]),
     }
 }
 
@@ -131,6 +135,15 @@ fn worker(store: &Arc<dyn Store>, failures: u32, max_attempts: u32) -> Worker {
 fn worker_with(store: &Arc<dyn Store>, connector: Arc<dyn Connector>, max_attempts: u32) -> Worker {
     let connectors =
         HashMap::from([("chroma:chroma".to_owned(), Target::own("chroma", connector))]);
+    worker_of(store, connectors, max_attempts)
+}
+
+/// A worker over `connectors` that retries at once and purges as soon as a flip is made.
+fn worker_of(
+    store: &Arc<dyn Store>,
+    connectors: HashMap<String, Target>,
+    max_attempts: u32,
+) -> Worker {
     let schedule = Schedule {
         max_attempts,
         first_backoff: Duration::from_millis(1),
@@ -392,13 +405,7 @@ impl Connector for Together {
         _: &[(String, String)],
     ) -> Result<PurgeReport, ConnectorError> {
         self.0.wait().await;
-        Ok(PurgeReport {
-            probe_hits: None,
-            before: 0,
-            deleted: 0,
-            remaining: 0,
-            physical: Physical::done(["test".to_owned()]),
-        })
+        Ok(all_deleted(0))
     }
     async fn count(
         &self,
@@ -435,18 +442,7 @@ async fn an_erasures_stores_are_purged_side_by_side() {
             )
         })
         .collect();
-    let schedule = Schedule {
-        max_attempts: 1,
-        first_backoff: Duration::from_millis(1),
-        settle: Duration::ZERO,
-        lease: Duration::from_secs(60),
-    };
-    let worker = Worker::new(
-        Arc::clone(&store),
-        connectors,
-        schedule,
-        Arc::from(crate::testing::AUDIT_KEY),
-    );
+    let worker = worker_of(&store, connectors, 1);
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let running = tokio::spawn(worker.run(async {
         let _ = stopped.await;
@@ -459,6 +455,11 @@ async fn an_erasures_stores_are_purged_side_by_side() {
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+    let jobs = store.purge_jobs("er1").await.unwrap();
+    assert!(
+        jobs.len() == 2 && jobs.iter().all(|j| j.state == "done"),
+        "completed only once every store is purged"
+    );
     let _ = stop.send(());
     running.await.unwrap();
 }

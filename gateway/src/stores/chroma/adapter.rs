@@ -399,20 +399,27 @@ pub fn stamped_by(tenant: &str, keys: &[String]) -> Value {
 /// consent), so the owner key only finds candidates: a record past its deadline and not yet
 /// swept takes a place in the top k and is withheld.
 pub fn read_conditions(tenant: &str, subject: Option<&str>, now: DateTime<Utc>) -> Vec<Value> {
-    let mut conditions = delete_conditions(tenant, subject);
-    if subject.is_none() {
-        conditions.push(json!({ EXPIRES_AT: { "$gt": now.timestamp() } }));
+    match subject {
+        Some(_) => vec![found_by(tenant, subject)],
+        None => vec![
+            found_by(tenant, None),
+            json!({ EXPIRES_AT: { "$gt": now.timestamp() } }),
+        ],
     }
-    conditions
 }
 
 /// The conditions that find what a delete may remove (expired records too): the subject's
 /// [`OWNER`] key, else the caller's tenant. The answer's stamps decide ([`owned_ids`]).
 pub fn delete_conditions(tenant: &str, subject: Option<&str>) -> Vec<Value> {
-    vec![match subject {
+    vec![found_by(tenant, subject)]
+}
+
+/// The one selective clause that finds a subject's records, or a tenant's.
+fn found_by(tenant: &str, subject: Option<&str>) -> Value {
+    match subject {
         Some(subject) => json!({ OWNER: { "$eq": owner(tenant, subject) } }),
         None => json!({ TENANT: { "$eq": tenant } }),
-    }]
+    }
 }
 
 /// `original AND conditions`, in the shape Chroma accepts (`$and` needs two or more operands).
