@@ -5,7 +5,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use lethe_policy::{ItemRef, PolicyView, RetentionPolicy, SubjectPolicy};
 use moka::sync::Cache;
@@ -14,11 +14,54 @@ use crate::store::{FeedEvent, PolicyChange, Store, StoreError};
 
 pub struct PolicyCache {
     store: Arc<dyn Store>,
-    subjects: Cache<(String, String), Arc<SubjectPolicy>>,
-    retention: Cache<String, Arc<RetentionPolicy>>,
-    hidden: Cache<String, Arc<Hidden>>,
+    subjects: Cache<SubjectKey, Loaded<SubjectPolicy>>,
+    retention: Cache<String, Loaded<RetentionPolicy>>,
+    hidden: Cache<String, Loaded<Hidden>>,
     /// How long after its flip what a completed erasure hid still counts (`[lineage] window`).
     window: chrono::TimeDelta,
+    /// Entries also age out, a backstop should a change notification ever be missed unnoticed:
+    /// time is counted in bands of half the longest age, and an entry loaded two bands ago is
+    /// loaded again. Checked when read rather than with moka's time to live, which keeps a
+    /// second list node for each entry.
+    started: Instant,
+    band: Duration,
+}
+
+/// How long a cached entry is used at most.
+const MAX_AGE: Duration = Duration::from_secs(300);
+
+/// A cached value, and the band of time it was loaded in.
+struct Loaded<V> {
+    value: Arc<V>,
+    band: u64,
+}
+
+// Not derived: that would ask for `V: Clone`, and only the pointer is cloned.
+impl<V> Clone for Loaded<V> {
+    fn clone(&self) -> Self {
+        Loaded {
+            value: Arc::clone(&self.value),
+            band: self.band,
+        }
+    }
+}
+
+/// A subject's place in the cache: the SHA-256 of its tenant and key, each length-prefixed. A
+/// fixed 32 bytes (the cache holds up to 100 000 of them) whatever the names' lengths, with no
+/// allocation of its own; two subjects share a key only through a SHA-256 collision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct SubjectKey([u8; 32]);
+
+impl SubjectKey {
+    fn new(tenant: &str, subject: &str) -> SubjectKey {
+        use sha2::Digest;
+        let mut digest = sha2::Sha256::new();
+        for name in [tenant, subject] {
+            digest.update((name.len() as u64).to_be_bytes());
+            digest.update(name.as_bytes());
+        }
+        SubjectKey(digest.finalize().into())
+    }
 }
 
 /// The items a tenant's erasures' closures hide: store -> collection -> ids.
@@ -44,22 +87,23 @@ impl Hidden {
 
 impl PolicyCache {
     pub fn new(store: Arc<dyn Store>, capacity: u64, window: Duration) -> Arc<Self> {
-        // Entries also age out, a backstop should a change notification ever be missed unnoticed.
-        let ttl = Duration::from_secs(300);
+        Self::aging(store, capacity, window, MAX_AGE)
+    }
+
+    /// A cache whose entries are used for `max_age` at most.
+    fn aging(
+        store: Arc<dyn Store>,
+        capacity: u64,
+        window: Duration,
+        max_age: Duration,
+    ) -> Arc<Self> {
         let cache = Arc::new(PolicyCache {
-            subjects: Cache::builder()
-                .max_capacity(capacity)
-                .time_to_live(ttl)
-                .build(),
-            retention: Cache::builder()
-                .max_capacity(10_000)
-                .time_to_live(ttl)
-                .build(),
-            hidden: Cache::builder()
-                .max_capacity(10_000)
-                .time_to_live(ttl)
-                .build(),
+            subjects: Cache::new(capacity),
+            retention: Cache::new(10_000),
+            hidden: Cache::new(10_000),
             window: chrono::TimeDelta::from_std(window).unwrap_or(chrono::TimeDelta::MAX),
+            started: Instant::now(),
+            band: (max_age / 2).max(Duration::from_millis(1)),
             store: Arc::clone(&store),
         });
         let weak = Arc::downgrade(&cache);
@@ -83,7 +127,7 @@ impl PolicyCache {
                 subject: Some(subject),
                 ..
             }) => {
-                self.subjects.invalidate(&(tenant.clone(), subject.clone()));
+                self.subjects.invalidate(&SubjectKey::new(tenant, subject));
             }
             FeedEvent::Changed(PolicyChange {
                 tenant,
@@ -102,51 +146,72 @@ impl PolicyCache {
     /// not cached, so a racing invalidation can never be overwritten by older data.
     async fn cached<K, V, F>(
         &self,
-        cache: &Cache<K, Arc<V>>,
+        cache: &Cache<K, Loaded<V>>,
         key: K,
         load: F,
     ) -> Result<Arc<V>, StoreError>
     where
         K: std::hash::Hash + Eq + Send + Sync + 'static,
         V: Send + Sync + 'static,
-        F: std::future::Future<Output = Result<V, StoreError>>,
+        F: std::future::Future<Output = Result<Arc<V>, StoreError>>,
     {
         let feed = self.store.feed();
+        let band = self.band();
         if feed.is_healthy()
             && let Some(hit) = cache.get(&key)
+            && band.saturating_sub(hit.band) < 2
         {
-            return Ok(hit);
+            return Ok(hit.value);
         }
         let seq = feed.seq();
-        let loaded = Arc::new(load.await?);
+        let value = load.await?;
         if feed.is_healthy() && feed.seq() == seq {
-            cache.insert(key, Arc::clone(&loaded));
+            let loaded = Loaded {
+                value: Arc::clone(&value),
+                band,
+            };
+            cache.insert(key, loaded);
         }
-        Ok(loaded)
+        Ok(value)
     }
 
+    /// The band of time it is now (see `band`).
+    fn band(&self) -> u64 {
+        let band = self.started.elapsed().as_nanos() / self.band.as_nanos();
+        u64::try_from(band).unwrap_or(u64::MAX)
+    }
+
+    /// A subject's policy. Every subject Lethe knows nothing of (active, epoch 0, no grant) shares
+    /// one value, so that a cache filled with names that were never granted anything holds
+    /// only their keys.
     pub async fn subject(
         &self,
         tenant: &str,
         subject: &str,
     ) -> Result<Arc<SubjectPolicy>, StoreError> {
-        let key = (tenant.to_owned(), subject.to_owned());
-        self.cached(
-            &self.subjects,
-            key,
-            self.store.subject_policy(tenant, subject),
-        )
-        .await
+        static UNKNOWN: std::sync::LazyLock<Arc<SubjectPolicy>> =
+            std::sync::LazyLock::new(Arc::default);
+        let load = async {
+            let policy = self.store.subject_policy(tenant, subject).await?;
+            Ok(if policy == **UNKNOWN {
+                Arc::clone(&UNKNOWN)
+            } else {
+                Arc::new(policy)
+            })
+        };
+        self.cached(&self.subjects, SubjectKey::new(tenant, subject), load)
+            .await
     }
 
     pub async fn retention(&self, tenant: &str) -> Result<Arc<RetentionPolicy>, StoreError> {
         let load = async {
-            Ok(self
-                .store
-                .retention(tenant)
-                .await?
-                .map(|v| v.policy)
-                .unwrap_or_default())
+            Ok(Arc::new(
+                self.store
+                    .retention(tenant)
+                    .await?
+                    .map(|v| v.policy)
+                    .unwrap_or_default(),
+            ))
         };
         self.cached(&self.retention, tenant.to_owned(), load).await
     }
@@ -165,7 +230,7 @@ impl PolicyCache {
                     .or_default()
                     .insert(item.item);
             }
-            Ok(hidden)
+            Ok(Arc::new(hidden))
         };
         self.cached(&self.hidden, tenant.to_owned(), load).await
     }

@@ -73,6 +73,48 @@ async fn a_change_in_this_process_is_seen_by_the_very_next_decision() {
     assert!(after.grants[0].revoked_at.is_some());
 }
 
+#[tokio::test]
+async fn subjects_never_granted_anything_share_one_policy_and_a_grant_gets_its_own() {
+    let store = migrated(&fresh_sqlite_url()).await;
+    let cache = PolicyCache::new(Arc::clone(&store), 100, Duration::from_secs(900));
+    let (u1, u2) = (
+        cache.subject("acme", "u1").await.unwrap(),
+        cache.subject("acme", "u2").await.unwrap(),
+    );
+    assert!(Arc::ptr_eq(&u1, &u2), "one value for every unknown subject");
+    store.create_grant(&grant("u1"), audit()).await.unwrap();
+    let granted = cache.subject("acme", "u1").await.unwrap();
+    assert_eq!(granted.grants.len(), 1);
+    assert!(!Arc::ptr_eq(&granted, &u2));
+    assert!(
+        cache.subject("acme", "u2").await.unwrap().grants.is_empty(),
+        "the shared value is not the granted one"
+    );
+    // Tenant and subject are kept apart in the key: ("acme", "u1") is not ("acmeu", "1").
+    assert!(cache.subject("acmeu", "1").await.unwrap().grants.is_empty());
+}
+
+#[tokio::test]
+async fn an_entry_no_change_reached_is_loaded_again_once_it_is_too_old() {
+    let url = fresh_sqlite_url();
+    let store = migrated(&url).await;
+    let max_age = Duration::from_secs(4);
+    let cache = PolicyCache::aging(Arc::clone(&store), 100, Duration::from_secs(900), max_age);
+    assert!(cache.subject("acme", "u1").await.unwrap().grants.is_empty());
+    // A change this store's feed never hears of: made through another connection to the file.
+    let elsewhere = store::connect(&url).await.unwrap();
+    elsewhere.use_subject_key(crate::testing::AUDIT_KEY);
+    elsewhere.create_grant(&grant("u1"), audit()).await.unwrap();
+    assert!(
+        cache.subject("acme", "u1").await.unwrap().grants.is_empty(),
+        "a young entry is served from the cache"
+    );
+    until("the old entry was loaded again", 3 * max_age, async || {
+        cache.subject("acme", "u1").await.unwrap().grants.len() == 1
+    })
+    .await;
+}
+
 /// Another replica on the store at `url`, with its cache, once its change feed is connected.
 async fn replica(url: &str) -> (Arc<dyn Store>, Arc<PolicyCache>) {
     let b = store::connect(url).await.unwrap();
