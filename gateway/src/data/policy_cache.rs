@@ -7,7 +7,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use lethe_policy::{ItemRef, PolicyView, RetentionPolicy, SubjectPolicy};
+use lethe_policy::{ConsentStatus, ItemRef, PolicyView, RetentionPolicy, SubjectPolicy};
 use moka::sync::Cache;
 
 use crate::store::{FeedEvent, PolicyChange, Store, StoreError};
@@ -181,9 +181,10 @@ impl PolicyCache {
         u64::try_from(band).unwrap_or(u64::MAX)
     }
 
-    /// A subject's policy. Every subject Lethe knows nothing of (active, epoch 0, no grant) shares
-    /// one value, so that a cache filled with names that were never granted anything holds
-    /// only their keys.
+    /// A subject's policy, without the grants that were revoked or had expired when it was
+    /// loaded (they never cover anything again). Every subject left with nothing (active, epoch
+    /// 0, no grant) shares one value, so that a cache filled with names that were never granted
+    /// anything holds only their keys.
     pub async fn subject(
         &self,
         tenant: &str,
@@ -192,7 +193,14 @@ impl PolicyCache {
         static UNKNOWN: std::sync::LazyLock<Arc<SubjectPolicy>> =
             std::sync::LazyLock::new(Arc::default);
         let load = async {
-            let policy = self.store.subject_policy(tenant, subject).await?;
+            let mut policy = self.store.subject_policy(tenant, subject).await?;
+            let now = crate::now();
+            policy.grants.retain(|g| {
+                matches!(
+                    g.status(now),
+                    ConsentStatus::Active | ConsentStatus::Pending
+                )
+            });
             Ok(if policy == **UNKNOWN {
                 Arc::clone(&UNKNOWN)
             } else {
