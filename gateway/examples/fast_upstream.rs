@@ -76,7 +76,7 @@ async fn main() -> std::io::Result<()> {
 
 /// A `query` answer (5 records, nested) and a `get` answer of `subject`'s records.
 fn answers(subject: &str) -> (Bytes, Bytes) {
-    let stamp = json!({"lethe_subject": subject, "lethe_tenant": "acme", "lethe_purpose": "personalization",
+    let stamp = json!({"lethe_subject": subject, "lethe_tenant": "acme", "lethe_owner": format!("acme/{subject}"), "lethe_purpose": "personalization",
         "lethe_category": "preference", "lethe_expires_at": 4_102_444_800i64, "lethe_epoch": 0, "n": 1});
     let ids: Vec<String> = (0..5).map(|i| format!("m{i}")).collect();
     // Prose, as memories are (derivative lineage fingerprints runs of words).
@@ -96,9 +96,10 @@ fn answers(subject: &str) -> (Bytes, Bytes) {
     (Bytes::from(query.to_string()), Bytes::from(get.to_string()))
 }
 
-/// The subject a read Lethe narrowed to one names (`"lethe_subject":{"$eq":"..."}`).
+/// The subject a read Lethe narrowed to one names (its owner key,
+/// `"lethe_owner":{"$eq":"acme/..."}`).
 fn asked_subject(body: &[u8]) -> Option<&str> {
-    const KEY: &[u8] = br#""lethe_subject":{"$eq":""#;
+    const KEY: &[u8] = br#""lethe_owner":{"$eq":"acme/"#;
     let start = body.windows(KEY.len()).position(|w| w == KEY)? + KEY.len();
     let len = body.get(start..)?.iter().position(|&b| b == b'"')?;
     std::str::from_utf8(body.get(start..start + len)?).ok()
