@@ -1,6 +1,7 @@
 //! The one JSON error shape of both planes:
 //! `{"error": {"code", "message", "request_id", "details"?}}`, and every code either plane
-//! answers with: the README's lists and the OpenAPI document are checked against [`Code::ALL`].
+//! answers with: the lists in `docs/errors.md` and the OpenAPI document are checked against
+//! [`Code::ALL`].
 
 use serde_json::{Value, json};
 
@@ -114,12 +115,12 @@ pub fn error_body(code: &str, message: &str, request_id: &str, details: Option<&
 mod tests {
     use super::*;
 
-    /// The codes a README list names: the backquoted words of the sentence that starts at
-    /// `marker` (up to the first full stop outside backquotes).
+    /// The codes a list in `docs/errors.md` names: the backquoted words of the sentence that
+    /// starts at `marker` (up to the first full stop outside backquotes).
     fn listed(readme: &str, marker: &str) -> Vec<String> {
         let start = readme
             .find(marker)
-            .unwrap_or_else(|| panic!("README has no {marker:?}"));
+            .unwrap_or_else(|| panic!("docs/errors.md has no {marker:?}"));
         let mut quoted = false;
         let end = readme[start..]
             .char_indices()
@@ -150,20 +151,20 @@ mod tests {
     }
 
     #[test]
-    fn the_readme_lists_every_code_of_each_plane_and_no_other() {
-        let readme = include_str!("../../README.md");
+    fn the_error_doc_lists_every_code_of_each_plane_and_no_other() {
+        let readme = include_str!("../../docs/errors.md");
         assert_eq!(
             listed(
                 readme,
                 "so every failure is a JSON error with a stable code"
             ),
             codes_of(Plane::Data),
-            "data-plane codes in the README"
+            "data-plane codes in docs/errors.md"
         );
         assert_eq!(
             listed(readme, "for validation), with stable codes"),
             codes_of(Plane::Control),
-            "control-plane codes in the README"
+            "control-plane codes in docs/errors.md"
         );
     }
 
