@@ -186,9 +186,9 @@ enum ConsentCommand {
         purpose: String,
         #[arg(long)]
         category: String,
-        /// Comma-separated: store,retrieve,embed,send_to_provider,provider_retention,train
-        #[arg(long, value_delimiter = ',', required = true)]
-        actions: Vec<String>,
+        /// Comma-separated consent actions
+        #[arg(long, value_delimiter = ',', required = true, value_parser = action_parser())]
+        actions: Vec<lethe_policy::Action>,
         /// RFC 3339 end of the grant
         #[arg(long)]
         expires_at: Option<String>,
@@ -212,6 +212,14 @@ enum ConsentCommand {
         #[arg(long)]
         subject: String,
     },
+}
+
+/// The policy crate's consent actions, each by its name (`--help` lists them).
+pub(crate) fn action_parser() -> impl clap::builder::TypedValueParser<Value = lethe_policy::Action>
+{
+    use clap::builder::TypedValueParser;
+    clap::builder::PossibleValuesParser::new(lethe_policy::Action::ALL.iter().map(|a| a.as_str()))
+        .try_map(|name| name.parse::<lethe_policy::Action>())
 }
 
 #[derive(Debug, Subcommand)]

@@ -6,6 +6,8 @@ pub mod adapters;
 pub mod auth;
 pub mod cli;
 pub mod client;
+#[cfg(test)]
+mod closed_lists;
 pub mod config;
 pub mod control;
 pub mod data;

@@ -7,38 +7,44 @@ use std::str::FromStr;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-/// What may be done with a subject's data. The set is closed: adding an action is a policy change.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Action {
-    Store,
-    Retrieve,
-    Embed,
-    SendToProvider,
-    ProviderRetention,
-    Train,
+/// Declares the closed set of consent actions from one list: the enum, [`Action::ALL`] and each
+/// action's name. Everything else that names actions (the OpenAPI document Lethe serves, the
+/// console's form, the CLI's `--actions`, the SQL installed in governed databases) takes them from
+/// here, and a test compares each with this list.
+macro_rules! actions {
+    ($($(#[$doc:meta])* $variant:ident = $name:literal,)*) => {
+        /// What may be done with a subject's data. The set is closed: adding an action is a
+        /// policy change.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+        pub enum Action {
+            $($(#[$doc])* #[serde(rename = $name)] $variant,)*
+        }
+
+        impl Action {
+            pub const ALL: &[Action] = &[$(Action::$variant),*];
+
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $(Action::$variant => $name),*
+                }
+            }
+        }
+    };
 }
 
-impl Action {
-    pub const ALL: [Action; 6] = [
-        Action::Store,
-        Action::Retrieve,
-        Action::Embed,
-        Action::SendToProvider,
-        Action::ProviderRetention,
-        Action::Train,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Action::Store => "store",
-            Action::Retrieve => "retrieve",
-            Action::Embed => "embed",
-            Action::SendToProvider => "send_to_provider",
-            Action::ProviderRetention => "provider_retention",
-            Action::Train => "train",
-        }
-    }
+actions! {
+    /// Keep the data in a memory store.
+    Store = "store",
+    /// Serve it back on a read.
+    Retrieve = "retrieve",
+    /// Compute embeddings from it.
+    Embed = "embed",
+    /// Send it to a model provider.
+    SendToProvider = "send_to_provider",
+    /// Let the provider keep what it is sent (stored responses, conversations, files).
+    ProviderRetention = "provider_retention",
+    /// Use it to train a model.
+    Train = "train",
 }
 
 impl fmt::Display for Action {
@@ -55,7 +61,8 @@ impl FromStr for Action {
     type Err = UnknownAction;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         Action::ALL
-            .into_iter()
+            .iter()
+            .copied()
             .find(|a| a.as_str() == s)
             .ok_or_else(|| UnknownAction(s.to_owned()))
     }
@@ -220,7 +227,7 @@ mod tests {
 
     #[test]
     fn actions_round_trip_through_their_names() {
-        for a in Action::ALL {
+        for &a in Action::ALL {
             assert_eq!(a.as_str().parse::<Action>(), Ok(a));
             assert_eq!(serde_json::to_value(a).unwrap(), a.as_str());
         }

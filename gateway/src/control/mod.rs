@@ -2,7 +2,7 @@
 
 mod audit;
 mod consents;
-mod console;
+pub(crate) mod console;
 mod derivatives;
 mod erasures;
 pub mod error;

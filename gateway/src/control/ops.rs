@@ -13,6 +13,20 @@ use super::error::ApiError;
 /// The OpenAPI document of the control plane, kept in the repository beside the code.
 pub const OPENAPI: &str = include_str!("../../openapi.json");
 
+/// The document as served: [`OPENAPI`] with the consent actions of the policy crate, the one
+/// list of them.
+pub(crate) static SERVED: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    let mut doc: serde_json::Value =
+        serde_json::from_str(OPENAPI).expect("openapi.json is JSON (checked by tests)");
+    doc["components"]["schemas"]["Action"]["enum"] = json!(
+        lethe_policy::Action::ALL
+            .iter()
+            .map(|a| a.as_str())
+            .collect::<Vec<_>>()
+    );
+    doc.to_string()
+});
+
 pub async fn healthz() -> Json<serde_json::Value> {
     Json(json!({ "status": "ok" }))
 }
@@ -47,7 +61,10 @@ pub async fn metrics(State(state): State<ControlState>) -> impl IntoResponse {
 }
 
 pub async fn openapi() -> impl IntoResponse {
-    ([(header::CONTENT_TYPE, "application/json")], OPENAPI)
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        SERVED.as_str(),
+    )
 }
 
 /// The policy changes each governed database has yet to take, and whether it is reached.

@@ -67,7 +67,8 @@ pub fn plan(db: &GovernedDatabase, folding: &Folding) -> Vec<String> {
         }
     }
     // Large objects live outside every table, so outside the rules: no app role makes one (only
-    // a superuser may take the right away from PUBLIC; otherwise the operator must, see README).
+    // a superuser may take the right away from PUBLIC; otherwise the operator must, see
+    // docs/threat-model.md).
     sql.push("DO $lethe$ BEGIN IF (SELECT rolsuper FROM pg_catalog.pg_roles WHERE rolname = current_user) THEN REVOKE EXECUTE ON FUNCTION pg_catalog.lo_create(oid), pg_catalog.lo_creat(integer), pg_catalog.lo_from_bytea(oid, bytea), pg_catalog.lo_import(text), pg_catalog.lo_import(text, oid) FROM PUBLIC; END IF; END $lethe$".into());
     // Nothing in schema lethe is PUBLIC's: functions are executable by their owner and by
     // what is granted above (the app roles: `readable`, which their row security calls), and
@@ -112,7 +113,7 @@ fn sql_class(ranges: &[&[(char, char)]]) -> String {
 }
 
 /// The policy tables and the deciding functions.
-fn schema() -> Vec<String> {
+pub(crate) fn schema() -> Vec<String> {
     use lethe_policy::names::{CONTROL, INVISIBLE, WHITESPACE};
     let invisible = sql_class(&[CONTROL, INVISIBLE]);
     let whitespace = sql_class(&[WHITESPACE]);

@@ -701,12 +701,19 @@ async fn subject(
     }
     body.push_str(&format!(
         "<h3>Grant consent</h3><form method=\"post\" action=\"/console/subjects/grant\"><input type=\"hidden\" name=\"csrf\" value=\"{csrf}\">{subject_field}<label for=\"purpose\">Purpose</label><input id=\"purpose\" name=\"purpose\" required><label for=\"category\">Category</label><input id=\"category\" name=\"category\" required><fieldset><legend>Actions</legend>{}</fieldset><label for=\"source\">Source (where the consent was given)</label><input id=\"source\" name=\"source\" required><p><button type=\"submit\">Grant</button></p></form>",
-        ["store", "retrieve", "embed", "send_to_provider", "provider_retention", "train"]
-            .iter()
-            .map(|a| format!("<label><input type=\"checkbox\" name=\"actions\" value=\"{a}\"> {a}</label>"))
-            .collect::<String>()
+        action_boxes()
     ));
     session.page("Subjects", &body)
+}
+
+/// A checkbox for each consent action of the policy crate.
+pub(crate) fn action_boxes() -> String {
+    lethe_policy::Action::ALL
+        .iter()
+        .map(|a| {
+            format!("<label><input type=\"checkbox\" name=\"actions\" value=\"{a}\"> {a}</label>")
+        })
+        .collect()
 }
 
 async fn grant(State(state): State<ControlState>, request: Request) -> Response {
