@@ -13,7 +13,7 @@ use serde_json::json;
 
 use crate::auth::{Claims, Role, mint_hs256};
 use crate::config::{Config, Overrides, parse_duration};
-use crate::store::{self, ChainReport, Store};
+use crate::state::{self, ChainReport, Store};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -423,7 +423,7 @@ async fn key_chain(config: &Config) -> Result<(), Failure> {
 /// The state store the configuration names, told how erasures reach derivatives and which
 /// governed databases a flip must hold in.
 async fn connect(config: &Config) -> Result<Arc<dyn Store>, Failure> {
-    let store = store::connect(&config.state.url).await.map_err(|e| {
+    let store = state::connect(&config.state.url).await.map_err(|e| {
         Failure(
             format!("state store {}: {e}", redact_url(&config.state.url)),
             2,
@@ -431,9 +431,9 @@ async fn connect(config: &Config) -> Result<Arc<dyn Store>, Failure> {
     })?;
     store.use_closure(
         match (config.lineage.derivatives, config.lineage.cross_subject) {
-            (false, _) => store::Closure::Off,
-            (true, crate::config::CrossSubject::Review) => store::Closure::Review,
-            (true, crate::config::CrossSubject::Erase) => store::Closure::Erase,
+            (false, _) => state::Closure::Off,
+            (true, crate::config::CrossSubject::Review) => state::Closure::Review,
+            (true, crate::config::CrossSubject::Erase) => state::Closure::Erase,
         },
     );
     // A flip holds only once every governed database has it, whichever process files it.
@@ -724,12 +724,12 @@ async fn audit_verify(
         None => None,
     };
     let genuine =
-        |h: &store::SignedHead| crate::erasure::certificate::verify_head(h, &public_key).is_ok();
+        |h: &state::SignedHead| crate::erasure::certificate::verify_head(h, &public_key).is_ok();
     let chain = tenant.map_or_else(
         || "audit chain".to_owned(),
         |t| format!("audit chain of tenant {t}"),
     );
-    match store::verify_audit(store.as_ref(), &key, Some(&genuine), tenant, saved.as_ref()).await? {
+    match state::verify_audit(store.as_ref(), &key, Some(&genuine), tenant, saved.as_ref()).await? {
         ChainReport::Intact { head, .. } => {
             let holding = saved.map_or(String::new(), |s| {
                 format!(", holding the saved head at row {}", s.seq)
@@ -762,7 +762,7 @@ fn saved_head(
     use crate::erasure::certificate;
     let bytes = std::fs::read(path).map_err(|e| Failure(format!("{}: {e}", path.display()), 2))?;
     let refused = |why: String| Failure(format!("{}: {why}", path.display()), 1);
-    if let Ok(head) = serde_json::from_slice::<store::SignedHead>(&bytes) {
+    if let Ok(head) = serde_json::from_slice::<state::SignedHead>(&bytes) {
         certificate::verify_head(&head, public_key).map_err(|e| refused(e.to_string()))?;
         if head.tenant.as_deref() != tenant {
             return Err(refused(format!(

@@ -1052,7 +1052,7 @@ impl Config {
             problems.push("control_plane.session_max: session_idle to 30 days".to_owned());
         }
         let url = &self.state.url;
-        if crate::store::StateKind::of(url).is_none() {
+        if crate::state::StateKind::of(url).is_none() {
             problems.push(format!(
                 "state.url: {url:?} is neither sqlite://PATH nor postgres://..."
             ));

@@ -3,7 +3,7 @@
 
 use crate::auth::Verifier;
 use crate::config::Config;
-use crate::store::Store;
+use crate::state::Store;
 
 pub const JWT_SECRET_ENV: &str = "LETHE_JWT_SECRET";
 pub const AUDIT_KEY_ENV: &str = "LETHE_AUDIT_KEY";
@@ -13,7 +13,7 @@ pub enum KeyError {
     #[error("{0}")]
     Config(String),
     #[error("the state store could not provide generated key material: {0}")]
-    Store(#[from] crate::store::StoreError),
+    Store(#[from] crate::state::StoreError),
     #[error("the system random number generator failed: {0}")]
     Random(String),
 }

@@ -17,7 +17,7 @@ pub mod governed;
 pub mod keys;
 pub mod metrics;
 pub mod revocations;
-pub mod store;
+pub mod state;
 pub mod stores;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
 use crate::auth::Claims;
-use crate::store::{FeedEvent, Store, StoreError};
+use crate::state::{FeedEvent, Store, StoreError};
 
 pub struct Revocations {
     store: Arc<dyn Store>,

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use crate::store::{self, Store};
+use crate::state::{self, Store};
 
 pub fn postgres_admin_url() -> String {
     std::env::var("LETHE_TEST_POSTGRES")
@@ -36,7 +36,7 @@ pub const AUDIT_KEY: &[u8] = b"audit-key";
 
 /// Connects to `url`, applies the migrations and gives the store the test [`AUDIT_KEY`].
 pub async fn migrated(url: &str) -> Arc<dyn Store> {
-    let store = store::connect(url)
+    let store = state::connect(url)
         .await
         .expect("connect to the test state store");
     store.migrate().await.expect("migrate the test state store");
@@ -63,8 +63,8 @@ pub fn erasure_request(
     id: &str,
     subject: &str,
     at: chrono::DateTime<chrono::Utc>,
-) -> store::ErasureRecord {
-    store::ErasureRecord {
+) -> state::ErasureRecord {
+    state::ErasureRecord {
         id: id.into(),
         tenant: "acme".into(),
         subject: subject.into(),
@@ -74,7 +74,7 @@ pub fn erasure_request(
         state: lethe_policy::ErasureState::Requested,
         requested_by: "dpo".into(),
         requested_at: at,
-        deadline: store::deadline(at, 1),
+        deadline: state::deadline(at, 1),
         approvals: vec![],
         suppressed_at: None,
         completed_at: None,
@@ -122,9 +122,9 @@ impl crate::erasure::Connector for Holding {
 
 /// A lineage row: `subject`'s item `id` of tenant `acme` in `store`'s collection `c1`, a day
 /// from its deadline.
-pub fn item(store: &str, id: &str, subject: &str) -> store::ItemRecord {
+pub fn item(store: &str, id: &str, subject: &str) -> state::ItemRecord {
     let now = crate::now();
-    store::ItemRecord {
+    state::ItemRecord {
         store: store.into(),
         collection: "c1".into(),
         item_id: id.into(),

@@ -122,7 +122,7 @@ pub(super) async fn serve(config: Config) -> Result<(), Failure> {
 /// Signs the audit chain's heads every `interval` (those that moved), until `stop`.
 async fn sign_heads(
     certifier: Arc<crate::erasure::certificate::Certifier>,
-    store: Arc<dyn crate::store::Store>,
+    store: Arc<dyn crate::state::Store>,
     interval: std::time::Duration,
     stop: impl Future<Output = ()>,
 ) {

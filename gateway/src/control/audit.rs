@@ -10,7 +10,7 @@ use super::ControlState;
 use super::error::ApiError;
 use super::extract::{ApiQuery, Caller};
 use crate::auth::Role;
-use crate::store::{ChainReport, verify_audit};
+use crate::state::{ChainReport, verify_audit};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]

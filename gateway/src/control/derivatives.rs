@@ -12,7 +12,7 @@ use super::erasures::{ErasureView, view, visible};
 use super::error::ApiError;
 use super::extract::{ApiJson, ApiQuery, Caller};
 use super::{ControlState, Problems};
-use crate::store::{Decision, Derivative, Edge, ItemKey};
+use crate::state::{Decision, Derivative, Edge, ItemKey};
 
 /// An item where it is kept, with its reference.
 #[derive(Debug, Serialize)]
@@ -121,7 +121,7 @@ pub(crate) async fn decide_as(
     caller: &Caller,
     id: &str,
     req: DecideRequest,
-) -> Result<crate::store::ErasureRecord, ApiError> {
+) -> Result<crate::state::ErasureRecord, ApiError> {
     let record = visible(state, caller, id).await?;
     let mut problems = Problems::default();
     problems.check(!req.refs.is_empty() && req.refs.len() <= 1000, || {

@@ -13,7 +13,7 @@ use super::extract::{ApiJson, Caller};
 use super::{ControlState, Problems};
 use crate::erasure::certificate::render_html;
 use crate::erasure::inventory::StoreCount;
-use crate::store::{DeadlineExtension, ErasureRecord, MAX_EXTENSION_MONTHS, PurgeJob, Rejection};
+use crate::state::{DeadlineExtension, ErasureRecord, MAX_EXTENSION_MONTHS, PurgeJob, Rejection};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -42,7 +42,7 @@ pub struct ErasureView {
     governed: Vec<GovernedLag>,
     /// Each governed database the flip must hold in, and since when it does: until every one
     /// does, the request is `propagating`, never `suppressed`.
-    pub(crate) flip: Vec<crate::store::GovernedFlip>,
+    pub(crate) flip: Vec<crate::state::GovernedFlip>,
 }
 
 #[derive(Debug, Serialize)]
@@ -188,7 +188,7 @@ pub(crate) async fn dry_run_as(
                 ..DerivativeCount::default()
             });
         match d.decision {
-            crate::store::Decision::Guard => count.guarded += 1,
+            crate::state::Decision::Guard => count.guarded += 1,
             _ if d.own => count.own += 1,
             _ => count.other += 1,
         }
@@ -242,7 +242,7 @@ pub(crate) async fn file_as(
         state: ErasureState::Requested,
         requested_by: caller.claims.sub.clone(),
         requested_at: now,
-        deadline: crate::store::deadline(now, state.erasure.deadline_months),
+        deadline: crate::state::deadline(now, state.erasure.deadline_months),
         approvals: Vec::new(),
         suppressed_at: None,
         completed_at: None,

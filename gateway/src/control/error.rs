@@ -12,7 +12,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
-use crate::store::StoreError;
+use crate::state::StoreError;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ApiError {

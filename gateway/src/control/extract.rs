@@ -91,8 +91,8 @@ impl Caller {
         subject_ref(&self.audit_key, tenant, subject)
     }
 
-    /// An item's reference (see [`crate::store::ItemKey::reference`]).
-    pub fn item_ref(&self, item: &crate::store::ItemKey) -> String {
+    /// An item's reference (see [`crate::state::ItemKey::reference`]).
+    pub fn item_ref(&self, item: &crate::state::ItemKey) -> String {
         item.reference(&self.audit_key)
     }
 

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use super::error::{ApiError, not_found_as};
 use super::extract::{ApiJson, ApiQuery, Caller};
 use super::{ControlState, Problems};
-use crate::store::HoldRecord;
+use crate::state::HoldRecord;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -21,7 +21,7 @@ use axum::routing::{get, post};
 
 use crate::auth::Verifier;
 use crate::metrics::Metrics;
-use crate::store::Store;
+use crate::state::Store;
 use error::ApiError;
 
 /// Everything the handlers share.

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use super::ControlState;
 use super::error::ApiError;
 use super::extract::{ApiJson, ApiQuery, Caller};
-use crate::store::RetentionVersion;
+use crate::state::RetentionVersion;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]

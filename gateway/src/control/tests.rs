@@ -556,7 +556,7 @@ async fn the_subject_view_shows_state_grants_holds_and_inventory() {
         Some(json!({"subject": "u1", "reason": "case 7"})),
     )
     .await;
-    let item = |store: &str, id: &str| crate::store::ItemRecord {
+    let item = |store: &str, id: &str| crate::state::ItemRecord {
         store: store.into(),
         collection: "memories".into(),
         item_id: id.into(),
@@ -1526,7 +1526,7 @@ async fn the_console_takes_a_failed_erasure_for_review_and_resumes_it() {
     h.store
         .finish_purge_job(
             &job.id,
-            crate::store::JobOutcome::Failed {
+            crate::state::JobOutcome::Failed {
                 error: "chroma: unreachable".into(),
                 retry_at: None,
             },
@@ -2086,8 +2086,8 @@ async fn a_subjects_page_places_and_releases_its_holds_and_comes_back_to_itself_
 /// alice's memory `a1`, bob's summary `s1` quoting it, and bob's note `b2` derived from
 /// nothing of hers.
 async fn derived_lineage(h: &Harness) {
-    use crate::store::{Derived, Edge, ItemKey};
-    let row = |id: &str, subject: &str| crate::store::ItemRecord {
+    use crate::state::{Derived, Edge, ItemKey};
+    let row = |id: &str, subject: &str| crate::state::ItemRecord {
         store: "chroma".into(),
         collection: "c1".into(),
         item_id: id.into(),
@@ -2304,15 +2304,15 @@ async fn an_items_lineage_is_shown_to_its_tenant_only() {
         .await;
     assert_error(&forbidden, StatusCode::FORBIDDEN, "forbidden");
     // An item id holding slashes (a conversation's item) is one path, its slashes its own.
-    let item = crate::store::ItemKey::new("openai", "conversation_items", "conv_1/msg_2");
+    let item = crate::state::ItemKey::new("openai", "conversation_items", "conv_1/msg_2");
     h.store
-        .record_derived(&[crate::store::Derived {
+        .record_derived(&[crate::state::Derived {
             tenant: "acme".into(),
             child: item.clone(),
-            edges: vec![crate::store::Edge {
+            edges: vec![crate::state::Edge {
                 child: item,
                 child_owner: "bob".into(),
-                parent: crate::store::ItemKey::new("chroma", "c1", "a1"),
+                parent: crate::state::ItemKey::new("chroma", "c1", "a1"),
                 parent_owner: "alice".into(),
                 how: lethe_policy::How::Quote,
                 at: crate::now(),

@@ -22,7 +22,7 @@ use super::error::DataError;
 use crate::adapters::write::RecordFacts;
 use crate::adapters::{AdapterError, RecordRefusal};
 use crate::config::LineageConfig;
-use crate::store::{Derived, Edge, FeedEvent, ItemKey, PolicyChange, Shared, Sharing, Store};
+use crate::state::{Derived, Edge, FeedEvent, ItemKey, PolicyChange, Shared, Sharing, Store};
 use memory::{Limits, Memory, Remembered};
 
 /// The data plane's derivative lineage; `None` settings: it is off.

@@ -10,7 +10,7 @@ use lethe_policy::Refusal;
 use serde_json::{Value, json};
 
 use crate::adapters::AdapterError;
-use crate::store::StoreError;
+use crate::state::StoreError;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct DataError {

@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
-use crate::store::{ItemRecord, ProcessorUse, Store, StoreError};
+use crate::state::{ItemRecord, ProcessorUse, Store, StoreError};
 
 const BATCH: usize = 500;
 /// How long the first row of a batch waits for others, unless someone waits for it.

@@ -37,7 +37,7 @@ use lineage::LineageWriter;
 use policy_cache::PolicyCache;
 use tokens::TokenCache;
 
-use crate::store::Store;
+use crate::state::Store;
 
 /// Everything a data-plane request needs.
 pub struct DataState {

@@ -10,7 +10,7 @@ use lethe_policy::{Refusal, still_current};
 use super::Upstream;
 use super::derivation::Derivations;
 use super::error::DataError;
-use crate::store::ItemRecord;
+use crate::state::ItemRecord;
 
 /// When a write's lineage rows are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use lethe_policy::{ConsentStatus, ItemRef, PolicyView, RetentionPolicy, SubjectPolicy};
 use moka::sync::Cache;
 
-use crate::store::{FeedEvent, PolicyChange, Store, StoreError};
+use crate::state::{FeedEvent, PolicyChange, Store, StoreError};
 
 pub struct PolicyCache {
     store: Arc<dyn Store>,

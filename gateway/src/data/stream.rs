@@ -25,7 +25,7 @@ use super::forward::{Answer, strip_hop_by_hop};
 use super::policy_cache::PolicyCache;
 use super::{DataState, Upstream};
 use crate::adapters::sse::{SseCheck, error_event};
-use crate::store::{ItemRecord, Store};
+use crate::state::{ItemRecord, Store};
 use crate::stores::openai::adapter::streamed_object_id;
 
 /// A response body fed by the relay task.

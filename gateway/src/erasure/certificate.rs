@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 
 use super::Physical;
 use crate::config::Config;
-use crate::store::{
+use crate::state::{
     Decision, Derivative, ErasureRecord, GovernedFlip, HeadSignature, PurgeJob, SignedHead, Store,
     StoreError,
 };
@@ -749,7 +749,7 @@ mod tests {
 
     #[test]
     fn the_derivatives_are_counted_per_store_and_what_remains_is_an_exception() {
-        use crate::store::ItemKey;
+        use crate::state::ItemKey;
         let signer = Signer::from_seed(&[7u8; 32]).unwrap();
         let (record, jobs, head, backups) = evidence_parts();
         let at = record.updated_at;

@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use super::{Subjects, Target};
-use crate::store::{Store, StoreError};
+use crate::state::{Store, StoreError};
 
 /// The purge targets of the configuration, to be counted.
 pub struct Inventory {

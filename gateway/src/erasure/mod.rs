@@ -31,7 +31,7 @@ pub use sweeper::Sweeper;
 
 use crate::config::Config;
 use crate::data::forward::{Route, Upstreams};
-use crate::store::{ExpiredItem, JobOutcome, PurgeJob, Store};
+use crate::state::{ExpiredItem, JobOutcome, PurgeJob, Store};
 pub use error::ConnectorError;
 pub use inventory::Inventory;
 pub use physical::{Copy, Physical};
@@ -167,7 +167,7 @@ impl Target {
         &self,
         store: &dyn Store,
         subjects: &Subjects,
-    ) -> Result<Vec<(String, String)>, crate::store::StoreError> {
+    ) -> Result<Vec<(String, String)>, crate::state::StoreError> {
         store
             .lineage_items(
                 subjects.tenant(),
@@ -329,7 +329,7 @@ impl Worker {
     }
 
     /// Runs one due job, if any; answers whether there was one.
-    pub async fn run_one(&self) -> Result<bool, crate::store::StoreError> {
+    pub async fn run_one(&self) -> Result<bool, crate::state::StoreError> {
         match self.claim().await? {
             Some(job) => self.run_job(job).await.map(|()| true),
             None => Ok(false),
@@ -337,7 +337,7 @@ impl Worker {
     }
 
     /// A due job, claimed for this worker until its lease runs out.
-    async fn claim(&self) -> Result<Option<PurgeJob>, crate::store::StoreError> {
+    async fn claim(&self) -> Result<Option<PurgeJob>, crate::state::StoreError> {
         let now = crate::now();
         let lease = delta(self.schedule.lease);
         let settled = now - delta(self.schedule.settle);
@@ -348,7 +348,7 @@ impl Worker {
 
     /// Runs a claimed job and records its outcome (and the request's completion, with its
     /// certificate).
-    async fn run_job(&self, job: PurgeJob) -> Result<(), crate::store::StoreError> {
+    async fn run_job(&self, job: PurgeJob) -> Result<(), crate::state::StoreError> {
         let lease = delta(self.schedule.lease);
         // The lease is renewed while the purge runs: a long purge keeps its job, a crashed
         // worker's job is taken over once its lease runs out.
@@ -400,7 +400,7 @@ impl Worker {
     async fn purge(
         &self,
         job: &PurgeJob,
-        record: Result<crate::store::ErasureRecord, String>,
+        record: Result<crate::state::ErasureRecord, String>,
     ) -> JobOutcome {
         let failed = |error: String| {
             let retry = job.attempts < i64::from(self.schedule.max_attempts);
@@ -490,16 +490,16 @@ impl Worker {
     /// certificate.
     async fn purge_derivatives(
         &self,
-        record: &crate::store::ErasureRecord,
+        record: &crate::state::ErasureRecord,
         target: &Target,
     ) -> Result<serde_json::Value, String> {
-        use crate::store::Decision;
+        use crate::state::Decision;
         let derivatives = self
             .store
             .derivatives(&record.id)
             .await
             .map_err(|e| e.to_string())?;
-        let due: Vec<&crate::store::Derivative> = derivatives
+        let due: Vec<&crate::state::Derivative> = derivatives
             .iter()
             .filter(|d| d.item.store == target.lineage_store && d.decision == Decision::Erase)
             .filter(|d| !target.owns_lineage || d.erased_at.is_none())
@@ -573,7 +573,7 @@ impl Worker {
     pub async fn replay(
         &self,
         since: chrono::DateTime<chrono::Utc>,
-    ) -> Result<Vec<Replayed>, crate::store::StoreError> {
+    ) -> Result<Vec<Replayed>, crate::state::StoreError> {
         let mut replayed = Vec::new();
         for tombstone in self.store.tombstones_since(since).await? {
             let subjects = Subjects::new(

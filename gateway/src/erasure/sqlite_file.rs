@@ -156,7 +156,7 @@ impl Connector for SqliteFileConnector {
     async fn delete_items(
         &self,
         _collection: &str,
-        items: &[crate::store::ExpiredItem],
+        items: &[crate::state::ExpiredItem],
     ) -> Result<u64, ConnectorError> {
         let mut conn = self.open(false).await?;
         sqlx::query("PRAGMA secure_delete = ON")
@@ -170,7 +170,7 @@ impl Connector for SqliteFileConnector {
     async fn held_items(
         &self,
         _collection: &str,
-        items: &[crate::store::ExpiredItem],
+        items: &[crate::state::ExpiredItem],
     ) -> Result<u64, ConnectorError> {
         let mut conn = self.open(true).await?;
         let ids: Vec<String> = items.iter().map(|i| i.item_id.clone()).collect();

@@ -11,7 +11,7 @@ use lethe_policy::audit::AuditEntry;
 
 use super::{Connector, route_connectors};
 use crate::config::Config;
-use crate::store::{ExpiredItem, Store, StoreError};
+use crate::state::{ExpiredItem, Store, StoreError};
 
 pub struct Sweeper {
     store: Arc<dyn Store>,

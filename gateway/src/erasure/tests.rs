@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use lethe_policy::{ErasureEvent, ErasureState};
 
 use super::*;
-use crate::store::{ItemRecord, StoreError};
+use crate::state::{ItemRecord, StoreError};
 use crate::testing::{erasure_request, fresh_sqlite_url, migrated};
 
 /// Fails its first `failures` calls, then deletes everything.

@@ -18,7 +18,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use super::Database;
-use crate::store::{PendingFlip, Store};
+use crate::state::{PendingFlip, Store};
 
 /// How often pending flips are looked at while there are some.
 const POLL: Duration = Duration::from_millis(25);

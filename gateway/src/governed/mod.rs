@@ -19,7 +19,7 @@ use sqlx::postgres::{PgPool, PgPoolOptions};
 use tokio::sync::{Notify, mpsc};
 
 use crate::config::{Config, GovernedDatabase};
-use crate::store::{FeedEvent, PolicyChange, Store};
+use crate::state::{FeedEvent, PolicyChange, Store};
 
 /// One governed database: its settings and Lethe's pool to it.
 struct Database {

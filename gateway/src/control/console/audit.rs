@@ -11,7 +11,7 @@ use axum::response::{IntoResponse, Response};
 use super::html::escape;
 use super::{html, signed_in};
 use crate::control::ControlState;
-use crate::store::{ChainReport, verify_audit};
+use crate::state::{ChainReport, verify_audit};
 
 /// Events on one page.
 const PAGE: i64 = 100;

@@ -9,7 +9,7 @@ use super::html::escape;
 use super::{Session, field, posted, request_uri, then_to};
 use crate::control::ControlState;
 use crate::control::derivatives::{DecideRequest, decide_as};
-use crate::store::{Decision, Derivative, Edge};
+use crate::state::{Decision, Derivative, Edge};
 
 /// A subject's reference as the console shows it: short, with the whole one as its title.
 fn short(session: &Session, tenant: &str, subject: Option<&str>) -> String {

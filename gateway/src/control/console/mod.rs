@@ -22,7 +22,7 @@ use super::erasures::{
     ErasureView, ExtendRequest, RejectRequest, approve_as, extend_as, reject_as, view, visible,
 };
 use super::extract::Caller;
-use crate::store::{DueWindow, ErasureFilter, ErasureStats, MAX_EXTENSION_MONTHS};
+use crate::state::{DueWindow, ErasureFilter, ErasureStats, MAX_EXTENSION_MONTHS};
 use html::{deadline_badge, escape, page, steps};
 pub use session::SignInLimit;
 use session::{Session, posted, signed_in};

@@ -90,7 +90,7 @@ pub async fn policy(State(state): State<ControlState>, parts: Parts) -> Response
 /// subject's page (`subject`) those covering the subject and a hold on it, coming back there.
 pub(super) fn holds_section(
     session: &Session,
-    holds: &[crate::store::HoldRecord],
+    holds: &[crate::state::HoldRecord],
     subject: Option<&str>,
 ) -> String {
     let csrf = escape(&session.csrf);

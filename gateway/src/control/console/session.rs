@@ -22,7 +22,7 @@ use super::html::{escape, nav, page};
 use super::{field, form, html};
 use crate::control::ControlState;
 use crate::control::extract::Caller;
-use crate::store::ConsoleSession;
+use crate::state::ConsoleSession;
 
 const COOKIE: &str = "lethe_console";
 /// The sign-in form's own CSRF token (double submit): a form posted from another site has not it.

@@ -1,6 +1,6 @@
 use super::*;
 
-use crate::store::tests::{ERASED_KEYS, erase_to_completion};
+use crate::state::tests::{ERASED_KEYS, erase_to_completion};
 use crate::testing::{AUDIT_KEY, fresh_sqlite_url, migrated};
 
 const TEXT: &str =

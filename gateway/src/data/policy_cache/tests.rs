@@ -8,7 +8,7 @@ use lethe_policy::audit::AuditEntry;
 use lethe_policy::{Action, ConsentGrant};
 
 use super::*;
-use crate::store::{self, FeedEvent};
+use crate::state::{self, FeedEvent};
 use crate::testing::{execute_raw, fresh_postgres_database, fresh_sqlite_url, migrated};
 
 fn audit() -> AuditEntry {
@@ -109,7 +109,7 @@ async fn an_entry_no_change_reached_is_loaded_again_once_it_is_too_old() {
     let cache = PolicyCache::aging(Arc::clone(&store), 100, Duration::from_secs(900), max_age);
     assert!(cache.subject("acme", "u1").await.unwrap().grants.is_empty());
     // A change this store's feed never hears of: made through another connection to the file.
-    let elsewhere = store::connect(&url).await.unwrap();
+    let elsewhere = state::connect(&url).await.unwrap();
     elsewhere.use_subject_key(crate::testing::AUDIT_KEY);
     elsewhere.create_grant(&grant("u1"), audit()).await.unwrap();
     assert!(
@@ -124,7 +124,7 @@ async fn an_entry_no_change_reached_is_loaded_again_once_it_is_too_old() {
 
 /// Another replica on the store at `url`, with its cache, once its change feed is connected.
 async fn replica(url: &str) -> (Arc<dyn Store>, Arc<PolicyCache>) {
-    let b = store::connect(url).await.unwrap();
+    let b = state::connect(url).await.unwrap();
     b.use_subject_key(crate::testing::AUDIT_KEY);
     let cache = PolicyCache::new(Arc::clone(&b), 1000, Duration::from_secs(900));
     until(

@@ -12,7 +12,7 @@ use crate::adapters::stamp::{OWNER, SUBJECT, TENANT, owner, read_stamp};
 use crate::data::forward::{Route, Upstreams};
 use crate::erasure::http::StoreHttp;
 use crate::erasure::{Connector, ConnectorError, Copy, Physical, PurgeReport, Subjects};
-use crate::store::ExpiredItem;
+use crate::state::ExpiredItem;
 use crate::stores::chroma::adapter::stamped_by;
 
 /// The most ids one call names: Chroma answers 500 to a `get` naming more than 32 763 ids

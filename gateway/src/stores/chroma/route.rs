@@ -13,7 +13,7 @@ use crate::data::error::{DataError, json_response};
 use crate::data::forward::Answer;
 use crate::data::overtaken::{Recording, keep_unless_overtaken};
 use crate::data::{DataState, RequestContext, Upstream};
-use crate::store::ItemRecord;
+use crate::state::ItemRecord;
 use crate::stores::chroma::adapter::{self as adapter, Endpoint, ReadPlan, WriteKind};
 
 /// Why a request is refused before anything is sent for it, if it is.

@@ -13,7 +13,7 @@ use crate::adapters::stamp::{SUBJECT, TENANT};
 use crate::data::forward::{Route, Upstreams};
 use crate::erasure::http::StoreHttp;
 use crate::erasure::{Connector, ConnectorError, Copy, Physical, PurgeReport, Subjects};
-use crate::store::ExpiredItem;
+use crate::state::ExpiredItem;
 use crate::stores::langgraph::adapter::{
     Namespace, Placement, STORE, THREADS, item_query, parse_item_id,
 };

@@ -20,7 +20,7 @@ use crate::data::forward::Answer;
 use crate::data::overtaken::{Recording, keep_unless_overtaken};
 use crate::data::stream::{Opened, Watch, open_events};
 use crate::data::{Body, RequestContext, Upstream, whole};
-use crate::store::ItemRecord;
+use crate::state::ItemRecord;
 use crate::stores::langgraph::adapter::{self as adapter, Endpoint, Namespace, STORE, THREADS};
 
 type Answered = Result<Response<Full<Bytes>>, DataError>;

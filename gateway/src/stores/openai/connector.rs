@@ -12,7 +12,7 @@ use hyper::{Method, StatusCode};
 use crate::data::forward::{Route, Upstreams};
 use crate::erasure::http::StoreHttp;
 use crate::erasure::{Connector, ConnectorError, Copy, Physical, PurgeReport, Subjects};
-use crate::store::ExpiredItem;
+use crate::state::ExpiredItem;
 use crate::stores::openai::adapter::object_path;
 
 pub struct OpenAiConnector {

@@ -22,7 +22,7 @@ use crate::data::stream::{
     Derive, Opened, Registration, Settled, Tap, Undo, Watch, open_events, settle,
 };
 use crate::data::{Body, RequestContext, Upstream, whole};
-use crate::store::{ItemKey, ItemRecord, ProcessorUse};
+use crate::state::{ItemKey, ItemRecord, ProcessorUse};
 use crate::stores::openai::adapter::{
     self as adapter, Access, CHAT, CONVERSATIONS, EMBEDDED, Endpoint, FILES, Generate, ITEMS,
     RESPONSES,

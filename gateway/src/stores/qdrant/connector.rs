@@ -14,7 +14,7 @@ use crate::adapters::stamp::{SUBJECT, TENANT, may_be_subjects};
 use crate::data::forward::{Route, Upstreams};
 use crate::erasure::http::StoreHttp;
 use crate::erasure::{Connector, ConnectorError, Copy, Physical, PurgeReport, Subjects};
-use crate::store::ExpiredItem;
+use crate::state::ExpiredItem;
 use crate::stores::qdrant::Snapshots;
 use crate::stores::qdrant::adapter::{PointId, stamped_by};
 

@@ -18,7 +18,7 @@ use crate::data::overtaken::{Recording, keep_unless_overtaken};
 use crate::data::policy_cache::View;
 use crate::data::{RequestContext, Upstream};
 use crate::error_shape::Code;
-use crate::store::ItemRecord;
+use crate::state::ItemRecord;
 use crate::stores::qdrant::adapter::edit::{self, Before, NotFound, Op, Target};
 use crate::stores::qdrant::adapter::read;
 use crate::stores::qdrant::adapter::{self, Endpoint, PayloadWanted, PointId, ReadPlan, Selection};

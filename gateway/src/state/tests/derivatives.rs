@@ -9,7 +9,7 @@ use lethe_policy::{ErasureState, How};
 
 use super::{audit, lineage_row};
 use crate::now;
-use crate::store::*;
+use crate::state::*;
 
 macro_rules! on_both_backends {
     ($($name:ident),* $(,)?) => {

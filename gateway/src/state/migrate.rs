@@ -127,7 +127,7 @@ macro_rules! run_migrations {
             let mut tx = $begin.await?;
             sqlx::query($lock).execute(&mut *tx).await?;
             // Inside the lock: concurrent CREATE TABLE IF NOT EXISTS can collide on PostgreSQL.
-            sqlx::query(crate::store::migrate::BOOKKEEPING)
+            sqlx::query(crate::state::migrate::BOOKKEEPING)
                 .execute(&mut *tx)
                 .await?;
             let done: Option<i64> =

@@ -18,9 +18,9 @@ macro_rules! impl_store {
             use sqlx::Row as _;
 
             use super::*;
-            use crate::store::{deadline, Closure, DeadlineExtension, Decision, Derivative, Derived, DueWindow, Edge, ItemKey, Rejection, ErasureFilter, ErasureRecord, MAX_EXTENSION_MONTHS, ErasureStats, ConsoleSession, ExpiredItem, Feed, FeedEvent, GovernedFlip, HoldRecord, PendingFlip, SignedHead, ItemRecord, JobOutcome, PolicyChange, PurgeJob, RetentionVersion, Store, StoreError, Tombstone};
+            use crate::state::{deadline, Closure, DeadlineExtension, Decision, Derivative, Derived, DueWindow, Edge, ItemKey, Rejection, ErasureFilter, ErasureRecord, MAX_EXTENSION_MONTHS, ErasureStats, ConsoleSession, ExpiredItem, Feed, FeedEvent, GovernedFlip, HoldRecord, PendingFlip, SignedHead, ItemRecord, JobOutcome, PolicyChange, PurgeJob, RetentionVersion, Store, StoreError, Tombstone};
 
-            crate::store::derivatives::derivative_sql!($db);
+            crate::state::derivatives::derivative_sql!($db);
 
             type Row = <$db as sqlx::Database>::Row;
             type Tx = sqlx::Transaction<'static, $db>;
@@ -110,7 +110,7 @@ macro_rules! impl_store {
                 let version: i32 = head.try_get("chain_version")?;
                 let kept_check: Option<String> = head.try_get("key_check")?;
                 let head = ChainHead { seq: head.try_get("seq")?, hash: head.try_get("hash")? };
-                if version != crate::store::KEYED_CHAIN {
+                if version != crate::state::KEYED_CHAIN {
                     return Err(StoreError::AuditUnkeyed);
                 }
                 let check = lethe_policy::audit::key_check(key);
@@ -1297,7 +1297,7 @@ macro_rules! impl_store {
                     Ok(items)
                 }
 
-                async fn record_processors(&self, uses: &[crate::store::ProcessorUse]) -> Result<(), StoreError> {
+                async fn record_processors(&self, uses: &[crate::state::ProcessorUse]) -> Result<(), StoreError> {
                     let mut tx = self.write_tx().await?;
                     for u in uses {
                         sqlx::query(
@@ -1318,7 +1318,7 @@ macro_rules! impl_store {
                     Ok(())
                 }
 
-                async fn processors(&self, tenant: &str, subject: &str) -> Result<Vec<crate::store::ProcessorUse>, StoreError> {
+                async fn processors(&self, tenant: &str, subject: &str) -> Result<Vec<crate::state::ProcessorUse>, StoreError> {
                     let rows = sqlx::query("SELECT processor, first_at, last_at FROM processors WHERE tenant = $1 AND subject = $2 ORDER BY processor")
                         .bind(tenant)
                         .bind(subject)
@@ -1326,7 +1326,7 @@ macro_rules! impl_store {
                         .await?;
                     rows.iter()
                         .map(|r| {
-                            Ok(crate::store::ProcessorUse {
+                            Ok(crate::state::ProcessorUse {
                                 tenant: tenant.to_owned(),
                                 subject: subject.to_owned(),
                                 processor: r.try_get("processor")?,
@@ -1346,7 +1346,7 @@ macro_rules! impl_store {
                     // store held) is the new writer's.
                     // One statement may not touch a row twice (PostgreSQL refuses it): the rows
                     // are applied in passes, the n-th write of an id in the n-th, as if in order.
-                    for chunk in crate::store::in_passes(items).iter().flat_map(|pass| pass.chunks(500)) {
+                    for chunk in crate::state::in_passes(items).iter().flat_map(|pass| pass.chunks(500)) {
                         let mut insert = sqlx::QueryBuilder::<$db>::new(
                             "INSERT INTO items (store, collection, item_id, tenant, subject, purpose, category, layer, created_at, expires_at, epoch, source_ref, parents, deleted_at) ",
                         );
@@ -1479,7 +1479,7 @@ macro_rules! impl_store {
                     rows.iter().map(|r| Ok((r.try_get("store")?, r.try_get("n")?))).collect()
                 }
 
-                fn shared_memory(&self) -> Option<&dyn crate::store::SharedMemory> {
+                fn shared_memory(&self) -> Option<&dyn crate::state::SharedMemory> {
                     <$store>::shared(self)
                 }
 
@@ -1742,7 +1742,7 @@ macro_rules! impl_store {
                     let mut tx = self.write_tx().await?;
                     let head = sqlx::query(<$store>::LOCK_AUDIT_HEAD).fetch_one(&mut *tx).await?;
                     let version: i32 = head.try_get("chain_version")?;
-                    if version == crate::store::KEYED_CHAIN {
+                    if version == crate::state::KEYED_CHAIN {
                         return Ok(None);
                     }
                     let old = ChainHead { seq: head.try_get("seq")?, hash: head.try_get("hash")? };
@@ -1806,7 +1806,7 @@ macro_rules! impl_store {
                     sqlx::query("UPDATE audit_chain SET seq = $1, hash = $2, chain_version = $3, key_check = $4 WHERE id = 1")
                         .bind(head.seq)
                         .bind(&head.hash)
-                        .bind(crate::store::KEYED_CHAIN)
+                        .bind(crate::state::KEYED_CHAIN)
                         .bind(lethe_policy::audit::key_check(key))
                         .execute(&mut *tx)
                         .await?;
@@ -1830,7 +1830,7 @@ macro_rules! impl_store {
                 async fn audit_keying(&self) -> Result<(bool, Option<String>), StoreError> {
                     let row = sqlx::query("SELECT chain_version, key_check FROM audit_chain WHERE id = 1").fetch_one(&self.pool).await?;
                     let version: i32 = row.try_get("chain_version")?;
-                    Ok((version == crate::store::KEYED_CHAIN, row.try_get("key_check")?))
+                    Ok((version == crate::state::KEYED_CHAIN, row.try_get("key_check")?))
                 }
 
                 async fn tenant_heads(&self) -> Result<Vec<(String, ChainHead)>, StoreError> {
@@ -1874,7 +1874,7 @@ macro_rules! impl_store {
                                 seq: row.try_get("seq")?,
                                 hash: row.try_get("hash")?,
                                 signed_at: row.try_get("signed_at")?,
-                                signature: crate::store::HeadSignature::ed25519(row.try_get("public_key")?, row.try_get("signature")?),
+                                signature: crate::state::HeadSignature::ed25519(row.try_get("public_key")?, row.try_get("signature")?),
                             })
                         })
                         .collect()
