@@ -209,9 +209,28 @@ def state_url():
     return new_database()
 
 
+# Every route kind the harness starts Lethe with, one line each: the route's name (also its
+# prefix, `/<kind>`, and its `LETHE_UPSTREAM_<KIND>`) and the keys the route needs besides its
+# upstream. A test names a kind's upstream as `<kind>_url=`, and more keys as `<kind>_settings=`.
+ROUTES = {
+    "chroma": "",
+    "langgraph": "",
+    "openai": ('timeout = "2s"\nretention_window = "30d"\n'
+               'credential = { header = "authorization", value = { value = "Bearer sk-standin" } }\n'),
+    "qdrant": "",
+}
+NOWHERE = "http://127.0.0.1:1"
+
+
+def upstreams_of(chroma_url, urls):
+    """Each route kind's upstream, from `<kind>_url=` keywords (nowhere for a kind not given)."""
+    unknown = set(urls) - {f"{kind}_url" for kind in ROUTES}
+    assert not unknown, f"no route kind for {unknown}"
+    return {"chroma": chroma_url, **{kind: urls.get(f"{kind}_url") or NOWHERE for kind in ROUTES if kind != "chroma"}}
+
+
 class Lethe:
-    def __init__(self, state_url, chroma_url, workdir, config=None, langgraph_url="http://127.0.0.1:1",
-                 openai_url="http://127.0.0.1:1", qdrant_url="http://127.0.0.1:1"):
+    def __init__(self, state_url, chroma_url, workdir, config=None, **urls):
         self.state_url = state_url
         self.chroma_url = chroma_url
         self.workdir = workdir
@@ -222,12 +241,9 @@ class Lethe:
             "LETHE_STATE_URL": state_url,
             "LETHE_CONTROL_LISTEN": self.control,
             "LETHE_DATA_LISTEN": self.data,
-            "LETHE_UPSTREAM_CHROMA": chroma_url,
-            "LETHE_UPSTREAM_LANGGRAPH": langgraph_url,
-            "LETHE_UPSTREAM_OPENAI": openai_url,
-            "LETHE_UPSTREAM_QDRANT": qdrant_url,
             "LETHE_LOG": "warn",
         })
+        env.update({f"LETHE_UPSTREAM_{kind.upper()}": url for kind, url in upstreams_of(chroma_url, urls).items()})
         if config:
             env["LETHE_CONFIG"] = str(config)
         self.env = env
@@ -365,26 +381,21 @@ class Lethe:
         self.process.wait(timeout=15)
 
 
-def own_lethe(chroma_url, workdir, erasure_toml, langgraph_url=None, openai_url=None, qdrant_url=None, qdrant_settings="",
-              chroma_settings=""):
+def own_lethe(chroma_url, workdir, erasure_toml, **kinds):
     """A Lethe of the test's own, on a fresh state database: the chroma route (its upstream
-    given by `chroma_url`), the langgraph, openai and qdrant routes when their URLs are given, and the
-    erasure settings in `erasure_toml` (and the routes' own keys in `chroma_settings` and
-    `qdrant_settings`)."""
+    given by `chroma_url`), a route of each other kind whose `<kind>_url=` is given, each with the
+    keys of its `ROUTES` line and of `<kind>_settings=`, and the erasure settings in
+    `erasure_toml`."""
+    settings = {key: kinds.pop(key) for key in list(kinds) if key.endswith("_settings")}
+    assert set(settings) <= {f"{kind}_settings" for kind in ROUTES}, f"no route kind for {settings}"
+    routes = ""
+    for kind, keys in ROUTES.items():
+        if kind == "chroma" or kinds.get(f"{kind}_url"):
+            routes += (f'\n[[routes]]\nname = "{kind}"\nprefix = "/{kind}"\nupstream = "{NOWHERE}"\n'
+                       f'adapter = "{kind}"\n{keys}{settings.get(f"{kind}_settings", "")}')
     config = Path(workdir) / "lethe.toml"
-    routes = '\n[[routes]]\nname = "chroma"\nprefix = "/chroma"\nupstream = "http://127.0.0.1:1"\nadapter = "chroma"\n' + chroma_settings
-    if langgraph_url:
-        routes += '\n[[routes]]\nname = "langgraph"\nprefix = "/langgraph"\nupstream = "http://127.0.0.1:1"\nadapter = "langgraph"\n'
-    if openai_url:
-        routes += ('\n[[routes]]\nname = "openai"\nprefix = "/openai"\nupstream = "http://127.0.0.1:1"\nadapter = "openai"\n'
-                   'timeout = "2s"\nretention_window = "30d"\n'
-                   'credential = { header = "authorization", value = { value = "Bearer sk-standin" } }\n')
-    if qdrant_url:
-        routes += '\n[[routes]]\nname = "qdrant"\nprefix = "/qdrant"\nupstream = "http://127.0.0.1:1"\nadapter = "qdrant"\n' + qdrant_settings
     config.write_text(erasure_toml + routes)
-    return Lethe(new_database(), chroma_url, workdir, config=config,
-                 langgraph_url=langgraph_url or "http://127.0.0.1:1", openai_url=openai_url or "http://127.0.0.1:1",
-                 qdrant_url=qdrant_url or "http://127.0.0.1:1")
+    return Lethe(new_database(), chroma_url, workdir, config=config, **kinds)
 
 
 def two_tenant_lethe(chroma_url, workdir, erasure_toml, **urls):

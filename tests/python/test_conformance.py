@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import LETHE, TENANT, http, new_database, own_lethe, someone, wait_for
+from conftest import LETHE, NOWHERE, TENANT, http, new_database, own_lethe, someone, wait_for
 
-DOWN = "http://127.0.0.1:1"
+DOWN = NOWHERE
 SEEDED = 3
 
 
