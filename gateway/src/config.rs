@@ -227,69 +227,80 @@ impl GovernedDatabase {
         }
         let mut seen = BTreeSet::new();
         for table in &self.tables {
-            let parts: Vec<&str> = table.table.split('.').collect();
-            if parts.len() > 2
-                || !parts.iter().all(|p| sql_identifier(p))
-                || (parts.len() == 2 && parts[0] == "lethe")
-            {
-                problems.push(format!(
-                    "{at}: table {:?} must be [schema.]name, lowercase SQL identifiers, not in schema lethe",
-                    table.table
-                ));
-            }
             if !seen.insert(table.table.as_str()) {
                 problems.push(format!("{at}: table {} is named twice", table.table));
             }
-            let scope = [
-                ("tenant", &table.tenant),
-                ("subject", &table.subject),
-                ("purpose", &table.purpose),
-                ("category", &table.category),
-            ];
-            if let Some(owner) = &table.owner {
-                if scope.iter().any(|(_, e)| !e.is_empty()) {
-                    problems.push(format!(
-                        "{at}: table {} takes its scope from {owner}: no tenant, subject, purpose or category of its own",
-                        table.table
-                    ));
-                }
-                if table.key.is_empty() || !table.key.iter().all(|k| sql_identifier(k)) {
-                    problems.push(format!(
-                        "{at}: table {} needs key, the columns it shares with {owner} (SQL identifiers)",
-                        table.table
-                    ));
-                }
-                if !self
-                    .tables
-                    .iter()
-                    .any(|t| &t.table == owner && t.owner.is_none())
-                {
-                    problems.push(format!(
-                        "{at}: table {}: owner {owner} must be another governed table with a scope of its own",
-                        table.table
-                    ));
-                }
-                continue;
-            }
-            if !table.key.is_empty() {
+            let among = &self.tables;
+            problems.extend(
+                table
+                    .problems(among)
+                    .into_iter()
+                    .map(|p| format!("{at}: {p}")),
+            );
+        }
+        problems
+    }
+}
+
+impl GovernedTable {
+    /// The table's own problems; `tables`: every table of its database (an owner must be one).
+    fn problems(&self, tables: &[GovernedTable]) -> Vec<String> {
+        let mut problems = Vec::new();
+        let parts: Vec<&str> = self.table.split('.').collect();
+        if parts.len() > 2
+            || !parts.iter().all(|p| sql_identifier(p))
+            || (parts.len() == 2 && parts[0] == "lethe")
+        {
+            problems.push(format!(
+                "table {:?} must be [schema.]name, lowercase SQL identifiers, not in schema lethe",
+                self.table
+            ));
+        }
+        let scope = [
+            ("tenant", &self.tenant),
+            ("subject", &self.subject),
+            ("purpose", &self.purpose),
+            ("category", &self.category),
+        ];
+        if let Some(owner) = &self.owner {
+            if scope.iter().any(|(_, e)| !e.is_empty()) {
                 problems.push(format!(
-                    "{at}: table {}: key only goes with owner",
-                    table.table
+                "table {} takes its scope from {owner}: no tenant, subject, purpose or category of its own",
+                self.table
+            ));
+            }
+            if self.key.is_empty() || !self.key.iter().all(|k| sql_identifier(k)) {
+                problems.push(format!(
+                    "table {} needs key, the columns it shares with {owner} (SQL identifiers)",
+                    self.table
                 ));
             }
-            for (what, expr) in scope {
-                // Written into Lethe's policies and triggers: one expression, nothing after it.
-                if expr.trim().is_empty()
-                    || expr.contains(';')
-                    || expr.contains("--")
-                    || expr.contains("/*")
-                    || expr.contains('$')
-                {
-                    problems.push(format!(
-                        "{at}: table {} {what}: one SQL expression over the row (no ';', comments or '$')",
-                        table.table
-                    ));
-                }
+            if !tables
+                .iter()
+                .any(|t| &t.table == owner && t.owner.is_none())
+            {
+                problems.push(format!(
+                "table {}: owner {owner} must be another governed table with a scope of its own",
+                self.table
+            ));
+            }
+            return problems;
+        }
+        if !self.key.is_empty() {
+            problems.push(format!("table {}: key only goes with owner", self.table));
+        }
+        for (what, expr) in scope {
+            // Written into Lethe's policies and triggers: one expression, nothing after it.
+            if expr.trim().is_empty()
+                || expr.contains(';')
+                || expr.contains("--")
+                || expr.contains("/*")
+                || expr.contains('$')
+            {
+                problems.push(format!(
+                    "table {} {what}: one SQL expression over the row (no ';', comments or '$')",
+                    self.table
+                ));
             }
         }
         problems
@@ -1010,6 +1021,7 @@ impl Config {
     }
 
     /// Semantic checks over a parsed configuration.
+    /// Every problem of every section, then those between sections.
     fn problems(&self) -> Vec<String> {
         let mut problems = Vec::new();
         let mut governed = BTreeSet::new();
@@ -1029,34 +1041,16 @@ impl Config {
             }
         }
         problems.extend(self.lineage.problems());
+        problems.extend(self.data_plane.problems());
+        problems.extend(self.control_plane.problems());
         if self.data_plane.listen == self.control_plane.listen {
             problems.push(format!(
                 "data_plane.listen and control_plane.listen are both {}",
                 self.data_plane.listen
             ));
         }
-        if self.data_plane.max_body_bytes == 0 {
-            problems.push("data_plane.max_body_bytes: must be greater than zero".to_owned());
-        }
-        if self.data_plane.max_concurrency == 0 {
-            problems.push("data_plane.max_concurrency: must be greater than zero".to_owned());
-        }
-        if self.control_plane.max_body_bytes == 0 {
-            problems.push("control_plane.max_body_bytes: must be greater than zero".to_owned());
-        }
-        if self.control_plane.session_idle.0 < Duration::from_secs(60) {
-            problems.push("control_plane.session_idle: at least 1m".to_owned());
-        }
-        let max = self.control_plane.session_max.0;
-        if max < self.control_plane.session_idle.0 || max > Duration::from_secs(30 * 24 * 3600) {
-            problems.push("control_plane.session_max: session_idle to 30 days".to_owned());
-        }
-        let url = &self.state.url;
-        if crate::state::StateKind::of(url).is_none() {
-            problems.push(format!(
-                "state.url: {url:?} is neither sqlite://PATH nor postgres://..."
-            ));
-        }
+        problems.extend(self.state.problems());
+        problems.extend(self.erasure.problems(&self.routes));
         let targets = self.erasure_targets();
         for backup in &self.erasure.backups {
             if !targets.contains(&backup.target) {
@@ -1067,36 +1061,94 @@ impl Config {
                 ));
             }
         }
+        problems.extend(self.auth.problems());
+        problems.extend(RouteConfig::problems_of(&self.routes));
+        for tenant in self.tenants.keys() {
+            if lethe_policy::names::canonical_key(tenant, false).as_deref() != Ok(tenant.as_str()) {
+                problems.push(format!(
+                    "[tenants.{tenant:?}]: a tenant's name must be its canonical form (NFC, no invisible characters, no edge whitespace, no '/')"
+                ));
+            }
+        }
+        problems
+    }
+}
+
+impl DataPlaneConfig {
+    fn problems(&self) -> Vec<String> {
+        let mut problems = Vec::new();
+        if self.max_body_bytes == 0 {
+            problems.push("data_plane.max_body_bytes: must be greater than zero".to_owned());
+        }
+        if self.max_concurrency == 0 {
+            problems.push("data_plane.max_concurrency: must be greater than zero".to_owned());
+        }
+        problems
+    }
+}
+
+impl ControlPlaneConfig {
+    fn problems(&self) -> Vec<String> {
+        let mut problems = Vec::new();
+        if self.max_body_bytes == 0 {
+            problems.push("control_plane.max_body_bytes: must be greater than zero".to_owned());
+        }
+        if self.session_idle.0 < Duration::from_secs(60) {
+            problems.push("control_plane.session_idle: at least 1m".to_owned());
+        }
+        let max = self.session_max.0;
+        if max < self.session_idle.0 || max > Duration::from_secs(30 * 24 * 3600) {
+            problems.push("control_plane.session_max: session_idle to 30 days".to_owned());
+        }
+        problems
+    }
+}
+
+impl StateConfig {
+    fn problems(&self) -> Vec<String> {
+        let url = &self.url;
+        match crate::state::StateKind::of(url) {
+            Some(_) => Vec::new(),
+            None => vec![format!(
+                "state.url: {url:?} is neither sqlite://PATH nor postgres://..."
+            )],
+        }
+    }
+}
+
+impl AuthConfig {
+    fn problems(&self) -> Vec<String> {
+        let mut problems = Vec::new();
+        if self.issuer.trim().is_empty() {
+            problems.push("auth.issuer: must not be empty".to_owned());
+        }
+        if self.hs256_secret.is_some() && self.uses_public_keys() {
+            problems.push(
+                "auth: hs256_secret is for development and cannot be combined with public keys (keys, jwks)".to_owned(),
+            );
+        }
+        problems
+    }
+}
+
+impl ErasureConfig {
+    /// `routes`: the configured routes, which `[[erasure.sqlite]]` files follow.
+    fn problems(&self, routes: &[RouteConfig]) -> Vec<String> {
+        let mut problems = Vec::new();
         let mut postgres_names = BTreeSet::new();
-        for (i, target) in self.erasure.postgres.iter().enumerate() {
+        for (i, target) in self.postgres.iter().enumerate() {
             let at = format!("[[erasure.postgres]] #{} ({})", i + 1, target.name);
             if !postgres_names.insert(&target.name) {
                 problems.push(format!("{at}: another PostgreSQL target has this name"));
             }
-            if target.count.trim().is_empty()
-                || target.delete.is_empty()
-                || target.delete.iter().any(|d| d.trim().is_empty())
-            {
-                problems.push(format!(
-                    "{at}: needs a count statement and at least one delete statement"
-                ));
-            }
+            problems.extend(target.problems().into_iter().map(|p| format!("{at}: {p}")));
         }
-        for (i, target) in self.erasure.redis.iter().enumerate() {
+        for (i, target) in self.redis.iter().enumerate() {
             let at = format!("[[erasure.redis]] #{} ({})", i + 1, target.name);
-            if target.urls.is_empty() || target.urls.iter().any(|u| !u.starts_with("redis://")) {
-                problems.push(format!(
-                    "{at}: urls must list every primary as redis://host:port (rediss:// is not supported: Lethe's Redis client is built without TLS; reach a TLS primary through a local TLS tunnel)"
-                ));
-            }
-            if target.patterns.is_empty()
-                || target.patterns.iter().any(|p| !p.contains("{subject}"))
-            {
-                problems.push(format!("{at}: every pattern must contain {{subject}}, or it would match other subjects' keys"));
-            }
+            problems.extend(target.problems().into_iter().map(|p| format!("{at}: {p}")));
         }
-        for (i, target) in self.erasure.sqlite.iter().enumerate() {
-            if !self.routes.iter().any(|r| r.name == target.lineage_store) {
+        for (i, target) in self.sqlite.iter().enumerate() {
+            if !routes.iter().any(|r| r.name == target.lineage_store) {
                 problems.push(format!(
                     "[[erasure.sqlite]] #{} ({}): lineage_store {:?} is not a route",
                     i + 1,
@@ -1105,34 +1157,64 @@ impl Config {
                 ));
             }
         }
-        if self.erasure.probes.iter().any(|p| !p.contains("{subject}")) {
+        if self.probes.iter().any(|p| !p.contains("{subject}")) {
             problems.push("erasure.probes: every probe must contain {subject}".to_owned());
         }
-        if self.erasure.probe_min_similarity > 100 {
+        if self.probe_min_similarity > 100 {
             problems.push("erasure.probe_min_similarity: a percentage, 0 to 100".to_owned());
         }
-        if !(1..=3).contains(&self.erasure.deadline_months) {
+        if !(1..=3).contains(&self.deadline_months) {
             problems
                 .push("erasure.deadline_months: 1 to 3 (one month, extendable by two)".to_owned());
         }
-        if self.erasure.max_attempts == 0 {
+        if self.max_attempts == 0 {
             problems.push("erasure.max_attempts: must be at least 1".to_owned());
         }
-        if !(1..=2).contains(&self.erasure.approvals_required) {
+        if !(1..=2).contains(&self.approvals_required) {
             problems.push("erasure.approvals_required: must be 1 or 2".to_owned());
         }
-        if self.auth.issuer.trim().is_empty() {
-            problems.push("auth.issuer: must not be empty".to_owned());
+        problems
+    }
+}
+
+impl PostgresTarget {
+    fn problems(&self) -> Vec<String> {
+        let statements_ok = !self.count.trim().is_empty()
+            && !self.delete.is_empty()
+            && self.delete.iter().all(|d| !d.trim().is_empty());
+        match statements_ok {
+            true => Vec::new(),
+            false => vec!["needs a count statement and at least one delete statement".to_owned()],
         }
-        if self.auth.hs256_secret.is_some() && self.auth.uses_public_keys() {
+    }
+}
+
+impl RedisTarget {
+    fn problems(&self) -> Vec<String> {
+        let mut problems = Vec::new();
+        if self.urls.is_empty() || self.urls.iter().any(|u| !u.starts_with("redis://")) {
             problems.push(
-                "auth: hs256_secret is for development and cannot be combined with public keys (keys, jwks)".to_owned(),
+                "urls must list every primary as redis://host:port (rediss:// is not supported: Lethe's Redis client is built without TLS; reach a TLS primary through a local TLS tunnel)".to_owned(),
             );
         }
+        if self.patterns.is_empty() || self.patterns.iter().any(|p| !p.contains("{subject}")) {
+            problems.push(
+                "every pattern must contain {subject}, or it would match other subjects' keys"
+                    .to_owned(),
+            );
+        }
+        problems
+    }
+}
+
+impl RouteConfig {
+    /// The problems of each route, and between routes (names, prefixes, a store's isolation).
+    fn problems_of(routes: &[RouteConfig]) -> Vec<String> {
+        let mut problems = Vec::new();
         let mut names = BTreeSet::new();
         let mut prefixes = BTreeSet::new();
         let mut upstreams = std::collections::BTreeMap::new();
-        for (i, route) in self.routes.iter().enumerate() {
+        for (i, route) in routes.iter().enumerate() {
             let at = format!("[[routes]] #{} ({})", i + 1, route.name);
             // A shared route to a store whose collections another route keeps per tenant would
             // list every tenant's.
@@ -1143,27 +1225,8 @@ impl Config {
                 )),
                 _ => {}
             }
-            let name_ok = !route.name.is_empty()
-                && route
-                    .name
-                    .chars()
-                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
-            if !name_ok {
-                problems.push(format!(
-                    "{at}: name must be lowercase letters, digits and _"
-                ));
-            }
             if !names.insert(&route.name) {
                 problems.push(format!("{at}: another route already has this name"));
-            }
-            let prefix_ok = route.prefix.len() > 1
-                && route.prefix.starts_with('/')
-                && !route.prefix.ends_with('/')
-                && !route.prefix.contains("//");
-            if !prefix_ok {
-                problems.push(format!(
-                    "{at}: prefix must look like /name (leading /, no trailing /)"
-                ));
             }
             if !prefixes.insert(&route.prefix) {
                 problems.push(format!(
@@ -1171,27 +1234,41 @@ impl Config {
                     route.prefix
                 ));
             }
-            if !is_http_url(&route.upstream) {
-                problems.push(format!(
-                    "{at}: upstream {:?} is not an http(s) URL",
-                    route.upstream
-                ));
-            }
-            if let Some(credential) = &route.credential
-                && hyper::header::HeaderName::from_bytes(credential.header.as_bytes()).is_err()
-            {
-                problems.push(format!(
-                    "{at}: credential.header {:?} is not a header name",
-                    credential.header
-                ));
-            }
+            problems.extend(route.problems().into_iter().map(|p| format!("{at}: {p}")));
         }
-        for tenant in self.tenants.keys() {
-            if lethe_policy::names::canonical_key(tenant, false).as_deref() != Ok(tenant.as_str()) {
-                problems.push(format!(
-                    "[tenants.{tenant:?}]: a tenant's name must be its canonical form (NFC, no invisible characters, no edge whitespace, no '/')"
-                ));
-            }
+        problems
+    }
+
+    fn problems(&self) -> Vec<String> {
+        let mut problems = Vec::new();
+        let name_ok = !self.name.is_empty()
+            && self
+                .name
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+        if !name_ok {
+            problems.push("name must be lowercase letters, digits and _".to_owned());
+        }
+        let prefix_ok = self.prefix.len() > 1
+            && self.prefix.starts_with('/')
+            && !self.prefix.ends_with('/')
+            && !self.prefix.contains("//");
+        if !prefix_ok {
+            problems.push("prefix must look like /name (leading /, no trailing /)".to_owned());
+        }
+        if !is_http_url(&self.upstream) {
+            problems.push(format!(
+                "upstream {:?} is not an http(s) URL",
+                self.upstream
+            ));
+        }
+        if let Some(credential) = &self.credential
+            && hyper::header::HeaderName::from_bytes(credential.header.as_bytes()).is_err()
+        {
+            problems.push(format!(
+                "credential.header {:?} is not a header name",
+                credential.header
+            ));
         }
         problems
     }
