@@ -16,6 +16,7 @@ pub mod error_shape;
 pub mod governed;
 pub mod keys;
 pub mod metrics;
+pub mod purge;
 pub mod revocations;
 pub mod state;
 pub mod stores;

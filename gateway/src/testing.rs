@@ -85,8 +85,8 @@ pub fn erasure_request(
 }
 
 /// The subjects of one purge, known by key, in tests.
-pub fn subjects(tenant: &str, keys: &[&str]) -> crate::erasure::Subjects {
-    crate::erasure::Subjects::new(
+pub fn subjects(tenant: &str, keys: &[&str]) -> crate::purge::Subjects {
+    crate::purge::Subjects::new(
         tenant,
         keys.iter().map(|k| (*k).to_owned()).collect(),
         Arc::from(AUDIT_KEY),
@@ -100,22 +100,22 @@ pub struct Holding {
 }
 
 #[async_trait::async_trait]
-impl crate::erasure::Connector for Holding {
+impl crate::purge::Connector for Holding {
     async fn purge(
         &self,
-        _: &crate::erasure::Subjects,
+        _: &crate::purge::Subjects,
         _: &[(String, String)],
-    ) -> Result<crate::erasure::PurgeReport, crate::erasure::ConnectorError> {
-        Err(crate::erasure::ConnectorError::Unavailable(
+    ) -> Result<crate::purge::PurgeReport, crate::purge::ConnectorError> {
+        Err(crate::purge::ConnectorError::Unavailable(
             "a dry run purges nothing".into(),
         ))
     }
 
     async fn count(
         &self,
-        _: &crate::erasure::Subjects,
+        _: &crate::purge::Subjects,
         lineage: &[(String, String)],
-    ) -> Result<u64, crate::erasure::ConnectorError> {
+    ) -> Result<u64, crate::purge::ConnectorError> {
         Ok(lineage.len() as u64 + self.extra)
     }
 }

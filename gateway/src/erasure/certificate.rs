@@ -15,8 +15,8 @@ use lethe_policy::MaxAge;
 use lethe_policy::audit::{ChainHead, subject_ref};
 use serde_json::{Value, json};
 
-use super::Physical;
 use crate::config::Config;
+use crate::purge::Physical;
 use crate::state::{
     Decision, Derivative, ErasureRecord, GovernedFlip, HeadSignature, PurgeJob, SignedHead, Store,
     StoreError,

@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use super::{Subjects, Target};
+use super::Target;
+use crate::purge::Subjects;
 use crate::state::{Store, StoreError};
 
 /// The purge targets of the configuration, to be counted.

@@ -7,8 +7,8 @@
 use async_trait::async_trait;
 use sqlx::{Connection, PgConnection};
 
-use super::{Connector, ConnectorError, Copy, Physical, PurgeReport, Subjects};
 use crate::config::PostgresTarget;
+use crate::purge::{Connector, ConnectorError, Copy, Physical, PurgeReport, Subjects};
 
 pub struct PostgresConnector {
     url: String,

@@ -7,8 +7,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use redis::aio::MultiplexedConnection;
 
-use super::{Connector, ConnectorError, Copy, Physical, PurgeReport, Subjects};
 use crate::config::RedisTarget;
+use crate::purge::{Connector, ConnectorError, Copy, Physical, PurgeReport, Subjects};
 
 pub struct RedisConnector {
     target: RedisTarget,

@@ -9,8 +9,8 @@ use async_trait::async_trait;
 use sqlx::sqlite::SqliteConnectOptions;
 use sqlx::{ConnectOptions, SqliteConnection};
 
-use super::{Connector, ConnectorError, Copy, Physical, PurgeReport, Subjects};
 use crate::config::SqliteTarget;
+use crate::purge::{Connector, ConnectorError, Copy, Physical, PurgeReport, Subjects};
 
 pub struct SqliteFileConnector {
     target: SqliteTarget,

@@ -9,8 +9,9 @@ use std::time::Duration;
 
 use lethe_policy::audit::AuditEntry;
 
-use super::{Connector, route_connectors};
+use super::route_connectors;
 use crate::config::Config;
+use crate::purge::Connector;
 use crate::state::{ExpiredItem, Store, StoreError};
 
 pub struct Sweeper {

@@ -6,8 +6,10 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use lethe_policy::{ErasureEvent, ErasureState};
 
 use super::*;
+use crate::purge::Physical;
 use crate::state::{ItemRecord, StoreError};
 use crate::testing::{erasure_request, fresh_sqlite_url, migrated};
+use async_trait::async_trait;
 
 /// Fails its first `failures` calls, then deletes everything.
 struct Flaky {
@@ -19,7 +21,7 @@ struct Flaky {
 impl Connector for Flaky {
     async fn purge(
         &self,
-        _: &crate::erasure::Subjects,
+        _: &crate::purge::Subjects,
         lineage: &[(String, String)],
     ) -> Result<PurgeReport, ConnectorError> {
         if self.calls.fetch_add(1, Ordering::SeqCst) < self.failures {
@@ -29,7 +31,7 @@ impl Connector for Flaky {
     }
     async fn count(
         &self,
-        _: &crate::erasure::Subjects,
+        _: &crate::purge::Subjects,
         lineage: &[(String, String)],
     ) -> Result<u64, ConnectorError> {
         Ok(lineage.len() as u64)
@@ -103,7 +105,7 @@ struct Refusing {
 impl Connector for Refusing {
     async fn purge(
         &self,
-        _: &crate::erasure::Subjects,
+        _: &crate::purge::Subjects,
         _: &[(String, String)],
     ) -> Result<PurgeReport, ConnectorError> {
         self.calls.fetch_add(1, Ordering::SeqCst);
@@ -114,7 +116,7 @@ impl Connector for Refusing {
     }
     async fn count(
         &self,
-        _: &crate::erasure::Subjects,
+        _: &crate::purge::Subjects,
         _: &[(String, String)],
     ) -> Result<u64, ConnectorError> {
         Err(ConnectorError::from_status(
@@ -401,7 +403,7 @@ struct Together(Arc<tokio::sync::Barrier>);
 impl Connector for Together {
     async fn purge(
         &self,
-        _: &crate::erasure::Subjects,
+        _: &crate::purge::Subjects,
         _: &[(String, String)],
     ) -> Result<PurgeReport, ConnectorError> {
         self.0.wait().await;
@@ -409,7 +411,7 @@ impl Connector for Together {
     }
     async fn count(
         &self,
-        _: &crate::erasure::Subjects,
+        _: &crate::purge::Subjects,
         _: &[(String, String)],
     ) -> Result<u64, ConnectorError> {
         Ok(0)

@@ -8,6 +8,7 @@
 //! and `lethe stores` all follow from that line.
 
 pub mod chroma;
+pub(crate) mod http;
 pub mod langgraph;
 pub mod namespace;
 pub mod openai;
@@ -25,7 +26,7 @@ use crate::config::ErasureConfig;
 use crate::data::error::DataError;
 use crate::data::forward::{Route, Upstreams};
 use crate::data::{Body, RequestContext, Upstream};
-use crate::erasure::Connector;
+use crate::purge::Connector;
 
 /// Every kind of store a route can front.
 pub const KINDS: &[Kind] = &[chroma::KIND, langgraph::KIND, openai::KIND, qdrant::KIND];

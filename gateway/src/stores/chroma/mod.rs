@@ -19,7 +19,7 @@ use crate::config::ErasureConfig;
 use crate::data::error::DataError;
 use crate::data::forward::{Route, Upstreams};
 use crate::data::{Body, RequestContext, Upstream, whole};
-use crate::erasure::Connector;
+use crate::purge::Connector;
 
 pub const KIND: Kind = Kind::of::<ChromaSettings>("chroma");
 

@@ -11,9 +11,9 @@ use serde_json::{Value, json};
 
 use crate::adapters::stamp::{SUBJECT, TENANT};
 use crate::data::forward::{Route, Upstreams};
-use crate::erasure::http::StoreHttp;
-use crate::erasure::{Connector, ConnectorError, Copy, Physical, PurgeReport, Subjects};
+use crate::purge::{Connector, ConnectorError, Copy, Physical, PurgeReport, Subjects};
 use crate::state::ExpiredItem;
+use crate::stores::http::StoreHttp;
 use crate::stores::langgraph::adapter::{
     Namespace, Placement, STORE, THREADS, item_query, parse_item_id,
 };

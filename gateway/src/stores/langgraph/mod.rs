@@ -17,7 +17,7 @@ use crate::config::ErasureConfig;
 use crate::data::error::DataError;
 use crate::data::forward::{Route, Upstreams};
 use crate::data::{Body, RequestContext, Upstream};
-use crate::erasure::Connector;
+use crate::purge::Connector;
 use adapter::Namespace;
 
 pub const KIND: Kind = Kind::of::<LangGraphSettings>("langgraph");

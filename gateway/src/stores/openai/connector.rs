@@ -10,9 +10,9 @@ use chrono::TimeDelta;
 use hyper::{Method, StatusCode};
 
 use crate::data::forward::{Route, Upstreams};
-use crate::erasure::http::StoreHttp;
-use crate::erasure::{Connector, ConnectorError, Copy, Physical, PurgeReport, Subjects};
+use crate::purge::{Connector, ConnectorError, Copy, Physical, PurgeReport, Subjects};
 use crate::state::ExpiredItem;
+use crate::stores::http::StoreHttp;
 use crate::stores::openai::adapter::object_path;
 
 pub struct OpenAiConnector {

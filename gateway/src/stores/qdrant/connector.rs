@@ -12,9 +12,9 @@ use serde_json::{Value, json};
 
 use crate::adapters::stamp::{SUBJECT, TENANT, may_be_subjects};
 use crate::data::forward::{Route, Upstreams};
-use crate::erasure::http::StoreHttp;
-use crate::erasure::{Connector, ConnectorError, Copy, Physical, PurgeReport, Subjects};
+use crate::purge::{Connector, ConnectorError, Copy, Physical, PurgeReport, Subjects};
 use crate::state::ExpiredItem;
+use crate::stores::http::StoreHttp;
 use crate::stores::qdrant::Snapshots;
 use crate::stores::qdrant::adapter::{PointId, stamped_by};
 

@@ -8,8 +8,8 @@ use bytes::Bytes;
 use hyper::{HeaderMap, Method, StatusCode};
 use serde_json::Value;
 
-use super::ConnectorError;
 use crate::data::forward::{Route, Upstreams};
+use crate::purge::ConnectorError;
 
 pub struct StoreHttp {
     route: Route,
