@@ -681,7 +681,7 @@ pub struct RouteConfig {
     /// `X-Lethe-Category`): for clients that cannot send Lethe's headers.
     pub purpose: Option<String>,
     pub category: Option<String>,
-    pub store: Arc<dyn crate::stores::RouteStore>,
+    pub store: Arc<dyn crate::data::route::RouteStore>,
 }
 
 /// The keys every route has, whatever its store.

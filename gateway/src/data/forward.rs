@@ -30,7 +30,7 @@ pub struct Route {
     pub purpose: Option<String>,
     pub category: Option<String>,
     /// What serves the route's requests and purges its store.
-    pub store: Arc<dyn crate::stores::RouteStore>,
+    pub store: Arc<dyn crate::data::route::RouteStore>,
 }
 
 impl Route {
@@ -292,10 +292,8 @@ impl Upstreams {
         ] {
             headers.remove(name);
         }
-        // Where a provider keeps objects is the route credential's business: an object stored in
-        // another organisation or project would be one the purge cannot see.
-        for name in ["openai-organization", "openai-project"] {
-            headers.remove(name);
+        for name in route.store.scrubbed_headers() {
+            headers.remove(*name);
         }
         let lethe: Vec<HeaderName> = headers
             .keys()

@@ -13,6 +13,7 @@ pub mod forward;
 pub mod lineage;
 pub mod overtaken;
 pub mod policy_cache;
+pub mod route;
 pub mod stream;
 pub mod tokens;
 

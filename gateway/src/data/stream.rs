@@ -26,7 +26,6 @@ use super::policy_cache::PolicyCache;
 use super::{DataState, Upstream};
 use crate::adapters::sse::{SseCheck, error_event};
 use crate::state::{ItemRecord, Store};
-use crate::stores::openai::adapter::streamed_object_id;
 
 /// A response body fed by the relay task.
 pub struct EventStream {
@@ -179,6 +178,8 @@ pub struct Registration {
     pub undo: Undo,
     /// Its edges, recorded before its row (a flip from then on reaches it).
     pub derive: Derive,
+    /// Finds the object's id in the stream's first bytes, in the store's format.
+    pub find_id: fn(&[u8]) -> Option<String>,
 }
 
 /// The id of a stream's object is looked for in at most this many bytes.
@@ -215,13 +216,13 @@ fn relay(
         // the rest of the provider's stream is read, unseen, until the id shows.
         if let Some((registration, mut scanned)) = pending {
             let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-            let mut id = streamed_object_id(&scanned);
+            let mut id = (registration.find_id)(&scanned);
             while id.is_none() && scanned.len() < ID_SCAN_BYTES {
                 let frame = tokio::time::timeout_at(deadline, upstream.frame()).await;
                 let Ok(Some(Ok(frame))) = frame else { break };
                 if let Ok(data) = frame.into_data() {
                     scanned.extend_from_slice(&data);
-                    id = streamed_object_id(&scanned);
+                    id = (registration.find_id)(&scanned);
                 }
             }
             if let Some(id) = id {
@@ -332,9 +333,9 @@ async fn forward(
                 Err(_) => continue,
             },
         };
-        if let Some((_, scanned)) = pending.as_mut() {
+        if let Some((registration, scanned)) = pending.as_mut() {
             scanned.extend_from_slice(&chunk);
-            if let Some(id) = streamed_object_id(scanned)
+            if let Some(id) = (registration.find_id)(scanned)
                 && let Some((registration, _)) = pending.take()
             {
                 let stopped = match settle(watch, registration, id, false).await {

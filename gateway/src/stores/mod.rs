@@ -14,19 +14,13 @@ pub mod namespace;
 pub mod openai;
 pub mod qdrant;
 
-use std::fmt;
 use std::sync::Arc;
 
-use async_trait::async_trait;
 use bytes::Bytes;
 use hyper::Response;
 use serde::de::DeserializeOwned;
 
-use crate::config::ErasureConfig;
-use crate::data::error::DataError;
-use crate::data::forward::{Route, Upstreams};
-use crate::data::{Body, RequestContext, Upstream};
-use crate::purge::Connector;
+use crate::data::route::RouteStore;
 
 /// Every kind of store a route can front.
 pub const KINDS: &[Kind] = &[chroma::KIND, langgraph::KIND, openai::KIND, qdrant::KIND];
@@ -91,45 +85,6 @@ fn read<S: Settings>(mut keys: toml::Table) -> Result<Arc<dyn RouteStore>, Vec<S
             }
         }
     }
-}
-
-/// What a configured route's store does: serve the route's requests, purge the store, and say
-/// what the certificate needs to know of it.
-#[async_trait]
-pub trait RouteStore: Send + Sync + fmt::Debug {
-    /// Its kind's name.
-    fn kind(&self) -> &'static str;
-
-    /// How long the store keeps copies of what it was sent after deleting them (a provider's
-    /// retention window): the certificate gives it as their expiry unless a backup retention is
-    /// configured for the target.
-    fn copies_kept_for(&self) -> Option<lethe_policy::MaxAge> {
-        None
-    }
-
-    /// Whether its tenants share collections (see [`namespace`]): routes to one upstream must
-    /// agree, or a shared route would list every tenant's physical names.
-    fn isolation(&self) -> namespace::Isolation {
-        namespace::Isolation::Shared
-    }
-
-    /// One data-plane request (`path` is what follows the route's prefix), decided and
-    /// answered.
-    async fn handle(
-        &self,
-        upstream: &Upstream<'_>,
-        ctx: &RequestContext,
-        path: &str,
-        body: Bytes,
-    ) -> Result<Response<Body>, DataError>;
-
-    /// The connector that purges the store (and deletes expired items for the sweeper).
-    fn connector(
-        &self,
-        route: Route,
-        upstreams: Arc<Upstreams>,
-        erasure: &ErasureConfig,
-    ) -> Arc<dyn Connector>;
 }
 
 /// An answer with its body rewritten by `rewrite` (given whether it is a success), when that

@@ -6,19 +6,7 @@
 //! (`lethe_<32 hex digits of the tenant's hash>__<name>`) and turns it back in what the store
 //! answers. Pure: no I/O.
 
-use serde::Deserialize;
 use sha2::{Digest, Sha256};
-
-/// How a route's collections are shared among tenants.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Isolation {
-    /// One collection for every tenant that names it; records are filtered by their stamps.
-    #[default]
-    Shared,
-    /// A collection of its own for every tenant, under a physical name of the tenant's.
-    CollectionPerTenant,
-}
 
 /// The longest physical name a store takes (Qdrant's, and the file names its collections become).
 const MAX_PHYSICAL: usize = 255;

@@ -13,11 +13,13 @@ use http_body_util::Full;
 use hyper::Response;
 use serde::Deserialize;
 
-use super::namespace::{Isolation, Namespace};
-use super::{Kind, RouteStore, Settings};
+use super::namespace::Namespace;
+use super::{Kind, Settings};
 use crate::config::ErasureConfig;
 use crate::data::error::DataError;
 use crate::data::forward::{Route, Upstreams};
+use crate::data::route::Isolation;
+use crate::data::route::RouteStore;
 use crate::data::{Body, RequestContext, Upstream, whole};
 use crate::purge::Connector;
 

@@ -12,10 +12,11 @@ use bytes::Bytes;
 use hyper::Response;
 use serde::Deserialize;
 
-use super::{Kind, RouteStore, Settings};
+use super::{Kind, Settings};
 use crate::config::ErasureConfig;
 use crate::data::error::DataError;
 use crate::data::forward::{Route, Upstreams};
+use crate::data::route::RouteStore;
 use crate::data::{Body, RequestContext, Upstream};
 use crate::purge::Connector;
 use adapter::Namespace;

@@ -14,10 +14,11 @@ use hyper::Response;
 use lethe_policy::MaxAge;
 use serde::Deserialize;
 
-use super::{Kind, RouteStore, Settings};
+use super::{Kind, Settings};
 use crate::config::ErasureConfig;
 use crate::data::error::DataError;
 use crate::data::forward::{Route, Upstreams};
+use crate::data::route::RouteStore;
 use crate::data::{Body, RequestContext, Upstream};
 use crate::purge::Connector;
 
@@ -49,6 +50,12 @@ pub struct OpenAi {
 
 #[async_trait]
 impl RouteStore for OpenAi {
+    /// Where a provider keeps objects is the route credential's business: an object stored in
+    /// another organisation or project would be one the purge cannot see.
+    fn scrubbed_headers(&self) -> &'static [&'static str] {
+        &["openai-organization", "openai-project"]
+    }
+
     fn kind(&self) -> &'static str {
         KIND.name
     }

@@ -455,6 +455,7 @@ async fn generate(
                 row: row(upstream, about, &grant, collection, String::new()),
                 undo,
                 derive,
+                find_id: adapter::streamed_object_id,
             }
         });
         let streaming = Streaming {
