@@ -354,7 +354,7 @@ async fn check_config(files: &[PathBuf], connect: bool) -> Result<(), Failure> {
     for file in files {
         let mut result = std::fs::read_to_string(file)
             .map_err(|e| e.to_string())
-            .and_then(|text| Config::check(&text).map_err(|e| e.to_string()));
+            .and_then(|text| crate::stores::check(&text).map_err(|e| e.to_string()));
         if connect && let Ok(config) = &result {
             let problems = crate::governed::check_live(config).await;
             if !problems.is_empty() {
@@ -658,14 +658,41 @@ async fn certificate(
     }
 }
 
+/// What a configuration puts in front of the purge besides `[erasure]`: its routes, with their
+/// stores, and the purge targets of its governed databases.
+fn purge_sources(
+    config: &Config,
+) -> Result<
+    (
+        Vec<crate::data::forward::Route>,
+        Vec<crate::config::PostgresTarget>,
+    ),
+    Failure,
+> {
+    let routes =
+        crate::stores::routes(config).map_err(|problems| Failure(problems.join("\n"), 2))?;
+    let governed = config
+        .postgres
+        .iter()
+        .map(crate::governed::plan::erasure_target);
+    Ok((routes, governed.collect()))
+}
+
 async fn replay(config: &Config, since: &str) -> Result<(), Failure> {
     let since = chrono::DateTime::parse_from_rfc3339(since)
         .map_err(|e| Failure(format!("--since: not an RFC 3339 time: {e}"), 2))?
         .with_timezone(&chrono::Utc);
     let store = open(config).await?;
     let audit_key = Arc::from(crate::keys::audit_key(config, store.as_ref()).await?);
-    let worker = crate::erasure::Worker::from_config(config, Arc::clone(&store), audit_key)
-        .map_err(|e| Failure(e, 2))?;
+    let (routes, governed) = purge_sources(config)?;
+    let worker = crate::erasure::Worker::from_config(
+        config,
+        &routes,
+        &governed,
+        Arc::clone(&store),
+        audit_key,
+    )
+    .map_err(|e| Failure(e, 2))?;
     let replayed = worker.replay(since).await?;
     let mut clean = true;
     for r in &replayed {

@@ -4,7 +4,6 @@ use std::collections::BTreeSet;
 use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -125,61 +124,6 @@ pub fn sql_identifier(name: &str) -> bool {
 }
 
 impl GovernedDatabase {
-    /// The erasure target `postgres:<name>` that purges the governed tables: every row whose
-    /// tenant and subject expressions name the subject, then the tables' vector indexes rebuilt
-    /// and the tables vacuumed.
-    pub fn erasure_target(&self) -> PostgresTarget {
-        let owned =
-            |t: &GovernedTable| format!("({})::text = $1 AND ({})::text = $2", t.tenant, t.subject);
-        // A linked table's rows are the subject's where an owner row of the subject's owns them
-        // (inside the subquery, the owner's expressions name the owner's columns).
-        let selected = |t: &GovernedTable| match self.owner_of(t) {
-            Some(owner) => format!(
-                "EXISTS (SELECT 1 FROM {} lethe_owner WHERE {} AND {})",
-                owner.table,
-                crate::governed::plan::joined(t),
-                owned(owner)
-            ),
-            None => owned(t),
-        };
-        let count = self
-            .tables
-            .iter()
-            .map(|t| format!("(SELECT count(*) FROM {} WHERE {})", t.table, selected(t)))
-            .collect::<Vec<_>>()
-            .join(" + ");
-        let subjects = self
-            .tables
-            .iter()
-            .filter(|t| t.owner.is_none())
-            .map(|t| {
-                format!(
-                    "SELECT ({})::text FROM {} WHERE ({})::text = $1",
-                    t.subject, t.table, t.tenant
-                )
-            })
-            .collect::<Vec<_>>()
-            .join(" UNION ");
-        let tables: Vec<String> = self.tables.iter().map(|t| t.table.clone()).collect();
-        // Linked rows first: once their owners are gone, nothing says whose they were.
-        let mut ordered: Vec<&GovernedTable> =
-            self.tables.iter().filter(|t| t.owner.is_some()).collect();
-        ordered.extend(self.tables.iter().filter(|t| t.owner.is_none()));
-        PostgresTarget {
-            name: self.name.clone(),
-            url: self.url.clone(),
-            count: format!("SELECT {count}"),
-            delete: ordered
-                .iter()
-                .map(|t| format!("DELETE FROM {} WHERE {}", t.table, selected(t)))
-                .collect(),
-            subjects: Some(subjects),
-            reindex: Vec::new(),
-            vacuum: tables.clone(),
-            vector_tables: tables,
-        }
-    }
-
     /// The table that owns a linked table's rows.
     pub fn owner_of(&self, table: &GovernedTable) -> Option<&GovernedTable> {
         let owner = table.owner.as_deref()?;
@@ -663,8 +607,8 @@ impl Default for AuditConfig {
     }
 }
 
-/// A data-plane route: its common keys, and the store behind it, chosen by `adapter = "..."`
-/// with that kind's own keys (see `crate::stores`).
+/// A data-plane route: its common keys, the kind of store behind it (`adapter = "..."`) and that
+/// kind's own keys, which `stores::routes` reads into the route's store.
 #[derive(Debug, Clone)]
 pub struct RouteConfig {
     /// `chroma`, `langgraph`, ...: names the route in logs and in `LETHE_UPSTREAM_<NAME>`.
@@ -681,7 +625,10 @@ pub struct RouteConfig {
     /// `X-Lethe-Category`): for clients that cannot send Lethe's headers.
     pub purpose: Option<String>,
     pub category: Option<String>,
-    pub store: Arc<dyn crate::data::route::RouteStore>,
+    /// The kind of store behind the route.
+    pub adapter: String,
+    /// Every key of the route but the common ones: the kind's own settings.
+    pub settings: toml::Table,
 }
 
 /// The keys every route has, whatever its store.
@@ -706,13 +653,13 @@ fn valid_name(value: &str) -> bool {
 }
 
 impl RouteConfig {
-    /// The erasure target that purges the route's store: `<kind>:<route name>`.
+    /// The erasure target that purges the route's store.
     pub fn erasure_target(&self) -> String {
-        format!("{}:{}", self.store.kind(), self.name)
+        route_target(&self.adapter, &self.name)
     }
 
-    /// Reads one `[[routes]]` table: the common keys, then the rest as the settings of the store
-    /// kind `adapter` names; every problem of both at once.
+    /// Reads one `[[routes]]` table: the common keys, `adapter`, and the rest kept as the kind's
+    /// settings; every problem of the common keys at once.
     fn read(item: toml::Value) -> Result<RouteConfig, Vec<String>> {
         let toml::Value::Table(mut table) = item else {
             return Err(vec!["must be a table".to_owned()]);
@@ -732,34 +679,13 @@ impl RouteConfig {
             }
         }
         let common = CommonRoute::deserialize(toml::Value::Table(common))
-            .map_err(|e| e.to_string().trim().to_owned())
-            .and_then(|c| {
-                let bad = [("purpose", &c.purpose), ("category", &c.category)]
-                    .into_iter()
-                    .find(|(_, v)| v.as_deref().is_some_and(|v| !valid_name(v)))
-                    .map(|(key, _)| key);
-                match bad {
-                    Some(key) => Err(format!(
-                        "{key}: must be 1 to 200 bytes without control characters or '/'"
-                    )),
-                    None => Ok(c),
-                }
-            });
-        let store = match table.remove("adapter") {
-            Some(toml::Value::String(name)) => match crate::stores::kind(&name) {
-                Some(kind) => (kind.settings)(table),
-                None => Err(vec![format!(
-                    "adapter {name:?}: no such store (known: {})",
-                    crate::stores::kind_names()
-                )]),
-            },
-            _ => Err(vec![format!(
-                "adapter: missing; name the store behind the route (one of {})",
-                crate::stores::kind_names()
-            )]),
+            .map_err(|e| e.to_string().trim().to_owned());
+        let adapter = match table.remove("adapter") {
+            Some(toml::Value::String(name)) => Ok(name),
+            _ => Err("adapter: missing; name the kind of store behind the route".to_owned()),
         };
-        match (common, store) {
-            (Ok(c), Ok(store)) => Ok(RouteConfig {
+        match (common, adapter) {
+            (Ok(c), Ok(adapter)) => Ok(RouteConfig {
                 name: c.name,
                 prefix: c.prefix,
                 upstream: c.upstream,
@@ -767,15 +693,17 @@ impl RouteConfig {
                 timeout: c.timeout,
                 purpose: c.purpose,
                 category: c.category,
-                store,
+                adapter,
+                settings: table,
             }),
-            (common, store) => Err(common
-                .err()
-                .into_iter()
-                .chain(store.err().into_iter().flatten())
-                .collect()),
+            (common, adapter) => Err(common.err().into_iter().chain(adapter.err()).collect()),
         }
     }
+}
+
+/// The erasure target of a route: `<kind>:<route name>`.
+pub fn route_target(kind: &str, route: &str) -> String {
+    format!("{kind}:{route}")
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -840,7 +768,7 @@ impl<'de> Deserialize<'de> for ConfigDuration {
 /// One spelling of an upstream's address, so that two routes to one store are seen as one:
 /// scheme and host in lowercase, the port written, every loopback name as one, no trailing `/`.
 /// (Two DNS names of one host are not found out.)
-fn store_address(upstream: &str) -> String {
+pub fn store_address(upstream: &str) -> String {
     let Ok(uri) = upstream.parse::<hyper::Uri>() else {
         return upstream.to_owned();
     };
@@ -919,6 +847,15 @@ impl Config {
     pub fn check(text: &str) -> Result<Config, ConfigErrors> {
         let (config, problems) = Config::parse(text)?;
         config.validated(problems)
+    }
+
+    /// The configuration a text describes and every problem of it (of shape and of meaning),
+    /// for callers that check more (each route's store) before reporting them all; fails only
+    /// on TOML syntax.
+    pub fn checked(text: &str) -> Result<(Config, Vec<String>), ConfigErrors> {
+        let (config, mut problems) = Config::parse(text)?;
+        problems.extend(config.problems());
+        Ok((config, problems))
     }
 
     /// Adds the problems of meaning to those of shape; a section that could not be read was
@@ -1208,23 +1145,13 @@ impl RedisTarget {
 }
 
 impl RouteConfig {
-    /// The problems of each route, and between routes (names, prefixes, a store's isolation).
+    /// The problems of each route's common keys, and between routes (names, prefixes).
     fn problems_of(routes: &[RouteConfig]) -> Vec<String> {
         let mut problems = Vec::new();
         let mut names = BTreeSet::new();
         let mut prefixes = BTreeSet::new();
-        let mut upstreams = std::collections::BTreeMap::new();
         for (i, route) in routes.iter().enumerate() {
             let at = format!("[[routes]] #{} ({})", i + 1, route.name);
-            // A shared route to a store whose collections another route keeps per tenant would
-            // list every tenant's.
-            let isolation = route.store.isolation();
-            match upstreams.insert(store_address(&route.upstream), (isolation, &route.name)) {
-                Some((other, name)) if other != isolation => problems.push(format!(
-                    "{at}: route {name} has the same upstream and another isolation: routes to one store must agree"
-                )),
-                _ => {}
-            }
             if !names.insert(&route.name) {
                 problems.push(format!("{at}: another route already has this name"));
             }
@@ -1255,6 +1182,13 @@ impl RouteConfig {
             && !self.prefix.contains("//");
         if !prefix_ok {
             problems.push("prefix must look like /name (leading /, no trailing /)".to_owned());
+        }
+        for (key, value) in [("purpose", &self.purpose), ("category", &self.category)] {
+            if value.as_deref().is_some_and(|v| !valid_name(v)) {
+                problems.push(format!(
+                    "{key}: must be 1 to 200 bytes without control characters or '/'"
+                ));
+            }
         }
         if !is_http_url(&self.upstream) {
             problems.push(format!(

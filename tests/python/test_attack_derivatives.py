@@ -6,7 +6,7 @@ store holds is counted in Chroma itself."""
 import uuid
 
 import pytest
-from conftest import GLOBEX, TENANT, someone, two_tenant_lethe
+from conftest import GLOBEX, TENANT, someone, two_tenant_lethe, wait_for
 
 EMBEDDING = [0.1, 0.2, 0.3]
 PLAN = ("alice confided to the assistant that she is planning to leave the company in june "
@@ -65,7 +65,10 @@ def test_another_tenant_riding_acmes_trace_derives_from_nothing_of_acmes(gate, d
     with tracer.start_as_current_span("one trace, two tenants"):
         lethe.agent().get_collection(name).get(ids=["a1"])
         globex.add(ids=["g1"], embeddings=[EMBEDDING], documents=["gina copies: " + confided])
-        assert parents(lethe, cid, "g1", tenant=GLOBEX) == (200, [])
+        # A plain write's lineage row lands with its group commit (up to 25 ms later): waited for.
+        recorded = wait_for("g1's lineage row", lambda: (p := parents(lethe, cid, "g1", tenant=GLOBEX))[0] == 200 and p,
+                            deadline=10)
+        assert recorded == (200, [])
         lethe.flip(alice)
         # Acme's erasure is nothing to globex: the same trace, the same words, still written.
         globex.add(ids=["g2"], embeddings=[EMBEDDING], documents=["and again: " + confided])

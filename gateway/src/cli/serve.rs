@@ -4,11 +4,13 @@
 
 use std::sync::Arc;
 
-use super::{Failure, connect, keyed_chain};
+use super::{Failure, connect, keyed_chain, purge_sources};
 use crate::config::Config;
 use crate::control::{self, ControlState};
 
 pub(super) async fn serve(config: Config) -> Result<(), Failure> {
+    // Built once, for the data plane and for the erasure targets.
+    let (routes, governed_targets) = purge_sources(&config)?;
     let store = connect(&config).await?;
     let applied = store.migrate().await?;
     if !applied.is_empty() {
@@ -27,6 +29,7 @@ pub(super) async fn serve(config: Config) -> Result<(), Failure> {
     }
     let (data_state, lineage_task) = crate::data::DataState::build(
         &config,
+        routes.clone(),
         Arc::clone(&store),
         Arc::clone(&verifier),
         Arc::clone(&audit_key),
@@ -34,14 +37,14 @@ pub(super) async fn serve(config: Config) -> Result<(), Failure> {
     let purge_store = Arc::clone(&store);
     let certifier = Arc::new(crate::erasure::certificate::Certifier::new(
         crate::keys::certificate_signer(&config, store.as_ref()).await?,
-        crate::erasure::certificate::Certifier::backups_of(&config),
+        crate::erasure::certificate::Certifier::backups_of(&config, &routes),
         Arc::clone(&audit_key),
     ));
     let governed =
         crate::governed::Governed::start(&config, Arc::clone(&store)).map_err(|e| Failure(e, 2))?;
     let inventory = Arc::new(crate::erasure::Inventory::new(
         Arc::clone(&store),
-        crate::erasure::targets(&config).map_err(|e| Failure(e, 2))?,
+        crate::erasure::targets(&config, &routes, &governed_targets).map_err(|e| Failure(e, 2))?,
         Arc::clone(&audit_key),
         std::time::Duration::from_secs(10),
     ));
@@ -95,12 +98,18 @@ pub(super) async fn serve(config: Config) -> Result<(), Failure> {
         control::app(control_state).into_make_service_with_connect_info::<std::net::SocketAddr>(),
     )
     .with_graceful_shutdown(until_stopped(stopped.clone()));
-    let worker = crate::erasure::Worker::from_config(&config, Arc::clone(&purge_store), audit_key)
-        .map_err(|e| Failure(e, 2))?
-        .certifying(Arc::clone(&certifier));
+    let worker = crate::erasure::Worker::from_config(
+        &config,
+        &routes,
+        &governed_targets,
+        Arc::clone(&purge_store),
+        audit_key,
+    )
+    .map_err(|e| Failure(e, 2))?
+    .certifying(Arc::clone(&certifier));
     let anchor_certifier = certifier;
     let purge = worker.run(until_stopped(stopped.clone()));
-    let sweeper = crate::erasure::Sweeper::from_config(&config, Arc::clone(&purge_store))
+    let sweeper = crate::erasure::Sweeper::from_config(&config, &routes, Arc::clone(&purge_store))
         .map_err(|e| Failure(e, 2))?;
     let sweep = sweeper.run(until_stopped(stopped.clone()));
     let anchor = sign_heads(

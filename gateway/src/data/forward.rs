@@ -30,11 +30,16 @@ pub struct Route {
     pub purpose: Option<String>,
     pub category: Option<String>,
     /// What serves the route's requests and purges its store.
-    pub store: Arc<dyn crate::data::route::RouteStore>,
+    pub store: Arc<dyn super::route::RouteStore>,
 }
 
 impl Route {
-    pub fn from_config(config: &RouteConfig) -> Result<Route, String> {
+    /// The route a configuration describes, served and purged by `store` (its kind's, read from
+    /// the route's own keys by `stores::routes`).
+    pub fn from_config(
+        config: &RouteConfig,
+        store: Arc<dyn super::route::RouteStore>,
+    ) -> Result<Route, String> {
         let upstream = config
             .upstream
             .parse()
@@ -62,7 +67,7 @@ impl Route {
             timeout: config.timeout.map(|t| t.0),
             purpose: config.purpose.clone(),
             category: config.category.clone(),
-            store: Arc::clone(&config.store),
+            store,
         })
     }
 

@@ -58,19 +58,16 @@ pub struct DataState {
 }
 
 impl DataState {
-    /// The data plane of a configuration, and the lineage writer task (it ends once the state is
-    /// dropped and its last rows are written).
+    /// The data plane of a configuration serving `routes` (its routes, built by
+    /// `stores::routes`), and the lineage writer task (it ends once the state is dropped and its
+    /// last rows are written).
     pub fn build(
         config: &crate::config::Config,
+        routes: Vec<Route>,
         store: Arc<dyn Store>,
         verifier: Arc<crate::auth::Verifier>,
         audit_key: Arc<[u8]>,
     ) -> Result<(Arc<DataState>, tokio::task::JoinHandle<()>), String> {
-        let routes = config
-            .routes
-            .iter()
-            .map(Route::from_config)
-            .collect::<Result<Vec<_>, _>>()?;
         let (lineage, lineage_task) = LineageWriter::spawn(Arc::clone(&store));
         let max_body_bytes =
             usize::try_from(config.data_plane.max_body_bytes).unwrap_or(usize::MAX);

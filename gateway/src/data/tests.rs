@@ -182,6 +182,7 @@ async fn plane_with(answer: Answer, verifier: Verifier, max_body: usize) -> Plan
     .unwrap();
     let (state, _lineage) = DataState::build(
         &config,
+        crate::stores::routes(&config).unwrap(),
         Arc::clone(&store),
         Arc::new(verifier),
         Arc::from(&b"k"[..]),
@@ -777,6 +778,7 @@ async fn an_unreachable_upstream_is_a_clear_502() {
     .unwrap();
     let (state, _) = DataState::build(
         &config,
+        crate::stores::routes(&config).unwrap(),
         Arc::clone(&p.store),
         Arc::new(Verifier::hs256(SECRET, "lethe", 0).unwrap()),
         Arc::from(&b"k"[..]),
@@ -1025,6 +1027,7 @@ async fn an_upstream_500_does_not_cost_the_next_request_its_connection() {
         .unwrap();
         let (state, _lineage) = DataState::build(
             &config,
+            crate::stores::routes(&config).unwrap(),
             Arc::clone(&store),
             Arc::new(Verifier::hs256(SECRET, "lethe", 0).unwrap()),
             Arc::from(&b"k"[..]),

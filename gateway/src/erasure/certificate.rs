@@ -16,6 +16,7 @@ use lethe_policy::audit::{ChainHead, subject_ref};
 use serde_json::{Value, json};
 
 use crate::config::Config;
+use crate::data::forward::Route;
 use crate::purge::Physical;
 use crate::state::{
     Decision, Derivative, ErasureRecord, GovernedFlip, HeadSignature, PurgeJob, SignedHead, Store,
@@ -117,16 +118,17 @@ impl Certifier {
 
     /// The backup retention of every target of a configuration: the configured ones, and for a
     /// provider route its retention window (the provider's copies last that long).
-    pub fn backups_of(config: &Config) -> BTreeMap<String, MaxAge> {
+    pub fn backups_of(config: &Config, routes: &[Route]) -> BTreeMap<String, MaxAge> {
         let mut backups: BTreeMap<_, _> = config
             .erasure
             .backups
             .iter()
             .map(|b| (b.target.clone(), b.retention))
             .collect();
-        for route in &config.routes {
+        for route in routes {
             if let Some(window) = route.store.copies_kept_for() {
-                backups.entry(route.erasure_target()).or_insert(window);
+                let target = crate::config::route_target(route.store.kind(), &route.name);
+                backups.entry(target).or_insert(window);
             }
         }
         backups

@@ -23,7 +23,7 @@ pub use redis::RedisConnector;
 pub use sqlite_file::SqliteFileConnector;
 pub use sweeper::Sweeper;
 
-use crate::config::Config;
+use crate::config::{Config, PostgresTarget};
 use crate::data::forward::{Route, Upstreams};
 use crate::purge::{Connector, ConnectorError, PurgeReport, Subjects};
 use crate::state::{ExpiredItem, JobOutcome, PurgeJob, Store};
@@ -42,12 +42,13 @@ pub struct RouteConnector {
     pub connector: Arc<dyn Connector>,
 }
 
-pub fn route_connectors(config: &Config) -> Result<Vec<RouteConnector>, String> {
+/// The connector of each of `routes` (a configuration's, built by `stores::routes`).
+pub fn route_connectors(config: &Config, routes: &[Route]) -> Result<Vec<RouteConnector>, String> {
     let upstreams = Arc::new(Upstreams::from_config(config, 64 * 1024 * 1024)?);
     let mut connectors = Vec::new();
-    for config_route in &config.routes {
-        let target = config_route.erasure_target();
-        let mut route = Route::from_config(config_route)?;
+    for route in routes {
+        let target = crate::config::route_target(route.store.kind(), &route.name);
+        let mut route = route.clone();
         // A store that never answers must not hold a purge (and its lease) forever.
         route.timeout.get_or_insert(Duration::from_secs(30));
         let connector =
@@ -101,15 +102,20 @@ impl Target {
     }
 }
 
-/// One purge target per erasure target of the config, in the config's order: its routes, then
-/// the PostgreSQL databases, Redis servers and SQLite files of `[erasure]`.
-pub fn targets(config: &Config) -> Result<Vec<(String, Target)>, String> {
+/// One purge target per erasure target of the config, in the config's order: its routes (built
+/// by `stores::routes`), the PostgreSQL databases of `[erasure]` and the governed ones (`governed`,
+/// their targets as `governed::plan::erasure_target` writes them), then the Redis servers and
+/// SQLite files of `[erasure]`.
+pub fn targets(
+    config: &Config,
+    routes: &[Route],
+    governed: &[PostgresTarget],
+) -> Result<Vec<(String, Target)>, String> {
     let mut targets = Vec::new();
-    for c in route_connectors(config)? {
+    for c in route_connectors(config, routes)? {
         targets.push((c.target, Target::own(&c.route, c.connector)));
     }
-    let governed = config.postgres.iter().map(|db| db.erasure_target());
-    for target in config.erasure.postgres.iter().cloned().chain(governed) {
+    for target in config.erasure.postgres.iter().chain(governed).cloned() {
         let url = target
             .url
             .resolve()
@@ -182,12 +188,14 @@ impl Worker {
     /// A worker with one connector per erasure target of the config.
     pub fn from_config(
         config: &Config,
+        routes: &[Route],
+        governed: &[PostgresTarget],
         store: Arc<dyn Store>,
         audit_key: Arc<[u8]>,
     ) -> Result<Worker, String> {
         Ok(Worker::new(
             store,
-            targets(config)?.into_iter().collect(),
+            targets(config, routes, governed)?.into_iter().collect(),
             Schedule::from_config(config),
             audit_key,
         ))

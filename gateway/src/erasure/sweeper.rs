@@ -11,6 +11,7 @@ use lethe_policy::audit::AuditEntry;
 
 use super::route_connectors;
 use crate::config::Config;
+use crate::data::forward::Route;
 use crate::purge::Connector;
 use crate::state::{ExpiredItem, Store, StoreError};
 
@@ -24,8 +25,12 @@ pub struct Sweeper {
 }
 
 impl Sweeper {
-    pub fn from_config(config: &Config, store: Arc<dyn Store>) -> Result<Sweeper, String> {
-        let connectors = route_connectors(config)?
+    pub fn from_config(
+        config: &Config,
+        routes: &[Route],
+        store: Arc<dyn Store>,
+    ) -> Result<Sweeper, String> {
+        let connectors = route_connectors(config, routes)?
             .into_iter()
             .map(|c| (c.route, c.connector))
             .collect();

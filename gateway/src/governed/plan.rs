@@ -10,7 +10,7 @@
 
 use lethe_policy::names::Folding;
 
-use crate::config::{GovernedDatabase, GovernedTable};
+use crate::config::{GovernedDatabase, GovernedTable, PostgresTarget};
 
 /// The version of what [`plan`] installs; bumped with every change to it.
 pub const VERSION: i32 = 3;
@@ -110,6 +110,60 @@ fn sql_class(ranges: &[&[(char, char)]]) -> String {
     }
     class.push(']');
     class
+}
+
+/// The erasure target `postgres:<name>` that purges the governed tables: every row whose
+/// tenant and subject expressions name the subject, then the tables' vector indexes rebuilt
+/// and the tables vacuumed.
+pub fn erasure_target(db: &GovernedDatabase) -> PostgresTarget {
+    let owned =
+        |t: &GovernedTable| format!("({})::text = $1 AND ({})::text = $2", t.tenant, t.subject);
+    // A linked table's rows are the subject's where an owner row of the subject's owns them
+    // (inside the subquery, the owner's expressions name the owner's columns).
+    let selected = |t: &GovernedTable| match db.owner_of(t) {
+        Some(owner) => format!(
+            "EXISTS (SELECT 1 FROM {} lethe_owner WHERE {} AND {})",
+            owner.table,
+            joined(t),
+            owned(owner)
+        ),
+        None => owned(t),
+    };
+    let count = db
+        .tables
+        .iter()
+        .map(|t| format!("(SELECT count(*) FROM {} WHERE {})", t.table, selected(t)))
+        .collect::<Vec<_>>()
+        .join(" + ");
+    let subjects = db
+        .tables
+        .iter()
+        .filter(|t| t.owner.is_none())
+        .map(|t| {
+            format!(
+                "SELECT ({})::text FROM {} WHERE ({})::text = $1",
+                t.subject, t.table, t.tenant
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(" UNION ");
+    let tables: Vec<String> = db.tables.iter().map(|t| t.table.clone()).collect();
+    // Linked rows first: once their owners are gone, nothing says whose they were.
+    let mut ordered: Vec<&GovernedTable> = db.tables.iter().filter(|t| t.owner.is_some()).collect();
+    ordered.extend(db.tables.iter().filter(|t| t.owner.is_none()));
+    PostgresTarget {
+        name: db.name.clone(),
+        url: db.url.clone(),
+        count: format!("SELECT {count}"),
+        delete: ordered
+            .iter()
+            .map(|t| format!("DELETE FROM {} WHERE {}", t.table, selected(t)))
+            .collect(),
+        subjects: Some(subjects),
+        reindex: Vec::new(),
+        vacuum: tables.clone(),
+        vector_tables: tables,
+    }
 }
 
 /// The policy tables and the deciding functions.

@@ -20,10 +20,83 @@ use bytes::Bytes;
 use hyper::Response;
 use serde::de::DeserializeOwned;
 
+use crate::config::{Config, ConfigErrors};
+use crate::data::forward::Route;
 use crate::data::route::RouteStore;
 
 /// Every kind of store a route can front.
 pub const KINDS: &[Kind] = &[chroma::KIND, langgraph::KIND, openai::KIND, qdrant::KIND];
+
+/// Every route of a configuration, its store built through [`KINDS`] from the route's own keys
+/// and its credential resolved; or every problem at once.
+pub fn routes(config: &Config) -> Result<Vec<Route>, Vec<String>> {
+    let stores = stores_of(config)?;
+    let (routes, problems): (Vec<_>, Vec<_>) = config
+        .routes
+        .iter()
+        .zip(stores)
+        .map(|(route, store)| Route::from_config(route, store))
+        .partition(Result::is_ok);
+    match problems.is_empty() {
+        true => Ok(routes.into_iter().flatten().collect()),
+        false => Err(problems.into_iter().filter_map(Result::err).collect()),
+    }
+}
+
+/// The store of every route of a configuration, in its order; or every problem of every route
+/// at once (an unknown kind, the kind's keys, routes to one store that disagree on whether
+/// tenants share its collections).
+fn stores_of(config: &Config) -> Result<Vec<Arc<dyn RouteStore>>, Vec<String>> {
+    let mut stores = Vec::new();
+    let mut problems = Vec::new();
+    let mut upstreams = std::collections::BTreeMap::new();
+    for (i, route) in config.routes.iter().enumerate() {
+        let at = format!("[[routes]] #{} ({})", i + 1, route.name);
+        let store = match kind(&route.adapter) {
+            Some(kind) => (kind.settings)(route.settings.clone()),
+            None => Err(vec![format!(
+                "adapter {:?}: no such store (known: {})",
+                route.adapter,
+                kind_names()
+            )]),
+        };
+        let store = match store {
+            Ok(store) => store,
+            Err(found) => {
+                problems.extend(found.into_iter().map(|p| format!("{at}: {p}")));
+                continue;
+            }
+        };
+        // A shared route to a store whose collections another route keeps per tenant would
+        // list every tenant's.
+        let isolation = store.isolation();
+        let address = crate::config::store_address(&route.upstream);
+        match upstreams.insert(address, (isolation, &route.name)) {
+            Some((other, name)) if other != isolation => problems.push(format!(
+                "{at}: route {name} has the same upstream and another isolation: routes to one store must agree"
+            )),
+            _ => {}
+        }
+        stores.push(store);
+    }
+    match problems.is_empty() {
+        true => Ok(stores),
+        false => Err(problems),
+    }
+}
+
+/// A configuration text checked whole, as `lethe check-config` does: the configuration's own
+/// problems and those of its routes' stores, all at once (credentials are not resolved).
+pub fn check(text: &str) -> Result<Config, ConfigErrors> {
+    let (config, mut problems) = Config::checked(text)?;
+    if let Err(found) = stores_of(&config) {
+        problems.extend(found);
+    }
+    match problems.is_empty() {
+        true => Ok(config),
+        false => Err(ConfigErrors { problems }),
+    }
+}
 
 /// The kind named `adapter = "name"`.
 pub fn kind(name: &str) -> Option<&'static Kind> {

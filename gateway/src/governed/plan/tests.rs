@@ -114,7 +114,7 @@ fn the_plan_can_run_again_and_never_lets_a_role_bypass_it() {
 
 #[test]
 fn a_governed_database_is_an_erasure_target_and_swept_by_its_own_expressions() {
-    let target = db().erasure_target();
+    let target = erasure_target(&db());
     let owned = "(tenant_id)::text = $1 AND (user_id)::text = $2";
     assert_eq!(target.name, "app");
     assert_eq!(
@@ -214,7 +214,7 @@ fn a_linked_table_follows_its_owner_and_goes_with_it() {
         1
     );
     // Purged before its owner, by its owner's scope; swept when its owner is gone.
-    let target = db.erasure_target();
+    let target = erasure_target(&db);
     assert_eq!(
         target.delete[0],
         "DELETE FROM checkpoint_blobs WHERE EXISTS (SELECT 1 FROM checkpoints lethe_owner WHERE lethe_owner.thread_id = checkpoint_blobs.thread_id AND (metadata->>'tenant_id')::text = $1 AND (metadata->>'user_id')::text = $2)"
