@@ -342,7 +342,7 @@ async fn dispatch(cli: Cli) -> Result<(), Failure> {
                 println!("route {}", kind.name);
             }
             for kind in crate::erasure::TARGET_KINDS {
-                println!("target {kind}");
+                println!("target {}", kind.name);
             }
             Ok(())
         }
@@ -354,7 +354,7 @@ async fn check_config(files: &[PathBuf], connect: bool) -> Result<(), Failure> {
     for file in files {
         let mut result = std::fs::read_to_string(file)
             .map_err(|e| e.to_string())
-            .and_then(|text| crate::stores::check(&text).map_err(|e| e.to_string()));
+            .and_then(|text| check(&text).map_err(|e| e.to_string()));
         if connect && let Ok(config) = &result {
             let problems = crate::governed::check_live(config).await;
             if !problems.is_empty() {
@@ -658,6 +658,18 @@ async fn certificate(
     }
 }
 
+/// A configuration text checked whole, as `lethe check-config` does: its own problems, its
+/// routes' stores' and its erasure-only stores', all at once (no secret is resolved).
+pub fn check(text: &str) -> Result<Config, crate::config::ConfigErrors> {
+    let (config, mut problems) = Config::checked(text)?;
+    problems.extend(crate::stores::problems(&config));
+    problems.extend(crate::erasure::problems(&config));
+    match problems.is_empty() {
+        true => Ok(config),
+        false => Err(crate::config::ConfigErrors { problems }),
+    }
+}
+
 /// What a configuration puts in front of the purge besides `[erasure]`: its routes, with their
 /// stores, and the purge targets of its governed databases.
 fn purge_sources(
@@ -665,7 +677,7 @@ fn purge_sources(
 ) -> Result<
     (
         Vec<crate::data::forward::Route>,
-        Vec<crate::config::PostgresTarget>,
+        Vec<crate::erasure::PostgresTarget>,
     ),
     Failure,
 > {

@@ -251,7 +251,7 @@ impl GovernedTable {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ErasureConfig {
     /// 1 or 2 approvals, by different actors, before an erasure request is carried out.
@@ -265,12 +265,10 @@ pub struct ErasureConfig {
     pub signing_key: Option<Secret>,
     /// How long each target's backups are kept: the certificate's final backup expiry.
     pub backups: Vec<BackupRetention>,
-    /// The agent app's own PostgreSQL tables, purged with configured statements.
-    pub postgres: Vec<PostgresTarget>,
-    /// Redis deployments whose keys name the subject.
-    pub redis: Vec<RedisTarget>,
-    /// SQLite files that reference another store's items by id (Mem0's `history.db`).
-    pub sqlite: Vec<SqliteTarget>,
+    /// The stores only erasure reaches, `[[erasure.<kind>]]` tables (PostgreSQL tables, Redis,
+    /// SQLite files, ...): each kind reads its own keys (`erasure::TARGET_KINDS`).
+    #[serde(skip)]
+    pub targets: Vec<ErasureTargetConfig>,
     /// How often the retention sweeper deletes expired (and revoked) items.
     pub sweep_interval: ConfigDuration,
     /// How long after the flip the purge waits, so that writes decided just before it (on any
@@ -292,59 +290,20 @@ pub struct ErasureConfig {
     pub deadline_months: u32,
 }
 
-/// A SQLite file whose rows name items of another store, deleted by the ids lineage holds there.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct SqliteTarget {
-    /// Names the target `sqlite:<name>`.
+/// One `[[erasure.<kind>]]` table: a store only erasure reaches. Its target is `<kind>:<name>`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ErasureTargetConfig {
+    pub kind: String,
+    /// The table's `name` (empty when it has none, which its kind reports).
     pub name: String,
-    pub path: PathBuf,
-    pub table: String,
-    /// The column holding the other store's item id (Mem0: `memory_id`).
-    pub id_column: String,
-    /// The route whose lineage holds those ids (Mem0 over Chroma: `chroma`).
-    pub lineage_store: String,
+    /// Every key of the table, `name` included: the kind reads them.
+    pub settings: toml::Table,
 }
 
-/// A Redis deployment: every primary is scanned with every pattern.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RedisTarget {
-    /// Names the target `redis:<name>`.
-    pub name: String,
-    /// `redis://host:port[/db]` of every primary.
-    pub urls: Vec<String>,
-    /// Key patterns with `{tenant}` and `{subject}`, e.g. `{tenant}:{subject}:*`.
-    pub patterns: Vec<String>,
-}
-
-/// A PostgreSQL database of the agent app. Every statement takes `$1` = tenant, `$2` = subject
-/// key, and runs once per key of the erasure (the subject and its aliases).
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct PostgresTarget {
-    /// Names the target `postgres:<name>`.
-    pub name: String,
-    pub url: Secret,
-    /// Counts the subject's rows (one number), before and after.
-    pub count: String,
-    /// Deletes the subject's rows; all run in one transaction.
-    pub delete: Vec<String>,
-    /// Lists the subject keys the tables hold in a tenant (`$1`), one per row. A replay after a
-    /// restore needs it: by then Lethe knows an erased subject only by its reference, and finds
-    /// its key again among these.
-    #[serde(default)]
-    pub subjects: Option<String>,
-    /// Indexes rebuilt with `REINDEX INDEX CONCURRENTLY` afterwards (HNSW keeps deleted vectors).
-    #[serde(default)]
-    pub reindex: Vec<String>,
-    /// Tables vacuumed afterwards.
-    #[serde(default)]
-    pub vacuum: Vec<String>,
-    /// Tables whose vector indexes (HNSW, IVFFlat) are found in the live schema and rebuilt
-    /// with `REINDEX INDEX CONCURRENTLY` afterwards; set for governed databases, not configured.
-    #[serde(skip)]
-    pub vector_tables: Vec<String>,
+impl ErasureTargetConfig {
+    pub fn target(&self) -> String {
+        format!("{}:{}", self.kind, self.name)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -363,9 +322,7 @@ impl Default for ErasureConfig {
             retry_backoff: ConfigDuration(Duration::from_secs(1)),
             signing_key: None,
             backups: Vec::new(),
-            postgres: Vec::new(),
-            redis: Vec::new(),
-            sqlite: Vec::new(),
+            targets: Vec::new(),
             sweep_interval: ConfigDuration(Duration::from_secs(60)),
             settle: ConfigDuration(Duration::from_secs(1)),
             job_lease: ConfigDuration(Duration::from_secs(60)),
@@ -454,27 +411,13 @@ impl LineageConfig {
 }
 
 impl Config {
-    /// The stores an erasure purges: one target per route to a store Lethe can purge.
+    /// The stores an erasure purges: one target per route, per `[[erasure.<kind>]]` table and
+    /// per governed database (`postgres:<name>`).
     pub fn erasure_targets(&self) -> Vec<String> {
         let routes = self.routes.iter().map(RouteConfig::erasure_target);
-        let postgres = self
-            .erasure
-            .postgres
-            .iter()
-            .map(|p| p.name.as_str())
-            .chain(self.postgres.iter().map(|g| g.name.as_str()))
-            .map(|name| format!("postgres:{name}"));
-        let redis = self
-            .erasure
-            .redis
-            .iter()
-            .map(|r| format!("redis:{}", r.name));
-        let sqlite = self
-            .erasure
-            .sqlite
-            .iter()
-            .map(|f| format!("sqlite:{}", f.name));
-        routes.chain(postgres).chain(redis).chain(sqlite).collect()
+        let configured = self.erasure.targets.iter().map(ErasureTargetConfig::target);
+        let governed = self.postgres.iter().map(|g| format!("postgres:{}", g.name));
+        routes.chain(configured).chain(governed).collect()
     }
 }
 
@@ -894,7 +837,10 @@ impl Config {
         let state = section(&mut table, "state", &mut problems);
         let auth = section(&mut table, "auth", &mut problems);
         let audit = section(&mut table, "audit", &mut problems);
-        let erasure = section(&mut table, "erasure", &mut problems);
+        let erasure = match table.remove("erasure") {
+            None => ErasureConfig::default(),
+            Some(value) => erasure_section(value, &mut problems),
+        };
         let lineage = section(&mut table, "lineage", &mut problems);
         let postgres = section(&mut table, "postgres", &mut problems);
         let tenants = section(&mut table, "tenants", &mut problems);
@@ -957,25 +903,11 @@ impl Config {
         }
     }
 
-    /// Semantic checks over a parsed configuration.
     /// Every problem of every section, then those between sections.
     fn problems(&self) -> Vec<String> {
         let mut problems = Vec::new();
-        let mut governed = BTreeSet::new();
         for database in &self.postgres {
             problems.extend(database.problems());
-            if !governed.insert(database.name.as_str())
-                || self
-                    .erasure
-                    .postgres
-                    .iter()
-                    .any(|t| t.name == database.name)
-            {
-                problems.push(format!(
-                    "[[postgres]] {}: named twice (its erasure target is postgres:{0}, beside [[erasure.postgres]])",
-                    database.name
-                ));
-            }
         }
         problems.extend(self.lineage.problems());
         problems.extend(self.data_plane.problems());
@@ -987,8 +919,16 @@ impl Config {
             ));
         }
         problems.extend(self.state.problems());
-        problems.extend(self.erasure.problems(&self.routes));
+        problems.extend(self.erasure.problems());
         let targets = self.erasure_targets();
+        let mut seen = BTreeSet::new();
+        for target in &targets {
+            if !seen.insert(target) {
+                problems.push(format!(
+                    "erasure target {target} is named twice (by [[erasure.*]], [[routes]] or [[postgres]])"
+                ));
+            }
+        }
         for backup in &self.erasure.backups {
             if !targets.contains(&backup.target) {
                 problems.push(format!(
@@ -1069,31 +1009,8 @@ impl AuthConfig {
 }
 
 impl ErasureConfig {
-    /// `routes`: the configured routes, which `[[erasure.sqlite]]` files follow.
-    fn problems(&self, routes: &[RouteConfig]) -> Vec<String> {
+    fn problems(&self) -> Vec<String> {
         let mut problems = Vec::new();
-        let mut postgres_names = BTreeSet::new();
-        for (i, target) in self.postgres.iter().enumerate() {
-            let at = format!("[[erasure.postgres]] #{} ({})", i + 1, target.name);
-            if !postgres_names.insert(&target.name) {
-                problems.push(format!("{at}: another PostgreSQL target has this name"));
-            }
-            problems.extend(target.problems().into_iter().map(|p| format!("{at}: {p}")));
-        }
-        for (i, target) in self.redis.iter().enumerate() {
-            let at = format!("[[erasure.redis]] #{} ({})", i + 1, target.name);
-            problems.extend(target.problems().into_iter().map(|p| format!("{at}: {p}")));
-        }
-        for (i, target) in self.sqlite.iter().enumerate() {
-            if !routes.iter().any(|r| r.name == target.lineage_store) {
-                problems.push(format!(
-                    "[[erasure.sqlite]] #{} ({}): lineage_store {:?} is not a route",
-                    i + 1,
-                    target.name,
-                    target.lineage_store
-                ));
-            }
-        }
         if self.probes.iter().any(|p| !p.contains("{subject}")) {
             problems.push("erasure.probes: every probe must contain {subject}".to_owned());
         }
@@ -1109,36 +1026,6 @@ impl ErasureConfig {
         }
         if !(1..=2).contains(&self.approvals_required) {
             problems.push("erasure.approvals_required: must be 1 or 2".to_owned());
-        }
-        problems
-    }
-}
-
-impl PostgresTarget {
-    fn problems(&self) -> Vec<String> {
-        let statements_ok = !self.count.trim().is_empty()
-            && !self.delete.is_empty()
-            && self.delete.iter().all(|d| !d.trim().is_empty());
-        match statements_ok {
-            true => Vec::new(),
-            false => vec!["needs a count statement and at least one delete statement".to_owned()],
-        }
-    }
-}
-
-impl RedisTarget {
-    fn problems(&self) -> Vec<String> {
-        let mut problems = Vec::new();
-        if self.urls.is_empty() || self.urls.iter().any(|u| !u.starts_with("redis://")) {
-            problems.push(
-                "urls must list every primary as redis://host:port (rediss:// is not supported: Lethe's Redis client is built without TLS; reach a TLS primary through a local TLS tunnel)".to_owned(),
-            );
-        }
-        if self.patterns.is_empty() || self.patterns.iter().any(|p| !p.contains("{subject}")) {
-            problems.push(
-                "every pattern must contain {subject}, or it would match other subjects' keys"
-                    .to_owned(),
-            );
         }
         problems
     }
@@ -1205,6 +1092,71 @@ impl RouteConfig {
             ));
         }
         problems
+    }
+}
+
+/// `[erasure]`: its own keys, and each array of tables it has no key of its own for as the
+/// `[[erasure.<kind>]]` targets of that kind, which the kind reads (`erasure::TARGET_KINDS`).
+fn erasure_section(value: toml::Value, problems: &mut Vec<String>) -> ErasureConfig {
+    let toml::Value::Table(mut table) = value else {
+        problems.push("[erasure]: must be a table".to_owned());
+        return ErasureConfig::default();
+    };
+    let mut targets = Vec::new();
+    loop {
+        let read = ErasureConfig::deserialize(toml::Value::Table(table.clone()));
+        let message = match read {
+            Ok(erasure) => return ErasureConfig { targets, ..erasure },
+            Err(e) => e.to_string().trim().to_owned(),
+        };
+        let kind = unknown_field(&message).filter(|key| {
+            matches!(table.get(key), Some(toml::Value::Array(items))
+                if !items.is_empty() && items.iter().all(toml::Value::is_table))
+        });
+        let Some(toml::Value::Array(items)) = kind.as_ref().and_then(|k| table.remove(k)) else {
+            problems.push(format!("[erasure]: {message}"));
+            return ErasureConfig {
+                targets,
+                ..ErasureConfig::default()
+            };
+        };
+        for item in items {
+            if let toml::Value::Table(settings) = item {
+                let name = settings.get("name").and_then(toml::Value::as_str);
+                targets.push(ErasureTargetConfig {
+                    kind: kind.clone().unwrap_or_default(),
+                    name: name.unwrap_or_default().to_owned(),
+                    settings,
+                });
+            }
+        }
+    }
+}
+
+/// The key serde names in an "unknown field" error.
+fn unknown_field(message: &str) -> Option<String> {
+    let rest = message.strip_prefix("unknown field `")?;
+    Some(rest.split_once('`')?.0.to_owned())
+}
+
+/// Deserialises `T` from a table of keys, reporting every unknown key (serde stops at the
+/// first: each is taken out and the rest read again) and then the first other problem.
+pub fn read_all<T: serde::de::DeserializeOwned>(mut keys: toml::Table) -> Result<T, Vec<String>> {
+    let mut problems = Vec::new();
+    loop {
+        match T::deserialize(toml::Value::Table(keys.clone())) {
+            Ok(read) if problems.is_empty() => return Ok(read),
+            Ok(_) => return Err(problems),
+            Err(e) => {
+                let message = e.to_string().trim().to_owned();
+                let unknown = unknown_field(&message);
+                problems.push(message);
+                match unknown {
+                    Some(field) if keys.remove(&field).is_some() => {}
+                    _ => return Err(problems),
+                }
+            }
+        }
     }
 }
 

@@ -2,7 +2,7 @@ use super::*;
 
 #[test]
 fn the_built_in_default_is_the_documented_one() {
-    let config = crate::stores::check(BUILT_IN).unwrap();
+    let config = crate::cli::check(BUILT_IN).unwrap();
     assert_eq!(config.data_plane, DataPlaneConfig::default());
     assert_eq!(config.control_plane, ControlPlaneConfig::default());
     assert_eq!(config.state, StateConfig::default());
@@ -30,7 +30,7 @@ fn every_example_config_is_valid() {
         let path = entry.unwrap().path();
         if path.extension().is_some_and(|e| e == "toml") {
             let text = std::fs::read_to_string(&path).unwrap();
-            if let Err(e) = crate::stores::check(&text) {
+            if let Err(e) = crate::cli::check(&text) {
                 panic!("{}:\n{e}", path.display());
             }
             checked += 1;
@@ -41,7 +41,7 @@ fn every_example_config_is_valid() {
 
 #[test]
 fn an_empty_file_means_all_defaults() {
-    let config = crate::stores::check("").unwrap();
+    let config = crate::cli::check("").unwrap();
     assert_eq!(config.data_plane.listen.to_string(), "127.0.0.1:7400");
     assert!(config.routes.is_empty());
 }
@@ -72,10 +72,10 @@ fn shape_problems_are_all_reported_at_once() {
         adapter = "chroma"
         extra = true
     "#;
-    let problems = crate::stores::check(text).unwrap_err().problems;
+    let problems = crate::cli::check(text).unwrap_err().problems;
     assert_eq!(problems.len(), 5, "{problems:#?}");
     let with_meaning = format!("{text}\n[control_plane]\nmax_body_bytes = 0\n");
-    let problems = crate::stores::check(&with_meaning).unwrap_err().problems;
+    let problems = crate::cli::check(&with_meaning).unwrap_err().problems;
     assert_eq!(
         problems.len(),
         6,
@@ -139,7 +139,7 @@ fn meaning_problems_are_all_reported_at_once() {
         probes = ["{tenant}"]
         probe_min_similarity = 101
     "#;
-    let problems = crate::stores::check(text).unwrap_err().problems;
+    let problems = crate::cli::check(text).unwrap_err().problems;
     let joined = problems.join("\n");
     for needle in [
         "both 127.0.0.1:7000",
@@ -190,7 +190,7 @@ fn what_cannot_work_is_refused_up_front() {
         urls = ["rediss://cache.internal:6380"]
         patterns = ["{tenant}:{subject}:*"]
     "#;
-    let joined = crate::stores::check(text).unwrap_err().problems.join("\n");
+    let joined = crate::cli::check(text).unwrap_err().problems.join("\n");
     for needle in [
         "state.url: \"sqlite:relative.db\"",
         "[[routes]] #1 (vectors): adapter \"weaviate\": no such store (known: chroma, langgraph, openai, qdrant)",
@@ -207,7 +207,7 @@ fn what_cannot_work_is_refused_up_front() {
 
 #[test]
 fn syntax_errors_are_reported() {
-    let problems = crate::stores::check("[data_plane\nlisten=")
+    let problems = crate::cli::check("[data_plane\nlisten=")
         .unwrap_err()
         .problems;
     assert_eq!(problems.len(), 1);
@@ -215,7 +215,7 @@ fn syntax_errors_are_reported() {
 
 #[test]
 fn overrides_win_over_the_file() {
-    let mut config = crate::stores::check(BUILT_IN).unwrap();
+    let mut config = crate::cli::check(BUILT_IN).unwrap();
     let overrides = Overrides {
         data_listen: Some("127.0.0.1:9400".parse().unwrap()),
         control_listen: Some("127.0.0.1:9401".parse().unwrap()),
@@ -271,7 +271,7 @@ fn secrets_come_from_values_files_and_the_environment_and_never_print() {
 
 #[test]
 fn erasure_targets_follow_routes_and_configured_stores() {
-    let config = crate::stores::check(
+    let config = crate::cli::check(
         r#"
         [erasure]
         approvals_required = 2
@@ -311,7 +311,7 @@ fn erasure_targets_follow_routes_and_configured_stores() {
         ]
     );
 
-    let problems = crate::stores::check(
+    let problems = crate::cli::check(
         r#"
         [erasure]
         approvals_required = 3
@@ -334,6 +334,8 @@ fn erasure_targets_follow_routes_and_configured_stores() {
         [[erasure.backups]]
         target = "redis:nowhere"
         retention = "35d"
+        [[erasure.memcached]]
+        name = "hot"
         "#,
     )
     .unwrap_err()
@@ -347,6 +349,7 @@ fn erasure_targets_follow_routes_and_configured_stores() {
         "redis://host",
         "{subject}",
         "\"vectors\" is not a route",
+        "[[erasure.memcached]] #1 (hot): no store only erasure reaches is called \"memcached\" (known: postgres, redis, sqlite)",
     ] {
         assert!(
             joined.contains(needle),
@@ -378,7 +381,7 @@ subject = "user_id"
 purpose = "$1"
 category = "category"
 "#;
-    let problems = crate::stores::check(text).unwrap_err().problems;
+    let problems = crate::cli::check(text).unwrap_err().problems;
     let count = |needle: &str| problems.iter().filter(|p| p.contains(needle)).count();
     assert_eq!(count("role \"Lethe-App\""), 1, "{problems:?}");
     assert_eq!(count("role \"pg_acme\""), 1, "{problems:?}");
@@ -398,7 +401,7 @@ subject = "metadata->>'user_id'"
 purpose = "'personalization'"
 category = "category"
 "#;
-    let config = crate::stores::check(good).unwrap();
+    let config = crate::cli::check(good).unwrap();
     assert_eq!(config.postgres[0].tables[0].subject, "metadata->>'user_id'");
 }
 
@@ -406,7 +409,7 @@ category = "category"
 fn the_statutory_deadline_is_one_to_three_months() {
     for (months, ok) in [(0, false), (1, true), (3, true), (4, false)] {
         let text = format!("[erasure]\ndeadline_months = {months}\n");
-        assert_eq!(crate::stores::check(&text).is_ok(), ok, "{months}");
+        assert_eq!(crate::cli::check(&text).is_ok(), ok, "{months}");
     }
 }
 
@@ -429,7 +432,7 @@ fn routes_to_one_store_agree_on_whether_tenants_share_its_collections() {
             "#
         )
     };
-    assert!(crate::stores::check(&routes("http://127.0.0.1:6333", "shared")).is_ok());
+    assert!(crate::cli::check(&routes("http://127.0.0.1:6333", "shared")).is_ok());
     // One store however its address is spelled.
     for same in [
         "http://127.0.0.1:6333",
@@ -437,7 +440,7 @@ fn routes_to_one_store_agree_on_whether_tenants_share_its_collections() {
         "http://[::1]:6333",
         "http://127.0.0.2:6333",
     ] {
-        let joined = crate::stores::check(&routes(same, "collection_per_tenant"))
+        let joined = crate::cli::check(&routes(same, "collection_per_tenant"))
             .unwrap_err()
             .problems
             .join("\n");
@@ -448,11 +451,24 @@ fn routes_to_one_store_agree_on_whether_tenants_share_its_collections() {
             "{same}: {joined}"
         );
     }
+    assert!(crate::cli::check(&routes("http://127.0.0.1:6334", "collection_per_tenant")).is_ok());
     assert!(
-        crate::stores::check(&routes("http://127.0.0.1:6334", "collection_per_tenant")).is_ok()
-    );
-    assert!(
-        crate::stores::check(&routes("http://127.0.0.1:6333", "per_tenant")).is_err(),
+        crate::cli::check(&routes("http://127.0.0.1:6333", "per_tenant")).is_err(),
         "an unknown isolation"
     );
+}
+
+#[test]
+fn a_misspelled_erasure_key_is_refused_not_taken_for_a_store() {
+    for text in [
+        "[erasure]\napproval_required = 2\n",
+        "[erasure]\nprobe = [\"{subject}\"]\n",
+        "[erasure]\nsweep = []\n",
+    ] {
+        let joined = crate::cli::check(text).unwrap_err().problems.join("\n");
+        assert!(
+            joined.contains("[erasure]: unknown field"),
+            "{text}: {joined}"
+        );
+    }
 }

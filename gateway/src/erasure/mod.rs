@@ -18,20 +18,14 @@ use chrono::TimeDelta;
 use lethe_policy::audit::AuditEntry;
 use serde::Serialize;
 
-pub use postgres::PostgresConnector;
-pub use redis::RedisConnector;
-pub use sqlite_file::SqliteFileConnector;
+pub use postgres::PostgresTarget;
 pub use sweeper::Sweeper;
 
-use crate::config::{Config, PostgresTarget};
+use crate::config::Config;
 use crate::data::forward::{Route, Upstreams};
 use crate::purge::{Connector, ConnectorError, PurgeReport, Subjects};
 use crate::state::{ExpiredItem, JobOutcome, PurgeJob, Store};
 pub use inventory::Inventory;
-
-/// The stores Lethe purges that no route fronts, configured under `[erasure]`: their targets are
-/// `<kind>:<name>`.
-pub const TARGET_KINDS: [&str; 3] = ["postgres", "redis", "sqlite"];
 
 /// The connector of a route to a store Lethe writes items to.
 pub struct RouteConnector {
@@ -102,10 +96,52 @@ impl Target {
     }
 }
 
-/// One purge target per erasure target of the config, in the config's order: its routes (built
-/// by `stores::routes`), the PostgreSQL databases of `[erasure]` and the governed ones (`governed`,
-/// their targets as `governed::plan::erasure_target` writes them), then the Redis servers and
-/// SQLite files of `[erasure]`.
+/// A kind of store only erasure reaches, configured as `[[erasure.<name>]]` tables; its targets
+/// are `<name>:<the table's name>`. A new kind is its connector module and a line in
+/// [`TARGET_KINDS`]: configuration, checks, targets and `lethe stores` follow.
+pub struct TargetKind {
+    pub name: &'static str,
+    /// Every problem of one table of the kind (unknown keys included), without resolving its
+    /// secrets; `config` for what it refers to (a route it follows).
+    pub problems: fn(&toml::Table, &Config) -> Vec<String>,
+    /// The purge target one table describes, its secrets resolved.
+    pub target: fn(&toml::Table, &Config) -> Result<Target, String>,
+}
+
+/// Every kind of store only erasure reaches.
+pub const TARGET_KINDS: &[TargetKind] = &[postgres::KIND, redis::KIND, sqlite_file::KIND];
+
+/// The problems of a configuration's `[[erasure.<kind>]]` tables: a kind no store has, and each
+/// kind's own.
+pub fn problems(config: &Config) -> Vec<String> {
+    let mut problems = Vec::new();
+    let tables = &config.erasure.targets;
+    for (i, table) in tables.iter().enumerate() {
+        let nth = 1 + tables[..i].iter().filter(|t| t.kind == table.kind).count();
+        let at = format!("[[erasure.{}]] #{nth} ({})", table.kind, table.name);
+        match TARGET_KINDS.iter().find(|k| k.name == table.kind) {
+            Some(kind) => problems.extend(
+                (kind.problems)(&table.settings, config)
+                    .into_iter()
+                    .map(|p| format!("{at}: {p}")),
+            ),
+            None => problems.push(format!(
+                "{at}: no store only erasure reaches is called {:?} (known: {})",
+                table.kind,
+                TARGET_KINDS
+                    .iter()
+                    .map(|k| k.name)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )),
+        }
+    }
+    problems
+}
+
+/// One purge target per erasure target of the config: its routes (built by `stores::routes`),
+/// its `[[erasure.<kind>]]` stores, and its governed databases (`governed`, their targets as
+/// `governed::plan::erasure_target` writes them).
 pub fn targets(
     config: &Config,
     routes: &[Route],
@@ -115,30 +151,19 @@ pub fn targets(
     for c in route_connectors(config, routes)? {
         targets.push((c.target, Target::own(&c.route, c.connector)));
     }
-    for target in config.erasure.postgres.iter().chain(governed).cloned() {
-        let url = target
-            .url
-            .resolve()
-            .map_err(|e| format!("erasure.postgres {}: url: {e}", target.name))?;
-        let url = String::from_utf8(url)
-            .map_err(|_| format!("erasure.postgres {}: url is not text", target.name))?;
+    for table in &config.erasure.targets {
+        let kind = TARGET_KINDS
+            .iter()
+            .find(|k| k.name == table.kind)
+            .ok_or_else(|| format!("[[erasure.{}]]: no such kind", table.kind))?;
+        let target = (kind.target)(&table.settings, config)
+            .map_err(|e| format!("[[erasure.{}]] {}: {e}", table.kind, table.name))?;
+        targets.push((table.target(), target));
+    }
+    for target in governed {
         let name = format!("postgres:{}", target.name);
-        let connector: Arc<dyn Connector> = Arc::new(PostgresConnector::new(url, target));
-        targets.push((name.clone(), Target::own(&name, connector)));
-    }
-    for target in &config.erasure.redis {
-        let name = format!("redis:{}", target.name);
-        let connector = Arc::new(RedisConnector::new(target.clone()));
-        targets.push((name.clone(), Target::own(&name, connector)));
-    }
-    for target in &config.erasure.sqlite {
-        let connector: Arc<dyn Connector> = Arc::new(SqliteFileConnector::new(target.clone()));
-        let follows = Target {
-            connector,
-            lineage_store: target.lineage_store.clone(),
-            owns_lineage: false,
-        };
-        targets.push((format!("sqlite:{}", target.name), follows));
+        let connected = postgres::connected(target.clone()).map_err(|e| format!("{name}: {e}"))?;
+        targets.push((name, connected));
     }
     Ok(targets)
 }

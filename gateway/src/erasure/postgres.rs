@@ -7,8 +7,84 @@
 use async_trait::async_trait;
 use sqlx::{Connection, PgConnection};
 
-use crate::config::PostgresTarget;
+use std::sync::Arc;
+
+use serde::Deserialize;
+
+use super::{Target, TargetKind};
+use crate::config::Secret;
 use crate::purge::{Connector, ConnectorError, Copy, Physical, PurgeReport, Subjects};
+
+/// A PostgreSQL database of the agent app. Every statement takes `$1` = tenant, `$2` = subject
+/// key, and runs once per key of the erasure (the subject and its aliases).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PostgresTarget {
+    /// Names the target `postgres:<name>`.
+    pub name: String,
+    pub url: Secret,
+    /// Counts the subject's rows (one number), before and after.
+    pub count: String,
+    /// Deletes the subject's rows; all run in one transaction.
+    pub delete: Vec<String>,
+    /// Lists the subject keys the tables hold in a tenant (`$1`), one per row. A replay after a
+    /// restore needs it: by then Lethe knows an erased subject only by its reference, and finds
+    /// its key again among these.
+    #[serde(default)]
+    pub subjects: Option<String>,
+    /// Indexes rebuilt with `REINDEX INDEX CONCURRENTLY` afterwards (HNSW keeps deleted vectors).
+    #[serde(default)]
+    pub reindex: Vec<String>,
+    /// Tables vacuumed afterwards.
+    #[serde(default)]
+    pub vacuum: Vec<String>,
+    /// Tables whose vector indexes (HNSW, IVFFlat) are found in the live schema and rebuilt
+    /// with `REINDEX INDEX CONCURRENTLY` afterwards; set for governed databases, not configured.
+    #[serde(skip)]
+    pub vector_tables: Vec<String>,
+}
+
+impl PostgresTarget {
+    fn problems(&self) -> Vec<String> {
+        let statements_ok = !self.count.trim().is_empty()
+            && !self.delete.is_empty()
+            && self.delete.iter().all(|d| !d.trim().is_empty());
+        match statements_ok {
+            true => Vec::new(),
+            false => vec!["needs a count statement and at least one delete statement".to_owned()],
+        }
+    }
+}
+
+/// `[[erasure.postgres]]`: the agent app's own PostgreSQL tables, purged with configured
+/// statements.
+pub const KIND: TargetKind = TargetKind {
+    name: "postgres",
+    problems: |settings, _| read(settings).err().unwrap_or_default(),
+    target: |settings, _| {
+        let target = read(settings).map_err(|problems| problems.join("; "))?;
+        connected(target)
+    },
+};
+
+fn read(settings: &toml::Table) -> Result<PostgresTarget, Vec<String>> {
+    let target: PostgresTarget = crate::config::read_all(settings.clone())?;
+    match target.problems() {
+        problems if problems.is_empty() => Ok(target),
+        problems => Err(problems),
+    }
+}
+
+/// The purge target of a PostgreSQL database (configured, or governed), its URL resolved.
+pub fn connected(target: PostgresTarget) -> Result<Target, String> {
+    let url = target.url.resolve().map_err(|e| format!("url: {e}"))?;
+    let url = String::from_utf8(url).map_err(|_| "url is not text".to_owned())?;
+    let name = format!("postgres:{}", target.name);
+    Ok(Target::own(
+        &name,
+        Arc::new(PostgresConnector::new(url, target)),
+    ))
+}
 
 pub struct PostgresConnector {
     url: String,

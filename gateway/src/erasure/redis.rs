@@ -7,8 +7,62 @@ use std::time::Duration;
 use async_trait::async_trait;
 use redis::aio::MultiplexedConnection;
 
-use crate::config::RedisTarget;
+use serde::Deserialize;
+
+use super::{Target, TargetKind};
 use crate::purge::{Connector, ConnectorError, Copy, Physical, PurgeReport, Subjects};
+
+/// A Redis deployment: every primary is scanned with every pattern.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RedisTarget {
+    /// Names the target `redis:<name>`.
+    pub name: String,
+    /// `redis://host:port[/db]` of every primary.
+    pub urls: Vec<String>,
+    /// Key patterns with `{tenant}` and `{subject}`, e.g. `{tenant}:{subject}:*`.
+    pub patterns: Vec<String>,
+}
+
+impl RedisTarget {
+    fn problems(&self) -> Vec<String> {
+        let mut problems = Vec::new();
+        if self.urls.is_empty() || self.urls.iter().any(|u| !u.starts_with("redis://")) {
+            problems.push(
+                "urls must list every primary as redis://host:port (rediss:// is not supported: Lethe's Redis client is built without TLS; reach a TLS primary through a local TLS tunnel)".to_owned(),
+            );
+        }
+        if self.patterns.is_empty() || self.patterns.iter().any(|p| !p.contains("{subject}")) {
+            problems.push(
+                "every pattern must contain {subject}, or it would match other subjects' keys"
+                    .to_owned(),
+            );
+        }
+        problems
+    }
+}
+
+/// `[[erasure.redis]]`: Redis deployments whose keys name the subject.
+pub const KIND: TargetKind = TargetKind {
+    name: "redis",
+    problems: |settings, _| read(settings).err().unwrap_or_default(),
+    target: |settings, _| {
+        let target = read(settings).map_err(|problems| problems.join("; "))?;
+        let name = format!("redis:{}", target.name);
+        Ok(Target::own(
+            &name,
+            std::sync::Arc::new(RedisConnector::new(target)),
+        ))
+    },
+};
+
+fn read(settings: &toml::Table) -> Result<RedisTarget, Vec<String>> {
+    let target: RedisTarget = crate::config::read_all(settings.clone())?;
+    match target.problems() {
+        problems if problems.is_empty() => Ok(target),
+        problems => Err(problems),
+    }
+}
 
 pub struct RedisConnector {
     target: RedisTarget,

@@ -9,8 +9,53 @@ use async_trait::async_trait;
 use sqlx::sqlite::SqliteConnectOptions;
 use sqlx::{ConnectOptions, SqliteConnection};
 
-use crate::config::SqliteTarget;
+use std::path::PathBuf;
+
+use serde::Deserialize;
+
+use super::{Target, TargetKind};
+use crate::config::Config;
 use crate::purge::{Connector, ConnectorError, Copy, Physical, PurgeReport, Subjects};
+
+/// A SQLite file whose rows name items of another store, deleted by the ids lineage holds there.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SqliteTarget {
+    /// Names the target `sqlite:<name>`.
+    pub name: String,
+    pub path: PathBuf,
+    pub table: String,
+    /// The column holding the other store's item id (Mem0: `memory_id`).
+    pub id_column: String,
+    /// The route whose lineage holds those ids (Mem0 over Chroma: `chroma`).
+    pub lineage_store: String,
+}
+
+/// `[[erasure.sqlite]]`: SQLite files that reference another store's items by id (Mem0's
+/// `history.db`); each follows the lineage of the route it names.
+pub const KIND: TargetKind = TargetKind {
+    name: "sqlite",
+    problems: |settings, config| read(settings, config).err().unwrap_or_default(),
+    target: |settings, config| {
+        let target = read(settings, config).map_err(|problems| problems.join("; "))?;
+        Ok(Target {
+            lineage_store: target.lineage_store.clone(),
+            owns_lineage: false,
+            connector: std::sync::Arc::new(SqliteFileConnector::new(target)),
+        })
+    },
+};
+
+fn read(settings: &toml::Table, config: &Config) -> Result<SqliteTarget, Vec<String>> {
+    let target: SqliteTarget = crate::config::read_all(settings.clone())?;
+    match config.routes.iter().any(|r| r.name == target.lineage_store) {
+        true => Ok(target),
+        false => Err(vec![format!(
+            "lineage_store {:?} is not a route",
+            target.lineage_store
+        )]),
+    }
+}
 
 pub struct SqliteFileConnector {
     target: SqliteTarget,

@@ -10,7 +10,8 @@
 
 use lethe_policy::names::Folding;
 
-use crate::config::{GovernedDatabase, GovernedTable, PostgresTarget};
+use crate::config::{GovernedDatabase, GovernedTable};
+use crate::erasure::PostgresTarget;
 
 /// The version of what [`plan`] installs; bumped with every change to it.
 pub const VERSION: i32 = 3;

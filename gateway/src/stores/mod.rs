@@ -20,7 +20,7 @@ use bytes::Bytes;
 use hyper::Response;
 use serde::de::DeserializeOwned;
 
-use crate::config::{Config, ConfigErrors};
+use crate::config::Config;
 use crate::data::forward::Route;
 use crate::data::route::RouteStore;
 
@@ -85,17 +85,9 @@ fn stores_of(config: &Config) -> Result<Vec<Arc<dyn RouteStore>>, Vec<String>> {
     }
 }
 
-/// A configuration text checked whole, as `lethe check-config` does: the configuration's own
-/// problems and those of its routes' stores, all at once (credentials are not resolved).
-pub fn check(text: &str) -> Result<Config, ConfigErrors> {
-    let (config, mut problems) = Config::checked(text)?;
-    if let Err(found) = stores_of(&config) {
-        problems.extend(found);
-    }
-    match problems.is_empty() {
-        true => Ok(config),
-        false => Err(ConfigErrors { problems }),
-    }
+/// Every problem of a configuration's routes' stores (credentials are not resolved).
+pub fn problems(config: &Config) -> Vec<String> {
+    stores_of(config).err().unwrap_or_default()
 }
 
 /// The kind named `adapter = "name"`.
@@ -136,28 +128,9 @@ pub trait Settings: DeserializeOwned {
     fn store(self) -> Result<Arc<dyn RouteStore>, Vec<String>>;
 }
 
-/// Deserialises `S`, reporting every unknown key (serde stops at the first: each is taken out
-/// and the rest read again).
-fn read<S: Settings>(mut keys: toml::Table) -> Result<Arc<dyn RouteStore>, Vec<String>> {
-    let mut problems = Vec::new();
-    loop {
-        match S::deserialize(toml::Value::Table(keys.clone())) {
-            Ok(settings) if problems.is_empty() => return settings.store(),
-            Ok(_) => return Err(problems),
-            Err(e) => {
-                let message = e.to_string().trim().to_owned();
-                let unknown = message
-                    .strip_prefix("unknown field `")
-                    .and_then(|rest| rest.split_once('`'))
-                    .map(|(field, _)| field.to_owned());
-                problems.push(message);
-                match unknown {
-                    Some(field) if keys.remove(&field).is_some() => {}
-                    _ => return Err(problems),
-                }
-            }
-        }
-    }
+/// Reads a kind's settings `S` from a route's own keys (every problem at once) into its store.
+fn read<S: Settings>(keys: toml::Table) -> Result<Arc<dyn RouteStore>, Vec<String>> {
+    crate::config::read_all::<S>(keys)?.store()
 }
 
 /// An answer with its body rewritten by `rewrite` (given whether it is a success), when that
