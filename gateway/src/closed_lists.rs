@@ -28,7 +28,10 @@ fn consent_actions_are_the_policy_crates_everywhere_they_are_named() {
         .collect();
     assert_eq!(openapi, actions(), "the OpenAPI document");
 
-    let form = crate::control::console::action_boxes();
+    use askama::Template;
+    let form = crate::control::console::ActionBoxes::default()
+        .render()
+        .expect("the console's action boxes render");
     assert_eq!(
         quoted_after(&form.replace('"', "'"), "value='"),
         actions(),

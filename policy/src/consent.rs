@@ -78,6 +78,17 @@ pub enum ConsentStatus {
     Expired,
 }
 
+impl ConsentStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ConsentStatus::Pending => "pending",
+            ConsentStatus::Active => "active",
+            ConsentStatus::Revoked => "revoked",
+            ConsentStatus::Expired => "expired",
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ConsentGrant {
     pub id: String,
@@ -174,6 +185,21 @@ mod tests {
             revoked_at: revoked.map(t),
             policy_version: 1,
             source: "signup".into(),
+        }
+    }
+
+    #[test]
+    fn a_status_is_named_as_the_api_serialises_it() {
+        for status in [
+            ConsentStatus::Pending,
+            ConsentStatus::Active,
+            ConsentStatus::Revoked,
+            ConsentStatus::Expired,
+        ] {
+            assert_eq!(
+                serde_json::to_value(status).unwrap(),
+                serde_json::Value::from(status.as_str())
+            );
         }
     }
 

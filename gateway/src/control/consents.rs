@@ -32,8 +32,8 @@ pub struct GrantRequest {
 #[derive(Debug, Serialize)]
 pub struct GrantView {
     #[serde(flatten)]
-    grant: ConsentGrant,
-    status: ConsentStatus,
+    pub(crate) grant: ConsentGrant,
+    pub(crate) status: ConsentStatus,
 }
 
 impl GrantView {

@@ -23,7 +23,7 @@ pub struct PlaceRequest {
 #[derive(Debug, Serialize)]
 pub struct HoldView {
     #[serde(flatten)]
-    record: HoldRecord,
+    pub(crate) record: HoldRecord,
     pub(super) active: bool,
 }
 

@@ -438,26 +438,41 @@ pub fn verify(document: &[u8], public_key_hex: &str) -> Result<Value, Invalid> {
     Ok(certificate.clone())
 }
 
-fn escape(text: &str) -> String {
-    text.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
+/// The certificate as a page for people (`gateway/templates/certificate.html`).
+#[derive(askama::Template)]
+#[template(path = "certificate.html")]
+struct CertificatePage {
+    id: String,
+    facts: Vec<(String, String)>,
+    stores: Vec<Vec<String>>,
+    derivatives: Vec<Vec<String>>,
+    copies: Vec<Vec<String>>,
+    exceptions: Vec<String>,
+    head_seq: String,
+    head_hash: String,
+    key: String,
+}
+
+/// A value of the document as the page shows it: a string as is, a missing one as a dash.
+fn shown(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Null => "—".to_owned(),
+        other => other.to_string(),
+    }
+}
+
+/// The items of a JSON array, none when it is not one.
+fn listed(v: &Value) -> &[Value] {
+    v.as_array().map(Vec::as_slice).unwrap_or_default()
 }
 
 /// The certificate as a page for people; the JSON document stays the signed original.
 pub fn render_html(document: &[u8]) -> String {
+    use askama::Template;
     let parsed: Value = serde_json::from_slice(document).unwrap_or(Value::Null);
     let c = &parsed["certificate"];
-    let field = |v: &Value| {
-        escape(&match v {
-            Value::String(s) => s.clone(),
-            Value::Null => "—".to_owned(),
-            other => other.to_string(),
-        })
-    };
-    let mut rows = String::new();
-    for key in [
+    let facts = [
         "request_id",
         "tenant",
         "ticket",
@@ -473,51 +488,47 @@ pub fn render_html(document: &[u8]) -> String {
         "final_backup_expiry",
         "final_copy_expiry",
         "issued_at",
-    ] {
-        rows.push_str(&format!(
-            "<tr><th>{}</th><td>{}</td></tr>\n",
-            key.replace('_', " "),
-            field(&c[key])
-        ));
-    }
-    let mut stores = String::new();
-    let mut copies = String::new();
-    for s in c["stores"].as_array().into_iter().flatten() {
-        let listed = |key: &str| -> String {
-            s["physical"][key]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .map(field)
+    ]
+    .iter()
+    .map(|key| (key.replace('_', " "), shown(&c[*key])))
+    .collect();
+    let (mut stores, mut copies) = (Vec::new(), Vec::new());
+    for s in listed(&c["stores"]) {
+        let joined = |key: &str| {
+            listed(&s["physical"][key])
+                .iter()
+                .map(shown)
                 .collect::<Vec<_>>()
                 .join("; ")
         };
-        stores.push_str(&format!(
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>\n",
-            field(&s["target"]), field(&s["before"]), field(&s["deleted"]), field(&s["remaining"]), listed("done"),
-            listed("verified"), field(&s["backup_retention"]), field(&s["backup_expires_at"])
-        ));
-        for copy in s["physical"]["remaining"].as_array().into_iter().flatten() {
+        stores.push(vec![
+            shown(&s["target"]),
+            shown(&s["before"]),
+            shown(&s["deleted"]),
+            shown(&s["remaining"]),
+            joined("done"),
+            joined("verified"),
+            shown(&s["backup_retention"]),
+            shown(&s["backup_expires_at"]),
+        ]);
+        for copy in listed(&s["physical"]["remaining"]) {
             let until = match &copy["until"] {
-                Value::Null => format!("unknown: {}", field(&copy["unknown"])),
-                at => field(at),
+                Value::Null => format!("unknown: {}", shown(&copy["unknown"])),
+                at => shown(at),
             };
-            copies.push_str(&format!(
-                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>\n",
-                field(&s["target"]),
-                field(&copy["place"]),
-                field(&copy["holds"]),
-                field(&copy["why"]),
-                until
-            ));
+            copies.push(vec![
+                shown(&s["target"]),
+                shown(&copy["place"]),
+                shown(&copy["holds"]),
+                shown(&copy["why"]),
+                until,
+            ]);
         }
     }
-    let derived: String = c["derivatives"]
-        .as_array()
-        .into_iter()
-        .flatten()
+    let derivatives = listed(&c["derivatives"])
+        .iter()
         .map(|d| {
-            let cells: String = [
+            [
                 "store",
                 "found",
                 "own_erased",
@@ -527,34 +538,23 @@ pub fn render_html(document: &[u8]) -> String {
                 "unreached",
             ]
             .iter()
-            .map(|k| format!("<td>{}</td>", field(&d[*k])))
-            .collect();
-            format!("<tr>{cells}</tr>\n")
+            .map(|k| shown(&d[*k]))
+            .collect()
         })
         .collect();
-    let exceptions: String = c["exceptions"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|e| format!("<li>{}</li>", field(e)))
-        .collect();
-    format!(
-        "<!doctype html><html><head><meta charset=\"utf-8\"><title>Erasure certificate {id}</title>\
-         <style>body{{font-family:sans-serif;max-width:60rem;margin:2rem auto}}table{{border-collapse:collapse}}\
-         th,td{{border:1px solid #ccc;padding:.3rem .6rem;text-align:left}}</style></head><body>\
-         <h1>Erasure certificate</h1><table>{rows}</table><h2>Stores</h2><table><tr><th>store</th><th>before</th>\
-         <th>deleted</th><th>remaining</th><th>removed from disk</th><th>verified on disk</th><th>backup retention</th><th>backups expire</th></tr>{stores}</table>\
-         <h2>Derivatives</h2><p>What was made from the subject's data (summaries, facts, model answers), per store.</p>\
-         <table><tr><th>store</th><th>found</th><th>the subject's own, erased</th><th>others', erased</th><th>released</th><th>held nothing</th><th>remain where no purge reaches</th></tr>{derived}</table>\
-         <h2>Copies that remain</h2><table><tr><th>store</th><th>where</th><th>what</th><th>why</th><th>gone by</th></tr>{copies}</table>\
-         <h2>Exceptions</h2><ul>{exceptions}</ul><h2>Audit chain head</h2><p>row {seq}, {hash}</p>\
-         <h2>Signature</h2><p>Ed25519, public key <code>{key}</code>. Check the JSON document with \
-         <code>lethe certificate verify FILE --key PUBLIC_KEY</code>.</p></body></html>",
-        id = field(&c["request_id"]),
-        seq = field(&c["audit_chain_head"]["seq"]),
-        hash = field(&c["audit_chain_head"]["hash"]),
-        key = field(&parsed["signature"]["public_key"]),
-    )
+    CertificatePage {
+        id: shown(&c["request_id"]),
+        facts,
+        stores,
+        derivatives,
+        copies,
+        exceptions: listed(&c["exceptions"]).iter().map(shown).collect(),
+        head_seq: shown(&c["audit_chain_head"]["seq"]),
+        head_hash: shown(&c["audit_chain_head"]["hash"]),
+        key: shown(&parsed["signature"]["public_key"]),
+    }
+    .render()
+    .unwrap_or_default()
 }
 
 #[cfg(test)]

@@ -11,15 +11,15 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::time::Duration;
 
+use askama::Template;
 use axum::extract::connect_info::ConnectInfo;
-use axum::extract::{Request, State};
+use axum::extract::{FromRequest, FromRequestParts, Request, State};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use sha2::{Digest, Sha256};
 
-use super::html::{escape, nav, page};
-use super::{field, form, html};
+use super::page::{Frame, Nav, message, render};
 use crate::control::ControlState;
 use crate::control::extract::Caller;
 use crate::state::ConsoleSession;
@@ -33,7 +33,8 @@ const SIGN_IN_WINDOW: Duration = Duration::from_secs(60);
 /// A session's last use is written at most this often.
 const TOUCH_EVERY: Duration = Duration::from_secs(30);
 
-/// A signed-in person: the verified caller, and the session's CSRF token.
+/// A signed-in person: the verified caller, and the session's CSRF token. As an extractor, a
+/// page's handler gets it or the person is sent to sign in (or told the store is unreachable).
 pub struct Session {
     pub caller: Caller,
     pub csrf: String,
@@ -41,12 +42,91 @@ pub struct Session {
 }
 
 impl Session {
-    pub fn nav(&self) -> String {
-        nav(&self.caller.claims.sub, &self.csrf)
+    /// A page's frame: its title and this person's navigation.
+    pub fn frame(&self, title: &str) -> Frame {
+        Frame {
+            title: title.to_owned(),
+            nav: Some(Nav {
+                actor: self.caller.claims.sub.clone(),
+                csrf: self.csrf.clone(),
+            }),
+        }
+    }
+}
+
+impl FromRequestParts<ControlState> for Session {
+    type Rejection = Response;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &ControlState,
+    ) -> Result<Self, Self::Rejection> {
+        signed_in(state, parts).await.map_err(|to| *to)
+    }
+}
+
+/// The fields of a posted form, in order.
+pub struct Fields(Vec<(String, String)>);
+
+impl Fields {
+    fn parse(body: &[u8]) -> Fields {
+        Fields(form_urlencoded::parse(body).into_owned().collect())
     }
 
-    pub fn page(&self, title: &str, body: &str) -> Response {
-        html(StatusCode::OK, page(title, Some(&self.nav()), body))
+    /// The first value of `name`, if sent.
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The first value of `name`, empty when not sent.
+    pub fn text(&self, name: &str) -> &str {
+        self.get(name).unwrap_or("")
+    }
+
+    /// Every value of `name` (ticked boxes).
+    pub fn all<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a str> + 'a {
+        self.0
+            .iter()
+            .filter(move |(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// A state-changing form: the session and the fields, refused (nothing changed) without the
+/// session's CSRF token.
+pub struct Posted {
+    pub session: Session,
+    pub fields: Fields,
+}
+
+impl FromRequest<ControlState> for Posted {
+    type Rejection = Response;
+
+    async fn from_request(request: Request, state: &ControlState) -> Result<Self, Self::Rejection> {
+        let (mut parts, body) = request.into_parts();
+        let session = Session::from_request_parts(&mut parts, state).await?;
+        let Ok(bytes) = axum::body::to_bytes(body, state.max_body_bytes).await else {
+            return Err(message(
+                StatusCode::BAD_REQUEST,
+                Frame::bare("Bad request"),
+                "The form could not be read.",
+                false,
+            ));
+        };
+        let fields = Fields::parse(&bytes);
+        // The session's token is kept server-side: a form from another site cannot know it.
+        if !same(fields.text("csrf"), &session.csrf) {
+            return Err(message(
+                StatusCode::FORBIDDEN,
+                session.frame("Refused"),
+                "This form was not sent from the console (its CSRF token is missing or wrong). Nothing was changed.",
+                true,
+            ));
+        }
+        Ok(Posted { session, fields })
     }
 }
 
@@ -121,13 +201,11 @@ fn same(a: &str, b: &str) -> bool {
 }
 
 fn unavailable() -> Elsewhere {
-    Box::new(html(
+    Box::new(message(
         StatusCode::SERVICE_UNAVAILABLE,
-        page(
-            "Unavailable",
-            None,
-            "<p class=\"error\" role=\"alert\">Lethe's state store cannot be reached. Nothing was changed; try again shortly.</p>",
-        ),
+        Frame::bare("Unavailable"),
+        "Lethe's state store cannot be reached. Nothing was changed; try again shortly.",
+        true,
     ))
 }
 
@@ -137,7 +215,7 @@ fn elsewhere(path: &'static str) -> Elsewhere {
 
 /// The session of a request, or where to send the person instead. A session that is over is
 /// ended here.
-pub async fn signed_in(state: &ControlState, parts: &Parts) -> Result<Session, Elsewhere> {
+async fn signed_in(state: &ControlState, parts: &Parts) -> Result<Session, Elsewhere> {
     let id = cookie(&parts.headers, COOKIE).ok_or_else(|| elsewhere("/console/sign-in"))?;
     let id_hash = hash(id);
     let kept = state
@@ -179,59 +257,31 @@ pub async fn signed_in(state: &ControlState, parts: &Parts) -> Result<Session, E
     })
 }
 
-/// A state-changing form's session, refused without the session's CSRF token.
-pub async fn posted(
-    state: &ControlState,
-    request: Request,
-) -> Result<(Session, Vec<(String, String)>), Elsewhere> {
-    let (parts, body) = request.into_parts();
-    let session = signed_in(state, &parts).await?;
-    let unreadable = || {
-        Box::new(html(
-            StatusCode::BAD_REQUEST,
-            page("Bad request", None, "<p>The form could not be read.</p>"),
-        ))
-    };
-    let bytes = axum::body::to_bytes(body, state.max_body_bytes)
-        .await
-        .map_err(|_| unreadable())?;
-    let fields = form(&bytes);
-    // The session's token is kept server-side: a form from another site cannot know it.
-    if !same(field(&fields, "csrf").unwrap_or(""), &session.csrf) {
-        return Err(Box::new(html(
-            StatusCode::FORBIDDEN,
-            page(
-                "Refused",
-                Some(&session.nav()),
-                "<p class=\"error\" role=\"alert\">This form was not sent from the console (its CSRF token is missing or wrong). Nothing was changed.</p>",
-            ),
-        )));
-    }
-    Ok((session, fields))
+#[derive(Template)]
+#[template(path = "console/sign_in.html")]
+struct SignInPage<'a> {
+    frame: Frame,
+    message: Option<&'a str>,
+    csrf: String,
 }
 
 /// The sign-in page, with a fresh CSRF token in its form and in its cookie.
 fn sign_in_page(status: StatusCode, message: Option<&str>) -> Response {
-    let message = message
-        .map(|m| format!("<p class=\"error\" role=\"alert\">{}</p>", escape(m)))
-        .unwrap_or_default();
-    let token = match random_hex() {
+    let csrf = match random_hex() {
         Ok(token) => token,
         Err(unavailable) => return *unavailable,
     };
-    let mut response = html(
+    let cookie =
+        format!("{SIGN_IN_COOKIE}={csrf}; Path=/console/sign-in; HttpOnly; SameSite=Strict");
+    let mut response = render(
         status,
-        page(
-            "Sign in",
-            None,
-            &format!(
-                "{message}<form method=\"post\" action=\"/console/sign-in\"><input type=\"hidden\" name=\"csrf\" value=\"{token}\"><label for=\"token\">Compliance or admin token</label><input id=\"token\" name=\"token\" type=\"password\" autocomplete=\"off\" required><p><button type=\"submit\">Sign in</button></p></form>"
-            ),
-        ),
+        &SignInPage {
+            frame: Frame::bare("Sign in"),
+            message,
+            csrf,
+        },
     );
-    if let Ok(value) = HeaderValue::from_str(&format!(
-        "{SIGN_IN_COOKIE}={token}; Path=/console/sign-in; HttpOnly; SameSite=Strict"
-    )) {
+    if let Ok(value) = HeaderValue::from_str(&cookie) {
         response.headers_mut().append(header::SET_COOKIE, value);
     }
     response
@@ -265,15 +315,15 @@ pub async fn sign_in(State(state): State<ControlState>, request: Request) -> Res
     let Ok(bytes) = axum::body::to_bytes(body, state.max_body_bytes).await else {
         return sign_in_page(StatusCode::BAD_REQUEST, Some("The form could not be read."));
     };
-    let fields = form(&bytes);
-    let sent = field(&fields, "csrf").unwrap_or("");
+    let fields = Fields::parse(&bytes);
+    let sent = fields.text("csrf");
     if sent.is_empty() || !cookie(&parts.headers, SIGN_IN_COOKIE).is_some_and(|c| same(c, sent)) {
         return sign_in_page(
             StatusCode::FORBIDDEN,
             Some("This form was not sent from the sign-in page. Sign in from it."),
         );
     }
-    let token = field(&fields, "token").unwrap_or("").trim();
+    let token = fields.text("token").trim();
     let caller = match Caller::of_token(&state, token, &parts).await {
         Ok(caller) => caller,
         Err(e) => {
@@ -325,11 +375,10 @@ pub async fn sign_in(State(state): State<ControlState>, request: Request) -> Res
     response
 }
 
-pub async fn sign_out(State(state): State<ControlState>, request: Request) -> Response {
-    let session = match posted(&state, request).await {
-        Ok((session, _)) => session,
-        Err(refused) => return *refused,
-    };
+pub async fn sign_out(
+    State(state): State<ControlState>,
+    Posted { session, .. }: Posted,
+) -> Response {
     if state.store.end_session(&session.id_hash).await.is_err() {
         return *unavailable();
     }
