@@ -11,20 +11,6 @@ use super::{audit, lineage_row};
 use crate::now;
 use crate::state::*;
 
-macro_rules! on_both_backends {
-    ($($name:ident),* $(,)?) => {
-        mod sqlite {
-            $(#[tokio::test] async fn $name() { super::$name(&crate::testing::migrated(&crate::testing::fresh_sqlite_url()).await).await })*
-        }
-        mod postgres {
-            $(#[tokio::test] async fn $name() {
-                let url = crate::testing::fresh_postgres_database().await.expect("create a PostgreSQL test database");
-                super::$name(&crate::testing::migrated(&url).await).await
-            })*
-        }
-    };
-}
-
 on_both_backends!(
     a_flip_hides_the_closure_and_waits_for_every_decision,
     another_subjects_derivatives_are_erased_by_policy_when_so_configured,
