@@ -1,5 +1,6 @@
 //! The `lethe` command line.
 
+mod control_api;
 mod serve;
 
 use std::net::SocketAddr;
@@ -571,7 +572,7 @@ async fn control_call(
 ) -> Result<(), Failure> {
     let (url, token) = control.resolve(config).await?;
     let (status, value) =
-        crate::client::call(method, &format!("{url}{path}"), &token, body.as_ref()).await?;
+        control_api::call(method, &format!("{url}{path}"), &token, body.as_ref()).await?;
     let pretty = serde_json::to_string_pretty(&value)?;
     if status.is_success() {
         println!("{pretty}");
@@ -640,7 +641,7 @@ async fn certificate(
             let config = load()?;
             let (url, token) = args.control.resolve(&config).await?;
             let path = format!("{url}/v1/erasures/{}/certificate", encode(&id));
-            let (status, value) = crate::client::call(Method::GET, &path, &token, None).await?;
+            let (status, value) = control_api::call(Method::GET, &path, &token, None).await?;
             if !status.is_success() {
                 return Err(Failure(
                     format!("{status}\n{}", serde_json::to_string_pretty(&value)?),

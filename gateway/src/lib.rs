@@ -5,7 +5,6 @@
 pub mod adapters;
 pub mod auth;
 pub mod cli;
-pub mod client;
 #[cfg(test)]
 mod closed_lists;
 pub mod config;

@@ -1,4 +1,4 @@
-//! A small JSON-over-HTTP client for the CLI verbs that act through the control plane (so that a
+//! The CLI's client of the control API: the verbs that act through the control plane (so that a
 //! running gateway sees every change, and every change is audited under the caller's name).
 
 use bytes::Bytes;
