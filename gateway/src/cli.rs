@@ -1,6 +1,6 @@
 //! The `lethe` command line.
 
-mod control_api;
+pub mod control_api;
 mod serve;
 
 use std::net::SocketAddr;

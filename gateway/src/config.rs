@@ -556,8 +556,10 @@ impl Default for AuditConfig {
 pub struct RouteConfig {
     /// `chroma`, `langgraph`, ...: names the route in logs and in `LETHE_UPSTREAM_<NAME>`.
     pub name: String,
-    /// Path prefix on the data plane, e.g. `/chroma`.
-    pub prefix: String,
+    /// Path prefix on the data plane, e.g. `/chroma`: a store spoken to in HTTP.
+    pub prefix: Option<String>,
+    /// The route's own listener: a store spoken to in a protocol of its own (Redis).
+    pub listen: Option<SocketAddr>,
     pub upstream: String,
     /// The upstream's own credential, sent on every forwarded request.
     pub credential: Option<CredentialConfig>,
@@ -579,7 +581,8 @@ pub struct RouteConfig {
 #[serde(deny_unknown_fields)]
 struct CommonRoute {
     name: String,
-    prefix: String,
+    prefix: Option<String>,
+    listen: Option<SocketAddr>,
     upstream: String,
     credential: Option<CredentialConfig>,
     timeout: Option<ConfigDuration>,
@@ -611,6 +614,7 @@ impl RouteConfig {
         for key in [
             "name",
             "prefix",
+            "listen",
             "upstream",
             "credential",
             "timeout",
@@ -631,6 +635,7 @@ impl RouteConfig {
             (Ok(c), Ok(adapter)) => Ok(RouteConfig {
                 name: c.name,
                 prefix: c.prefix,
+                listen: c.listen,
                 upstream: c.upstream,
                 credential: c.credential,
                 timeout: c.timeout,
@@ -918,6 +923,15 @@ impl Config {
                 self.data_plane.listen
             ));
         }
+        for route in &self.routes {
+            let taken = [
+                ("data_plane.listen", self.data_plane.listen),
+                ("control_plane.listen", self.control_plane.listen),
+            ];
+            if let Some((key, at)) = taken.iter().find(|(_, at)| route.listen == Some(*at)) {
+                problems.push(format!("route {}: listen {at} is {key} too", route.name));
+            }
+        }
         problems.extend(self.state.problems());
         problems.extend(self.erasure.problems());
         let targets = self.erasure_targets();
@@ -1032,21 +1046,26 @@ impl ErasureConfig {
 }
 
 impl RouteConfig {
-    /// The problems of each route's common keys, and between routes (names, prefixes).
+    /// The problems of each route's common keys, and between routes (names, prefixes, listeners).
     fn problems_of(routes: &[RouteConfig]) -> Vec<String> {
         let mut problems = Vec::new();
         let mut names = BTreeSet::new();
         let mut prefixes = BTreeSet::new();
+        let mut listeners = BTreeSet::new();
         for (i, route) in routes.iter().enumerate() {
             let at = format!("[[routes]] #{} ({})", i + 1, route.name);
             if !names.insert(&route.name) {
                 problems.push(format!("{at}: another route already has this name"));
             }
-            if !prefixes.insert(&route.prefix) {
-                problems.push(format!(
-                    "{at}: another route already has prefix {}",
-                    route.prefix
-                ));
+            if let Some(prefix) = &route.prefix
+                && !prefixes.insert(prefix)
+            {
+                problems.push(format!("{at}: another route already has prefix {prefix}"));
+            }
+            if let Some(listen) = route.listen
+                && !listeners.insert(listen)
+            {
+                problems.push(format!("{at}: another route already listens on {listen}"));
             }
             problems.extend(route.problems().into_iter().map(|p| format!("{at}: {p}")));
         }
@@ -1063,12 +1082,26 @@ impl RouteConfig {
         if !name_ok {
             problems.push("name must be lowercase letters, digits and _".to_owned());
         }
-        let prefix_ok = self.prefix.len() > 1
-            && self.prefix.starts_with('/')
-            && !self.prefix.ends_with('/')
-            && !self.prefix.contains("//");
-        if !prefix_ok {
-            problems.push("prefix must look like /name (leading /, no trailing /)".to_owned());
+        match (&self.prefix, self.listen) {
+            (Some(_), Some(_)) => problems.push(
+                "prefix (HTTP on the data plane) or listen (a listener of its own), not both"
+                    .to_owned(),
+            ),
+            (None, None) => problems.push(
+                "prefix or listen: say where clients reach the route (as its store needs)"
+                    .to_owned(),
+            ),
+            (Some(prefix), None) => {
+                let prefix_ok = prefix.len() > 1
+                    && prefix.starts_with('/')
+                    && !prefix.ends_with('/')
+                    && !prefix.contains("//");
+                if !prefix_ok {
+                    problems
+                        .push("prefix must look like /name (leading /, no trailing /)".to_owned());
+                }
+            }
+            (None, Some(_)) => {}
         }
         for (key, value) in [("purpose", &self.purpose), ("category", &self.category)] {
             if value.as_deref().is_some_and(|v| !valid_name(v)) {
@@ -1077,9 +1110,9 @@ impl RouteConfig {
                 ));
             }
         }
-        if !is_http_url(&self.upstream) {
+        if !is_url(&self.upstream) {
             problems.push(format!(
-                "upstream {:?} is not an http(s) URL",
+                "upstream {:?} is not a URL with a host",
                 self.upstream
             ));
         }
@@ -1160,11 +1193,10 @@ pub fn read_all<T: serde::de::DeserializeOwned>(mut keys: toml::Table) -> Result
     }
 }
 
-fn is_http_url(text: &str) -> bool {
-    text.parse::<hyper::Uri>().is_ok_and(|uri| {
-        matches!(uri.scheme_str(), Some("http" | "https"))
-            && uri.host().is_some_and(|h| !h.is_empty())
-    })
+/// A URL with a scheme and a host (which schemes a route may use is its store's to say).
+fn is_url(text: &str) -> bool {
+    text.parse::<hyper::Uri>()
+        .is_ok_and(|uri| uri.scheme().is_some() && uri.host().is_some_and(|h| !h.is_empty()))
 }
 
 /// `LETHE_UPSTREAM_<NAME>`: overrides the upstream URL of the route named `name`.

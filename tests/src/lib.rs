@@ -9,7 +9,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-pub use lethe_gateway::client::call;
+pub use lethe_gateway::cli::control_api::call;
 pub use lethe_gateway::testing::{execute_raw, fresh_postgres_database, fresh_sqlite_url};
 
 /// The workspace root.

@@ -72,6 +72,14 @@ pub(super) async fn serve(config: Config) -> Result<(), Failure> {
     };
     let control_listener = bind(config.control_plane.listen).await?;
     let data_listener = bind(config.data_plane.listen).await?;
+    // Routes whose stores speak a protocol of their own have listeners of their own.
+    let mut own_listeners = Vec::new();
+    for route in data_state.routes.iter() {
+        if let Some(addr) = route.listen {
+            own_listeners.push((bind(addr).await?, route.clone()));
+            tracing::info!(route = %route.name, listen = %addr, "listening");
+        }
+    }
     tracing::info!(
         control = %config.control_plane.listen,
         data = %config.data_plane.listen,
@@ -118,9 +126,20 @@ pub(super) async fn serve(config: Config) -> Result<(), Failure> {
         config.audit.sign_interval.0,
         until_stopped(stopped.clone()),
     );
+    let mut own_routes = tokio::task::JoinSet::new();
+    for (listener, route) in own_listeners {
+        own_routes.spawn(crate::data::serve_connections(
+            listener,
+            route,
+            Arc::clone(&data_state),
+            stopped.clone(),
+            limits.timeout,
+        ));
+    }
+    let own_routes = async move { while own_routes.join_next().await.is_some() {} };
     let data = crate::data::serve(data_listener, data_state, limits, until_stopped(stopped));
-    let (control, (), (), (), (), ()) =
-        tokio::join!(control, data, stop_signal, purge, sweep, anchor);
+    let (control, (), (), (), (), (), ()) =
+        tokio::join!(control, data, own_routes, stop_signal, purge, sweep, anchor);
     control?;
     // The last lineage rows are written before the process ends.
     let _ = tokio::time::timeout(std::time::Duration::from_secs(10), lineage_task).await;

@@ -10,7 +10,13 @@ fn the_built_in_default_is_the_documented_one() {
     let routes: Vec<_> = config
         .routes
         .iter()
-        .map(|r| (r.name.as_str(), r.prefix.as_str(), r.upstream.as_str()))
+        .map(|r| {
+            (
+                r.name.as_str(),
+                r.prefix.as_deref().unwrap_or(""),
+                r.upstream.as_str(),
+            )
+        })
         .collect();
     assert_eq!(
         routes,
@@ -469,6 +475,54 @@ fn a_misspelled_erasure_key_is_refused_not_taken_for_a_store() {
         assert!(
             joined.contains("[erasure]: unknown field"),
             "{text}: {joined}"
+        );
+    }
+}
+
+#[test]
+fn a_route_is_reached_the_way_its_store_speaks() {
+    let text = r#"
+        [data_plane]
+        listen = "127.0.0.1:7400"
+        [[routes]]
+        name = "both"
+        prefix = "/both"
+        listen = "127.0.0.1:7600"
+        upstream = "http://127.0.0.1:8000"
+        adapter = "chroma"
+        [[routes]]
+        name = "neither"
+        upstream = "http://127.0.0.1:8001"
+        adapter = "chroma"
+        [[routes]]
+        name = "own"
+        listen = "127.0.0.1:7600"
+        upstream = "http://127.0.0.1:8002"
+        adapter = "qdrant"
+        [[routes]]
+        name = "taken"
+        listen = "127.0.0.1:7400"
+        upstream = "http://127.0.0.1:8003"
+        adapter = "langgraph"
+        [[routes]]
+        name = "cache"
+        prefix = "/cache"
+        upstream = "redis://127.0.0.1:6379"
+        adapter = "chroma"
+    "#;
+    let joined = crate::cli::check(text).unwrap_err().problems.join("\n");
+    for needle in [
+        "[[routes]] #1 (both): prefix (HTTP on the data plane) or listen (a listener of its own), not both",
+        "[[routes]] #2 (neither): prefix or listen: say where clients reach the route",
+        "[[routes]] #3 (own): another route already listens on 127.0.0.1:7600",
+        "[[routes]] #3 (own): qdrant is reached by prefix, not listen",
+        "[[routes]] #3 (own): prefix: missing; qdrant is reached by it",
+        "route taken: listen 127.0.0.1:7400 is data_plane.listen too",
+        "[[routes]] #5 (cache): upstream \"redis://127.0.0.1:6379\": chroma speaks http, https",
+    ] {
+        assert!(
+            joined.contains(needle),
+            "no problem mentions {needle:?}:\n{joined}"
         );
     }
 }

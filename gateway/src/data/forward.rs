@@ -17,11 +17,15 @@ use hyper_util::rt::TokioExecutor;
 use super::error::DataError;
 use crate::config::RouteConfig;
 
-/// A configured route: where its prefix leads, with which credential, to which store.
+/// A configured route: where its clients reach it (a prefix of the data plane, or a listener of
+/// its own), with which credential, to which store.
 #[derive(Debug, Clone)]
 pub struct Route {
     pub name: String,
-    pub prefix: String,
+    /// Its path prefix on the data plane, for a store spoken to in HTTP.
+    pub prefix: Option<String>,
+    /// Its own listener, for a store spoken to in a protocol of its own.
+    pub listen: Option<std::net::SocketAddr>,
     pub upstream: Uri,
     pub credential: Option<(HeaderName, HeaderValue)>,
     /// How long the upstream may take to start answering.
@@ -62,6 +66,7 @@ impl Route {
         Ok(Route {
             name: config.name.clone(),
             prefix: config.prefix.clone(),
+            listen: config.listen,
             upstream,
             credential,
             timeout: config.timeout.map(|t| t.0),
@@ -73,7 +78,7 @@ impl Route {
 
     /// The rest of `path` when it is under this route's prefix.
     pub fn strip<'p>(&self, path: &'p str) -> Option<&'p str> {
-        let rest = path.strip_prefix(&self.prefix)?;
+        let rest = path.strip_prefix(self.prefix.as_deref()?)?;
         (rest.is_empty() || rest.starts_with('/')).then_some(rest)
     }
 }
@@ -297,8 +302,10 @@ impl Upstreams {
         ] {
             headers.remove(name);
         }
-        for name in route.store.scrubbed_headers() {
-            headers.remove(*name);
+        if let super::route::Serving::Http(http) = route.store.serving() {
+            for name in http.scrubbed_headers() {
+                headers.remove(*name);
+            }
         }
         let lethe: Vec<HeaderName> = headers
             .keys()
@@ -389,7 +396,8 @@ mod tests {
     fn routes_match_whole_path_segments() {
         let route = Route {
             name: "chroma".into(),
-            prefix: "/chroma".into(),
+            prefix: Some("/chroma".into()),
+            listen: None,
             upstream: "http://127.0.0.1:8000".parse().unwrap(),
             credential: None,
             timeout: None,

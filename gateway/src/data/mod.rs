@@ -330,7 +330,15 @@ async fn run(
         route,
         parts: &parts,
     };
-    route.store.handle(&upstream, &ctx, &rest, body).await
+    match route.store.serving() {
+        route::Serving::Http(http) => http.handle(&upstream, &ctx, &rest, body).await,
+        // A route with a listener of its own has no prefix, so it is never found above.
+        route::Serving::Connections(_) => Err(DataError::new(
+            StatusCode::NOT_FOUND,
+            Code::UnknownRoute,
+            "no route has this path prefix",
+        )),
+    }
 }
 
 /// The path after a route's prefix, when it names what it means one way only: no
@@ -443,6 +451,46 @@ pub async fn serve(
         });
     }
     let _ = tokio::time::timeout(limits.timeout, graceful.shutdown()).await;
+}
+
+/// Serves a route with a listener of its own: each client connection is handed whole to the
+/// route's store, until `stopping` turns true; the connections still open then get `grace` to
+/// end at a command boundary, and are closed after it.
+pub async fn serve_connections(
+    listener: tokio::net::TcpListener,
+    route: Route,
+    state: Arc<DataState>,
+    stopping: tokio::sync::watch::Receiver<bool>,
+    grace: Duration,
+) {
+    let route = Arc::new(route);
+    let mut open = tokio::task::JoinSet::new();
+    let mut stop = stopping.clone();
+    loop {
+        let (stream, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(e) => {
+                    tracing::warn!(route = %route.name, error = %e, "accept failed");
+                    continue;
+                }
+            },
+            _ = stop.wait_for(|stop| *stop) => break,
+        };
+        let _ = stream.set_nodelay(true);
+        let (route, state, stopping) = (Arc::clone(&route), Arc::clone(&state), stopping.clone());
+        open.spawn(async move {
+            if let route::Serving::Connections(store) = route.store.serving() {
+                store.serve(&route, &state, stream, peer, stopping).await;
+            }
+        });
+        // Connections that ended are not kept.
+        while open.try_join_next().is_some() {}
+    }
+    let ended = async { while open.join_next().await.is_some() {} };
+    if tokio::time::timeout(grace, ended).await.is_err() {
+        open.shutdown().await;
+    }
 }
 #[cfg(test)]
 mod tests;

@@ -1,8 +1,15 @@
-//! What a route's store must do for the data plane: serve the route's requests, purge the store,
-//! and tell the relay and the forwarder what is particular to its protocol. The stores
-//! (`stores/<kind>/`) implement it; the data plane knows no store by name.
+//! What a route's store must do for the data plane: serve the route's clients in its protocol,
+//! purge the store, and tell the relay and the forwarder what is particular to that protocol.
+//! The stores (`stores/<kind>/`) implement it; the data plane knows no store by name.
+//!
+//! A route is reached one of two ways, as its store's protocol needs ([`Serving`]): HTTP under
+//! the route's `prefix` on the data plane's listener, each request handed to the store decided
+//! by nothing yet but the caller's token ([`HttpRoute`]); or the store's own protocol on a
+//! listener of the route's own (`listen`), each client connection handed over whole
+//! ([`ConnectionRoute`]), for stores such as Redis that speak no HTTP.
 
 use std::fmt;
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -12,7 +19,7 @@ use serde::Deserialize;
 
 use super::error::DataError;
 use super::forward::{Route, Upstreams};
-use super::{Body, RequestContext, Upstream};
+use super::{Body, DataState, RequestContext, Upstream};
 use crate::config::ErasureConfig;
 use crate::purge::Connector;
 
@@ -27,12 +34,37 @@ pub enum Isolation {
     CollectionPerTenant,
 }
 
-/// What a configured route's store does: serve the route's requests, purge the store, and say
+/// How a route's clients reach its store.
+pub enum Serving<'s> {
+    /// HTTP on the data plane's listener, under the route's `prefix`.
+    Http(&'s dyn HttpRoute),
+    /// The store's own protocol on a listener of the route's own (`listen`).
+    Connections(&'s dyn ConnectionRoute),
+}
+
+impl Serving<'_> {
+    /// The route key that says where clients reach it, for messages.
+    pub fn key(&self) -> &'static str {
+        match self {
+            Serving::Http(_) => "prefix",
+            Serving::Connections(_) => "listen",
+        }
+    }
+}
+
+/// What a configured route's store does: serve the route's clients, purge the store, and say
 /// what the certificate needs to know of it.
-#[async_trait]
 pub trait RouteStore: Send + Sync + fmt::Debug {
     /// Its kind's name.
     fn kind(&self) -> &'static str;
+
+    /// How its clients reach it, and what serves them.
+    fn serving(&self) -> Serving<'_>;
+
+    /// The URL schemes its `upstream` may have.
+    fn upstream_schemes(&self) -> &'static [&'static str] {
+        &["http", "https"]
+    }
 
     /// How long the store keeps copies of what it was sent after deleting them (a provider's
     /// retention window): the certificate gives it as their expiry unless a backup retention is
@@ -47,6 +79,18 @@ pub trait RouteStore: Send + Sync + fmt::Debug {
         Isolation::Shared
     }
 
+    /// The connector that purges the store (and deletes expired items for the sweeper).
+    fn connector(
+        &self,
+        route: Route,
+        upstreams: Arc<Upstreams>,
+        erasure: &ErasureConfig,
+    ) -> Arc<dyn Connector>;
+}
+
+/// A store spoken to in HTTP: each request of the route, decided and answered.
+#[async_trait]
+pub trait HttpRoute: Send + Sync {
     /// Client headers of its protocol that never reach the upstream (beside the credentials and
     /// hop-by-hop headers every route drops).
     fn scrubbed_headers(&self) -> &'static [&'static str] {
@@ -62,12 +106,20 @@ pub trait RouteStore: Send + Sync + fmt::Debug {
         path: &str,
         body: Bytes,
     ) -> Result<Response<Body>, DataError>;
+}
 
-    /// The connector that purges the store (and deletes expired items for the sweeper).
-    fn connector(
+/// A store spoken to in a protocol of its own, on the route's own listener: it authenticates
+/// the client, decides every command and answers it, in that protocol.
+#[async_trait]
+pub trait ConnectionRoute: Send + Sync {
+    /// Serves one client connection of `route` (from `peer`) until either side closes it or
+    /// `stopping` turns true, when it ends at the next command boundary.
+    async fn serve(
         &self,
-        route: Route,
-        upstreams: Arc<Upstreams>,
-        erasure: &ErasureConfig,
-    ) -> Arc<dyn Connector>;
+        route: &Route,
+        state: &Arc<DataState>,
+        connection: tokio::net::TcpStream,
+        peer: SocketAddr,
+        stopping: tokio::sync::watch::Receiver<bool>,
+    );
 }

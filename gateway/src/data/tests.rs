@@ -1078,3 +1078,159 @@ async fn an_upstream_500_does_not_cost_the_next_request_its_connection() {
         );
     }
 }
+
+/// A store spoken to in a line protocol of its own: greets with the route's name, then echoes
+/// each line, until the client leaves or Lethe stops (then it says so and closes).
+#[derive(Debug)]
+struct Echo;
+
+impl route::RouteStore for Echo {
+    fn kind(&self) -> &'static str {
+        "echo"
+    }
+
+    fn serving(&self) -> route::Serving<'_> {
+        route::Serving::Connections(self)
+    }
+
+    fn connector(
+        &self,
+        _: Route,
+        _: Arc<Upstreams>,
+        _: &crate::config::ErasureConfig,
+    ) -> Arc<dyn crate::purge::Connector> {
+        Arc::new(NoPurge)
+    }
+}
+
+#[async_trait::async_trait]
+impl route::ConnectionRoute for Echo {
+    async fn serve(
+        &self,
+        route: &Route,
+        _: &Arc<DataState>,
+        connection: tokio::net::TcpStream,
+        _: SocketAddr,
+        mut stopping: tokio::sync::watch::Receiver<bool>,
+    ) {
+        use tokio::io::AsyncBufReadExt;
+        let (read, mut write) = connection.into_split();
+        let mut lines = tokio::io::BufReader::new(read).lines();
+        let _ = write
+            .write_all(format!("{}\n", route.name).as_bytes())
+            .await;
+        loop {
+            tokio::select! {
+                line = lines.next_line() => match line {
+                    Ok(Some(line)) => {
+                        let _ = write.write_all(format!("{line}\n").as_bytes()).await;
+                    }
+                    _ => return,
+                },
+                () = stopped(&mut stopping) => {
+                    let _ = write.write_all(b"bye\n").await;
+                    return;
+                }
+            }
+        }
+    }
+}
+
+async fn stopped(stopping: &mut tokio::sync::watch::Receiver<bool>) {
+    let _ = stopping.wait_for(|stop| *stop).await;
+}
+
+struct NoPurge;
+
+#[async_trait::async_trait]
+impl crate::purge::Connector for NoPurge {
+    async fn purge(
+        &self,
+        _: &crate::purge::Subjects,
+        _: &[(String, String)],
+    ) -> Result<crate::purge::PurgeReport, crate::purge::ConnectorError> {
+        Err(crate::purge::ConnectorError::Misconfigured(
+            "no store".into(),
+        ))
+    }
+
+    async fn count(
+        &self,
+        _: &crate::purge::Subjects,
+        _: &[(String, String)],
+    ) -> Result<u64, crate::purge::ConnectorError> {
+        Err(crate::purge::ConnectorError::Misconfigured(
+            "no store".into(),
+        ))
+    }
+}
+
+/// Reads one line from `stream` (a deadline, not a sleep: a stuck server fails the test).
+async fn line_of(stream: &mut tokio::net::TcpStream) -> String {
+    let mut line = Vec::new();
+    let mut byte = [0u8; 1];
+    tokio::time::timeout(std::time::Duration::from_secs(5), async {
+        loop {
+            match stream.read(&mut byte).await {
+                Ok(1) if byte[0] != b'\n' => line.push(byte[0]),
+                _ => break,
+            }
+        }
+    })
+    .await
+    .expect("a line within 5 s");
+    String::from_utf8(line).unwrap()
+}
+
+#[tokio::test]
+async fn a_route_with_a_listener_of_its_own_gets_each_connection_whole_until_lethe_stops() {
+    let store = migrated(&fresh_sqlite_url()).await;
+    let config = Config::check("").unwrap();
+    let (state, _lineage) = DataState::build(
+        &config,
+        Vec::new(),
+        store,
+        Arc::new(Verifier::hs256(SECRET, "lethe", 0).unwrap()),
+        Arc::from(&b"k"[..]),
+    )
+    .unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let route = Route {
+        name: "lines".into(),
+        prefix: None,
+        listen: Some(addr),
+        upstream: "tcp://127.0.0.1:9".parse().unwrap(),
+        credential: None,
+        timeout: None,
+        purpose: None,
+        category: None,
+        store: Arc::new(Echo),
+    };
+    let (stop, stopping) = tokio::sync::watch::channel(false);
+    let served = tokio::spawn(serve_connections(
+        listener,
+        route,
+        state,
+        stopping,
+        std::time::Duration::from_secs(5),
+    ));
+    let mut first = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let mut second = tokio::net::TcpStream::connect(addr).await.unwrap();
+    assert_eq!(line_of(&mut first).await, "lines");
+    assert_eq!(line_of(&mut second).await, "lines");
+    first.write_all(b"one\n").await.unwrap();
+    second.write_all(b"two\n").await.unwrap();
+    assert_eq!(line_of(&mut second).await, "two", "each connection its own");
+    assert_eq!(line_of(&mut first).await, "one");
+
+    stop.send(true).unwrap();
+    assert_eq!(line_of(&mut first).await, "bye");
+    assert_eq!(line_of(&mut second).await, "bye");
+    tokio::time::timeout(std::time::Duration::from_secs(5), served)
+        .await
+        .expect("the listener ends once its connections have")
+        .unwrap();
+    let refused = tokio::net::TcpStream::connect(addr).await;
+    assert!(refused.is_err(), "nothing listens after the stop");
+}

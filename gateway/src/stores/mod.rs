@@ -22,7 +22,7 @@ use serde::de::DeserializeOwned;
 
 use crate::config::Config;
 use crate::data::forward::Route;
-use crate::data::route::RouteStore;
+use crate::data::route::{RouteStore, Serving};
 
 /// Every kind of store a route can front.
 pub const KINDS: &[Kind] = &[chroma::KIND, langgraph::KIND, openai::KIND, qdrant::KIND];
@@ -67,6 +67,7 @@ fn stores_of(config: &Config) -> Result<Vec<Arc<dyn RouteStore>>, Vec<String>> {
                 continue;
             }
         };
+        problems.extend(reach_problems(route, store.as_ref()).map(|p| format!("{at}: {p}")));
         // A shared route to a store whose collections another route keeps per tenant would
         // list every tenant's.
         let isolation = store.isolation();
@@ -83,6 +84,45 @@ fn stores_of(config: &Config) -> Result<Vec<Arc<dyn RouteStore>>, Vec<String>> {
         true => Ok(stores),
         false => Err(problems),
     }
+}
+
+/// What is wrong with how a route says its clients reach it and where it sends them, for its
+/// store: HTTP needs a `prefix`, a protocol of its own a `listen` address, and the upstream a
+/// scheme the store speaks.
+fn reach_problems(
+    route: &crate::config::RouteConfig,
+    store: &dyn RouteStore,
+) -> impl Iterator<Item = String> {
+    let serving = store.serving();
+    let (given, missing) = match serving {
+        Serving::Http(_) => (route.listen.is_some(), route.prefix.is_none()),
+        Serving::Connections(_) => (route.prefix.is_some(), route.listen.is_none()),
+    };
+    let other = if serving.key() == "prefix" {
+        "listen"
+    } else {
+        "prefix"
+    };
+    let kind = store.kind();
+    let schemes = store.upstream_schemes();
+    let scheme = route
+        .upstream
+        .parse::<hyper::Uri>()
+        .ok()
+        .and_then(|uri| uri.scheme_str().map(str::to_owned));
+    [
+        given.then(|| format!("{kind} is reached by {}, not {other}", serving.key())),
+        missing.then(|| format!("{}: missing; {kind} is reached by it", serving.key())),
+        scheme.filter(|s| !schemes.contains(&s.as_str())).map(|_| {
+            format!(
+                "upstream {:?}: {kind} speaks {}",
+                route.upstream,
+                schemes.join(", ")
+            )
+        }),
+    ]
+    .into_iter()
+    .flatten()
 }
 
 /// Every problem of a configuration's routes' stores (credentials are not resolved).

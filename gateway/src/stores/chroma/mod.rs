@@ -19,7 +19,7 @@ use crate::config::ErasureConfig;
 use crate::data::error::DataError;
 use crate::data::forward::{Route, Upstreams};
 use crate::data::route::Isolation;
-use crate::data::route::RouteStore;
+use crate::data::route::{HttpRoute, RouteStore, Serving};
 use crate::data::{Body, RequestContext, Upstream, whole};
 use crate::purge::Connector;
 
@@ -192,29 +192,17 @@ impl Chroma {
     }
 }
 
-#[async_trait]
 impl RouteStore for Chroma {
     fn kind(&self) -> &'static str {
         KIND.name
     }
 
-    fn isolation(&self) -> Isolation {
-        self.isolation
+    fn serving(&self) -> Serving<'_> {
+        Serving::Http(self)
     }
 
-    async fn handle(
-        &self,
-        upstream: &Upstream<'_>,
-        ctx: &RequestContext,
-        path: &str,
-        body: Bytes,
-    ) -> Result<Response<Body>, DataError> {
-        match self.isolation {
-            Isolation::Shared => route::handle(upstream, ctx, path, body).await.map(whole),
-            Isolation::CollectionPerTenant => {
-                self.isolated(upstream, ctx, path, body).await.map(whole)
-            }
-        }
+    fn isolation(&self) -> Isolation {
+        self.isolation
     }
 
     fn connector(
@@ -229,5 +217,23 @@ impl RouteStore for Chroma {
             self.tenants.clone(),
             erasure.probes.clone(),
         ))
+    }
+}
+
+#[async_trait]
+impl HttpRoute for Chroma {
+    async fn handle(
+        &self,
+        upstream: &Upstream<'_>,
+        ctx: &RequestContext,
+        path: &str,
+        body: Bytes,
+    ) -> Result<Response<Body>, DataError> {
+        match self.isolation {
+            Isolation::Shared => route::handle(upstream, ctx, path, body).await.map(whole),
+            Isolation::CollectionPerTenant => {
+                self.isolated(upstream, ctx, path, body).await.map(whole)
+            }
+        }
     }
 }

@@ -16,7 +16,7 @@ use super::{Kind, Settings};
 use crate::config::ErasureConfig;
 use crate::data::error::DataError;
 use crate::data::forward::{Route, Upstreams};
-use crate::data::route::RouteStore;
+use crate::data::route::{HttpRoute, RouteStore, Serving};
 use crate::data::{Body, RequestContext, Upstream};
 use crate::purge::Connector;
 use adapter::Namespace;
@@ -61,20 +61,13 @@ pub struct LangGraph {
     namespace: Namespace,
 }
 
-#[async_trait]
 impl RouteStore for LangGraph {
     fn kind(&self) -> &'static str {
         KIND.name
     }
 
-    async fn handle(
-        &self,
-        upstream: &Upstream<'_>,
-        ctx: &RequestContext,
-        path: &str,
-        body: Bytes,
-    ) -> Result<Response<Body>, DataError> {
-        route::handle(&self.namespace, upstream, ctx, path, body).await
+    fn serving(&self) -> Serving<'_> {
+        Serving::Http(self)
     }
 
     fn connector(
@@ -93,5 +86,18 @@ impl RouteStore for LangGraph {
             self.namespace.clone(),
             probe,
         ))
+    }
+}
+
+#[async_trait]
+impl HttpRoute for LangGraph {
+    async fn handle(
+        &self,
+        upstream: &Upstream<'_>,
+        ctx: &RequestContext,
+        path: &str,
+        body: Bytes,
+    ) -> Result<Response<Body>, DataError> {
+        route::handle(&self.namespace, upstream, ctx, path, body).await
     }
 }

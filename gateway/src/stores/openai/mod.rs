@@ -18,7 +18,7 @@ use super::{Kind, Settings};
 use crate::config::ErasureConfig;
 use crate::data::error::DataError;
 use crate::data::forward::{Route, Upstreams};
-use crate::data::route::RouteStore;
+use crate::data::route::{HttpRoute, RouteStore, Serving};
 use crate::data::{Body, RequestContext, Upstream};
 use crate::purge::Connector;
 
@@ -48,30 +48,17 @@ pub struct OpenAi {
     window: MaxAge,
 }
 
-#[async_trait]
 impl RouteStore for OpenAi {
-    /// Where a provider keeps objects is the route credential's business: an object stored in
-    /// another organisation or project would be one the purge cannot see.
-    fn scrubbed_headers(&self) -> &'static [&'static str] {
-        &["openai-organization", "openai-project"]
-    }
-
     fn kind(&self) -> &'static str {
         KIND.name
     }
 
-    fn copies_kept_for(&self) -> Option<MaxAge> {
-        Some(self.window)
+    fn serving(&self) -> Serving<'_> {
+        Serving::Http(self)
     }
 
-    async fn handle(
-        &self,
-        upstream: &Upstream<'_>,
-        ctx: &RequestContext,
-        path: &str,
-        body: Bytes,
-    ) -> Result<Response<Body>, DataError> {
-        route::handle(self.window.as_delta(), upstream, ctx, path, body).await
+    fn copies_kept_for(&self) -> Option<MaxAge> {
+        Some(self.window)
     }
 
     fn connector(
@@ -85,5 +72,24 @@ impl RouteStore for OpenAi {
             upstreams,
             self.window.as_delta(),
         ))
+    }
+}
+
+#[async_trait]
+impl HttpRoute for OpenAi {
+    /// Where a provider keeps objects is the route credential's business: an object stored in
+    /// another organisation or project would be one the purge cannot see.
+    fn scrubbed_headers(&self) -> &'static [&'static str] {
+        &["openai-organization", "openai-project"]
+    }
+
+    async fn handle(
+        &self,
+        upstream: &Upstream<'_>,
+        ctx: &RequestContext,
+        path: &str,
+        body: Bytes,
+    ) -> Result<Response<Body>, DataError> {
+        route::handle(self.window.as_delta(), upstream, ctx, path, body).await
     }
 }

@@ -18,7 +18,7 @@ use crate::config::ErasureConfig;
 use crate::data::error::DataError;
 use crate::data::forward::{Route, Upstreams};
 use crate::data::route::Isolation;
-use crate::data::route::RouteStore;
+use crate::data::route::{HttpRoute, RouteStore, Serving};
 use crate::data::{Body, RequestContext, Upstream, whole};
 use crate::purge::Connector;
 
@@ -95,43 +95,17 @@ pub struct Qdrant {
     isolation: Isolation,
 }
 
-#[async_trait]
 impl RouteStore for Qdrant {
     fn kind(&self) -> &'static str {
         KIND.name
     }
 
-    fn isolation(&self) -> Isolation {
-        self.isolation
+    fn serving(&self) -> Serving<'_> {
+        Serving::Http(self)
     }
 
-    async fn handle(
-        &self,
-        upstream: &Upstream<'_>,
-        ctx: &RequestContext,
-        path: &str,
-        body: Bytes,
-    ) -> Result<Response<Body>, DataError> {
-        let fields = route::Fields {
-            subject: self.subject_field.as_deref(),
-            text: &self.text_fields,
-        };
-        if self.isolation == Isolation::Shared {
-            return route::handle(upstream, ctx, path, body, fields)
-                .await
-                .map(whole);
-        }
-        // The route sees the caller's physical names only; the client, its own names only.
-        let namespace = Namespace::of(ctx.tenant());
-        let (physical, mapped) =
-            adapter::isolate::request(&upstream.parts.method, path, &body, &namespace)?;
-        let body = mapped.map_or(body, Bytes::from);
-        let answer = route::handle(upstream, ctx, &physical, body, fields).await?;
-        let answer = super::rewritten(answer, |success, bytes| {
-            adapter::isolate::answer(&upstream.parts.method, path, success, bytes, &namespace)
-        })
-        .await;
-        Ok(whole(answer))
+    fn isolation(&self) -> Isolation {
+        self.isolation
     }
 
     fn connector(
@@ -159,5 +133,37 @@ impl RouteStore for Qdrant {
                 texts: erasure.probes.clone(),
             },
         ))
+    }
+}
+
+#[async_trait]
+impl HttpRoute for Qdrant {
+    async fn handle(
+        &self,
+        upstream: &Upstream<'_>,
+        ctx: &RequestContext,
+        path: &str,
+        body: Bytes,
+    ) -> Result<Response<Body>, DataError> {
+        let fields = route::Fields {
+            subject: self.subject_field.as_deref(),
+            text: &self.text_fields,
+        };
+        if self.isolation == Isolation::Shared {
+            return route::handle(upstream, ctx, path, body, fields)
+                .await
+                .map(whole);
+        }
+        // The route sees the caller's physical names only; the client, its own names only.
+        let namespace = Namespace::of(ctx.tenant());
+        let (physical, mapped) =
+            adapter::isolate::request(&upstream.parts.method, path, &body, &namespace)?;
+        let body = mapped.map_or(body, Bytes::from);
+        let answer = route::handle(upstream, ctx, &physical, body, fields).await?;
+        let answer = super::rewritten(answer, |success, bytes| {
+            adapter::isolate::answer(&upstream.parts.method, path, success, bytes, &namespace)
+        })
+        .await;
+        Ok(whole(answer))
     }
 }
