@@ -5,7 +5,7 @@ use std::hint::black_box;
 
 use chrono::Utc;
 use criterion::{Criterion, criterion_group, criterion_main};
-use lethe_gateway::adapters::Scope;
+use lethe_gateway::data::records::Scope;
 use lethe_gateway::stores::chroma::adapter::{
     ReadPlan, WriteKind, apply_write, filter_read, held_stamps, narrow_read, plan_write,
 };

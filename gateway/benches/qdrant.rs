@@ -6,7 +6,7 @@ use std::hint::black_box;
 
 use chrono::Utc;
 use criterion::{Criterion, criterion_group, criterion_main};
-use lethe_gateway::adapters::Scope;
+use lethe_gateway::data::records::Scope;
 use lethe_gateway::stores::qdrant::adapter::read::{
     SearchKind, SearchShape, decide_answer, narrow_search_body,
 };

@@ -2,7 +2,6 @@
 
 #![forbid(unsafe_code)]
 
-pub mod adapters;
 pub mod auth;
 pub mod cli;
 #[cfg(test)]

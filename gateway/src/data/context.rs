@@ -144,8 +144,8 @@ impl RequestContext {
     }
 
     /// Whose data a write is about, as the adapters take it.
-    pub fn scope(&self) -> crate::adapters::Scope<'_> {
-        crate::adapters::Scope {
+    pub fn scope(&self) -> crate::data::records::Scope<'_> {
+        crate::data::records::Scope {
             tenant: self.tenant(),
             subject: self.subject.as_deref(),
             bound: self.bound,

@@ -19,9 +19,9 @@ use lethe_policy::{
 
 use super::RequestContext;
 use super::error::DataError;
-use crate::adapters::write::RecordFacts;
-use crate::adapters::{AdapterError, RecordRefusal};
 use crate::config::LineageConfig;
+use crate::data::records::RecordFacts;
+use crate::data::records::{AdapterError, RecordRefusal};
 use crate::state::{Derived, Edge, FeedEvent, ItemKey, PolicyChange, Shared, Sharing, Store};
 use memory::{Limits, Memory, Remembered};
 

@@ -9,7 +9,7 @@ use hyper::{Response, StatusCode};
 use lethe_policy::Refusal;
 use serde_json::{Value, json};
 
-use crate::adapters::AdapterError;
+use crate::data::records::AdapterError;
 use crate::state::StoreError;
 
 #[derive(Debug, Clone, PartialEq)]

@@ -13,7 +13,9 @@ pub mod forward;
 pub mod lineage;
 pub mod overtaken;
 pub mod policy_cache;
+pub mod records;
 pub mod route;
+pub mod sse;
 pub mod stream;
 pub mod tokens;
 

@@ -24,7 +24,7 @@ use super::error::DataError;
 use super::forward::{Answer, strip_hop_by_hop};
 use super::policy_cache::PolicyCache;
 use super::{DataState, Upstream};
-use crate::adapters::sse::{SseCheck, error_event};
+use crate::data::sse::{SseCheck, error_event};
 use crate::state::{ItemRecord, Store};
 
 /// A response body fed by the relay task.

@@ -9,6 +9,7 @@
 
 pub mod chroma;
 pub(crate) mod http;
+pub mod kit;
 pub mod langgraph;
 pub mod namespace;
 pub mod openai;

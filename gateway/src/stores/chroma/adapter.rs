@@ -12,11 +12,11 @@ use hyper::Method;
 use lethe_policy::{Overwrite, PolicyView, ReadContext, Stamp, decide_read_item};
 use serde_json::{Map, Value, json};
 
-use crate::adapters::stamp::{
+use crate::data::records::{AdapterError, Scope};
+use crate::stores::kit::stamp::{
     EXPIRES_AT, OWNER, SUBJECT, TENANT, owner, parse_object, read_stamp, write_stamp,
 };
-use crate::adapters::write::{decide_records, record_facts};
-use crate::adapters::{AdapterError, Scope};
+use crate::stores::kit::write::{decide_records, record_facts};
 
 /// Arrays that run parallel to `ids` in requests and responses.
 const PARALLEL: [&str; 7] = [
@@ -167,7 +167,7 @@ pub fn classify(method: &Method, path: &str) -> Endpoint {
 }
 
 /// One record of a write, with the facts its decision needs.
-pub type RecordFacts = crate::adapters::write::RecordFacts<String>;
+pub type RecordFacts = crate::data::records::RecordFacts<String>;
 
 /// A parsed write, waiting for the policy of its subjects.
 #[derive(Debug, Clone, PartialEq)]

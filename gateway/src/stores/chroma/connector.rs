@@ -7,13 +7,13 @@ use async_trait::async_trait;
 use hyper::Method;
 use serde_json::{Value, json};
 
-use crate::adapters::stamp::may_be_subjects;
-use crate::adapters::stamp::{OWNER, SUBJECT, TENANT, owner, read_stamp};
 use crate::data::forward::{Route, Upstreams};
 use crate::purge::{Connector, ConnectorError, Copy, Physical, PurgeReport, Subjects};
 use crate::state::ExpiredItem;
 use crate::stores::chroma::adapter::stamped_by;
 use crate::stores::http::StoreHttp;
+use crate::stores::kit::stamp::may_be_subjects;
+use crate::stores::kit::stamp::{OWNER, SUBJECT, TENANT, owner, read_stamp};
 
 /// The most ids one call names: Chroma answers 500 to a `get` naming more than 32 763 ids
 /// ("too many SQL variables", measured on 1.5), and smaller calls let the app's own requests in

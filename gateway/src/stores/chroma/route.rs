@@ -164,7 +164,7 @@ async fn filter(
     serves: bool,
 ) -> Result<Value, DataError> {
     let value: Value = serde_json::from_slice(&answer.body)
-        .map_err(|_| crate::adapters::AdapterError::UpstreamInvalid("not JSON".into()))?;
+        .map_err(|_| crate::data::records::AdapterError::UpstreamInvalid("not JSON".into()))?;
     let tenant = ctx.tenant();
     let view = state
         .policy

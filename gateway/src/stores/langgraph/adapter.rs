@@ -16,12 +16,12 @@ use lethe_policy::{
 };
 use serde_json::{Map, Value, json};
 
-use crate::adapters::stamp::{
+use crate::data::records::{AdapterError, RecordRefusal, Scope};
+use crate::stores::kit::stamp::{
     CATEGORY, PURPOSE, SUBJECT, TENANT, agree, parse_object, read_stamp, requested_expiry,
     string_field, write_stamp,
 };
-use crate::adapters::text::text_of;
-use crate::adapters::{AdapterError, RecordRefusal, Scope};
+use crate::stores::kit::text::text_of;
 
 /// Lineage collections of a LangGraph route: the thread registry, and store items.
 pub const THREADS: &str = "threads";

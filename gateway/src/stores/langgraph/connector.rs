@@ -9,11 +9,11 @@ use async_trait::async_trait;
 use hyper::{Method, StatusCode};
 use serde_json::{Value, json};
 
-use crate::adapters::stamp::{SUBJECT, TENANT};
 use crate::data::forward::{Route, Upstreams};
 use crate::purge::{Connector, ConnectorError, Copy, Physical, PurgeReport, Subjects};
 use crate::state::ExpiredItem;
 use crate::stores::http::StoreHttp;
+use crate::stores::kit::stamp::{SUBJECT, TENANT};
 use crate::stores::langgraph::adapter::{
     Namespace, Placement, STORE, THREADS, item_query, parse_item_id,
 };

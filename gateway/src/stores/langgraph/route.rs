@@ -11,16 +11,16 @@ use hyper::{Method, Response, StatusCode};
 use lethe_policy::{Held, Layer, Refusal, Stamp, decide_read_item};
 use serde_json::{Value, json};
 
-use crate::adapters::AdapterError;
-use crate::adapters::text::text_of;
 use crate::auth::Role;
 use crate::data::derivation::{Served, Writing};
 use crate::data::error::{DataError, json_response};
 use crate::data::forward::Answer;
 use crate::data::overtaken::{Recording, keep_unless_overtaken};
+use crate::data::records::AdapterError;
 use crate::data::stream::{Opened, Watch, open_events};
 use crate::data::{Body, RequestContext, Upstream, whole};
 use crate::state::ItemRecord;
+use crate::stores::kit::text::text_of;
 use crate::stores::langgraph::adapter::{self as adapter, Endpoint, Namespace, STORE, THREADS};
 
 type Answered = Result<Response<Full<Bytes>>, DataError>;

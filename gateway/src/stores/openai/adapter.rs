@@ -13,9 +13,9 @@ use lethe_policy::{ProviderGrant, Refusal, Stamp, SubjectState};
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
-use crate::adapters::AdapterError;
-use crate::adapters::stamp::parse_object;
-use crate::adapters::text::text_of;
+use crate::data::records::AdapterError;
+use crate::stores::kit::stamp::parse_object;
+use crate::stores::kit::text::text_of;
 
 /// Lineage collections of a provider route.
 pub const RESPONSES: &str = "responses";
@@ -228,7 +228,10 @@ fn references(value: &Value, found: &mut Vec<(&'static str, String)>) -> Result<
 }
 
 fn refused(refusal: Refusal) -> AdapterError {
-    AdapterError::Refused(vec![crate::adapters::RecordRefusal { index: 0, refusal }])
+    AdapterError::Refused(vec![crate::data::records::RecordRefusal {
+        index: 0,
+        refusal,
+    }])
 }
 
 /// SHA-256 (hex) of each input: a string, an array of strings, or token arrays (hashed as JSON).

@@ -12,12 +12,12 @@ use hyper::{Method, Response, StatusCode};
 use lethe_policy::{ProviderGrant, Refusal, SubjectState, decide_provider};
 use serde_json::Value;
 
-use crate::adapters::AdapterError;
 use crate::data::derivation::Derivation;
 use crate::data::derivation::{ANSWERS, Derivations, Writing};
 use crate::data::error::{DataError, json_response};
 use crate::data::forward::Answer;
 use crate::data::overtaken::{Recording, keep_unless_overtaken};
+use crate::data::records::AdapterError;
 use crate::data::stream::{
     Derive, Opened, Registration, Settled, Tap, Undo, Watch, open_events, settle,
 };
@@ -215,7 +215,7 @@ async fn create(
 /// The text of a JSON request body (what a conversation or its new items say).
 fn sent_text(body: &[u8]) -> String {
     serde_json::from_slice::<Value>(body)
-        .map(|v| crate::adapters::text::text_of(&v))
+        .map(|v| crate::stores::kit::text::text_of(&v))
         .unwrap_or_default()
 }
 

@@ -15,12 +15,12 @@ use hyper::Method;
 use lethe_policy::{Overwrite, PolicyView, Stamp};
 use serde_json::{Map, Value, json};
 
-use crate::adapters::stamp::{
+use crate::data::records::{AdapterError, Scope};
+use crate::stores::kit::stamp::{
     EXPIRES_AT, SUBJECT, TENANT, parse_object, read_stamp, string_field, write_stamp,
 };
-use crate::adapters::text::text_of_fields;
-use crate::adapters::write::{decide_records, record_facts};
-use crate::adapters::{AdapterError, Scope};
+use crate::stores::kit::text::text_of_fields;
+use crate::stores::kit::write::{decide_records, record_facts};
 use edit::EditKind;
 use read::{SearchKind, SearchShape};
 
@@ -309,7 +309,7 @@ fn only_keys(map: &Map<String, Value>, allowed: &[&str], what: &str) -> Result<(
 }
 
 /// One point of an upsert, with the facts its decision needs.
-pub type PointFacts = crate::adapters::write::RecordFacts<PointId>;
+pub type PointFacts = crate::data::records::RecordFacts<PointId>;
 
 /// A parsed upsert, waiting for the policy of its subjects.
 #[derive(Debug, Clone, PartialEq)]

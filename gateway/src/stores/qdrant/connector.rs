@@ -10,11 +10,11 @@ use hyper::Method;
 use lethe_policy::MaxAge;
 use serde_json::{Value, json};
 
-use crate::adapters::stamp::{SUBJECT, TENANT, may_be_subjects};
 use crate::data::forward::{Route, Upstreams};
 use crate::purge::{Connector, ConnectorError, Copy, Physical, PurgeReport, Subjects};
 use crate::state::ExpiredItem;
 use crate::stores::http::StoreHttp;
+use crate::stores::kit::stamp::{SUBJECT, TENANT, may_be_subjects};
 use crate::stores::qdrant::Snapshots;
 use crate::stores::qdrant::adapter::{PointId, stamped_by};
 

@@ -8,17 +8,17 @@ use hyper::{Method, Response, StatusCode};
 use lethe_policy::Layer;
 use serde_json::{Value, json};
 
-use crate::adapters::stamp::read_stamp;
-use crate::adapters::{AdapterError, RecordRefusal};
 use crate::auth::Role;
 use crate::data::derivation::{Derivations, Served, Writing, derived_before};
 use crate::data::error::{DataError, json_response};
 use crate::data::forward::Answer;
 use crate::data::overtaken::{Recording, keep_unless_overtaken};
 use crate::data::policy_cache::View;
+use crate::data::records::{AdapterError, RecordRefusal};
 use crate::data::{RequestContext, Upstream};
 use crate::error_shape::Code;
 use crate::state::ItemRecord;
+use crate::stores::kit::stamp::read_stamp;
 use crate::stores::qdrant::adapter::edit::{self, Before, NotFound, Op, Target};
 use crate::stores::qdrant::adapter::read;
 use crate::stores::qdrant::adapter::{self, Endpoint, PayloadWanted, PointId, ReadPlan, Selection};
@@ -346,7 +346,7 @@ async fn answer_and_view(
     answer: &Answer,
 ) -> Result<(Value, View), DataError> {
     let value: Value = serde_json::from_slice(&answer.body)
-        .map_err(|_| crate::adapters::AdapterError::UpstreamInvalid("not JSON".into()))?;
+        .map_err(|_| crate::data::records::AdapterError::UpstreamInvalid("not JSON".into()))?;
     let tenant = ctx.tenant();
     let view = upstream
         .state
@@ -475,7 +475,7 @@ async fn in_scope(
             return Ok(Err(answer));
         }
         let value: Value = serde_json::from_slice(&answer.body)
-            .map_err(|_| crate::adapters::AdapterError::UpstreamInvalid("not JSON".into()))?;
+            .map_err(|_| crate::data::records::AdapterError::UpstreamInvalid("not JSON".into()))?;
         offset = adapter::next_page(&value);
         let page = decided(upstream, ctx, &answer, &plan, wanted.served).await?;
         if let Some(Value::Array(found)) = page.get("result").and_then(|r| r.get("points")) {
@@ -601,7 +601,7 @@ async fn batch(
         };
     }
     let stamp_only = PayloadWanted::Keys(
-        crate::adapters::stamp::STAMP_KEYS
+        crate::stores::kit::stamp::STAMP_KEYS
             .map(str::to_owned)
             .to_vec(),
     );
@@ -742,7 +742,7 @@ async fn batch(
             return Ok(answer.passed_on());
         }
         let value: Value = serde_json::from_slice(&answer.body)
-            .map_err(|_| crate::adapters::AdapterError::UpstreamInvalid("not JSON".into()))?;
+            .map_err(|_| crate::data::records::AdapterError::UpstreamInvalid("not JSON".into()))?;
         edit::batch_results(&value, &built.ranges)?
     };
     let done = (built.written, built.deleted);
@@ -966,7 +966,7 @@ async fn matrix(
         return Ok(answer.passed_on());
     }
     let value: Value = serde_json::from_slice(&answer.body)
-        .map_err(|_| crate::adapters::AdapterError::UpstreamInvalid("not JSON".into()))?;
+        .map_err(|_| crate::data::records::AdapterError::UpstreamInvalid("not JSON".into()))?;
     let ids = read::matrix_ids(&value);
     let readable = match allowed(upstream, ctx, collection, &ids, Wanted::IDS).await? {
         Ok(found) => found

@@ -9,7 +9,7 @@
 use hyper::Method;
 use serde_json::{Value, json};
 
-use crate::adapters::AdapterError;
+use crate::data::records::AdapterError;
 use crate::stores::namespace::Namespace;
 
 /// The database made on first use; other databases exist once an admin creates them.

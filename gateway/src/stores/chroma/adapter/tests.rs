@@ -2,9 +2,9 @@ use chrono::TimeDelta;
 use proptest::prelude::*;
 
 use super::*;
-use crate::adapters::RecordRefusal;
-use crate::adapters::fixtures::{self, now, scope, view};
-use crate::adapters::stamp::{CATEGORY, EPOCH, LAYER, PURPOSE, may_be_subjects};
+use crate::data::records::RecordRefusal;
+use crate::stores::kit::fixtures::{self, now, scope, view};
+use crate::stores::kit::stamp::{CATEGORY, EPOCH, LAYER, PURPOSE, may_be_subjects};
 use lethe_policy::Refusal;
 
 const C1: &str = "5bef18a2-3c1e-4d6f-9a0b-7c8d9e0f1a2b";

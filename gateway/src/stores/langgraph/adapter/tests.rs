@@ -2,8 +2,8 @@ use chrono::TimeDelta;
 use proptest::prelude::*;
 
 use super::*;
-use crate::adapters::fixtures::{self, code, now, scope, view};
-use crate::adapters::stamp::{EPOCH, EXPIRES_AT};
+use crate::stores::kit::fixtures::{self, code, now, scope, view};
+use crate::stores::kit::stamp::{EPOCH, EXPIRES_AT};
 
 fn ns(labels: &[&str]) -> Vec<String> {
     labels.iter().map(|l| (*l).to_owned()).collect()

@@ -1,8 +1,8 @@
 use proptest::prelude::*;
 
 use super::*;
-use crate::adapters::fixtures::{self, code, now};
-use crate::adapters::sse::SseCheck;
+use crate::data::sse::SseCheck;
+use crate::stores::kit::fixtures::{self, code, now};
 use serde_json::json;
 
 fn grant(retention: bool, train: bool) -> ProviderGrant {

@@ -19,10 +19,11 @@ use super::{
     PlannedUpsert, PointId, canonical_ids, invalid, key_path, narrowed, only_keys, plan_upsert_map,
     scope_conditions, stamp_points,
 };
-use crate::adapters::stamp::{EPOCH, SUBJECT, TENANT, parse_object, write_stamp};
-use crate::adapters::text::text_of_fields;
-use crate::adapters::write::{RecordFacts, decide_records};
-use crate::adapters::{AdapterError, RecordRefusal, Scope};
+use crate::data::records::RecordFacts;
+use crate::data::records::{AdapterError, RecordRefusal, Scope};
+use crate::stores::kit::stamp::{EPOCH, SUBJECT, TENANT, parse_object, write_stamp};
+use crate::stores::kit::text::text_of_fields;
+use crate::stores::kit::write::decide_records;
 
 /// The single-operation edit endpoints.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

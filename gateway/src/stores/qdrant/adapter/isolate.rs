@@ -8,7 +8,7 @@ use hyper::Method;
 use serde_json::{Map, Value, json};
 
 use super::canonical_collection;
-use crate::adapters::AdapterError;
+use crate::data::records::AdapterError;
 use crate::stores::namespace::Namespace;
 
 fn invalid(message: impl Into<String>) -> AdapterError {

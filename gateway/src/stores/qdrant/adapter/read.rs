@@ -14,8 +14,8 @@ use super::{
     PayloadWanted, PointId, ReadPlan, canonical_collection, invalid, key_path, narrowed, only_keys,
     scope_conditions,
 };
-use crate::adapters::AdapterError;
-use crate::adapters::stamp::{parse_object, read_stamp};
+use crate::data::records::AdapterError;
+use crate::stores::kit::stamp::{parse_object, read_stamp};
 
 /// Which search API a request speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

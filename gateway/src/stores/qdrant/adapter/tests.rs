@@ -2,7 +2,7 @@ use chrono::TimeDelta;
 use proptest::prelude::*;
 
 use super::*;
-use crate::adapters::fixtures::{self, code, now, scope, view};
+use crate::stores::kit::fixtures::{self, code, now, scope, view};
 use crate::stores::qdrant::adapter::read::{SearchKind, SearchShape};
 
 const U1: &str = "0e5a1c3b-7f2d-4e8a-9b6c-1d2e3f4a5b6c";

@@ -2,8 +2,8 @@ use chrono::TimeDelta;
 use proptest::prelude::*;
 
 use super::*;
-use crate::adapters::fixtures::{code, now, scope, stamp, view};
-use crate::adapters::stamp::{EXPIRES_AT, SUBJECT};
+use crate::stores::kit::fixtures::{code, now, scope, stamp, view};
+use crate::stores::kit::stamp::{EXPIRES_AT, SUBJECT};
 
 fn edit(kind: EditKind, body: Value) -> Result<Op, AdapterError> {
     parse_edit(kind, body.to_string().as_bytes(), Some("user_id"))

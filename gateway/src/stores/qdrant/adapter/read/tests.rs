@@ -3,8 +3,8 @@ use proptest::prelude::*;
 use serde_json::Map;
 
 use super::*;
-use crate::adapters::fixtures::{self, code, now, view};
-use crate::adapters::stamp::{EXPIRES_AT, SUBJECT, TENANT, write_stamp};
+use crate::stores::kit::fixtures::{self, code, now, view};
+use crate::stores::kit::stamp::{EXPIRES_AT, SUBJECT, TENANT, write_stamp};
 use crate::stores::qdrant::adapter::subjects_in;
 
 const U1: &str = "0e5a1c3b-7f2d-4e8a-9b6c-1d2e3f4a5b6c";

@@ -1,13 +1,9 @@
-//! Adapters: pure functions over a store's JSON that find the facts a decision needs, and
-//! rewrite requests and responses to what the decision allows. No I/O here.
+//! What a request's records are to the data plane, whatever the store: whose data the request
+//! says it is about ([`Scope`]), the facts of one record of a write ([`RecordFacts`]), and why
+//! a store's adapter could not accept a request or an answer ([`AdapterError`]).
 
-#[cfg(test)]
-pub(crate) mod fixtures;
-pub mod sse;
-pub mod stamp;
-pub mod text;
-pub mod write;
-
+use chrono::{DateTime, Utc};
+use lethe_policy::Layer;
 use lethe_policy::Refusal;
 
 /// Why an adapter could not accept a request or a response. Never carries stored content.
@@ -50,4 +46,17 @@ pub struct Scope<'a> {
     pub category: Option<&'a str>,
     /// Whether the tenant's subject keys are case-insensitive (folded to their one spelling).
     pub fold: bool,
+}
+
+/// One record of a write, with the facts its decision needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordFacts<Id> {
+    pub index: usize,
+    pub id: Id,
+    pub subject: String,
+    pub purpose: String,
+    pub category: String,
+    pub requested_expires_at: Option<DateTime<Utc>>,
+    /// `derived` once the record is found to be made from other items (raw until then).
+    pub layer: Layer,
 }

@@ -10,20 +10,7 @@ use lethe_policy::{
 use serde_json::{Map, Value};
 
 use super::stamp::{CATEGORY, PURPOSE, SUBJECT, agree, requested_expiry, string_field};
-use super::{AdapterError, RecordRefusal, Scope};
-
-/// One record of a write, with the facts its decision needs.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RecordFacts<Id> {
-    pub index: usize,
-    pub id: Id,
-    pub subject: String,
-    pub purpose: String,
-    pub category: String,
-    pub requested_expires_at: Option<DateTime<Utc>>,
-    /// `derived` once the record is found to be made from other items (raw until then).
-    pub layer: Layer,
-}
+use crate::data::records::{AdapterError, RecordFacts, RecordRefusal, Scope};
 
 /// The facts of record `index`: subject, purpose and category from the request, else from the
 /// record's `lethe_*` fields in `meta` (and, for the subject, from `named`: the value of a key of

@@ -5,7 +5,7 @@ use chrono::{DateTime, TimeZone, Utc};
 use lethe_policy::{Layer, Refusal, Stamp};
 use serde_json::{Map, Value, json};
 
-use super::{AdapterError, RecordRefusal};
+use crate::data::records::{AdapterError, RecordRefusal};
 
 pub const SUBJECT: &str = "lethe_subject";
 pub const TENANT: &str = "lethe_tenant";

@@ -10,7 +10,7 @@ use lethe_policy::{
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
-use super::{AdapterError, Scope};
+use crate::data::records::{AdapterError, Scope};
 
 pub fn now() -> DateTime<Utc> {
     Utc.timestamp_opt(1_800_000_000, 0).unwrap()
