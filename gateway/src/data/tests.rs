@@ -1099,7 +1099,7 @@ impl route::RouteStore for Echo {
         _: Arc<Upstreams>,
         _: &crate::config::ErasureConfig,
     ) -> Arc<dyn crate::purge::Connector> {
-        Arc::new(NoPurge)
+        Arc::new(crate::testing::Holding { extra: 0 })
     }
 }
 
@@ -1138,31 +1138,6 @@ impl route::ConnectionRoute for Echo {
 
 async fn stopped(stopping: &mut tokio::sync::watch::Receiver<bool>) {
     let _ = stopping.wait_for(|stop| *stop).await;
-}
-
-struct NoPurge;
-
-#[async_trait::async_trait]
-impl crate::purge::Connector for NoPurge {
-    async fn purge(
-        &self,
-        _: &crate::purge::Subjects,
-        _: &[(String, String)],
-    ) -> Result<crate::purge::PurgeReport, crate::purge::ConnectorError> {
-        Err(crate::purge::ConnectorError::Misconfigured(
-            "no store".into(),
-        ))
-    }
-
-    async fn count(
-        &self,
-        _: &crate::purge::Subjects,
-        _: &[(String, String)],
-    ) -> Result<u64, crate::purge::ConnectorError> {
-        Err(crate::purge::ConnectorError::Misconfigured(
-            "no store".into(),
-        ))
-    }
 }
 
 /// Reads one line from `stream` (a deadline, not a sleep: a stuck server fails the test).

@@ -274,26 +274,34 @@ pub(super) async fn reject(
 
 /// Takes an `exception` for review, through the API's own handler.
 pub(super) async fn review(
-    State(state): State<ControlState>,
-    Path(id): Path<String>,
-    Posted { session, .. }: Posted,
+    state: State<ControlState>,
+    id: Path<String>,
+    posted: Posted,
 ) -> Response {
-    let done = erasures::review(
-        State(state.clone()),
-        session.caller.clone(),
-        Path(id.clone()),
-    )
-    .await;
-    then_to(&session, done, &request_uri(&id), "Not done")
+    by_person(state, id, posted, erasures::review).await
 }
 
 /// Purges a request's failed stores again, through the API's own handler.
 pub(super) async fn resume(
+    state: State<ControlState>,
+    id: Path<String>,
+    posted: Posted,
+) -> Response {
+    by_person(state, id, posted, erasures::resume).await
+}
+
+/// A step a person takes on a request, through the API's handler `step`.
+async fn by_person<F, Fut>(
     State(state): State<ControlState>,
     Path(id): Path<String>,
     Posted { session, .. }: Posted,
-) -> Response {
-    let done = erasures::resume(
+    step: F,
+) -> Response
+where
+    F: FnOnce(State<ControlState>, crate::control::extract::Caller, Path<String>) -> Fut,
+    Fut: Future<Output = Result<axum::Json<ErasureView>, crate::control::error::ApiError>>,
+{
+    let done = step(
         State(state.clone()),
         session.caller.clone(),
         Path(id.clone()),
