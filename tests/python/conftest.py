@@ -218,6 +218,10 @@ ROUTES = {
     "openai": ('timeout = "2s"\nretention_window = "30d"\n'
                'credential = { header = "authorization", value = { value = "Bearer sk-standin" } }\n'),
     "qdrant": "",
+    # The first pattern that matches a key decides: the specific one first.
+    "redis": ('listen = "{listen}"\nkeys = [{ pattern = "message_store:{tenant}:{subject}", purpose = "support", '
+              'category = "conversation" }, { pattern = "{tenant}:{subject}:*", '
+              'purpose = "support", category = "conversation" }]\n'),
 }
 NOWHERE = "http://127.0.0.1:1"
 
@@ -389,13 +393,22 @@ def own_lethe(chroma_url, workdir, erasure_toml, **kinds):
     settings = {key: kinds.pop(key) for key in list(kinds) if key.endswith("_settings")}
     assert set(settings) <= {f"{kind}_settings" for kind in ROUTES}, f"no route kind for {settings}"
     routes = ""
+    listens = {}
     for kind, keys in ROUTES.items():
         if kind == "chroma" or kinds.get(f"{kind}_url"):
-            routes += (f'\n[[routes]]\nname = "{kind}"\nprefix = "/{kind}"\nupstream = "{NOWHERE}"\n'
+            # A store with a protocol of its own has a listener of its own; the others a prefix.
+            if "{listen}" in keys:
+                listens[kind] = f"127.0.0.1:{free_port()}"
+                reach, keys = "", keys.replace("{listen}", listens[kind])
+            else:
+                reach = f'prefix = "/{kind}"\n'
+            routes += (f'\n[[routes]]\nname = "{kind}"\n{reach}upstream = "{NOWHERE}"\n'
                        f'adapter = "{kind}"\n{keys}{settings.get(f"{kind}_settings", "")}')
     config = Path(workdir) / "lethe.toml"
     config.write_text(erasure_toml + routes)
-    return Lethe(new_database(), chroma_url, workdir, config=config, **kinds)
+    instance = Lethe(new_database(), chroma_url, workdir, config=config, **kinds)
+    instance.listens = listens
+    return instance
 
 
 def two_tenant_lethe(chroma_url, workdir, erasure_toml, **urls):

@@ -6,7 +6,7 @@
 pub mod certificate;
 pub mod inventory;
 mod postgres;
-mod redis;
+pub(crate) mod redis;
 mod sqlite_file;
 mod sweeper;
 

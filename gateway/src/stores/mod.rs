@@ -14,6 +14,7 @@ pub mod langgraph;
 pub mod namespace;
 pub mod openai;
 pub mod qdrant;
+pub mod redis;
 
 use std::sync::Arc;
 
@@ -26,7 +27,13 @@ use crate::data::forward::Route;
 use crate::data::route::{RouteStore, Serving};
 
 /// Every kind of store a route can front.
-pub const KINDS: &[Kind] = &[chroma::KIND, langgraph::KIND, openai::KIND, qdrant::KIND];
+pub const KINDS: &[Kind] = &[
+    chroma::KIND,
+    langgraph::KIND,
+    openai::KIND,
+    qdrant::KIND,
+    redis::KIND,
+];
 
 /// Every route of a configuration, its store built through [`KINDS`] from the route's own keys
 /// and its credential resolved; or every problem at once.

@@ -1,0 +1,284 @@
+//! What each Redis command a client sends is, to Lethe: which of its arguments are keys, what it
+//! does to them, and what a key Lethe hides reads as. A command not listed here is refused: a
+//! new command of a new Redis reaches no key until it is classified. Pure: no I/O.
+
+/// What a hidden key (its subject suppressed or erased, or without `retrieve` consent) reads
+/// as: what Redis answers for a key that does not exist.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Missing {
+    Nil,
+    Zero,
+    EmptyArray,
+    EmptyBulk,
+    /// `TTL`, `PTTL`, `EXPIRETIME`, `PEXPIRETIME`: -2.
+    MinusTwo,
+    /// `TYPE`: `none`.
+    NoneType,
+    /// `HSCAN`, `SSCAN`, `ZSCAN`: the end of an empty scan.
+    EmptyScan,
+    /// `HMGET`, `ZMSCORE`: a nil for each field asked.
+    NilPerField,
+    /// `SMISMEMBER`: a 0 for each member asked.
+    ZeroPerMember,
+}
+
+/// What a command does to the keys it names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Effect {
+    /// Reads its keys.
+    Read(Missing),
+    /// `MGET`: a nil in the place of each hidden key.
+    ReadEach,
+    /// `EXISTS`, `TOUCH`: counts the keys it is allowed to see.
+    Count,
+    /// Writes its keys; each carries the deadline Lethe computes.
+    Write,
+    /// Sets or removes its key's expiry; clamped to the deadline.
+    Expire,
+    /// Removes its keys.
+    Delete,
+}
+
+/// Where a command's keys are among its arguments (the name is argument 0).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Keys {
+    First,
+    /// Every argument (`DEL a b c`).
+    All,
+    /// Every other argument from the first (`MSET k v k v`).
+    Pairs,
+    /// The first two (`COPY src dst`, `LMOVE src dst ...`).
+    FirstTwo,
+}
+
+/// A command, classified.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Command {
+    Keyed(Effect, Keys),
+    Scan,
+    Auth,
+    Hello,
+    Ping,
+    Echo,
+    Quit,
+    Select,
+    /// `CLIENT SETNAME`, `CLIENT SETINFO`: a client's name for itself, answered `OK`.
+    ClientName,
+    Multi,
+    Exec,
+    Discard,
+    Watch,
+    Unwatch,
+    /// Refused outright, with why.
+    Refused(&'static str),
+    /// Not a command Lethe serves.
+    Unknown,
+}
+
+/// The command `args` make (`args[0]` is its name, in any case).
+pub fn classify(args: &[Vec<u8>]) -> Command {
+    use Effect::*;
+    use Keys::*;
+    use Missing::*;
+    let name = args
+        .first()
+        .map(|n| n.to_ascii_uppercase())
+        .unwrap_or_default();
+    let name = String::from_utf8_lossy(&name);
+    let keyed = |effect, keys| Command::Keyed(effect, keys);
+    match name.as_ref() {
+        "GET" | "GETRANGE" | "LINDEX" | "HGET" | "ZSCORE" | "ZRANK" | "ZREVRANK" | "LPOS"
+        | "SRANDMEMBER" | "HRANDFIELD" => keyed(
+            Read(if name == "GETRANGE" { EmptyBulk } else { Nil }),
+            First,
+        ),
+        "STRLEN" | "HLEN" | "HEXISTS" | "HSTRLEN" | "LLEN" | "SCARD" | "SISMEMBER" | "ZCARD"
+        | "ZCOUNT" | "ZLEXCOUNT" | "XLEN" => keyed(Read(Zero), First),
+        "HGETALL" | "HKEYS" | "HVALS" | "LRANGE" | "SMEMBERS" | "ZRANGE" | "ZRANGEBYSCORE"
+        | "ZREVRANGE" | "ZREVRANGEBYSCORE" | "ZRANGEBYLEX" | "ZREVRANGEBYLEX" | "XRANGE"
+        | "XREVRANGE" => keyed(Read(EmptyArray), First),
+        "TTL" | "PTTL" | "EXPIRETIME" | "PEXPIRETIME" => keyed(Read(MinusTwo), First),
+        "TYPE" => keyed(Read(NoneType), First),
+        "HSCAN" | "SSCAN" | "ZSCAN" => keyed(Read(EmptyScan), First),
+        "HMGET" | "ZMSCORE" => keyed(Read(NilPerField), First),
+        "SMISMEMBER" => keyed(Read(ZeroPerMember), First),
+        "MGET" => keyed(ReadEach, All),
+        "EXISTS" | "TOUCH" => keyed(Count, All),
+        "SET" | "SETNX" | "SETEX" | "PSETEX" | "GETSET" | "APPEND" | "INCR" | "INCRBY"
+        | "INCRBYFLOAT" | "DECR" | "DECRBY" | "SETRANGE" | "HSET" | "HSETNX" | "HMSET" | "HDEL"
+        | "HINCRBY" | "HINCRBYFLOAT" | "LPUSH" | "RPUSH" | "LPUSHX" | "RPUSHX" | "LPOP"
+        | "RPOP" | "LSET" | "LREM" | "LTRIM" | "LINSERT" | "SADD" | "SREM" | "SPOP" | "ZADD"
+        | "ZREM" | "ZINCRBY" | "ZPOPMIN" | "ZPOPMAX" | "ZREMRANGEBYSCORE" | "ZREMRANGEBYRANK"
+        | "ZREMRANGEBYLEX" | "XADD" | "XDEL" | "XTRIM" => keyed(Write, First),
+        "MSET" | "MSETNX" => keyed(Write, Pairs),
+        "COPY" | "RENAME" | "RENAMENX" | "LMOVE" | "RPOPLPUSH" | "SMOVE" => keyed(Write, FirstTwo),
+        "GETEX" | "GETDEL" => keyed(if name == "GETDEL" { Delete } else { Expire }, First),
+        "EXPIRE" | "PEXPIRE" | "EXPIREAT" | "PEXPIREAT" | "PERSIST" => keyed(Expire, First),
+        "DEL" | "UNLINK" => keyed(Delete, All),
+        "SCAN" => Command::Scan,
+        "AUTH" => Command::Auth,
+        "HELLO" => Command::Hello,
+        "PING" => Command::Ping,
+        "ECHO" => Command::Echo,
+        "QUIT" => Command::Quit,
+        "SELECT" => Command::Select,
+        "MULTI" => Command::Multi,
+        "EXEC" => Command::Exec,
+        "DISCARD" => Command::Discard,
+        "WATCH" => Command::Watch,
+        "UNWATCH" => Command::Unwatch,
+        "CLIENT" => {
+            let sub = args
+                .get(1)
+                .map(|s| s.to_ascii_uppercase())
+                .unwrap_or_default();
+            match sub.as_slice() {
+                b"SETNAME" | b"SETINFO" => Command::ClientName,
+                _ => Command::Refused("CLIENT reaches other clients' connections"),
+            }
+        }
+        "KEYS" => Command::Refused("KEYS blocks Redis while it walks every key; use SCAN"),
+        "FLUSHALL" | "FLUSHDB" | "SWAPDB" | "MOVE" => {
+            Command::Refused("it reaches every tenant's keys")
+        }
+        "RANDOMKEY" | "DBSIZE" | "SORT" | "SORT_RO" => {
+            Command::Refused("its answer names or counts other tenants' keys")
+        }
+        "EVAL" | "EVALSHA" | "EVAL_RO" | "EVALSHA_RO" | "FCALL" | "FCALL_RO" | "SCRIPT"
+        | "FUNCTION" => Command::Refused("a script can reach any key"),
+        "DUMP" | "RESTORE" | "MIGRATE" | "OBJECT" => {
+            Command::Refused("it moves keys past their stamp and deadline")
+        }
+        "CONFIG" | "DEBUG" | "MONITOR" | "SHUTDOWN" | "SAVE" | "BGSAVE" | "BGREWRITEAOF"
+        | "REPLICAOF" | "SLAVEOF" | "MODULE" | "ACL" | "WAIT" | "WAITAOF" | "FAILOVER"
+        | "LATENCY" | "SLOWLOG" | "MEMORY" | "INFO" | "COMMAND" | "CLUSTER" | "READONLY"
+        | "READWRITE" | "RESET" | "SYNC" | "PSYNC" => {
+            Command::Refused("it administers the server, not one subject's keys")
+        }
+        "SUBSCRIBE" | "PSUBSCRIBE" | "SSUBSCRIBE" | "PUBLISH" | "SPUBLISH" | "PUBSUB"
+        | "UNSUBSCRIBE" | "PUNSUBSCRIBE" | "SUNSUBSCRIBE" => {
+            Command::Refused("Pub/Sub channels name no subject")
+        }
+        _ => Command::Unknown,
+    }
+}
+
+/// The positions of a command's keys among `args`, or why the command is malformed.
+pub fn key_positions(keys: Keys, args: &[Vec<u8>]) -> Result<Vec<usize>, String> {
+    let n = args.len();
+    let positions: Vec<usize> = match keys {
+        Keys::First if n >= 2 => vec![1],
+        Keys::All => (1..n).collect(),
+        Keys::Pairs if n % 2 == 1 => (1..n).step_by(2).collect(),
+        Keys::Pairs => Vec::new(),
+        Keys::FirstTwo if n >= 3 => vec![1, 2],
+        Keys::First | Keys::FirstTwo => Vec::new(),
+    };
+    if positions.is_empty() {
+        return Err(format!(
+            "wrong number of arguments for '{}'",
+            String::from_utf8_lossy(&args[0]).to_lowercase()
+        ));
+    }
+    Ok(positions)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(line: &str) -> Vec<Vec<u8>> {
+        line.split(' ').map(|a| a.as_bytes().to_vec()).collect()
+    }
+
+    #[test]
+    fn every_command_family_is_classified() {
+        use Effect::*;
+        let cases = [
+            ("get k", Command::Keyed(Read(Missing::Nil), Keys::First)),
+            ("Get k", Command::Keyed(Read(Missing::Nil), Keys::First)),
+            (
+                "lrange k 0 -1",
+                Command::Keyed(Read(Missing::EmptyArray), Keys::First),
+            ),
+            (
+                "pttl k",
+                Command::Keyed(Read(Missing::MinusTwo), Keys::First),
+            ),
+            ("mget a b", Command::Keyed(ReadEach, Keys::All)),
+            ("exists a b", Command::Keyed(Count, Keys::All)),
+            ("set k v", Command::Keyed(Write, Keys::First)),
+            ("lpush k v", Command::Keyed(Write, Keys::First)),
+            ("mset a 1 b 2", Command::Keyed(Write, Keys::Pairs)),
+            ("rename a b", Command::Keyed(Write, Keys::FirstTwo)),
+            ("expire k 10", Command::Keyed(Expire, Keys::First)),
+            ("persist k", Command::Keyed(Expire, Keys::First)),
+            ("unlink a b", Command::Keyed(Delete, Keys::All)),
+            ("scan 0", Command::Scan),
+            ("client setinfo lib-name x", Command::ClientName),
+            ("frobnicate k", Command::Unknown),
+        ];
+        for (line, want) in cases {
+            assert_eq!(classify(&args(line)), want, "{line}");
+        }
+    }
+
+    #[test]
+    fn what_reaches_beyond_one_subjects_keys_is_refused_outright() {
+        for line in [
+            "keys *",
+            "flushall",
+            "flushdb",
+            "config get *",
+            "debug sleep 1",
+            "monitor",
+            "shutdown",
+            "save",
+            "bgsave",
+            "replicaof no one",
+            "module list",
+            "acl list",
+            "client kill id 3",
+            "client list",
+            "eval return 1 0",
+            "evalsha abc 0",
+            "fcall f 0",
+            "script load x",
+            "dump k",
+            "restore k 0 x",
+            "migrate h 1 k 0 1",
+            "object encoding k",
+            "wait 1 0",
+            "subscribe c",
+            "publish c m",
+            "randomkey",
+            "dbsize",
+            "sort k by x_*",
+        ] {
+            assert!(
+                matches!(classify(&args(line)), Command::Refused(_)),
+                "{line} is not refused"
+            );
+        }
+    }
+
+    #[test]
+    fn keys_are_found_where_each_command_puts_them() {
+        assert_eq!(key_positions(Keys::First, &args("get k")), Ok(vec![1]));
+        assert_eq!(
+            key_positions(Keys::All, &args("del a b c")),
+            Ok(vec![1, 2, 3])
+        );
+        assert_eq!(
+            key_positions(Keys::Pairs, &args("mset a 1 b 2")),
+            Ok(vec![1, 3])
+        );
+        assert!(key_positions(Keys::Pairs, &args("mset a 1 b")).is_err());
+        assert_eq!(
+            key_positions(Keys::FirstTwo, &args("copy a b")),
+            Ok(vec![1, 2])
+        );
+        assert!(key_positions(Keys::First, &args("get")).is_err());
+        assert!(key_positions(Keys::All, &args("del")).is_err());
+    }
+}

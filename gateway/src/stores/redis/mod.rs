@@ -1,0 +1,121 @@
+//! Redis (`adapter = "redis"`): a route with a listener of its own that speaks RESP, so that
+//! agent frameworks keep their plain Redis clients (`redis-py`, LangChain's chat histories).
+//! Keys name their subject through the route's `[[routes.keys]]` patterns; every command is
+//! decided on them (`route.rs`), and the purge scans and unlinks them, on the route's Redis.
+
+pub mod commands;
+pub mod keys;
+pub mod resp;
+pub(crate) mod route;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde::Deserialize;
+
+use super::{Kind, Settings};
+use crate::config::ErasureConfig;
+use crate::data::DataState;
+use crate::data::forward::{Route, Upstreams};
+use crate::data::route::{ConnectionRoute, RouteStore, Serving};
+use crate::purge::Connector;
+use keys::{KeyRule, Pattern};
+
+pub const KIND: Kind = Kind::of::<RedisSettings>("redis");
+
+/// The largest command a client may send, by default.
+const MAX_COMMAND_BYTES: usize = 1024 * 1024;
+
+/// A Redis route's own settings.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RedisSettings {
+    /// What each key is: the first pattern that matches a key names its tenant and subject,
+    /// and the purpose and category it is kept for. A key no pattern matches is refused.
+    pub keys: Vec<KeyRule>,
+    /// The largest command (all its arguments) a client may send; larger ones are refused and
+    /// the connection closed. Default 1 MiB.
+    pub max_command_bytes: Option<usize>,
+}
+
+impl Settings for RedisSettings {
+    fn store(self) -> Result<Arc<dyn RouteStore>, Vec<String>> {
+        let mut problems = Vec::new();
+        if self.keys.is_empty() {
+            problems.push("keys: name at least one [[routes.keys]] pattern".to_owned());
+        }
+        let patterns: Vec<Pattern> = self
+            .keys
+            .iter()
+            .filter_map(|rule| Pattern::of(rule).map_err(|p| problems.push(p)).ok())
+            .collect();
+        if self.max_command_bytes == Some(0) {
+            problems.push("max_command_bytes: at least 1".to_owned());
+        }
+        match problems.is_empty() {
+            true => Ok(Arc::new(Redis {
+                patterns,
+                max_command_bytes: self.max_command_bytes.unwrap_or(MAX_COMMAND_BYTES),
+            })),
+            false => Err(problems),
+        }
+    }
+}
+
+#[derive(Debug)]
+pub struct Redis {
+    patterns: Vec<Pattern>,
+    max_command_bytes: usize,
+}
+
+impl RouteStore for Redis {
+    fn kind(&self) -> &'static str {
+        KIND.name
+    }
+
+    fn serving(&self) -> Serving<'_> {
+        Serving::Connections(self)
+    }
+
+    fn upstream_schemes(&self) -> &'static [&'static str] {
+        &["redis"]
+    }
+
+    fn connector(
+        &self,
+        route: Route,
+        _upstreams: Arc<Upstreams>,
+        _erasure: &ErasureConfig,
+    ) -> Arc<dyn Connector> {
+        let target = crate::erasure::redis::RedisTarget {
+            name: route.name.clone(),
+            urls: vec![route.upstream.to_string()],
+            patterns: self.patterns.iter().map(|p| p.text.clone()).collect(),
+        };
+        Arc::new(crate::erasure::redis::RedisConnector::new(target))
+    }
+}
+
+#[async_trait]
+impl ConnectionRoute for Redis {
+    async fn serve(
+        &self,
+        route: &Route,
+        state: &Arc<DataState>,
+        connection: tokio::net::TcpStream,
+        peer: SocketAddr,
+        stopping: tokio::sync::watch::Receiver<bool>,
+    ) {
+        route::serve(
+            route,
+            state,
+            &self.patterns,
+            self.max_command_bytes,
+            connection,
+            peer,
+            stopping,
+        )
+        .await;
+    }
+}

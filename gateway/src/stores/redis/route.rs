@@ -1,0 +1,942 @@
+//! A Redis route's connections: a client authenticates with a Lethe token (`AUTH`, `HELLO ...
+//! AUTH`), then every command is decided on the keys it names before Redis sees it. Writes carry
+//! the deadline Lethe computes (`PEXPIREAT ... LT` in the same transaction, so no key outlives
+//! it and an earlier one is kept); reads of a hidden subject's keys answer as if the keys did
+//! not exist; `SCAN` answers the caller's keys only; `MULTI`/`EXEC` is all or nothing. Each
+//! client connection has its own connection to Redis, authenticated with the route's credential.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use lethe_policy::{
+    Action, Held, Layer, Overwrite, ReadContext, Refusal, Stamp, WriteFacts, decide_read,
+    decide_write_over, still_current,
+};
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+
+use super::commands::{Command, Effect, Keys, Missing, classify, key_positions};
+use super::keys::{Pattern, owner};
+use super::resp::{self, Frame, Frames};
+use crate::data::forward::Route;
+use crate::data::{DataState, RequestContext};
+
+/// How long Redis may take to answer one command before the connection is given up.
+const UPSTREAM_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A refusal, as `redis-py` raises its permission error for it.
+fn refused(refusal: Refusal) -> Frame {
+    resp::error(format!("NOPERM lethe:{} {refusal}", refusal.code()))
+}
+
+/// A refusal of Lethe's own (no policy decision), with its stable code.
+fn refused_with(code: &str, message: &str) -> Frame {
+    resp::error(format!("NOPERM lethe:{code} {message}"))
+}
+
+fn invalid(message: &str) -> Frame {
+    resp::error(format!("ERR lethe:invalid_request {message}"))
+}
+
+fn unavailable(code: &str, message: &str) -> Frame {
+    resp::error(format!("ERR lethe:{code} {message}"))
+}
+
+/// What a hidden key reads as, for the command `args`.
+fn missing(kind: Missing, args: &[Vec<u8>]) -> Frame {
+    let asked = args.len().saturating_sub(2);
+    match kind {
+        Missing::Nil => Frame::Null,
+        Missing::Zero => Frame::Integer(0),
+        Missing::EmptyArray => Frame::Array(Vec::new()),
+        Missing::EmptyBulk => Frame::BulkString(Vec::new()),
+        Missing::MinusTwo => Frame::Integer(-2),
+        Missing::NoneType => Frame::SimpleString(b"none".to_vec()),
+        Missing::EmptyScan => Frame::Array(vec![
+            Frame::BulkString(b"0".to_vec()),
+            Frame::Array(Vec::new()),
+        ]),
+        Missing::NilPerField => Frame::Array(vec![Frame::Null; asked]),
+        Missing::ZeroPerMember => Frame::Array(vec![Frame::Integer(0); asked]),
+    }
+}
+
+/// How the answer to a client's command is made from Redis' answers to what was sent for it.
+#[derive(Debug, Clone)]
+enum Answer {
+    /// Redis' answer to the first command sent.
+    First,
+    /// Lethe's own answer; nothing is sent.
+    Local(Frame),
+    /// `MGET`: Redis' values for the keys sent, a nil in the place of each hidden key.
+    Splice(Vec<bool>),
+}
+
+/// What Lethe sends Redis for one client command, and how it answers the client.
+#[derive(Debug, Clone)]
+struct Plan {
+    send: Vec<Vec<Vec<u8>>>,
+    answer: Answer,
+    /// The stamps the keys written were decided with: checked again after the write.
+    written: Vec<(String, Stamp)>,
+}
+
+impl Plan {
+    fn local(frame: Frame) -> Plan {
+        Plan {
+            send: Vec::new(),
+            answer: Answer::Local(frame),
+            written: Vec::new(),
+        }
+    }
+
+    fn forward(args: Vec<Vec<u8>>) -> Plan {
+        Plan {
+            send: vec![args],
+            answer: Answer::First,
+            written: Vec::new(),
+        }
+    }
+
+    /// The client's answer from Redis' answers to this plan's commands.
+    fn assemble(&self, mut replies: Vec<Frame>) -> Frame {
+        match &self.answer {
+            Answer::Local(frame) => frame.clone(),
+            Answer::First if replies.is_empty() => Frame::Null,
+            Answer::First => replies.swap_remove(0),
+            Answer::Splice(hidden) => {
+                let Some(Frame::Array(values)) = replies.into_iter().next() else {
+                    return unavailable("upstream_invalid", "Redis' answer to MGET is no array");
+                };
+                let mut values = values.into_iter();
+                Frame::Array(
+                    hidden
+                        .iter()
+                        .map(|h| match h {
+                            true => Frame::Null,
+                            false => values.next().unwrap_or(Frame::Null),
+                        })
+                        .collect(),
+                )
+            }
+        }
+    }
+}
+
+/// The connection to Redis a client connection has.
+struct Upstream {
+    stream: TcpStream,
+    frames: Frames,
+}
+
+impl Upstream {
+    async fn connect(route: &Route) -> Result<Upstream, String> {
+        let host = route.upstream.host().unwrap_or("127.0.0.1");
+        let port = route.upstream.port_u16().unwrap_or(6379);
+        let timeout = route.timeout.unwrap_or(Duration::from_secs(5));
+        let stream = tokio::time::timeout(timeout, TcpStream::connect((host, port)))
+            .await
+            .map_err(|_| "Redis did not answer in time".to_owned())?
+            .map_err(|e| format!("Redis cannot be reached: {e}"))?;
+        let _ = stream.set_nodelay(true);
+        let mut upstream = Upstream {
+            stream,
+            frames: Frames::new(64 * 1024 * 1024),
+        };
+        let mut hello = Vec::new();
+        if let Some((user, password)) = &route.credential {
+            hello.push(vec![
+                b"AUTH".to_vec(),
+                user.as_str().as_bytes().to_vec(),
+                password.as_bytes().to_vec(),
+            ]);
+        }
+        let db = route.upstream.path().trim_matches('/');
+        if !db.is_empty() && db != "0" {
+            hello.push(vec![b"SELECT".to_vec(), db.as_bytes().to_vec()]);
+        }
+        for reply in upstream.call(&hello).await? {
+            if let Frame::Error(e) = reply {
+                return Err(format!(
+                    "Redis refused the route's credential or database: {e}"
+                ));
+            }
+        }
+        Ok(upstream)
+    }
+
+    /// Sends `commands` at once and reads an answer to each.
+    async fn call(&mut self, commands: &[Vec<Vec<u8>>]) -> Result<Vec<Frame>, String> {
+        if commands.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut out = Vec::new();
+        for command in commands {
+            out.extend(resp::bytes(&Frame::Array(
+                command.iter().cloned().map(Frame::BulkString).collect(),
+            )));
+        }
+        let exchange = async {
+            self.stream
+                .write_all(&out)
+                .await
+                .map_err(|e| e.to_string())?;
+            let mut replies = Vec::with_capacity(commands.len());
+            for _ in commands {
+                match self.frames.next(&mut self.stream).await {
+                    Ok(Some(frame)) => replies.push(frame),
+                    Ok(None) => return Err("Redis closed the connection".to_owned()),
+                    Err(e) => return Err(e.to_string()),
+                }
+            }
+            Ok(replies)
+        };
+        tokio::time::timeout(UPSTREAM_TIMEOUT, exchange)
+            .await
+            .map_err(|_| "Redis did not answer in time".to_owned())?
+    }
+
+    /// Runs `send` as one transaction when it is more than one command; answers one frame per
+    /// command (an `EXECABORT` is the first error Redis queued with).
+    async fn run(&mut self, send: &[Vec<Vec<u8>>]) -> Result<Result<Vec<Frame>, Frame>, String> {
+        if send.len() <= 1 {
+            return Ok(Ok(self.call(send).await?));
+        }
+        let mut all = Vec::with_capacity(send.len() + 2);
+        all.push(vec![b"MULTI".to_vec()]);
+        all.extend(send.iter().cloned());
+        all.push(vec![b"EXEC".to_vec()]);
+        let mut replies = self.call(&all).await?;
+        let exec = replies.pop().unwrap_or(Frame::Null);
+        if let Some(queued) = replies
+            .iter()
+            .skip(1)
+            .find(|r| matches!(r, Frame::Error(_)))
+        {
+            return Ok(Err(queued.clone()));
+        }
+        match exec {
+            Frame::Array(values) if values.len() == send.len() => Ok(Ok(values)),
+            // A watched key changed: nothing ran.
+            Frame::Null => Ok(Err(Frame::Null)),
+            Frame::Error(e) => Ok(Err(Frame::Error(e))),
+            _ => Err("Redis' answer to EXEC does not match what was sent".to_owned()),
+        }
+    }
+}
+
+/// A transaction the client opened with `MULTI`: its commands' plans, or that one was refused.
+#[derive(Default)]
+struct Queue {
+    plans: Vec<Plan>,
+    failed: bool,
+}
+
+/// One client connection of a Redis route.
+pub(super) struct Connection<'a> {
+    route: &'a Route,
+    state: &'a Arc<DataState>,
+    patterns: &'a [Pattern],
+    ctx: Option<RequestContext>,
+    upstream: Option<Upstream>,
+    queue: Option<Queue>,
+}
+
+/// What to do after answering a command.
+enum Then {
+    Go,
+    Close,
+}
+
+impl<'a> Connection<'a> {
+    pub(super) fn new(
+        route: &'a Route,
+        state: &'a Arc<DataState>,
+        patterns: &'a [Pattern],
+    ) -> Self {
+        Connection {
+            route,
+            state,
+            patterns,
+            ctx: None,
+            upstream: None,
+            queue: None,
+        }
+    }
+
+    /// Serves the client until it leaves, the protocol cannot go on, or Lethe stops.
+    pub(super) async fn serve(
+        mut self,
+        mut client: TcpStream,
+        limit: usize,
+        mut stopping: tokio::sync::watch::Receiver<bool>,
+    ) {
+        let mut frames = Frames::new(limit);
+        loop {
+            let next = tokio::select! {
+                next = frames.next(&mut client) => next,
+                _ = stopped(&mut stopping) => return,
+            };
+            let (answer, then) = match next {
+                Ok(None) => return,
+                // The stream cannot be read past this point: say why, and close.
+                Err(e) => (invalid(&e.to_string()), Then::Close),
+                Ok(Some(frame)) => match resp::command(frame) {
+                    Some(args) => self.command(args).await,
+                    None => (
+                        invalid("a command is an array of bulk strings"),
+                        Then::Close,
+                    ),
+                },
+            };
+            if client.write_all(&resp::bytes(&answer)).await.is_err() {
+                return;
+            }
+            if matches!(then, Then::Close) {
+                let _ = client.shutdown().await;
+                return;
+            }
+        }
+    }
+
+    async fn command(&mut self, args: Vec<Vec<u8>>) -> (Frame, Then) {
+        let command = classify(&args);
+        match command {
+            Command::Auth => return (self.auth(&args).await, Then::Go),
+            Command::Hello => return self.hello(&args).await,
+            Command::Quit => return (resp::ok(), Then::Close),
+            Command::Ping if self.queue.is_none() => {
+                let pong = match args.get(1) {
+                    Some(text) => Frame::BulkString(text.clone()),
+                    None => Frame::SimpleString(b"PONG".to_vec()),
+                };
+                return (pong, Then::Go);
+            }
+            _ => {}
+        }
+        if self.ctx.is_none() {
+            return (resp::error("NOAUTH Authentication required."), Then::Go);
+        }
+        let answer = match command {
+            Command::Multi if self.queue.is_some() => {
+                resp::error("ERR MULTI calls can not be nested")
+            }
+            Command::Multi => {
+                self.queue = Some(Queue::default());
+                resp::ok()
+            }
+            Command::Exec => match self.queue.take() {
+                None => resp::error("ERR EXEC without MULTI"),
+                Some(queue) if queue.failed => {
+                    resp::error("EXECABORT Transaction discarded because of previous errors.")
+                }
+                Some(queue) => match self.exec(queue.plans).await {
+                    Ok(frame) => frame,
+                    Err(gone) => return (gone, Then::Close),
+                },
+            },
+            Command::Discard => match self.queue.take() {
+                Some(_) => resp::ok(),
+                None => resp::error("ERR DISCARD without MULTI"),
+            },
+            _ if self.queue.is_some() => {
+                let plan = self.plan(command, &args).await;
+                let queue = self.queue.get_or_insert_with(Queue::default);
+                match plan {
+                    Ok(plan) => {
+                        queue.plans.push(plan);
+                        Frame::SimpleString(b"QUEUED".to_vec())
+                    }
+                    Err(refusal) => {
+                        queue.failed = true;
+                        refusal
+                    }
+                }
+            }
+            Command::Scan => match self.scan(args).await {
+                Ok(frame) => frame,
+                Err(gone) => return (gone, Then::Close),
+            },
+            _ => match self.plan(command, &args).await {
+                Err(refusal) => refusal,
+                Ok(plan) => match self.exec_one(plan).await {
+                    Ok(frame) => frame,
+                    Err(gone) => return (gone, Then::Close),
+                },
+            },
+        };
+        (answer, Then::Go)
+    }
+
+    /// `AUTH [username] token`: the username is ignored, the password is a Lethe token.
+    async fn auth(&mut self, args: &[Vec<u8>]) -> Frame {
+        let token = match args.len() {
+            2 => &args[1],
+            3 => &args[2],
+            _ => return resp::error("ERR wrong number of arguments for 'auth' command"),
+        };
+        self.authenticate(token).await
+    }
+
+    async fn authenticate(&mut self, token: &[u8]) -> Frame {
+        let wrong =
+            |message: String| resp::error(format!("WRONGPASS lethe:unauthenticated {message}"));
+        let Ok(token) = std::str::from_utf8(token) else {
+            return wrong("the token is not text".to_owned());
+        };
+        let claims = match self.state.tokens.verify(token) {
+            Ok(claims) => claims,
+            Err(e) => return wrong(e.to_string()),
+        };
+        match self.state.revocations.check(&claims).await {
+            Ok(()) => {}
+            Err(crate::revocations::Refused::Revoked) => {
+                return wrong("the token was revoked".to_owned());
+            }
+            Err(_) => {
+                return unavailable(
+                    "state_unavailable",
+                    "whether the token was revoked cannot be known",
+                );
+            }
+        }
+        let ctx = RequestContext::new(
+            String::new(),
+            claims,
+            &self.route.name,
+            &hyper::HeaderMap::new(),
+            &self.state.folding,
+        );
+        match ctx {
+            Ok(ctx) => {
+                self.ctx = Some(ctx);
+                resp::ok()
+            }
+            Err(e) => refused_with(e.code.as_str(), &e.message),
+        }
+    }
+
+    /// `HELLO [2 [AUTH username token] [SETNAME name]]`: RESP2 only, for now.
+    async fn hello(&mut self, args: &[Vec<u8>]) -> (Frame, Then) {
+        if let Some(version) = args.get(1)
+            && version.as_slice() != b"2"
+        {
+            return (
+                resp::error("NOPROTO sorry, this protocol version is not supported"),
+                Then::Go,
+            );
+        }
+        let mut i = 2;
+        while i < args.len() {
+            match args[i].to_ascii_uppercase().as_slice() {
+                b"AUTH" if i + 2 < args.len() => {
+                    let answer = self.authenticate(&args[i + 2]).await;
+                    if matches!(answer, Frame::Error(_)) {
+                        return (answer, Then::Go);
+                    }
+                    i += 3;
+                }
+                b"SETNAME" if i + 1 < args.len() => i += 2,
+                _ => return (resp::error("ERR syntax error in HELLO"), Then::Go),
+            }
+        }
+        let text = |s: &str| Frame::BulkString(s.as_bytes().to_vec());
+        let info = Frame::Array(vec![
+            text("server"),
+            text("redis"),
+            text("proto"),
+            Frame::Integer(2),
+            text("mode"),
+            text("standalone"),
+            text("role"),
+            text("master"),
+            text("modules"),
+            Frame::Array(Vec::new()),
+        ]);
+        (info, Then::Go)
+    }
+
+    /// The caller's context (only called once authenticated).
+    fn ctx(&self) -> Result<&RequestContext, Frame> {
+        self.ctx
+            .as_ref()
+            .ok_or_else(|| resp::error("NOAUTH Authentication required."))
+    }
+
+    /// Whose each of `keys` is; refused when a key matches no pattern, or names another
+    /// tenant or (for a token bound to one) another subject, or a subject not in its one
+    /// spelling.
+    fn owners(&self, keys: &[&str]) -> Result<Vec<(String, String, String)>, Frame> {
+        let ctx = self.ctx()?;
+        keys.iter()
+            .map(|key| {
+                let owner = owner(self.patterns, key).ok_or_else(|| {
+                    refused_with("unknown_endpoint", "a key matches no pattern of the route")
+                })?;
+                if owner.tenant != ctx.tenant() {
+                    return Err(refused(Refusal::ScopeViolation));
+                }
+                let canonical = lethe_policy::names::canonical_key(owner.subject, ctx.fold)
+                    .map_err(|e| invalid(&format!("the subject a key names {e}")))?;
+                if canonical != owner.subject {
+                    return Err(invalid(
+                        "the subject a key names is not in its one spelling",
+                    ));
+                }
+                if ctx.bound && ctx.subject.as_deref() != Some(owner.subject) {
+                    return Err(refused(Refusal::ScopeViolation));
+                }
+                Ok((
+                    owner.subject.to_owned(),
+                    owner.purpose.to_owned(),
+                    owner.category.to_owned(),
+                ))
+            })
+            .collect()
+    }
+
+    /// Lethe's decision on one command that names keys, as what to send Redis.
+    async fn plan(&mut self, command: Command, args: &[Vec<u8>]) -> Result<Plan, Frame> {
+        let (effect, keys) = match command {
+            Command::Keyed(effect, keys) => (effect, keys),
+            Command::Ping => return Ok(Plan::local(Frame::SimpleString(b"PONG".to_vec()))),
+            Command::Echo => {
+                return match args.get(1) {
+                    Some(text) if args.len() == 2 => {
+                        Ok(Plan::local(Frame::BulkString(text.clone())))
+                    }
+                    _ => Err(resp::error(
+                        "ERR wrong number of arguments for 'echo' command",
+                    )),
+                };
+            }
+            Command::Select => {
+                return match args.get(1).map(Vec::as_slice) {
+                    Some(b"0") if args.len() == 2 => Ok(Plan::local(resp::ok())),
+                    _ => Err(refused_with(
+                        "forbidden",
+                        "the route's database is set by its upstream URL",
+                    )),
+                };
+            }
+            Command::ClientName => return Ok(Plan::local(resp::ok())),
+            Command::Watch | Command::Unwatch if self.queue.is_some() => {
+                return Err(resp::error("ERR WATCH inside MULTI is not allowed"));
+            }
+            Command::Watch => {
+                let keys: Vec<&str> = utf8_keys(args, &(1..args.len()).collect::<Vec<_>>())?;
+                self.owners(&keys)?;
+                return Ok(Plan::forward(args.to_vec()));
+            }
+            Command::Unwatch => return Ok(Plan::forward(args.to_vec())),
+            Command::Refused(why) => {
+                return Err(refused_with(
+                    "forbidden",
+                    &format!("{} is refused: {why}", name_of(args)),
+                ));
+            }
+            Command::Scan => {
+                return Err(refused_with("forbidden", "SCAN is not served inside MULTI"));
+            }
+            _ => {
+                return Err(refused_with(
+                    "unknown_endpoint",
+                    &format!("{} is not a command Lethe serves", name_of(args)),
+                ));
+            }
+        };
+        let positions = key_positions(keys, args).map_err(|e| resp::error(format!("ERR {e}")))?;
+        let names = utf8_keys(args, &positions)?;
+        let owners = self.owners(&names)?;
+        if keys == Keys::FirstTwo && owners[0].0 != owners[1].0 {
+            return Err(refused(Refusal::ScopeViolation));
+        }
+        let ctx = self.ctx()?;
+        let tenant = ctx.tenant().to_owned();
+        let bound = ctx.bound.then(|| ctx.subject.clone()).flatten();
+        // Collected first: an iterator held across the await would make the future not Send.
+        let subjects: Vec<&str> = owners.iter().map(|o| o.0.as_str()).collect();
+        let view = self
+            .state
+            .policy
+            .view(&tenant, subjects)
+            .await
+            .map_err(|_| unavailable("state_unavailable", "the state store cannot be read"))?;
+        let now = crate::now();
+        match effect {
+            Effect::Read(_) | Effect::ReadEach | Effect::Count => {
+                let read = ReadContext {
+                    tenant: &tenant,
+                    store: &self.route.name,
+                    bound_subject: bound.as_deref(),
+                    purpose: None,
+                };
+                let hidden: Vec<bool> = owners
+                    .iter()
+                    .map(|(subject, purpose, category)| {
+                        // The key's pattern is its stamp; Redis itself drops it at its deadline.
+                        let stamp = stamp_of(&tenant, subject, purpose, category, now, &view);
+                        decide_read(&view, &read, Some(&stamp), now).is_err()
+                    })
+                    .collect();
+                Ok(read_plan(effect, args, &positions, hidden))
+            }
+            Effect::Write | Effect::Expire | Effect::Delete => {
+                let written: Vec<usize> = match (effect, keys) {
+                    (Effect::Delete, _) => Vec::new(),
+                    (_, Keys::FirstTwo) => vec![1],
+                    _ => (0..positions.len()).collect(),
+                };
+                let held = self.held(&names, &written).await?;
+                let mut stamps = Vec::new();
+                for (i, (subject, purpose, category)) in owners.iter().enumerate() {
+                    let facts = WriteFacts {
+                        tenant: &tenant,
+                        subject,
+                        purpose,
+                        category,
+                        layer: Layer::Raw,
+                        action: Action::Store,
+                        authorised_epoch: None,
+                        requested_expires_at: None,
+                    };
+                    let previous = match held[i] {
+                        Some(Some(at)) => Some(Stamp {
+                            tenant: tenant.clone(),
+                            subject: subject.clone(),
+                            purpose: purpose.clone(),
+                            category: category.clone(),
+                            layer: Layer::Raw,
+                            expires_at: at,
+                            epoch: epoch_of(&view, &tenant, subject),
+                        }),
+                        _ => None,
+                    };
+                    // The key's deadline in Redis is its stamp's; a key without one was written
+                    // around Lethe, and nobody can show it is theirs.
+                    let held = match (&held[i], &previous) {
+                        (Some(None), _) => Held::Unstamped,
+                        (Some(Some(_)), Some(stamp)) => Held::Stamped(stamp),
+                        _ => Held::Nothing,
+                    };
+                    let decided = decide_write_over(&view, &facts, held, Overwrite::Allowed, now)
+                        .map_err(refused)?;
+                    if let Some(stamp) = decided {
+                        stamps.push((names[i].to_owned(), stamp));
+                    }
+                }
+                let mut send = vec![args.to_vec()];
+                let written_stamps: Vec<(String, Stamp)> = written
+                    .iter()
+                    .filter_map(|&i| stamps.iter().find(|(k, _)| k == names[i]).cloned())
+                    .collect();
+                for (key, stamp) in &written_stamps {
+                    send.push(vec![
+                        b"PEXPIREAT".to_vec(),
+                        key.as_bytes().to_vec(),
+                        stamp.expires_at.timestamp_millis().to_string().into_bytes(),
+                        b"LT".to_vec(),
+                    ]);
+                }
+                Ok(Plan {
+                    send,
+                    answer: Answer::First,
+                    written: written_stamps,
+                })
+            }
+        }
+    }
+
+    /// The deadline each written key already has in Redis (`PEXPIRETIME`): `None` for a key
+    /// that does not exist, the Unix epoch for one without a deadline (written around Lethe).
+    async fn held(
+        &mut self,
+        names: &[&str],
+        written: &[usize],
+    ) -> Result<Vec<Option<Option<DateTime<Utc>>>>, Frame> {
+        let asks: Vec<Vec<Vec<u8>>> = written
+            .iter()
+            .map(|&i| vec![b"PEXPIRETIME".to_vec(), names[i].as_bytes().to_vec()])
+            .collect();
+        let replies = self.call(&asks).await?;
+        let mut held = vec![None; names.len()];
+        for (&i, reply) in written.iter().zip(replies) {
+            held[i] = match reply {
+                Frame::Integer(-2) => None,
+                Frame::Integer(-1) => Some(None),
+                Frame::Integer(ms) => Some(DateTime::from_timestamp_millis(ms)),
+                _ => {
+                    return Err(unavailable(
+                        "upstream_invalid",
+                        "Redis' PEXPIRETIME is no number",
+                    ));
+                }
+            };
+        }
+        Ok(held)
+    }
+
+    /// Sends `commands` on this client's Redis connection (made on first use).
+    async fn call(&mut self, commands: &[Vec<Vec<u8>>]) -> Result<Vec<Frame>, Frame> {
+        let upstream = self.upstream().await?;
+        match upstream.call(commands).await {
+            Ok(replies) => Ok(replies),
+            Err(e) => {
+                self.upstream = None;
+                Err(unavailable("upstream_unavailable", &e))
+            }
+        }
+    }
+
+    async fn upstream(&mut self) -> Result<&mut Upstream, Frame> {
+        if self.upstream.is_none() {
+            let upstream = Upstream::connect(self.route)
+                .await
+                .map_err(|e| unavailable("upstream_unavailable", &e))?;
+            self.upstream = Some(upstream);
+        }
+        self.upstream
+            .as_mut()
+            .ok_or_else(|| unavailable("upstream_unavailable", "no connection to Redis"))
+    }
+
+    /// Runs one plan outside a transaction. `Err` when the connection to Redis is lost: the
+    /// client's connection is closed with it.
+    async fn exec_one(&mut self, plan: Plan) -> Result<Frame, Frame> {
+        if plan.send.is_empty() {
+            return Ok(plan.assemble(Vec::new()));
+        }
+        let upstream = self.upstream().await?;
+        let replies = match upstream.run(&plan.send).await {
+            Ok(Ok(replies)) => replies,
+            Ok(Err(refused)) => return Ok(refused),
+            Err(e) => {
+                self.upstream = None;
+                return Err(unavailable("upstream_unavailable", &e));
+            }
+        };
+        let answer = plan.assemble(replies);
+        Ok(self.unless_overtaken(&plan.written, answer).await)
+    }
+
+    /// Runs a client's transaction: every plan's commands in one `MULTI`/`EXEC`.
+    async fn exec(&mut self, plans: Vec<Plan>) -> Result<Frame, Frame> {
+        let send: Vec<Vec<Vec<u8>>> = plans.iter().flat_map(|p| p.send.clone()).collect();
+        let mut replies = if send.is_empty() {
+            Vec::new()
+        } else {
+            let mut all = Vec::with_capacity(send.len() + 2);
+            all.push(vec![b"MULTI".to_vec()]);
+            all.extend(send);
+            all.push(vec![b"EXEC".to_vec()]);
+            let upstream = self.upstream().await?;
+            let mut got = match upstream.call(&all).await {
+                Ok(got) => got,
+                Err(e) => {
+                    self.upstream = None;
+                    return Err(unavailable("upstream_unavailable", &e));
+                }
+            };
+            match got.pop() {
+                Some(Frame::Array(values)) => values,
+                Some(other) => return Ok(other),
+                None => Vec::new(),
+            }
+        }
+        .into_iter();
+        let mut answers = Vec::with_capacity(plans.len());
+        let mut written = Vec::new();
+        for plan in &plans {
+            let mine: Vec<Frame> = replies.by_ref().take(plan.send.len()).collect();
+            answers.push(plan.assemble(mine));
+            written.extend(plan.written.iter().cloned());
+        }
+        Ok(self.unless_overtaken(&written, Frame::Array(answers)).await)
+    }
+
+    /// After a write: if a flip overtook it (the subject was suppressed, or moved to a new
+    /// epoch, while Redis took it), the keys written are unlinked again and the write refused.
+    async fn unless_overtaken(&mut self, written: &[(String, Stamp)], answer: Frame) -> Frame {
+        let mut overtaken = Vec::new();
+        for (key, stamp) in written {
+            let Ok(view) = self
+                .state
+                .policy
+                .view(&stamp.tenant, [stamp.subject.as_str()])
+                .await
+            else {
+                return unavailable("state_unavailable", "the state store cannot be read");
+            };
+            if let Err(refusal) = still_current(&view, stamp) {
+                overtaken.push((key.clone(), refusal));
+            }
+        }
+        let Some((_, refusal)) = overtaken.first().cloned() else {
+            return answer;
+        };
+        let unlink: Vec<Vec<u8>> = std::iter::once(b"UNLINK".to_vec())
+            .chain(overtaken.iter().map(|(k, _)| k.as_bytes().to_vec()))
+            .collect();
+        match self.call(&[unlink]).await {
+            Ok(_) => refused(refusal),
+            Err(gone) => gone,
+        }
+    }
+
+    /// `SCAN cursor [MATCH pattern] [COUNT n] [TYPE type]`, answered with the caller's keys
+    /// only: another tenant's, another subject's (for a bound token), a hidden subject's and
+    /// keys no pattern owns are left out; the cursor is Redis' own.
+    async fn scan(&mut self, args: Vec<Vec<u8>>) -> Result<Frame, Frame> {
+        let reply = match self.call(&[args]).await {
+            Ok(mut replies) => replies.pop().unwrap_or(Frame::Null),
+            Err(gone) => return Err(gone),
+        };
+        let Frame::Array(mut parts) = reply else {
+            return Ok(reply);
+        };
+        let (Some(Frame::Array(keys)), Some(cursor)) = (parts.pop(), parts.pop()) else {
+            return Ok(unavailable(
+                "upstream_invalid",
+                "Redis' SCAN answer is not a cursor and keys",
+            ));
+        };
+        let Some(ctx) = self.ctx.as_ref() else {
+            return Ok(resp::error("NOAUTH Authentication required."));
+        };
+        let tenant = ctx.tenant().to_owned();
+        let bound = ctx.bound.then(|| ctx.subject.clone()).flatten();
+        let mut mine: Vec<(Vec<u8>, String, String, String)> = Vec::new();
+        for key in keys {
+            let Frame::BulkString(key) = key else {
+                continue;
+            };
+            let Ok(text) = std::str::from_utf8(&key) else {
+                continue;
+            };
+            if let Ok(owners) = self.owners(&[text]) {
+                let (subject, purpose, category) = owners.into_iter().next().unwrap_or_default();
+                mine.push((key, subject, purpose, category));
+            }
+        }
+        let subjects: Vec<&str> = mine.iter().map(|m| m.1.as_str()).collect();
+        let view = self
+            .state
+            .policy
+            .view(&tenant, subjects)
+            .await
+            .map_err(|_| unavailable("state_unavailable", "the state store cannot be read"));
+        let view = match view {
+            Ok(view) => view,
+            Err(frame) => return Ok(frame),
+        };
+        let now = crate::now();
+        let read = ReadContext {
+            tenant: &tenant,
+            store: &self.route.name,
+            bound_subject: bound.as_deref(),
+            purpose: None,
+        };
+        let visible: Vec<Frame> = mine
+            .into_iter()
+            .filter(|(_, subject, purpose, category)| {
+                let stamp = stamp_of(&tenant, subject, purpose, category, now, &view);
+                decide_read(&view, &read, Some(&stamp), now).is_ok()
+            })
+            .map(|(key, ..)| Frame::BulkString(key))
+            .collect();
+        Ok(Frame::Array(vec![cursor, Frame::Array(visible)]))
+    }
+}
+
+/// What a read sends, given which of its keys are hidden.
+fn read_plan(effect: Effect, args: &[Vec<u8>], positions: &[usize], hidden: Vec<bool>) -> Plan {
+    let visible_args = || -> Vec<Vec<u8>> {
+        std::iter::once(args[0].clone())
+            .chain(
+                positions
+                    .iter()
+                    .zip(&hidden)
+                    .filter(|(_, h)| !**h)
+                    .map(|(&p, _)| args[p].clone()),
+            )
+            .collect()
+    };
+    let none_visible = hidden.iter().all(|h| *h);
+    match effect {
+        Effect::Read(kind) if hidden.iter().any(|h| *h) => Plan::local(missing(kind, args)),
+        Effect::Count if none_visible => Plan::local(Frame::Integer(0)),
+        Effect::Count => Plan::forward(visible_args()),
+        Effect::ReadEach if none_visible => {
+            Plan::local(Frame::Array(vec![Frame::Null; hidden.len()]))
+        }
+        Effect::ReadEach => Plan {
+            send: vec![visible_args()],
+            answer: Answer::Splice(hidden),
+            written: Vec::new(),
+        },
+        _ => Plan::forward(args.to_vec()),
+    }
+}
+
+/// The stamp a key's pattern gives it: its owner and use; its deadline is Redis' to keep, so a
+/// read is decided on the subject's state and consent.
+fn stamp_of(
+    tenant: &str,
+    subject: &str,
+    purpose: &str,
+    category: &str,
+    now: DateTime<Utc>,
+    view: &crate::data::policy_cache::View,
+) -> Stamp {
+    Stamp {
+        tenant: tenant.to_owned(),
+        subject: subject.to_owned(),
+        purpose: purpose.to_owned(),
+        category: category.to_owned(),
+        layer: Layer::Raw,
+        expires_at: now + chrono::TimeDelta::seconds(1),
+        epoch: epoch_of(view, tenant, subject),
+    }
+}
+
+fn epoch_of(view: &crate::data::policy_cache::View, tenant: &str, subject: &str) -> i64 {
+    use lethe_policy::PolicyView;
+    view.subject(tenant, subject).map_or(0, |p| p.state.epoch)
+}
+
+/// The keys at `positions` of `args`, as text (a key that is not UTF-8 matches no pattern).
+fn utf8_keys<'a>(args: &'a [Vec<u8>], positions: &[usize]) -> Result<Vec<&'a str>, Frame> {
+    positions
+        .iter()
+        .map(|&p| {
+            std::str::from_utf8(&args[p]).map_err(|_| {
+                refused_with("unknown_endpoint", "a key matches no pattern of the route")
+            })
+        })
+        .collect()
+}
+
+fn name_of(args: &[Vec<u8>]) -> String {
+    String::from_utf8_lossy(&args[0]).to_ascii_uppercase()
+}
+
+async fn stopped(stopping: &mut tokio::sync::watch::Receiver<bool>) {
+    let _ = stopping.wait_for(|stop| *stop).await;
+}
+
+/// Serves one client connection of `route`.
+pub(super) async fn serve(
+    route: &Route,
+    state: &Arc<DataState>,
+    patterns: &[Pattern],
+    limit: usize,
+    client: TcpStream,
+    _peer: SocketAddr,
+    stopping: tokio::sync::watch::Receiver<bool>,
+) {
+    Connection::new(route, state, patterns)
+        .serve(client, limit, stopping)
+        .await;
+}

@@ -1,0 +1,249 @@
+"""The Redis route, driven with the official `redis` client and LangChain's
+`RedisChatMessageHistory`, against a real Redis (127.0.0.1:6379): every outcome is counted
+straight in Redis, around Lethe."""
+
+import time
+
+import pytest
+import redis
+from langchain_community.chat_message_histories import RedisChatMessageHistory
+from langchain_core.messages import AIMessage, HumanMessage
+
+from conftest import GLOBEX, TENANT, own_lethe, someone, wait_for
+
+REDIS = "redis://127.0.0.1:6379"
+RETENTION_MS = 30 * 24 * 3600 * 1000
+SLACK_MS = 60 * 1000
+
+
+@pytest.fixture(scope="module")
+def direct():
+    """Redis itself, around Lethe."""
+    return redis.Redis(host="127.0.0.1", port=6379, decode_responses=True)
+
+
+@pytest.fixture(scope="module")
+def lethe(chroma, tmp_path_factory):
+    instance = own_lethe(chroma, tmp_path_factory.mktemp("lethe-redis"), "", redis_url=REDIS)
+    rules = {"rules": [{"purpose": "support", "category": "conversation", "max_age": "30d"}]}
+    for tenant in (TENANT, GLOBEX):
+        token = instance.dpo if tenant == TENANT else instance.token("compliance", tenant=tenant)
+        status, body = instance.call("PUT", "/v1/retention-rules", rules, token=token)
+        assert status == 200, body
+    yield instance
+    instance.stop()
+
+
+def consent(lethe, subject, actions=("store", "retrieve"), tenant=TENANT):
+    dpo = lethe.dpo if tenant == TENANT else lethe.token("compliance", tenant=tenant)
+    status, grant = lethe.call("POST", "/v1/consents", {
+        "tenant": tenant, "subject": subject, "purpose": "support", "category": "conversation",
+        "actions": list(actions), "source": "pytest", "policy_version": 1,
+    }, token=dpo)
+    assert status == 201, grant
+
+
+def client(lethe, token):
+    """`redis-py` pointed at the route, the Lethe token as its password."""
+    host, port = lethe.listens["redis"].split(":")
+    # RESP2: the route answers HELLO 3 with NOPROTO for now, and redis-py 8 defaults to RESP3.
+    return redis.Redis(host=host, port=int(port), username="agent", password=token, decode_responses=True,
+                       protocol=2)
+
+
+def agent(lethe, subject=None, tenant=TENANT):
+    return client(lethe, lethe.token("agent", subject, tenant=tenant))
+
+
+def refused(code, call):
+    """`call` is refused with Lethe's stable `code`, as redis-py raises a refusal."""
+    with pytest.raises(redis.exceptions.ResponseError) as raised:
+        call()
+    assert f"lethe:{code}" in str(raised.value), raised.value
+
+
+def test_writes_carry_the_deadline_lethe_computes_and_no_later_one(lethe, direct):
+    alice = someone()
+    consent(lethe, alice)
+    r = agent(lethe, alice)
+    key = f"{TENANT}:{alice}:session"
+    assert r.set(key, "hello") is True
+    pttl = direct.pttl(key)
+    assert 0 < pttl <= RETENTION_MS and pttl > RETENTION_MS - SLACK_MS, pttl
+    assert r.get(key) == "hello"
+
+    # A client asking for ten years gets the deadline; one asking for less keeps its own.
+    r.set(key, "again", ex=10 * 365 * 24 * 3600)
+    assert direct.pttl(key) <= RETENTION_MS
+    r.set(f"{key}:short", "brief", px=60_000)
+    assert 0 < direct.pttl(f"{key}:short") <= 60_000
+    # An EXPIRE that would outlive the deadline, and a PERSIST, are clamped to it.
+    r.expire(key, 10 * 365 * 24 * 3600)
+    assert direct.pttl(key) <= RETENTION_MS
+    r.persist(key)
+    assert 0 < direct.pttl(key) <= RETENTION_MS
+    # A rewrite does not move the deadline later than the first write's.
+    first = direct.pexpiretime(key)
+    time.sleep(0.01)
+    r.set(key, "later")
+    assert direct.pexpiretime(key) <= first
+    # Lists, hashes and sets written through Lethe carry it too.
+    r.rpush(f"{key}:list", "a", "b")
+    r.hset(f"{key}:hash", mapping={"f": "v"})
+    r.sadd(f"{key}:set", "m")
+    for k in (f"{key}:list", f"{key}:hash", f"{key}:set"):
+        assert 0 < direct.pttl(k) <= RETENTION_MS, k
+    assert r.lrange(f"{key}:list", 0, -1) == ["a", "b"] and r.hgetall(f"{key}:hash") == {"f": "v"}
+
+
+def test_without_consent_nothing_is_written(lethe, direct):
+    carol = someone()
+    r = agent(lethe, carol)
+    key = f"{TENANT}:{carol}:session"
+    refused("consent_required", lambda: r.set(key, "x"))
+    refused("consent_required", lambda: r.rpush(key, "x"))
+    assert direct.exists(key) == 0
+
+
+def test_another_tenants_and_another_subjects_keys_are_never_touched(lethe, direct):
+    alice, bob = someone(), someone()
+    consent(lethe, alice)
+    consent(lethe, bob)
+    consent(lethe, bob, tenant=GLOBEX)
+    bobs = f"{TENANT}:{bob}:notes"
+    direct.set(bobs, "bob's", px=RETENTION_MS)
+    theirs = f"{GLOBEX}:{bob}:notes"
+    direct.set(theirs, "globex's", px=RETENTION_MS)
+    r = agent(lethe, alice)
+    for call in (
+        lambda: r.get(bobs), lambda: r.set(bobs, "mine"), lambda: r.delete(bobs),
+        lambda: r.expire(bobs, 1), lambda: r.rpush(bobs, "x"), lambda: r.hgetall(bobs),
+        lambda: r.mget(f"{TENANT}:{alice}:a", bobs), lambda: r.rename(f"{TENANT}:{alice}:a", bobs),
+        lambda: r.copy(f"{TENANT}:{alice}:a", bobs),
+    ):
+        refused("scope_violation", call)
+    other = agent(lethe, bob, tenant=GLOBEX)
+    unbound = agent(lethe, tenant=GLOBEX)
+    for r2 in (other, unbound):
+        refused("scope_violation", lambda: r2.get(bobs))
+        refused("scope_violation", lambda: r2.set(bobs, "taken"))
+        refused("scope_violation", lambda: r2.unlink(bobs))
+    refused("unknown_endpoint", lambda: r.set("no-pattern-key", "x"))
+    assert direct.get(bobs) == "bob's" and direct.get(theirs) == "globex's"
+    assert direct.exists("no-pattern-key") == 0
+
+
+def test_what_reaches_beyond_one_subject_is_refused_outright(lethe, direct):
+    alice = someone()
+    consent(lethe, alice)
+    key = f"{TENANT}:{alice}:kept"
+    r = agent(lethe, alice)
+    r.set(key, "v")
+    admin = client(lethe, lethe.token("admin"))
+    for call in (
+        lambda: r.keys("*"), lambda: r.flushall(), lambda: r.flushdb(),
+        lambda: r.eval("return redis.call('GET', KEYS[1])", 1, key),
+        lambda: r.config_get("*"), lambda: r.dbsize(), lambda: r.randomkey(),
+        lambda: r.dump(key), lambda: r.object("encoding", key), lambda: admin.flushall(),
+        lambda: r.client_list(), lambda: r.publish("c", "m"),
+    ):
+        refused("forbidden", call)
+    refused("unknown_endpoint", lambda: r.execute_command("FROBNICATE", key))
+    assert direct.get(key) == "v"
+
+
+def test_a_transaction_with_one_refused_command_writes_nothing(lethe, direct):
+    alice, bob = someone(), someone()
+    consent(lethe, alice)
+    r = agent(lethe, alice)
+    mine, bobs = f"{TENANT}:{alice}:tx", f"{TENANT}:{bob}:tx"
+    pipe = r.pipeline(transaction=True)
+    pipe.set(mine, "1")
+    pipe.set(bobs, "2")
+    with pytest.raises(redis.exceptions.ResponseError):
+        pipe.execute()
+    assert direct.exists(mine, bobs) == 0
+    # A clean one runs whole, each command with its answer, the deadline on what it wrote.
+    pipe = r.pipeline(transaction=True)
+    pipe.set(mine, "1").incr(mine).get(mine)
+    assert pipe.execute() == [True, 2, "2"]
+    assert 0 < direct.pttl(mine) <= RETENTION_MS
+    # Pipelined without a transaction: each command gets its own answer.
+    pipe = r.pipeline(transaction=False)
+    pipe.get(mine).get(bobs).set(f"{mine}:p", "x")
+    answers = pipe.execute(raise_on_error=False)
+    assert answers[0] == "2" and "lethe:scope_violation" in str(answers[1]) and answers[2] is True
+
+
+def test_scan_answers_the_callers_keys_only(lethe, direct):
+    alice, bob = someone(), someone()
+    consent(lethe, alice)
+    consent(lethe, bob)
+    for subject in (alice, bob):
+        agent(lethe, subject).set(f"{TENANT}:{subject}:s", "v")
+    direct.set(f"{GLOBEX}:{alice}:s", "theirs", px=RETENTION_MS)
+    direct.set("unowned-key", "x", px=RETENTION_MS)
+    seen_unbound = set(agent(lethe).scan_iter(count=1000))
+    assert {f"{TENANT}:{alice}:s", f"{TENANT}:{bob}:s"} <= seen_unbound
+    assert not any(k.startswith(f"{GLOBEX}:") or k == "unowned-key" for k in seen_unbound)
+    seen_alice = set(agent(lethe, alice).scan_iter(count=1000))
+    assert f"{TENANT}:{alice}:s" in seen_alice and not any(bob in k for k in seen_alice)
+
+
+def test_the_flip_hides_a_subject_at_once_and_completion_leaves_none_of_its_keys(lethe, direct):
+    alice, bob = someone(), someone()
+    consent(lethe, alice)
+    consent(lethe, bob)
+    for subject in (alice, bob):
+        r = agent(lethe, subject)
+        r.set(f"{TENANT}:{subject}:a", "1")
+        r.rpush(f"{TENANT}:{subject}:b", "x", "y")
+    reader = agent(lethe)
+    assert reader.get(f"{TENANT}:{alice}:a") == "1"
+
+    lethe.flip(alice)
+    # Still in Redis, read as missing at once; writes refused.
+    assert direct.get(f"{TENANT}:{alice}:a") == "1"
+    assert reader.get(f"{TENANT}:{alice}:a") is None
+    assert reader.lrange(f"{TENANT}:{alice}:b", 0, -1) == []
+    assert reader.exists(f"{TENANT}:{alice}:a", f"{TENANT}:{bob}:a") == 1
+    assert reader.mget(f"{TENANT}:{alice}:a", f"{TENANT}:{bob}:a") == [None, "1"]
+    assert reader.ttl(f"{TENANT}:{alice}:a") == -2 and reader.type(f"{TENANT}:{alice}:b") == "none"
+    assert not any(alice in k for k in reader.scan_iter(count=1000))
+    refused("subject_suppressed", lambda: agent(lethe, alice).set(f"{TENANT}:{alice}:c", "late"))
+    assert direct.exists(f"{TENANT}:{alice}:c") == 0
+
+    wait_for("the purge", lambda: direct.exists(f"{TENANT}:{alice}:a", f"{TENANT}:{alice}:b") == 0)
+    assert direct.get(f"{TENANT}:{bob}:a") == "1" and direct.lrange(f"{TENANT}:{bob}:b", 0, -1) == ["x", "y"]
+
+
+def test_langchains_redis_chat_history_works_through_lethe_and_is_erased(lethe, direct):
+    alice, bob = someone(), someone()
+    consent(lethe, alice)
+    consent(lethe, bob)
+    host, port = lethe.listens["redis"].split(":")
+    histories = {}
+    for subject in (alice, bob):
+        url = f"redis://agent:{lethe.token('agent', subject)}@{host}:{port}/0?protocol=2"
+        history = RedisChatMessageHistory(session_id=subject, url=url, key_prefix=f"message_store:{TENANT}:")
+        history.add_message(HumanMessage(content=f"hello from {subject}"))
+        history.add_message(AIMessage(content="hello"))
+        histories[subject] = history
+    for subject, history in histories.items():
+        assert [m.content for m in history.messages] == [f"hello from {subject}", "hello"]
+        key = f"message_store:{TENANT}:{subject}"
+        assert direct.llen(key) == 2 and 0 < direct.pttl(key) <= RETENTION_MS
+
+    # Consent missing: the history cannot be kept.
+    carol = someone()
+    url = f"redis://agent:{lethe.token('agent', carol)}@{host}:{port}/0?protocol=2"
+    with pytest.raises(redis.exceptions.ResponseError):
+        RedisChatMessageHistory(session_id=carol, url=url, key_prefix=f"message_store:{TENANT}:").add_message(
+            HumanMessage(content="not kept"))
+    assert direct.exists(f"message_store:{TENANT}:{carol}") == 0
+
+    done, results = lethe.erase_to_completion(alice)
+    assert done["state"] == "completed"
+    assert direct.exists(f"message_store:{TENANT}:{alice}") == 0
+    assert direct.llen(f"message_store:{TENANT}:{bob}") == 2
+    assert results["redis:redis"]["remaining"] == 0 and results["redis:redis"]["deleted"] >= 1
