@@ -43,16 +43,16 @@ def consent(lethe, subject, actions=("store", "retrieve"), tenant=TENANT):
     assert status == 201, grant
 
 
-def client(lethe, token):
-    """`redis-py` pointed at the route, the Lethe token as its password."""
+def client(lethe, token, protocol=None):
+    """`redis-py` pointed at the route, the Lethe token as its password (RESP3, redis-py 8's
+    default, unless `protocol=2`)."""
     host, port = lethe.listens["redis"].split(":")
-    # RESP2: the route answers HELLO 3 with NOPROTO for now, and redis-py 8 defaults to RESP3.
     return redis.Redis(host=host, port=int(port), username="agent", password=token, decode_responses=True,
-                       protocol=2)
+                       protocol=protocol)
 
 
-def agent(lethe, subject=None, tenant=TENANT):
-    return client(lethe, lethe.token("agent", subject, tenant=tenant))
+def agent(lethe, subject=None, tenant=TENANT, protocol=None):
+    return client(lethe, lethe.token("agent", subject, tenant=tenant), protocol)
 
 
 def refused(code, call):
@@ -224,7 +224,7 @@ def test_langchains_redis_chat_history_works_through_lethe_and_is_erased(lethe, 
     host, port = lethe.listens["redis"].split(":")
     histories = {}
     for subject in (alice, bob):
-        url = f"redis://agent:{lethe.token('agent', subject)}@{host}:{port}/0?protocol=2"
+        url = f"redis://agent:{lethe.token('agent', subject)}@{host}:{port}/0"
         history = RedisChatMessageHistory(session_id=subject, url=url, key_prefix=f"message_store:{TENANT}:")
         history.add_message(HumanMessage(content=f"hello from {subject}"))
         history.add_message(AIMessage(content="hello"))
@@ -236,7 +236,7 @@ def test_langchains_redis_chat_history_works_through_lethe_and_is_erased(lethe, 
 
     # Consent missing: the history cannot be kept.
     carol = someone()
-    url = f"redis://agent:{lethe.token('agent', carol)}@{host}:{port}/0?protocol=2"
+    url = f"redis://agent:{lethe.token('agent', carol)}@{host}:{port}/0"
     with pytest.raises(redis.exceptions.ResponseError):
         RedisChatMessageHistory(session_id=carol, url=url, key_prefix=f"message_store:{TENANT}:").add_message(
             HumanMessage(content="not kept"))
@@ -247,3 +247,27 @@ def test_langchains_redis_chat_history_works_through_lethe_and_is_erased(lethe, 
     assert direct.exists(f"message_store:{TENANT}:{alice}") == 0
     assert direct.llen(f"message_store:{TENANT}:{bob}") == 2
     assert results["redis:redis"]["remaining"] == 0 and results["redis:redis"]["deleted"] >= 1
+
+
+@pytest.mark.parametrize("protocol", [2, 3])
+def test_both_protocols_get_redis_own_answers_and_a_hidden_subjects_keys_read_as_missing(lethe, direct, protocol):
+    alice, bob = someone(), someone()
+    consent(lethe, alice)
+    consent(lethe, bob)
+    for subject in (alice, bob):
+        r = agent(lethe, subject, protocol=protocol)
+        r.hset(f"{TENANT}:{subject}:h", mapping={"a": "1", "b": "2"})
+        r.sadd(f"{TENANT}:{subject}:s", "x", "y")
+        r.zadd(f"{TENANT}:{subject}:z", {"m": 1.5})
+    reader = agent(lethe, protocol=protocol)
+    assert reader.hgetall(f"{TENANT}:{alice}:h") == {"a": "1", "b": "2"}
+    assert reader.smembers(f"{TENANT}:{alice}:s") == {"x", "y"}
+    assert reader.zscore(f"{TENANT}:{alice}:z", "m") == 1.5
+    assert reader.hmget(f"{TENANT}:{alice}:h", ["a", "c"]) == ["1", None]
+    lethe.flip(alice)
+    assert reader.hgetall(f"{TENANT}:{alice}:h") == {}
+    assert reader.smembers(f"{TENANT}:{alice}:s") == set()
+    assert reader.zscore(f"{TENANT}:{alice}:z", "m") is None
+    assert reader.hmget(f"{TENANT}:{alice}:h", ["a", "c"]) == [None, None]
+    assert reader.hgetall(f"{TENANT}:{bob}:h") == {"a": "1", "b": "2"}
+    assert direct.hgetall(f"{TENANT}:{alice}:h") == {"a": "1", "b": "2"}, "still in Redis until the purge"

@@ -9,6 +9,10 @@ pub enum Missing {
     Nil,
     Zero,
     EmptyArray,
+    /// `HGETALL`: an empty map (an empty array in RESP2).
+    EmptyMap,
+    /// `SMEMBERS`: an empty set (an empty array in RESP2).
+    EmptySet,
     EmptyBulk,
     /// `TTL`, `PTTL`, `EXPIRETIME`, `PEXPIRETIME`: -2.
     MinusTwo,
@@ -94,9 +98,12 @@ pub fn classify(args: &[Vec<u8>]) -> Command {
         ),
         "STRLEN" | "HLEN" | "HEXISTS" | "HSTRLEN" | "LLEN" | "SCARD" | "SISMEMBER" | "ZCARD"
         | "ZCOUNT" | "ZLEXCOUNT" | "XLEN" => keyed(Read(Zero), First),
-        "HGETALL" | "HKEYS" | "HVALS" | "LRANGE" | "SMEMBERS" | "ZRANGE" | "ZRANGEBYSCORE"
-        | "ZREVRANGE" | "ZREVRANGEBYSCORE" | "ZRANGEBYLEX" | "ZREVRANGEBYLEX" | "XRANGE"
-        | "XREVRANGE" => keyed(Read(EmptyArray), First),
+        "HGETALL" => keyed(Read(EmptyMap), First),
+        "SMEMBERS" => keyed(Read(EmptySet), First),
+        "HKEYS" | "HVALS" | "LRANGE" | "ZRANGE" | "ZRANGEBYSCORE" | "ZREVRANGE"
+        | "ZREVRANGEBYSCORE" | "ZRANGEBYLEX" | "ZREVRANGEBYLEX" | "XRANGE" | "XREVRANGE" => {
+            keyed(Read(EmptyArray), First)
+        }
         "TTL" | "PTTL" | "EXPIRETIME" | "PEXPIRETIME" => keyed(Read(MinusTwo), First),
         "TYPE" => keyed(Read(NoneType), First),
         "HSCAN" | "SSCAN" | "ZSCAN" => keyed(Read(EmptyScan), First),

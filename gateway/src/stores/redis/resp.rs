@@ -1,14 +1,132 @@
-//! RESP2 frames over a connection: reading whole frames within a size bound (a client that
-//! sends half a command and stops, or a bulk string over the route's limit, never grows a
-//! buffer without bound), and the frames Lethe answers with itself.
+//! RESP over a connection: clients' commands and Redis' replies read whole within a size bound
+//! (a client that sends half a command and stops, or a bulk string over the route's limit,
+//! never grows a buffer without bound), in the protocol the client chose with `HELLO` (RESP2,
+//! or RESP3); and the replies Lethe makes or rewrites, written in that protocol.
 
-use redis_protocol::resp2::decode::decode;
-use redis_protocol::resp2::encode::encode;
-pub use redis_protocol::resp2::types::OwnedFrame as Frame;
-use redis_protocol::resp2::types::Resp2Frame;
+use redis_protocol::resp2::types::OwnedFrame as Frame2;
+use redis_protocol::resp3::types::{OwnedFrame as Frame3, Resp3Frame};
 use tokio::io::{AsyncRead, AsyncReadExt};
 
-/// Why no frame could be read.
+/// The protocol a client speaks (and Lethe speaks to Redis for it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Proto {
+    Resp2,
+    Resp3,
+}
+
+/// A reply as Lethe reads and makes them, in either protocol.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Reply {
+    Simple(Vec<u8>),
+    Error(String),
+    Int(i64),
+    Bulk(Vec<u8>),
+    Null,
+    Array(Vec<Reply>),
+    /// A map (RESP3), a flat array of keys and values in RESP2.
+    Map(Vec<(Reply, Reply)>),
+    /// A set (RESP3), an array in RESP2.
+    Set(Vec<Reply>),
+    /// A RESP3 frame Lethe passes on without reading it (a double, a boolean, ...), encoded.
+    Raw(Vec<u8>),
+}
+
+impl Reply {
+    pub fn ok() -> Reply {
+        Reply::Simple(b"OK".to_vec())
+    }
+
+    /// An error reply, kept on one line.
+    pub fn error(text: impl Into<String>) -> Reply {
+        Reply::Error(text.into().replace(['\r', '\n'], " "))
+    }
+
+    /// The reply on the wire, in `proto`.
+    pub fn write(&self, proto: Proto, out: &mut Vec<u8>) {
+        let line = |out: &mut Vec<u8>, kind: u8, text: &[u8]| {
+            out.push(kind);
+            out.extend_from_slice(text);
+            out.extend_from_slice(b"\r\n");
+        };
+        match self {
+            Reply::Simple(s) => line(out, b'+', s),
+            Reply::Error(e) => line(out, b'-', e.as_bytes()),
+            Reply::Int(n) => line(out, b':', n.to_string().as_bytes()),
+            Reply::Bulk(b) => {
+                line(out, b'$', b.len().to_string().as_bytes());
+                out.extend_from_slice(b);
+                out.extend_from_slice(b"\r\n");
+            }
+            Reply::Null if proto == Proto::Resp3 => line(out, b'_', b""),
+            Reply::Null => line(out, b'$', b"-1"),
+            Reply::Array(items) => {
+                line(out, b'*', items.len().to_string().as_bytes());
+                items.iter().for_each(|i| i.write(proto, out));
+            }
+            Reply::Set(items) => {
+                let kind = if proto == Proto::Resp3 { b'~' } else { b'*' };
+                line(out, kind, items.len().to_string().as_bytes());
+                items.iter().for_each(|i| i.write(proto, out));
+            }
+            Reply::Map(pairs) if proto == Proto::Resp3 => {
+                line(out, b'%', pairs.len().to_string().as_bytes());
+                for (k, v) in pairs {
+                    k.write(proto, out);
+                    v.write(proto, out);
+                }
+            }
+            Reply::Map(pairs) => {
+                line(out, b'*', (pairs.len() * 2).to_string().as_bytes());
+                for (k, v) in pairs {
+                    k.write(proto, out);
+                    v.write(proto, out);
+                }
+            }
+            Reply::Raw(bytes) => out.extend_from_slice(bytes),
+        }
+    }
+
+    fn of2(frame: Frame2) -> Reply {
+        match frame {
+            Frame2::SimpleString(s) => Reply::Simple(s),
+            Frame2::Error(e) => Reply::Error(e),
+            Frame2::Integer(n) => Reply::Int(n),
+            Frame2::BulkString(b) => Reply::Bulk(b),
+            Frame2::Array(items) => Reply::Array(items.into_iter().map(Reply::of2).collect()),
+            Frame2::Null => Reply::Null,
+        }
+    }
+
+    fn of3(frame: Frame3) -> Reply {
+        match frame {
+            Frame3::SimpleString { data, .. } => Reply::Simple(data),
+            Frame3::SimpleError { data, .. } => Reply::Error(data),
+            Frame3::BlobError { data, .. } => Reply::Error(String::from_utf8_lossy(&data).into()),
+            Frame3::Number { data, .. } => Reply::Int(data),
+            Frame3::BlobString { data, .. } => Reply::Bulk(data),
+            Frame3::Null => Reply::Null,
+            Frame3::Array { data, .. } => Reply::Array(data.into_iter().map(Reply::of3).collect()),
+            Frame3::Set { data, .. } => Reply::Set(data.into_iter().map(Reply::of3).collect()),
+            Frame3::Map { data, .. } => Reply::Map(
+                data.into_iter()
+                    .map(|(k, v)| (Reply::of3(k), Reply::of3(v)))
+                    .collect(),
+            ),
+            other => {
+                let mut out = vec![0u8; other.encode_len(false)];
+                match redis_protocol::resp3::encode::complete::encode(&mut out, &other, false) {
+                    Ok(n) => {
+                        out.truncate(n);
+                        Reply::Raw(out)
+                    }
+                    Err(e) => Reply::error(format!("ERR lethe:upstream_invalid {}", e.details())),
+                }
+            }
+        }
+    }
+}
+
+/// Why nothing could be read.
 #[derive(Debug, thiserror::Error)]
 pub enum ReadError {
     #[error("the frame is larger than {0} bytes")]
@@ -21,8 +139,46 @@ pub enum ReadError {
     Io(#[from] std::io::Error),
 }
 
+/// A frame decoder: a frame and the bytes it used, nothing yet, or why the bytes are no frame.
+type Decode<T> = fn(&[u8]) -> Result<Option<(T, usize)>, String>;
+
+/// A command's arguments, `None` for a frame that is no command.
+type Args = Option<Vec<Vec<u8>>>;
+
+fn command(buf: &[u8]) -> Result<Option<(Args, usize)>, String> {
+    let decoded = redis_protocol::resp2::decode::decode(buf).map_err(|e| e.details().to_owned())?;
+    Ok(decoded.map(|(frame, used)| (args_of(frame), used)))
+}
+
+fn reply2(buf: &[u8]) -> Result<Option<(Reply, usize)>, String> {
+    let decoded = redis_protocol::resp2::decode::decode(buf).map_err(|e| e.details().to_owned())?;
+    Ok(decoded.map(|(frame, used)| (Reply::of2(frame), used)))
+}
+
+fn reply3(buf: &[u8]) -> Result<Option<(Reply, usize)>, String> {
+    // Redis does not stream its replies: a streamed frame is an error here.
+    let decoded =
+        redis_protocol::resp3::decode::complete::decode(buf).map_err(|e| e.details().to_owned())?;
+    Ok(decoded.map(|(frame, used)| (Reply::of3(frame), used)))
+}
+
+/// A command's arguments, when it is an array of bulk strings (as every client sends them).
+fn args_of(frame: Frame2) -> Option<Vec<Vec<u8>>> {
+    let Frame2::Array(parts) = frame else {
+        return None;
+    };
+    parts
+        .into_iter()
+        .map(|p| match p {
+            Frame2::BulkString(b) => Some(b),
+            _ => None,
+        })
+        .collect::<Option<Vec<_>>>()
+        .filter(|args| !args.is_empty())
+}
+
 /// Frames read one at a time from a byte stream; at most `limit` bytes wait for a frame to
-/// complete.
+/// complete, and no frame is larger.
 pub struct Frames {
     buf: Vec<u8>,
     limit: usize,
@@ -36,31 +192,45 @@ impl Frames {
         }
     }
 
-    /// Whether a whole frame is already waiting (a pipelined command), so that answers to the
-    /// ones before it can wait to be written together.
-    pub fn has_frame(&self) -> bool {
-        matches!(decode(&self.buf), Ok(Some(_)))
-    }
-
-    /// The next frame, `None` at a clean end of the stream.
-    pub async fn next(
+    /// The next command: its arguments, or `None` for a frame that is no array of bulk
+    /// strings; `Ok(None)` at a clean end of the stream.
+    pub async fn command(
         &mut self,
         io: &mut (impl AsyncRead + Unpin),
-    ) -> Result<Option<Frame>, ReadError> {
+    ) -> Result<Option<Args>, ReadError> {
+        self.next(io, command).await
+    }
+
+    /// The next reply of Redis, in `proto`.
+    pub async fn reply(
+        &mut self,
+        io: &mut (impl AsyncRead + Unpin),
+        proto: Proto,
+    ) -> Result<Option<Reply>, ReadError> {
+        match proto {
+            Proto::Resp2 => self.next(io, reply2).await,
+            Proto::Resp3 => self.next(io, reply3).await,
+        }
+    }
+
+    async fn next<T>(
+        &mut self,
+        io: &mut (impl AsyncRead + Unpin),
+        decode: Decode<T>,
+    ) -> Result<Option<T>, ReadError> {
         loop {
-            match decode(&self.buf) {
-                Ok(Some((frame, used))) => {
-                    if used > self.limit {
-                        return Err(ReadError::TooLarge(self.limit));
-                    }
+            match decode(&self.buf).map_err(ReadError::Malformed)? {
+                Some((_, used)) if used > self.limit => {
+                    return Err(ReadError::TooLarge(self.limit));
+                }
+                Some((frame, used)) => {
                     self.buf.drain(..used);
                     return Ok(Some(frame));
                 }
-                Ok(None) => {}
-                Err(e) => return Err(ReadError::Malformed(e.details().to_owned())),
-            }
-            if self.buf.len() > self.limit {
-                return Err(ReadError::TooLarge(self.limit));
+                None if self.buf.len() > self.limit => {
+                    return Err(ReadError::TooLarge(self.limit));
+                }
+                None => {}
             }
             let mut chunk = [0u8; 16 * 1024];
             let n = io.read(&mut chunk).await?;
@@ -75,87 +245,89 @@ impl Frames {
     }
 }
 
-/// A frame as bytes on the wire.
-pub fn bytes(frame: &Frame) -> Vec<u8> {
-    let mut out = vec![0u8; frame.encode_len(false)];
-    match encode(&mut out, frame, false) {
-        Ok(n) => out.truncate(n),
-        // The buffer is the frame's own length: encoding cannot run out of it.
-        Err(_) => out.clear(),
-    }
-    out
-}
-
-pub fn ok() -> Frame {
-    Frame::SimpleString(b"OK".to_vec())
-}
-
-pub fn error(text: impl Into<String>) -> Frame {
-    Frame::Error(text.into().replace(['\r', '\n'], " "))
-}
-
-/// A command's arguments, when it is an array of bulk strings (as every client sends them).
-pub fn command(frame: Frame) -> Option<Vec<Vec<u8>>> {
-    let Frame::Array(parts) = frame else {
-        return None;
-    };
-    parts
-        .into_iter()
-        .map(|p| match p {
-            Frame::BulkString(b) => Some(b),
-            _ => None,
-        })
-        .collect::<Option<Vec<_>>>()
-        .filter(|args| !args.is_empty())
+/// A command as Lethe sends it to Redis.
+pub fn command_bytes(args: &[Vec<u8>], out: &mut Vec<u8>) {
+    Reply::Array(args.iter().cloned().map(Reply::Bulk).collect()).write(Proto::Resp2, out);
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    async fn read_all(input: &[u8], limit: usize) -> Vec<Result<Option<Frame>, String>> {
+    async fn commands(input: &[u8], limit: usize) -> Vec<Result<Option<Vec<Vec<u8>>>, String>> {
         let mut frames = Frames::new(limit);
         let mut io = input;
         let mut out = Vec::new();
         loop {
-            let next = frames.next(&mut io).await.map_err(|e| e.to_string());
-            let done = !matches!(next, Ok(Some(_)));
-            out.push(next);
-            if done {
-                return out;
+            match frames.command(&mut io).await {
+                Ok(Some(args)) => out.push(Ok(args)),
+                Ok(None) => return out,
+                Err(e) => {
+                    out.push(Err(e.to_string()));
+                    return out;
+                }
             }
         }
     }
 
     #[tokio::test]
     async fn pipelined_commands_are_read_one_at_a_time() {
-        let got = read_all(b"*1\r\n$4\r\nPING\r\n*2\r\n$3\r\nGET\r\n$1\r\nk\r\n", 1024).await;
-        let commands: Vec<_> = got
-            .into_iter()
-            .filter_map(|f| f.ok().flatten())
-            .map(|f| command(f).unwrap())
-            .collect();
+        let got = commands(b"*1\r\n$4\r\nPING\r\n*2\r\n$3\r\nGET\r\n$1\r\nk\r\n", 1024).await;
         assert_eq!(
-            commands,
-            [vec![b"PING".to_vec()], vec![b"GET".to_vec(), b"k".to_vec()]]
+            got,
+            [
+                Ok(Some(vec![b"PING".to_vec()])),
+                Ok(Some(vec![b"GET".to_vec(), b"k".to_vec()]))
+            ]
         );
+        assert_eq!(commands(b"+OK\r\n", 1024).await, [Ok(None)], "no array");
     }
 
     #[tokio::test]
     async fn half_a_command_oversized_frames_and_garbage_are_errors() {
-        let half = read_all(b"*2\r\n$3\r\nGET\r\n$1", 1024).await;
+        let half = commands(b"*2\r\n$3\r\nGET\r\n$1", 1024).await;
         assert!(matches!(half.last(), Some(Err(e)) if e.contains("middle")));
         let big = format!("*1\r\n${}\r\n{}\r\n", 5000, "x".repeat(5000));
-        let got = read_all(big.as_bytes(), 1024).await;
+        let got = commands(big.as_bytes(), 1024).await;
         assert!(matches!(got.last(), Some(Err(e)) if e.contains("larger than 1024")));
-        let garbage = read_all(b"*x\r\n", 1024).await;
+        let garbage = commands(b"*x\r\n", 1024).await;
         assert!(matches!(garbage.last(), Some(Err(e)) if e.starts_with("not RESP")));
     }
 
+    #[tokio::test]
+    async fn replies_of_either_protocol_are_read_and_written_back_alike() {
+        let resp3: &[u8] = b"%1\r\n+a\r\n,1.5\r\n*2\r\n_\r\n#t\r\n";
+        let mut frames = Frames::new(1024);
+        let mut io = resp3;
+        let mut out = Vec::new();
+        for _ in 0..2 {
+            let reply = frames.reply(&mut io, Proto::Resp3).await.unwrap().unwrap();
+            reply.write(Proto::Resp3, &mut out);
+        }
+        assert_eq!(
+            out, resp3,
+            "a map, a double, a null and a boolean pass as they were"
+        );
+
+        let resp2: &[u8] = b"*3\r\n:3\r\n$-1\r\n$2\r\nab\r\n";
+        let mut io = resp2;
+        let reply = frames.reply(&mut io, Proto::Resp2).await.unwrap().unwrap();
+        let mut out = Vec::new();
+        reply.write(Proto::Resp2, &mut out);
+        assert_eq!(out, resp2);
+    }
+
     #[test]
-    fn frames_round_trip_and_errors_stay_on_one_line() {
-        let frame = Frame::Array(vec![Frame::Integer(3), Frame::Null, ok()]);
-        assert_eq!(bytes(&frame), b"*3\r\n:3\r\n$-1\r\n+OK\r\n");
-        assert_eq!(bytes(&error("a\r\nb")), b"-a  b\r\n");
+    fn lethes_own_replies_take_the_clients_protocol_and_stay_on_one_line() {
+        let map = Reply::Map(vec![(Reply::Bulk(b"proto".to_vec()), Reply::Int(3))]);
+        let (mut two, mut three) = (Vec::new(), Vec::new());
+        Reply::Array(vec![map.clone(), Reply::Null, Reply::Set(vec![])])
+            .write(Proto::Resp2, &mut two);
+        Reply::Array(vec![map, Reply::Null, Reply::Set(vec![])]).write(Proto::Resp3, &mut three);
+        assert_eq!(two, b"*3\r\n*2\r\n$5\r\nproto\r\n:3\r\n$-1\r\n*0\r\n");
+        assert_eq!(three, b"*3\r\n%1\r\n$5\r\nproto\r\n:3\r\n_\r\n~0\r\n");
+        let mut out = Vec::new();
+        Reply::error("a\r\nb").write(Proto::Resp2, &mut out);
+        assert_eq!(out, b"-a  b\r\n");
     }
 }

@@ -19,7 +19,7 @@ use tokio::net::TcpStream;
 
 use super::commands::{Command, Effect, Keys, Missing, classify, key_positions};
 use super::keys::{Pattern, owner};
-use super::resp::{self, Frame, Frames};
+use super::resp::{Frames, Proto, Reply, command_bytes};
 use crate::data::forward::Route;
 use crate::data::{DataState, RequestContext};
 
@@ -27,39 +27,40 @@ use crate::data::{DataState, RequestContext};
 const UPSTREAM_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A refusal, as `redis-py` raises its permission error for it.
-fn refused(refusal: Refusal) -> Frame {
-    resp::error(format!("NOPERM lethe:{} {refusal}", refusal.code()))
+fn refused(refusal: Refusal) -> Reply {
+    Reply::error(format!("NOPERM lethe:{} {refusal}", refusal.code()))
 }
 
 /// A refusal of Lethe's own (no policy decision), with its stable code.
-fn refused_with(code: &str, message: &str) -> Frame {
-    resp::error(format!("NOPERM lethe:{code} {message}"))
+fn refused_with(code: &str, message: &str) -> Reply {
+    Reply::error(format!("NOPERM lethe:{code} {message}"))
 }
 
-fn invalid(message: &str) -> Frame {
-    resp::error(format!("ERR lethe:invalid_request {message}"))
+fn invalid(message: &str) -> Reply {
+    Reply::error(format!("ERR lethe:invalid_request {message}"))
 }
 
-fn unavailable(code: &str, message: &str) -> Frame {
-    resp::error(format!("ERR lethe:{code} {message}"))
+fn unavailable(code: &str, message: &str) -> Reply {
+    Reply::error(format!("ERR lethe:{code} {message}"))
 }
 
 /// What a hidden key reads as, for the command `args`.
-fn missing(kind: Missing, args: &[Vec<u8>]) -> Frame {
+fn missing(kind: Missing, args: &[Vec<u8>]) -> Reply {
     let asked = args.len().saturating_sub(2);
     match kind {
-        Missing::Nil => Frame::Null,
-        Missing::Zero => Frame::Integer(0),
-        Missing::EmptyArray => Frame::Array(Vec::new()),
-        Missing::EmptyBulk => Frame::BulkString(Vec::new()),
-        Missing::MinusTwo => Frame::Integer(-2),
-        Missing::NoneType => Frame::SimpleString(b"none".to_vec()),
-        Missing::EmptyScan => Frame::Array(vec![
-            Frame::BulkString(b"0".to_vec()),
-            Frame::Array(Vec::new()),
-        ]),
-        Missing::NilPerField => Frame::Array(vec![Frame::Null; asked]),
-        Missing::ZeroPerMember => Frame::Array(vec![Frame::Integer(0); asked]),
+        Missing::Nil => Reply::Null,
+        Missing::Zero => Reply::Int(0),
+        Missing::EmptyArray => Reply::Array(Vec::new()),
+        Missing::EmptyMap => Reply::Map(Vec::new()),
+        Missing::EmptySet => Reply::Set(Vec::new()),
+        Missing::EmptyBulk => Reply::Bulk(Vec::new()),
+        Missing::MinusTwo => Reply::Int(-2),
+        Missing::NoneType => Reply::Simple(b"none".to_vec()),
+        Missing::EmptyScan => {
+            Reply::Array(vec![Reply::Bulk(b"0".to_vec()), Reply::Array(Vec::new())])
+        }
+        Missing::NilPerField => Reply::Array(vec![Reply::Null; asked]),
+        Missing::ZeroPerMember => Reply::Array(vec![Reply::Int(0); asked]),
     }
 }
 
@@ -69,7 +70,7 @@ enum Answer {
     /// Redis' answer to the first command sent.
     First,
     /// Lethe's own answer; nothing is sent.
-    Local(Frame),
+    Local(Reply),
     /// `MGET`: Redis' values for the keys sent, a nil in the place of each hidden key.
     Splice(Vec<bool>),
 }
@@ -84,7 +85,7 @@ struct Plan {
 }
 
 impl Plan {
-    fn local(frame: Frame) -> Plan {
+    fn local(frame: Reply) -> Plan {
         Plan {
             send: Vec::new(),
             answer: Answer::Local(frame),
@@ -101,22 +102,22 @@ impl Plan {
     }
 
     /// The client's answer from Redis' answers to this plan's commands.
-    fn assemble(&self, mut replies: Vec<Frame>) -> Frame {
+    fn assemble(&self, mut replies: Vec<Reply>) -> Reply {
         match &self.answer {
             Answer::Local(frame) => frame.clone(),
-            Answer::First if replies.is_empty() => Frame::Null,
+            Answer::First if replies.is_empty() => Reply::Null,
             Answer::First => replies.swap_remove(0),
             Answer::Splice(hidden) => {
-                let Some(Frame::Array(values)) = replies.into_iter().next() else {
+                let Some(Reply::Array(values)) = replies.into_iter().next() else {
                     return unavailable("upstream_invalid", "Redis' answer to MGET is no array");
                 };
                 let mut values = values.into_iter();
-                Frame::Array(
+                Reply::Array(
                     hidden
                         .iter()
                         .map(|h| match h {
-                            true => Frame::Null,
-                            false => values.next().unwrap_or(Frame::Null),
+                            true => Reply::Null,
+                            false => values.next().unwrap_or(Reply::Null),
                         })
                         .collect(),
                 )
@@ -129,10 +130,12 @@ impl Plan {
 struct Upstream {
     stream: TcpStream,
     frames: Frames,
+    /// The client's protocol, which Lethe speaks to Redis for it.
+    proto: Proto,
 }
 
 impl Upstream {
-    async fn connect(route: &Route) -> Result<Upstream, String> {
+    async fn connect(route: &Route, proto: Proto) -> Result<Upstream, String> {
         let host = route.upstream.host().unwrap_or("127.0.0.1");
         let port = route.upstream.port_u16().unwrap_or(6379);
         let timeout = route.timeout.unwrap_or(Duration::from_secs(5));
@@ -144,21 +147,37 @@ impl Upstream {
         let mut upstream = Upstream {
             stream,
             frames: Frames::new(64 * 1024 * 1024),
+            proto,
         };
-        let mut hello = Vec::new();
-        if let Some((user, password)) = &route.credential {
-            hello.push(vec![
-                b"AUTH".to_vec(),
+        let credential = route.credential.as_ref().map(|(user, password)| {
+            [
                 user.as_str().as_bytes().to_vec(),
                 password.as_bytes().to_vec(),
-            ]);
+            ]
+        });
+        let mut hello = Vec::new();
+        match (proto, credential) {
+            (Proto::Resp3, credential) => hello.push(
+                [b"HELLO".to_vec(), b"3".to_vec()]
+                    .into_iter()
+                    .chain(
+                        credential
+                            .into_iter()
+                            .flat_map(|[u, p]| [b"AUTH".to_vec(), u, p]),
+                    )
+                    .collect(),
+            ),
+            (Proto::Resp2, Some([user, password])) => {
+                hello.push(vec![b"AUTH".to_vec(), user, password]);
+            }
+            (Proto::Resp2, None) => {}
         }
         let db = route.upstream.path().trim_matches('/');
         if !db.is_empty() && db != "0" {
             hello.push(vec![b"SELECT".to_vec(), db.as_bytes().to_vec()]);
         }
         for reply in upstream.call(&hello).await? {
-            if let Frame::Error(e) = reply {
+            if let Reply::Error(e) = reply {
                 return Err(format!(
                     "Redis refused the route's credential or database: {e}"
                 ));
@@ -168,15 +187,13 @@ impl Upstream {
     }
 
     /// Sends `commands` at once and reads an answer to each.
-    async fn call(&mut self, commands: &[Vec<Vec<u8>>]) -> Result<Vec<Frame>, String> {
+    async fn call(&mut self, commands: &[Vec<Vec<u8>>]) -> Result<Vec<Reply>, String> {
         if commands.is_empty() {
             return Ok(Vec::new());
         }
         let mut out = Vec::new();
         for command in commands {
-            out.extend(resp::bytes(&Frame::Array(
-                command.iter().cloned().map(Frame::BulkString).collect(),
-            )));
+            command_bytes(command, &mut out);
         }
         let exchange = async {
             self.stream
@@ -185,7 +202,7 @@ impl Upstream {
                 .map_err(|e| e.to_string())?;
             let mut replies = Vec::with_capacity(commands.len());
             for _ in commands {
-                match self.frames.next(&mut self.stream).await {
+                match self.frames.reply(&mut self.stream, self.proto).await {
                     Ok(Some(frame)) => replies.push(frame),
                     Ok(None) => return Err("Redis closed the connection".to_owned()),
                     Err(e) => return Err(e.to_string()),
@@ -200,7 +217,7 @@ impl Upstream {
 
     /// Runs `send` as one transaction when it is more than one command; answers one frame per
     /// command (an `EXECABORT` is the first error Redis queued with).
-    async fn run(&mut self, send: &[Vec<Vec<u8>>]) -> Result<Result<Vec<Frame>, Frame>, String> {
+    async fn run(&mut self, send: &[Vec<Vec<u8>>]) -> Result<Result<Vec<Reply>, Reply>, String> {
         if send.len() <= 1 {
             return Ok(Ok(self.call(send).await?));
         }
@@ -209,19 +226,19 @@ impl Upstream {
         all.extend(send.iter().cloned());
         all.push(vec![b"EXEC".to_vec()]);
         let mut replies = self.call(&all).await?;
-        let exec = replies.pop().unwrap_or(Frame::Null);
+        let exec = replies.pop().unwrap_or(Reply::Null);
         if let Some(queued) = replies
             .iter()
             .skip(1)
-            .find(|r| matches!(r, Frame::Error(_)))
+            .find(|r| matches!(r, Reply::Error(_)))
         {
             return Ok(Err(queued.clone()));
         }
         match exec {
-            Frame::Array(values) if values.len() == send.len() => Ok(Ok(values)),
+            Reply::Array(values) if values.len() == send.len() => Ok(Ok(values)),
             // A watched key changed: nothing ran.
-            Frame::Null => Ok(Err(Frame::Null)),
-            Frame::Error(e) => Ok(Err(Frame::Error(e))),
+            Reply::Null => Ok(Err(Reply::Null)),
+            Reply::Error(e) => Ok(Err(Reply::Error(e))),
             _ => Err("Redis' answer to EXEC does not match what was sent".to_owned()),
         }
     }
@@ -242,6 +259,8 @@ pub(super) struct Connection<'a> {
     ctx: Option<RequestContext>,
     upstream: Option<Upstream>,
     queue: Option<Queue>,
+    /// The protocol the client chose (`HELLO`); RESP2 until it does.
+    proto: Proto,
 }
 
 /// What to do after answering a command.
@@ -263,6 +282,7 @@ impl<'a> Connection<'a> {
             ctx: None,
             upstream: None,
             queue: None,
+            proto: Proto::Resp2,
         }
     }
 
@@ -276,22 +296,22 @@ impl<'a> Connection<'a> {
         let mut frames = Frames::new(limit);
         loop {
             let next = tokio::select! {
-                next = frames.next(&mut client) => next,
+                next = frames.command(&mut client) => next,
                 _ = stopped(&mut stopping) => return,
             };
             let (answer, then) = match next {
                 Ok(None) => return,
                 // The stream cannot be read past this point: say why, and close.
                 Err(e) => (invalid(&e.to_string()), Then::Close),
-                Ok(Some(frame)) => match resp::command(frame) {
-                    Some(args) => self.command(args).await,
-                    None => (
-                        invalid("a command is an array of bulk strings"),
-                        Then::Close,
-                    ),
-                },
+                Ok(Some(Some(args))) => self.command(args).await,
+                Ok(Some(None)) => (
+                    invalid("a command is an array of bulk strings"),
+                    Then::Close,
+                ),
             };
-            if client.write_all(&resp::bytes(&answer)).await.is_err() {
+            let mut out = Vec::new();
+            answer.write(self.proto, &mut out);
+            if client.write_all(&out).await.is_err() {
                 return;
             }
             if matches!(then, Then::Close) {
@@ -301,36 +321,36 @@ impl<'a> Connection<'a> {
         }
     }
 
-    async fn command(&mut self, args: Vec<Vec<u8>>) -> (Frame, Then) {
+    async fn command(&mut self, args: Vec<Vec<u8>>) -> (Reply, Then) {
         let command = classify(&args);
         match command {
             Command::Auth => return (self.auth(&args).await, Then::Go),
             Command::Hello => return self.hello(&args).await,
-            Command::Quit => return (resp::ok(), Then::Close),
+            Command::Quit => return (Reply::ok(), Then::Close),
             Command::Ping if self.queue.is_none() => {
                 let pong = match args.get(1) {
-                    Some(text) => Frame::BulkString(text.clone()),
-                    None => Frame::SimpleString(b"PONG".to_vec()),
+                    Some(text) => Reply::Bulk(text.clone()),
+                    None => Reply::Simple(b"PONG".to_vec()),
                 };
                 return (pong, Then::Go);
             }
             _ => {}
         }
         if self.ctx.is_none() {
-            return (resp::error("NOAUTH Authentication required."), Then::Go);
+            return (Reply::error("NOAUTH Authentication required."), Then::Go);
         }
         let answer = match command {
             Command::Multi if self.queue.is_some() => {
-                resp::error("ERR MULTI calls can not be nested")
+                Reply::error("ERR MULTI calls can not be nested")
             }
             Command::Multi => {
                 self.queue = Some(Queue::default());
-                resp::ok()
+                Reply::ok()
             }
             Command::Exec => match self.queue.take() {
-                None => resp::error("ERR EXEC without MULTI"),
+                None => Reply::error("ERR EXEC without MULTI"),
                 Some(queue) if queue.failed => {
-                    resp::error("EXECABORT Transaction discarded because of previous errors.")
+                    Reply::error("EXECABORT Transaction discarded because of previous errors.")
                 }
                 Some(queue) => match self.exec(queue.plans).await {
                     Ok(frame) => frame,
@@ -338,8 +358,8 @@ impl<'a> Connection<'a> {
                 },
             },
             Command::Discard => match self.queue.take() {
-                Some(_) => resp::ok(),
-                None => resp::error("ERR DISCARD without MULTI"),
+                Some(_) => Reply::ok(),
+                None => Reply::error("ERR DISCARD without MULTI"),
             },
             _ if self.queue.is_some() => {
                 let plan = self.plan(command, &args).await;
@@ -347,7 +367,7 @@ impl<'a> Connection<'a> {
                 match plan {
                     Ok(plan) => {
                         queue.plans.push(plan);
-                        Frame::SimpleString(b"QUEUED".to_vec())
+                        Reply::Simple(b"QUEUED".to_vec())
                     }
                     Err(refusal) => {
                         queue.failed = true;
@@ -371,18 +391,18 @@ impl<'a> Connection<'a> {
     }
 
     /// `AUTH [username] token`: the username is ignored, the password is a Lethe token.
-    async fn auth(&mut self, args: &[Vec<u8>]) -> Frame {
+    async fn auth(&mut self, args: &[Vec<u8>]) -> Reply {
         let token = match args.len() {
             2 => &args[1],
             3 => &args[2],
-            _ => return resp::error("ERR wrong number of arguments for 'auth' command"),
+            _ => return Reply::error("ERR wrong number of arguments for 'auth' command"),
         };
         self.authenticate(token).await
     }
 
-    async fn authenticate(&mut self, token: &[u8]) -> Frame {
+    async fn authenticate(&mut self, token: &[u8]) -> Reply {
         let wrong =
-            |message: String| resp::error(format!("WRONGPASS lethe:unauthenticated {message}"));
+            |message: String| Reply::error(format!("WRONGPASS lethe:unauthenticated {message}"));
         let Ok(token) = std::str::from_utf8(token) else {
             return wrong("the token is not text".to_owned());
         };
@@ -412,63 +432,70 @@ impl<'a> Connection<'a> {
         match ctx {
             Ok(ctx) => {
                 self.ctx = Some(ctx);
-                resp::ok()
+                Reply::ok()
             }
             Err(e) => refused_with(e.code.as_str(), &e.message),
         }
     }
 
-    /// `HELLO [2 [AUTH username token] [SETNAME name]]`: RESP2 only, for now.
-    async fn hello(&mut self, args: &[Vec<u8>]) -> (Frame, Then) {
-        if let Some(version) = args.get(1)
-            && version.as_slice() != b"2"
-        {
-            return (
-                resp::error("NOPROTO sorry, this protocol version is not supported"),
-                Then::Go,
-            );
-        }
+    /// `HELLO [2|3 [AUTH username token] [SETNAME name]]`: the protocol the client speaks from
+    /// now on (and Lethe to Redis for it), and who it is.
+    async fn hello(&mut self, args: &[Vec<u8>]) -> (Reply, Then) {
+        let proto = match args.get(1).map(Vec::as_slice) {
+            None => self.proto,
+            Some(b"2") => Proto::Resp2,
+            Some(b"3") => Proto::Resp3,
+            Some(_) => {
+                return (
+                    Reply::error("NOPROTO sorry, this protocol version is not supported"),
+                    Then::Go,
+                );
+            }
+        };
         let mut i = 2;
         while i < args.len() {
             match args[i].to_ascii_uppercase().as_slice() {
                 b"AUTH" if i + 2 < args.len() => {
                     let answer = self.authenticate(&args[i + 2]).await;
-                    if matches!(answer, Frame::Error(_)) {
+                    if matches!(answer, Reply::Error(_)) {
                         return (answer, Then::Go);
                     }
                     i += 3;
                 }
                 b"SETNAME" if i + 1 < args.len() => i += 2,
-                _ => return (resp::error("ERR syntax error in HELLO"), Then::Go),
+                _ => return (Reply::error("ERR syntax error in HELLO"), Then::Go),
             }
         }
-        let text = |s: &str| Frame::BulkString(s.as_bytes().to_vec());
-        let info = Frame::Array(vec![
-            text("server"),
-            text("redis"),
-            text("proto"),
-            Frame::Integer(2),
-            text("mode"),
-            text("standalone"),
-            text("role"),
-            text("master"),
-            text("modules"),
-            Frame::Array(Vec::new()),
+        if proto != self.proto {
+            // Redis is spoken to in the client's protocol: a new connection for the new one.
+            self.proto = proto;
+            self.upstream = None;
+        }
+        let text = |s: &str| Reply::Bulk(s.as_bytes().to_vec());
+        let info = Reply::Map(vec![
+            (text("server"), text("redis")),
+            (
+                text("proto"),
+                Reply::Int(if proto == Proto::Resp3 { 3 } else { 2 }),
+            ),
+            (text("mode"), text("standalone")),
+            (text("role"), text("master")),
+            (text("modules"), Reply::Array(Vec::new())),
         ]);
         (info, Then::Go)
     }
 
     /// The caller's context (only called once authenticated).
-    fn ctx(&self) -> Result<&RequestContext, Frame> {
+    fn ctx(&self) -> Result<&RequestContext, Reply> {
         self.ctx
             .as_ref()
-            .ok_or_else(|| resp::error("NOAUTH Authentication required."))
+            .ok_or_else(|| Reply::error("NOAUTH Authentication required."))
     }
 
     /// Whose each of `keys` is; refused when a key matches no pattern, or names another
     /// tenant or (for a token bound to one) another subject, or a subject not in its one
     /// spelling.
-    fn owners(&self, keys: &[&str]) -> Result<Vec<(String, String, String)>, Frame> {
+    fn owners(&self, keys: &[&str]) -> Result<Vec<(String, String, String)>, Reply> {
         let ctx = self.ctx()?;
         keys.iter()
             .map(|key| {
@@ -498,32 +525,30 @@ impl<'a> Connection<'a> {
     }
 
     /// Lethe's decision on one command that names keys, as what to send Redis.
-    async fn plan(&mut self, command: Command, args: &[Vec<u8>]) -> Result<Plan, Frame> {
+    async fn plan(&mut self, command: Command, args: &[Vec<u8>]) -> Result<Plan, Reply> {
         let (effect, keys) = match command {
             Command::Keyed(effect, keys) => (effect, keys),
-            Command::Ping => return Ok(Plan::local(Frame::SimpleString(b"PONG".to_vec()))),
+            Command::Ping => return Ok(Plan::local(Reply::Simple(b"PONG".to_vec()))),
             Command::Echo => {
                 return match args.get(1) {
-                    Some(text) if args.len() == 2 => {
-                        Ok(Plan::local(Frame::BulkString(text.clone())))
-                    }
-                    _ => Err(resp::error(
+                    Some(text) if args.len() == 2 => Ok(Plan::local(Reply::Bulk(text.clone()))),
+                    _ => Err(Reply::error(
                         "ERR wrong number of arguments for 'echo' command",
                     )),
                 };
             }
             Command::Select => {
                 return match args.get(1).map(Vec::as_slice) {
-                    Some(b"0") if args.len() == 2 => Ok(Plan::local(resp::ok())),
+                    Some(b"0") if args.len() == 2 => Ok(Plan::local(Reply::ok())),
                     _ => Err(refused_with(
                         "forbidden",
                         "the route's database is set by its upstream URL",
                     )),
                 };
             }
-            Command::ClientName => return Ok(Plan::local(resp::ok())),
+            Command::ClientName => return Ok(Plan::local(Reply::ok())),
             Command::Watch | Command::Unwatch if self.queue.is_some() => {
-                return Err(resp::error("ERR WATCH inside MULTI is not allowed"));
+                return Err(Reply::error("ERR WATCH inside MULTI is not allowed"));
             }
             Command::Watch => {
                 let keys: Vec<&str> = utf8_keys(args, &(1..args.len()).collect::<Vec<_>>())?;
@@ -547,7 +572,7 @@ impl<'a> Connection<'a> {
                 ));
             }
         };
-        let positions = key_positions(keys, args).map_err(|e| resp::error(format!("ERR {e}")))?;
+        let positions = key_positions(keys, args).map_err(|e| Reply::error(format!("ERR {e}")))?;
         let names = utf8_keys(args, &positions)?;
         let owners = self.owners(&names)?;
         if keys == Keys::FirstTwo && owners[0].0 != owners[1].0 {
@@ -655,7 +680,7 @@ impl<'a> Connection<'a> {
         &mut self,
         names: &[&str],
         written: &[usize],
-    ) -> Result<Vec<Option<Option<DateTime<Utc>>>>, Frame> {
+    ) -> Result<Vec<Option<Option<DateTime<Utc>>>>, Reply> {
         let asks: Vec<Vec<Vec<u8>>> = written
             .iter()
             .map(|&i| vec![b"PEXPIRETIME".to_vec(), names[i].as_bytes().to_vec()])
@@ -664,9 +689,9 @@ impl<'a> Connection<'a> {
         let mut held = vec![None; names.len()];
         for (&i, reply) in written.iter().zip(replies) {
             held[i] = match reply {
-                Frame::Integer(-2) => None,
-                Frame::Integer(-1) => Some(None),
-                Frame::Integer(ms) => Some(DateTime::from_timestamp_millis(ms)),
+                Reply::Int(-2) => None,
+                Reply::Int(-1) => Some(None),
+                Reply::Int(ms) => Some(DateTime::from_timestamp_millis(ms)),
                 _ => {
                     return Err(unavailable(
                         "upstream_invalid",
@@ -679,7 +704,7 @@ impl<'a> Connection<'a> {
     }
 
     /// Sends `commands` on this client's Redis connection (made on first use).
-    async fn call(&mut self, commands: &[Vec<Vec<u8>>]) -> Result<Vec<Frame>, Frame> {
+    async fn call(&mut self, commands: &[Vec<Vec<u8>>]) -> Result<Vec<Reply>, Reply> {
         let upstream = self.upstream().await?;
         match upstream.call(commands).await {
             Ok(replies) => Ok(replies),
@@ -690,9 +715,9 @@ impl<'a> Connection<'a> {
         }
     }
 
-    async fn upstream(&mut self) -> Result<&mut Upstream, Frame> {
+    async fn upstream(&mut self) -> Result<&mut Upstream, Reply> {
         if self.upstream.is_none() {
-            let upstream = Upstream::connect(self.route)
+            let upstream = Upstream::connect(self.route, self.proto)
                 .await
                 .map_err(|e| unavailable("upstream_unavailable", &e))?;
             self.upstream = Some(upstream);
@@ -704,7 +729,7 @@ impl<'a> Connection<'a> {
 
     /// Runs one plan outside a transaction. `Err` when the connection to Redis is lost: the
     /// client's connection is closed with it.
-    async fn exec_one(&mut self, plan: Plan) -> Result<Frame, Frame> {
+    async fn exec_one(&mut self, plan: Plan) -> Result<Reply, Reply> {
         if plan.send.is_empty() {
             return Ok(plan.assemble(Vec::new()));
         }
@@ -722,7 +747,7 @@ impl<'a> Connection<'a> {
     }
 
     /// Runs a client's transaction: every plan's commands in one `MULTI`/`EXEC`.
-    async fn exec(&mut self, plans: Vec<Plan>) -> Result<Frame, Frame> {
+    async fn exec(&mut self, plans: Vec<Plan>) -> Result<Reply, Reply> {
         let send: Vec<Vec<Vec<u8>>> = plans.iter().flat_map(|p| p.send.clone()).collect();
         let mut replies = if send.is_empty() {
             Vec::new()
@@ -740,7 +765,7 @@ impl<'a> Connection<'a> {
                 }
             };
             match got.pop() {
-                Some(Frame::Array(values)) => values,
+                Some(Reply::Array(values)) => values,
                 Some(other) => return Ok(other),
                 None => Vec::new(),
             }
@@ -749,16 +774,16 @@ impl<'a> Connection<'a> {
         let mut answers = Vec::with_capacity(plans.len());
         let mut written = Vec::new();
         for plan in &plans {
-            let mine: Vec<Frame> = replies.by_ref().take(plan.send.len()).collect();
+            let mine: Vec<Reply> = replies.by_ref().take(plan.send.len()).collect();
             answers.push(plan.assemble(mine));
             written.extend(plan.written.iter().cloned());
         }
-        Ok(self.unless_overtaken(&written, Frame::Array(answers)).await)
+        Ok(self.unless_overtaken(&written, Reply::Array(answers)).await)
     }
 
     /// After a write: if a flip overtook it (the subject was suppressed, or moved to a new
     /// epoch, while Redis took it), the keys written are unlinked again and the write refused.
-    async fn unless_overtaken(&mut self, written: &[(String, Stamp)], answer: Frame) -> Frame {
+    async fn unless_overtaken(&mut self, written: &[(String, Stamp)], answer: Reply) -> Reply {
         let mut overtaken = Vec::new();
         for (key, stamp) in written {
             let Ok(view) = self
@@ -788,28 +813,28 @@ impl<'a> Connection<'a> {
     /// `SCAN cursor [MATCH pattern] [COUNT n] [TYPE type]`, answered with the caller's keys
     /// only: another tenant's, another subject's (for a bound token), a hidden subject's and
     /// keys no pattern owns are left out; the cursor is Redis' own.
-    async fn scan(&mut self, args: Vec<Vec<u8>>) -> Result<Frame, Frame> {
+    async fn scan(&mut self, args: Vec<Vec<u8>>) -> Result<Reply, Reply> {
         let reply = match self.call(&[args]).await {
-            Ok(mut replies) => replies.pop().unwrap_or(Frame::Null),
+            Ok(mut replies) => replies.pop().unwrap_or(Reply::Null),
             Err(gone) => return Err(gone),
         };
-        let Frame::Array(mut parts) = reply else {
+        let Reply::Array(mut parts) = reply else {
             return Ok(reply);
         };
-        let (Some(Frame::Array(keys)), Some(cursor)) = (parts.pop(), parts.pop()) else {
+        let (Some(Reply::Array(keys)), Some(cursor)) = (parts.pop(), parts.pop()) else {
             return Ok(unavailable(
                 "upstream_invalid",
                 "Redis' SCAN answer is not a cursor and keys",
             ));
         };
         let Some(ctx) = self.ctx.as_ref() else {
-            return Ok(resp::error("NOAUTH Authentication required."));
+            return Ok(Reply::error("NOAUTH Authentication required."));
         };
         let tenant = ctx.tenant().to_owned();
         let bound = ctx.bound.then(|| ctx.subject.clone()).flatten();
         let mut mine: Vec<(Vec<u8>, String, String, String)> = Vec::new();
         for key in keys {
-            let Frame::BulkString(key) = key else {
+            let Reply::Bulk(key) = key else {
                 continue;
             };
             let Ok(text) = std::str::from_utf8(&key) else {
@@ -838,15 +863,15 @@ impl<'a> Connection<'a> {
             bound_subject: bound.as_deref(),
             purpose: None,
         };
-        let visible: Vec<Frame> = mine
+        let visible: Vec<Reply> = mine
             .into_iter()
             .filter(|(_, subject, purpose, category)| {
                 let stamp = stamp_of(&tenant, subject, purpose, category, now, &view);
                 decide_read(&view, &read, Some(&stamp), now).is_ok()
             })
-            .map(|(key, ..)| Frame::BulkString(key))
+            .map(|(key, ..)| Reply::Bulk(key))
             .collect();
-        Ok(Frame::Array(vec![cursor, Frame::Array(visible)]))
+        Ok(Reply::Array(vec![cursor, Reply::Array(visible)]))
     }
 }
 
@@ -866,10 +891,10 @@ fn read_plan(effect: Effect, args: &[Vec<u8>], positions: &[usize], hidden: Vec<
     let none_visible = hidden.iter().all(|h| *h);
     match effect {
         Effect::Read(kind) if hidden.iter().any(|h| *h) => Plan::local(missing(kind, args)),
-        Effect::Count if none_visible => Plan::local(Frame::Integer(0)),
+        Effect::Count if none_visible => Plan::local(Reply::Int(0)),
         Effect::Count => Plan::forward(visible_args()),
         Effect::ReadEach if none_visible => {
-            Plan::local(Frame::Array(vec![Frame::Null; hidden.len()]))
+            Plan::local(Reply::Array(vec![Reply::Null; hidden.len()]))
         }
         Effect::ReadEach => Plan {
             send: vec![visible_args()],
@@ -907,7 +932,7 @@ fn epoch_of(view: &crate::data::policy_cache::View, tenant: &str, subject: &str)
 }
 
 /// The keys at `positions` of `args`, as text (a key that is not UTF-8 matches no pattern).
-fn utf8_keys<'a>(args: &'a [Vec<u8>], positions: &[usize]) -> Result<Vec<&'a str>, Frame> {
+fn utf8_keys<'a>(args: &'a [Vec<u8>], positions: &[usize]) -> Result<Vec<&'a str>, Reply> {
     positions
         .iter()
         .map(|&p| {
