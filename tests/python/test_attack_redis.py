@@ -1,0 +1,232 @@
+"""The Redis route under attack: what another tenant, another subject, an unauthenticated or
+malformed client, or a suppressed subject can reach through it, counted straight in Redis."""
+
+import socket
+
+import pytest
+import redis
+
+from conftest import GLOBEX, TENANT, someone, wait_for
+from test_redis import RETENTION_MS, agent, client, consent, direct, lethe, refused  # noqa: F401
+
+WEEK_MS = 7 * 24 * 3600 * 1000
+
+
+def raw(lethe, payload, read=True):
+    """Sends `payload` on a fresh socket to the route; answers what came back until it closed
+    (or 2 s passed)."""
+    host, port = lethe.listens["redis"].split(":")
+    with socket.create_connection((host, int(port)), timeout=2) as s:
+        try:
+            s.sendall(payload)
+        except OSError:
+            pass  # Lethe stopped reading (an oversized command): its answer is still there.
+        if not read:
+            return b""
+        got = b""
+        try:
+            while chunk := s.recv(65536):
+                got += chunk
+        except (socket.timeout, ConnectionResetError):
+            pass
+        return got
+
+
+def command(*args):
+    out = f"*{len(args)}\r\n".encode()
+    for a in args:
+        a = a if isinstance(a, bytes) else str(a).encode()
+        out += b"$%d\r\n%s\r\n" % (len(a), a)
+    return out
+
+
+@pytest.fixture
+def victims(lethe, direct):
+    """bob of acme with a key of each family, written around Lethe with a week's deadline."""
+    bob = someone()
+    consent(lethe, bob)
+    keys = {
+        "string": f"{TENANT}:{bob}:s", "list": f"{TENANT}:{bob}:l", "hash": f"{TENANT}:{bob}:h",
+        "set": f"{TENANT}:{bob}:set", "zset": f"{TENANT}:{bob}:z",
+    }
+    direct.set(keys["string"], "bob's", px=WEEK_MS)
+    direct.rpush(keys["list"], "a")
+    direct.hset(keys["hash"], "f", "v")
+    direct.sadd(keys["set"], "m")
+    direct.zadd(keys["zset"], {"m": 1})
+    for k in keys.values():
+        direct.pexpire(k, WEEK_MS)
+    return bob, keys
+
+
+def untouched(direct, keys):
+    """Every victim key as it was written, deadline included."""
+    assert direct.get(keys["string"]) == "bob's"
+    assert direct.lrange(keys["list"], 0, -1) == ["a"]
+    assert direct.hgetall(keys["hash"]) == {"f": "v"}
+    assert direct.smembers(keys["set"]) == {"m"}
+    assert direct.zscore(keys["zset"], "m") == 1
+    for k in keys.values():
+        assert 0 < direct.pttl(k) <= WEEK_MS, k
+
+
+def every_family(r, keys, mine):
+    """One call per command family on the victim's keys (and one moving `mine` onto them)."""
+    s, lst, h, st, z = keys["string"], keys["list"], keys["hash"], keys["set"], keys["zset"]
+    return [
+        lambda: r.get(s), lambda: r.set(s, "x"), lambda: r.append(s, "x"), lambda: r.incr(s),
+        lambda: r.getdel(s), lambda: r.getex(s, persist=True), lambda: r.delete(s), lambda: r.unlink(s),
+        lambda: r.expire(s, 1), lambda: r.persist(s), lambda: r.ttl(s), lambda: r.type(s),
+        lambda: r.exists(s), lambda: r.mget(mine, s), lambda: r.mset({mine: "1", s: "2"}),
+        lambda: r.lpush(lst, "x"), lambda: r.lrange(lst, 0, -1), lambda: r.lpop(lst),
+        lambda: r.hset(h, "f", "x"), lambda: r.hgetall(h), lambda: r.hdel(h, "f"),
+        lambda: r.sadd(st, "x"), lambda: r.smembers(st), lambda: r.spop(st),
+        lambda: r.zadd(z, {"x": 2}), lambda: r.zrange(z, 0, -1), lambda: r.zrem(z, "m"),
+        lambda: r.rename(mine, s), lambda: r.copy(mine, s, replace=True), lambda: r.lmove(mine, lst),
+        lambda: r.smove(mine, st, "m"), lambda: r.execute_command("WATCH", s), lambda: r.hscan(h), lambda: r.xadd(s, {"f": "v"}),
+    ]
+
+
+def test_another_tenant_reaches_none_of_acmes_keys(lethe, direct, victims):
+    bob, keys = victims
+    theirs = someone()
+    consent(lethe, theirs, tenant=GLOBEX)
+    for r in (agent(lethe, theirs, tenant=GLOBEX), agent(lethe, tenant=GLOBEX),
+              client(lethe, lethe.token("admin", tenant=GLOBEX))):
+        mine = f"{GLOBEX}:{theirs}:mine"
+        for i, call in enumerate(every_family(r, keys, mine)):
+            refused("scope_violation", call, f"family call #{i}")
+    untouched(direct, keys)
+
+
+def test_a_bound_token_reaches_none_of_another_subjects_keys(lethe, direct, victims):
+    bob, keys = victims
+    alice = someone()
+    consent(lethe, alice)
+    r = agent(lethe, alice)
+    mine = f"{TENANT}:{alice}:mine"
+    r.set(mine, "alice's")
+    for i, call in enumerate(every_family(r, keys, mine)):
+        refused("scope_violation", call, f"family call #{i}")
+    untouched(direct, keys)
+    assert direct.get(mine) == "alice's", "a refused MSET wrote none of its keys"
+    # SCAN with a pattern naming bob's keys answers none of them.
+    seen = set()
+    for page in r.scan_iter(match=f"{TENANT}:{bob}:*", count=1000):
+        seen.add(page)
+    assert seen == set()
+
+
+def test_keys_the_route_cannot_own_are_refused(lethe, direct):
+    alice = someone()
+    consent(lethe, alice)
+    r = agent(lethe)
+    for key, code in (
+        (f"{TENANT}-{alice}-x", "unknown_endpoint"),
+        (f"{TENANT}::x", "unknown_endpoint"),
+        (f"{TENANT}:{alice}", "unknown_endpoint"),
+        # Two spellings of one subject would keep keys the purge of the other does not find.
+        (f"{TENANT}:a\u0301{alice}:x", "invalid_request"),
+    ):
+        refused(code, lambda: r.set(key, "x"))
+        assert direct.exists(key) == 0, key
+    # Non-UTF-8 keys match no pattern.
+    refused("unknown_endpoint", lambda: r.set(b"acme:\xff:x", "x"))
+
+
+def test_unauthenticated_revoked_and_compliance_callers_reach_nothing(lethe, direct):
+    alice = someone()
+    consent(lethe, alice)
+    key = f"{TENANT}:{alice}:k"
+    answer = raw(lethe, command("SET", key, "x") + command("GET", key) + command("SCAN", 0), read=True)
+    assert answer.count(b"-NOAUTH") == 3, answer
+    with pytest.raises(redis.exceptions.AuthenticationError):
+        client(lethe, "not-a-token").ping()
+    with pytest.raises(redis.exceptions.AuthenticationError):
+        client(lethe, lethe.token("agent", alice, tenant="acme") + "x").ping()
+    refused("forbidden", lambda: client(lethe, lethe.token("compliance")).set(key, "x"))
+    assert direct.exists(key) == 0
+
+
+def test_malformed_oversized_and_half_commands_close_only_their_connection(lethe, direct):
+    alice = someone()
+    consent(lethe, alice)
+    steady = agent(lethe, alice)
+    steady.set(f"{TENANT}:{alice}:steady", "1")
+    token = lethe.token("agent", alice)
+    auth = command("AUTH", "agent", token)
+    big = f"{TENANT}:{alice}:big"
+    answer = raw(lethe, auth + command("SET", big, "x" * (1024 * 1024 + 64 * 1024)))
+    assert b"+OK" in answer and b"lethe:invalid_request" in answer and b"larger than" in answer, answer[:200]
+    assert direct.exists(big) == 0
+    assert b"not RESP" in raw(lethe, auth + b"*x\r\n")
+    assert b"lethe:invalid_request" in raw(lethe, auth + b"GET inline\r\n")
+    half = f"{TENANT}:{alice}:half"
+    raw(lethe, auth + command("SET", half, "v")[:-5], read=False)
+    assert direct.exists(half) == 0
+    # The other client's connection goes on.
+    assert steady.get(f"{TENANT}:{alice}:steady") == "1"
+
+
+def test_a_transaction_refused_anywhere_writes_nothing_and_selects_no_other_database(lethe, direct, victims):
+    bob, keys = victims
+    alice = someone()
+    consent(lethe, alice)
+    r = agent(lethe, alice)
+    first, last = f"{TENANT}:{alice}:first", f"{TENANT}:{alice}:last"
+    pipe = r.pipeline(transaction=True)
+    pipe.set(first, "1").rpush(keys["list"], "x").set(last, "2")
+    with pytest.raises(redis.exceptions.ResponseError):
+        pipe.execute()
+    assert direct.exists(first, last) == 0
+    untouched(direct, keys)
+    refused("forbidden", lambda: r.execute_command("SELECT", 1))
+    with pytest.raises(redis.exceptions.ResponseError):
+        r.execute_command("MULTI")
+        r.execute_command("MULTI")
+    r.execute_command("DISCARD")
+
+
+def test_a_long_pipeline_is_answered_in_order(lethe, direct):
+    alice = someone()
+    consent(lethe, alice)
+    r = agent(lethe, alice)
+    pipe = r.pipeline(transaction=False)
+    for i in range(500):
+        pipe.set(f"{TENANT}:{alice}:p{i}", i).get(f"{TENANT}:{alice}:p{i}")
+    answers = pipe.execute()
+    assert answers == [x for i in range(500) for x in (True, str(i))]
+    assert all(0 < direct.pttl(f"{TENANT}:{alice}:p{i}") <= RETENTION_MS for i in (0, 499))
+
+
+def test_a_suppressed_subject_is_gone_from_every_read_and_writes_nothing(lethe, direct):
+    alice = someone()
+    consent(lethe, alice)
+    r = agent(lethe, alice)
+    r.set(f"{TENANT}:{alice}:s", "v")
+    r.rpush(f"{TENANT}:{alice}:l", "a")
+    r.hset(f"{TENANT}:{alice}:h", "f", "v")
+    lethe.flip(alice)
+    reader = agent(lethe)
+    assert reader.get(f"{TENANT}:{alice}:s") is None
+    assert reader.lrange(f"{TENANT}:{alice}:l", 0, -1) == []
+    assert reader.hgetall(f"{TENANT}:{alice}:h") == {}
+    assert reader.exists(f"{TENANT}:{alice}:s", f"{TENANT}:{alice}:l") == 0
+    assert not any(alice in k for k in reader.scan_iter(match=f"{TENANT}:{alice}:*", count=1000))
+    for call in (
+        lambda: r.set(f"{TENANT}:{alice}:new", "late"), lambda: r.rpush(f"{TENANT}:{alice}:l", "late"),
+        lambda: r.expire(f"{TENANT}:{alice}:s", 100), lambda: r.persist(f"{TENANT}:{alice}:s"),
+    ):
+        refused("subject_suppressed", call)
+    assert direct.exists(f"{TENANT}:{alice}:new") == 0
+    wait_for("the purge", lambda: direct.exists(f"{TENANT}:{alice}:s", f"{TENANT}:{alice}:l",
+                                                 f"{TENANT}:{alice}:h") == 0)
+
+
+def test_a_key_written_around_lethe_is_nobodys(lethe, direct):
+    alice = someone()
+    consent(lethe, alice)
+    key = f"{TENANT}:{alice}:around"
+    direct.set(key, "no deadline")
+    refused("unstamped_item", lambda: agent(lethe, alice).set(key, "claimed"))
+    assert direct.get(key) == "no deadline" and direct.pttl(key) == -1
