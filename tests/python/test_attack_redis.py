@@ -230,3 +230,30 @@ def test_a_key_written_around_lethe_is_nobodys(lethe, direct):
     direct.set(key, "no deadline")
     refused("unstamped_item", lambda: agent(lethe, alice).set(key, "claimed"))
     assert direct.get(key) == "no deadline" and direct.pttl(key) == -1
+
+
+@pytest.fixture(scope="module")
+def unreachable(chroma, tmp_path_factory):
+    """A Lethe whose Redis route leads nowhere, and holds at most 5 commands in a transaction."""
+    from conftest import own_lethe
+    instance = own_lethe(chroma, tmp_path_factory.mktemp("lethe-redis-down"), "", redis_url="redis://127.0.0.1:1",
+                         redis_settings="max_transaction_commands = 5\n")
+    rules = {"rules": [{"purpose": "support", "category": "conversation", "max_age": "30d"}]}
+    assert instance.call("PUT", "/v1/retention-rules", rules)[0] == 200
+    yield instance
+    instance.stop()
+
+
+def test_redis_down_is_a_clear_error_and_a_transaction_is_bounded(unreachable):
+    alice = someone()
+    consent(unreachable, alice)
+    r = agent(unreachable, alice)
+    with pytest.raises(redis.exceptions.ResponseError, match="lethe:upstream_unavailable"):
+        r.set(f"{TENANT}:{alice}:k", "v")
+    with pytest.raises(redis.exceptions.ResponseError, match="lethe:upstream_unavailable"):
+        r.get(f"{TENANT}:{alice}:k")
+    # Queued commands are held by Lethe until EXEC: one more than the route allows discards them.
+    answer = raw(unreachable, command("AUTH", "agent", unreachable.token("agent", alice)) + command("MULTI")
+                 + b"".join(command("GET", f"{TENANT}:{alice}:{i}") for i in range(6)) + command("EXEC"))
+    assert answer.count(b"+QUEUED") == 5, answer
+    assert b"more than 5 commands in one transaction" in answer and b"-EXECABORT" in answer, answer

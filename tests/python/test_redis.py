@@ -24,7 +24,8 @@ def direct():
 
 @pytest.fixture(scope="module")
 def lethe(chroma, tmp_path_factory):
-    instance = own_lethe(chroma, tmp_path_factory.mktemp("lethe-redis"), "", redis_url=REDIS)
+    instance = own_lethe(chroma, tmp_path_factory.mktemp("lethe-redis"), '[erasure]\nsweep_interval = "200ms"\n',
+                         redis_url=REDIS)
     rules = {"rules": [{"purpose": "support", "category": "conversation", "max_age": "30d"}]}
     for tenant in (TENANT, GLOBEX):
         token = instance.dpo if tenant == TENANT else instance.token("compliance", tenant=tenant)
@@ -41,6 +42,7 @@ def consent(lethe, subject, actions=("store", "retrieve"), tenant=TENANT):
         "actions": list(actions), "source": "pytest", "policy_version": 1,
     }, token=dpo)
     assert status == 201, grant
+    return grant["id"]
 
 
 def client(lethe, token, protocol=None):
@@ -271,3 +273,23 @@ def test_both_protocols_get_redis_own_answers_and_a_hidden_subjects_keys_read_as
     assert reader.hmget(f"{TENANT}:{alice}:h", ["a", "c"]) == [None, None]
     assert reader.hgetall(f"{TENANT}:{bob}:h") == {"a": "1", "b": "2"}
     assert direct.hgetall(f"{TENANT}:{alice}:h") == {"a": "1", "b": "2"}, "still in Redis until the purge"
+
+
+def test_keys_are_in_lineage_and_a_revoked_consents_keys_are_unlinked_by_the_sweeper(lethe, direct):
+    alice, bob = someone(), someone()
+    grant = consent(lethe, alice)
+    consent(lethe, bob)
+    for subject in (alice, bob):
+        r = agent(lethe, subject)
+        r.set(f"{TENANT}:{subject}:a", "1")
+        r.rpush(f"{TENANT}:{subject}:b", "x")
+    inventory = lambda s: lethe.call("GET", f"/v1/subjects/{TENANT}/{s}")[1].get("inventory", {}).get("redis")
+    wait_for("the keys in lineage", lambda: inventory(alice) == 2 and inventory(bob) == 2)
+    agent(lethe, bob).delete(f"{TENANT}:{bob}:b")
+    wait_for("the deleted key out of the inventory", lambda: inventory(bob) == 1)
+    assert lethe.dry_run(alice)["redis:redis"] == 2
+
+    lethe.revoke(grant)
+    assert agent(lethe).get(f"{TENANT}:{alice}:a") is None, "no retrieve consent: read as missing at once"
+    wait_for("the sweeper", lambda: direct.exists(f"{TENANT}:{alice}:a", f"{TENANT}:{alice}:b") == 0)
+    assert direct.get(f"{TENANT}:{bob}:a") == "1"

@@ -11,6 +11,7 @@ use serde::Deserialize;
 
 use super::{Target, TargetKind};
 use crate::purge::{Connector, ConnectorError, Copy, Physical, PurgeReport, Subjects};
+use crate::state::ExpiredItem;
 
 /// A Redis deployment: every primary is scanned with every pattern.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -437,6 +438,50 @@ impl Connector for RedisConnector {
             report.physical.remaining.extend(server.remaining);
         }
         Ok(report)
+    }
+
+    /// Unlinks the keys lineage names (the sweeper's: keys of a revoked consent, whose deadline
+    /// was brought to now; Redis drops the others at their deadline itself).
+    async fn delete_items(
+        &self,
+        _collection: &str,
+        items: &[ExpiredItem],
+    ) -> Result<u64, ConnectorError> {
+        self.each_key(items, "UNLINK").await
+    }
+
+    async fn held_items(
+        &self,
+        _collection: &str,
+        items: &[ExpiredItem],
+    ) -> Result<u64, ConnectorError> {
+        self.each_key(items, "EXISTS").await
+    }
+}
+
+impl RedisConnector {
+    /// `command` (`UNLINK`, `EXISTS`) on the keys of `items`, on every primary; the sum of
+    /// Redis' counts.
+    async fn each_key(&self, items: &[ExpiredItem], command: &str) -> Result<u64, ConnectorError> {
+        let keys: Vec<&str> = items.iter().map(|i| i.item_id.as_str()).collect();
+        let mut count = 0;
+        for url in &self.target.urls {
+            let failed = |e: redis::RedisError| ConnectorError::from_redis(&self.target.name, &e);
+            let mut con = redis::Client::open(url.as_str())
+                .map_err(failed)?
+                .get_multiplexed_async_connection()
+                .await
+                .map_err(failed)?;
+            for batch in keys.chunks(500) {
+                let n: u64 = redis::cmd(command)
+                    .arg(batch)
+                    .query_async(&mut con)
+                    .await
+                    .map_err(failed)?;
+                count += n;
+            }
+        }
+        Ok(count)
     }
 }
 

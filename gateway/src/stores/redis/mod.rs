@@ -26,6 +26,8 @@ pub const KIND: Kind = Kind::of::<RedisSettings>("redis");
 
 /// The largest command a client may send, by default.
 const MAX_COMMAND_BYTES: usize = 1024 * 1024;
+/// The most commands one transaction may queue, by default.
+const MAX_TRANSACTION_COMMANDS: usize = 10_000;
 
 /// A Redis route's own settings.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -37,6 +39,10 @@ pub struct RedisSettings {
     /// The largest command (all its arguments) a client may send; larger ones are refused and
     /// the connection closed. Default 1 MiB.
     pub max_command_bytes: Option<usize>,
+    /// The most commands one `MULTI` may queue (Lethe holds them until `EXEC`); one more
+    /// discards the transaction. A pipeline needs no bound: each command is answered before
+    /// the next is read. Default 10 000.
+    pub max_transaction_commands: Option<usize>,
 }
 
 impl Settings for RedisSettings {
@@ -50,13 +56,23 @@ impl Settings for RedisSettings {
             .iter()
             .filter_map(|rule| Pattern::of(rule).map_err(|p| problems.push(p)).ok())
             .collect();
-        if self.max_command_bytes == Some(0) {
-            problems.push("max_command_bytes: at least 1".to_owned());
+        for (key, value) in [
+            ("max_command_bytes", self.max_command_bytes),
+            ("max_transaction_commands", self.max_transaction_commands),
+        ] {
+            if value == Some(0) {
+                problems.push(format!("{key}: at least 1"));
+            }
         }
         match problems.is_empty() {
             true => Ok(Arc::new(Redis {
                 patterns,
-                max_command_bytes: self.max_command_bytes.unwrap_or(MAX_COMMAND_BYTES),
+                limits: route::Limits {
+                    command_bytes: self.max_command_bytes.unwrap_or(MAX_COMMAND_BYTES),
+                    queued: self
+                        .max_transaction_commands
+                        .unwrap_or(MAX_TRANSACTION_COMMANDS),
+                },
             })),
             false => Err(problems),
         }
@@ -66,7 +82,7 @@ impl Settings for RedisSettings {
 #[derive(Debug)]
 pub struct Redis {
     patterns: Vec<Pattern>,
-    max_command_bytes: usize,
+    limits: route::Limits,
 }
 
 impl RouteStore for Redis {
@@ -88,9 +104,23 @@ impl RouteStore for Redis {
         _upstreams: Arc<Upstreams>,
         _erasure: &ErasureConfig,
     ) -> Arc<dyn Connector> {
+        // The route's credential reaches the connector as the URL's user and password.
+        let url = match &route.credential {
+            Some((user, password)) => {
+                let password: String =
+                    form_urlencoded::byte_serialize(password.as_bytes()).collect();
+                let authority = route.upstream.authority().map_or("", |a| a.as_str());
+                format!(
+                    "redis://{}:{password}@{authority}{}",
+                    user.as_str(),
+                    route.upstream.path()
+                )
+            }
+            None => route.upstream.to_string(),
+        };
         let target = crate::erasure::redis::RedisTarget {
             name: route.name.clone(),
-            urls: vec![route.upstream.to_string()],
+            urls: vec![url],
             patterns: self.patterns.iter().map(|p| p.text.clone()).collect(),
         };
         Arc::new(crate::erasure::redis::RedisConnector::new(target))
@@ -104,16 +134,15 @@ impl ConnectionRoute for Redis {
         route: &Route,
         state: &Arc<DataState>,
         connection: tokio::net::TcpStream,
-        peer: SocketAddr,
+        _peer: SocketAddr,
         stopping: tokio::sync::watch::Receiver<bool>,
     ) {
         route::serve(
             route,
             state,
             &self.patterns,
-            self.max_command_bytes,
+            self.limits,
             connection,
-            peer,
             stopping,
         )
         .await;

@@ -5,7 +5,6 @@
 //! not exist; `SCAN` answers the caller's keys only; `MULTI`/`EXEC` is all or nothing. Each
 //! client connection has its own connection to Redis, authenticated with the route's credential.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -22,6 +21,10 @@ use super::keys::{Pattern, owner};
 use super::resp::{Frames, Proto, Reply, command_bytes};
 use crate::data::forward::Route;
 use crate::data::{DataState, RequestContext};
+use crate::state::ItemRecord;
+
+/// The collection lineage keeps a Redis route's keys under.
+pub const KEYS: &str = "keys";
 
 /// How long Redis may take to answer one command before the connection is given up.
 const UPSTREAM_TIMEOUT: Duration = Duration::from_secs(30);
@@ -80,8 +83,11 @@ enum Answer {
 struct Plan {
     send: Vec<Vec<Vec<u8>>>,
     answer: Answer,
-    /// The stamps the keys written were decided with: checked again after the write.
+    /// The stamps the keys written were decided with: checked again after the write, then
+    /// recorded in lineage.
     written: Vec<(String, Stamp)>,
+    /// The keys it removes: their lineage rows are marked deleted once Redis has.
+    deleted: Vec<String>,
 }
 
 impl Plan {
@@ -90,6 +96,7 @@ impl Plan {
             send: Vec::new(),
             answer: Answer::Local(frame),
             written: Vec::new(),
+            deleted: Vec::new(),
         }
     }
 
@@ -98,6 +105,7 @@ impl Plan {
             send: vec![args],
             answer: Answer::First,
             written: Vec::new(),
+            deleted: Vec::new(),
         }
     }
 
@@ -261,6 +269,8 @@ pub(super) struct Connection<'a> {
     queue: Option<Queue>,
     /// The protocol the client chose (`HELLO`); RESP2 until it does.
     proto: Proto,
+    /// The most commands one `MULTI` may queue (Lethe keeps them until `EXEC`).
+    max_queued: usize,
 }
 
 /// What to do after answering a command.
@@ -274,6 +284,7 @@ impl<'a> Connection<'a> {
         route: &'a Route,
         state: &'a Arc<DataState>,
         patterns: &'a [Pattern],
+        max_queued: usize,
     ) -> Self {
         Connection {
             route,
@@ -283,6 +294,7 @@ impl<'a> Connection<'a> {
             upstream: None,
             queue: None,
             proto: Proto::Resp2,
+            max_queued,
         }
     }
 
@@ -361,6 +373,18 @@ impl<'a> Connection<'a> {
                 Some(_) => Reply::ok(),
                 None => Reply::error("ERR DISCARD without MULTI"),
             },
+            _ if self
+                .queue
+                .as_ref()
+                .is_some_and(|q| q.plans.len() >= self.max_queued) =>
+            {
+                let queue = self.queue.get_or_insert_with(Queue::default);
+                queue.failed = true;
+                invalid(&format!(
+                    "more than {} commands in one transaction",
+                    self.max_queued
+                ))
+            }
             _ if self.queue.is_some() => {
                 let plan = self.plan(command, &args).await;
                 let queue = self.queue.get_or_insert_with(Queue::default);
@@ -665,10 +689,15 @@ impl<'a> Connection<'a> {
                         b"LT".to_vec(),
                     ]);
                 }
+                let deleted = match effect {
+                    Effect::Delete => names.iter().map(|k| (*k).to_owned()).collect(),
+                    _ => Vec::new(),
+                };
                 Ok(Plan {
                     send,
                     answer: Answer::First,
                     written: written_stamps,
+                    deleted,
                 })
             }
         }
@@ -743,7 +772,7 @@ impl<'a> Connection<'a> {
             }
         };
         let answer = plan.assemble(replies);
-        Ok(self.unless_overtaken(&plan.written, answer).await)
+        Ok(self.settled(&plan.written, &plan.deleted, answer).await)
     }
 
     /// Runs a client's transaction: every plan's commands in one `MULTI`/`EXEC`.
@@ -772,13 +801,59 @@ impl<'a> Connection<'a> {
         }
         .into_iter();
         let mut answers = Vec::with_capacity(plans.len());
-        let mut written = Vec::new();
+        let (mut written, mut deleted) = (Vec::new(), Vec::new());
         for plan in &plans {
             let mine: Vec<Reply> = replies.by_ref().take(plan.send.len()).collect();
             answers.push(plan.assemble(mine));
             written.extend(plan.written.iter().cloned());
+            deleted.extend(plan.deleted.iter().cloned());
         }
-        Ok(self.unless_overtaken(&written, Reply::Array(answers)).await)
+        Ok(self
+            .settled(&written, &deleted, Reply::Array(answers))
+            .await)
+    }
+
+    /// After Redis took a command: the keys it removed are marked deleted in lineage, and the
+    /// keys it wrote are recorded there (for the dry run, the inventory and the sweeper, which
+    /// unlinks a revoked consent's keys), unless a flip overtook the write.
+    async fn settled(
+        &mut self,
+        written: &[(String, Stamp)],
+        deleted: &[String],
+        answer: Reply,
+    ) -> Reply {
+        if matches!(answer, Reply::Error(_)) {
+            return answer;
+        }
+        let now = crate::now();
+        if !deleted.is_empty()
+            && self
+                .state
+                .store
+                .mark_items_deleted(&self.route.name, KEYS, deleted, now)
+                .await
+                .is_err()
+        {
+            return unavailable("state_unavailable", "the state store cannot be written");
+        }
+        let answer = self.unless_overtaken(written, answer).await;
+        if !matches!(answer, Reply::Error(_)) && !written.is_empty() {
+            let rows = written
+                .iter()
+                .map(|(key, stamp)| {
+                    ItemRecord::stamped(
+                        &self.route.name,
+                        KEYS,
+                        key.clone(),
+                        stamp.clone(),
+                        now,
+                        None,
+                    )
+                })
+                .collect();
+            self.state.lineage.record(rows).await;
+        }
+        answer
     }
 
     /// After a write: if a flip overtook it (the subject was suppressed, or moved to a new
@@ -900,6 +975,7 @@ fn read_plan(effect: Effect, args: &[Vec<u8>], positions: &[usize], hidden: Vec<
             send: vec![visible_args()],
             answer: Answer::Splice(hidden),
             written: Vec::new(),
+            deleted: Vec::new(),
         },
         _ => Plan::forward(args.to_vec()),
     }
@@ -951,17 +1027,25 @@ async fn stopped(stopping: &mut tokio::sync::watch::Receiver<bool>) {
     let _ = stopping.wait_for(|stop| *stop).await;
 }
 
+/// The bounds a Redis route keeps each client connection within.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Limits {
+    /// The largest command, in bytes.
+    pub command_bytes: usize,
+    /// The most commands one `MULTI` may queue.
+    pub queued: usize,
+}
+
 /// Serves one client connection of `route`.
 pub(super) async fn serve(
     route: &Route,
     state: &Arc<DataState>,
     patterns: &[Pattern],
-    limit: usize,
+    limits: Limits,
     client: TcpStream,
-    _peer: SocketAddr,
     stopping: tokio::sync::watch::Receiver<bool>,
 ) {
-    Connection::new(route, state, patterns)
-        .serve(client, limit, stopping)
+    Connection::new(route, state, patterns, limits.queued)
+        .serve(client, limits.command_bytes, stopping)
         .await;
 }
