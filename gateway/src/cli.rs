@@ -342,7 +342,7 @@ async fn dispatch(cli: Cli) -> Result<(), Failure> {
             for kind in crate::stores::KINDS {
                 println!("route {}", kind.name);
             }
-            for kind in crate::erasure::TARGET_KINDS {
+            for kind in crate::stores::TARGET_KINDS {
                 println!("target {}", kind.name);
             }
             Ok(())
@@ -664,7 +664,10 @@ async fn certificate(
 pub fn check(text: &str) -> Result<Config, crate::config::ConfigErrors> {
     let (config, mut problems) = Config::checked(text)?;
     problems.extend(crate::stores::problems(&config));
-    problems.extend(crate::erasure::problems(&config));
+    problems.extend(crate::erasure::problems(
+        &config,
+        crate::stores::TARGET_KINDS,
+    ));
     match problems.is_empty() {
         true => Ok(config),
         false => Err(crate::config::ConfigErrors { problems }),
@@ -702,6 +705,7 @@ async fn replay(config: &Config, since: &str) -> Result<(), Failure> {
         config,
         &routes,
         &governed,
+        crate::stores::TARGET_KINDS,
         Arc::clone(&store),
         audit_key,
     )

@@ -266,7 +266,7 @@ pub struct ErasureConfig {
     /// How long each target's backups are kept: the certificate's final backup expiry.
     pub backups: Vec<BackupRetention>,
     /// The stores only erasure reaches, `[[erasure.<kind>]]` tables (PostgreSQL tables, Redis,
-    /// SQLite files, ...): each kind reads its own keys (`erasure::TARGET_KINDS`).
+    /// SQLite files, ...): each kind reads its own keys (`stores::TARGET_KINDS`).
     #[serde(skip)]
     pub targets: Vec<ErasureTargetConfig>,
     /// How often the retention sweeper deletes expired (and revoked) items.
@@ -1129,7 +1129,7 @@ impl RouteConfig {
 }
 
 /// `[erasure]`: its own keys, and each array of tables it has no key of its own for as the
-/// `[[erasure.<kind>]]` targets of that kind, which the kind reads (`erasure::TARGET_KINDS`).
+/// `[[erasure.<kind>]]` targets of that kind, which the kind reads (`stores::TARGET_KINDS`).
 fn erasure_section(value: toml::Value, problems: &mut Vec<String>) -> ErasureConfig {
     let toml::Value::Table(mut table) = value else {
         problems.push("[erasure]: must be a table".to_owned());

@@ -44,7 +44,13 @@ pub(super) async fn serve(config: Config) -> Result<(), Failure> {
         crate::governed::Governed::start(&config, Arc::clone(&store)).map_err(|e| Failure(e, 2))?;
     let inventory = Arc::new(crate::erasure::Inventory::new(
         Arc::clone(&store),
-        crate::erasure::targets(&config, &routes, &governed_targets).map_err(|e| Failure(e, 2))?,
+        crate::erasure::targets(
+            &config,
+            &routes,
+            &governed_targets,
+            crate::stores::TARGET_KINDS,
+        )
+        .map_err(|e| Failure(e, 2))?,
         Arc::clone(&audit_key),
         std::time::Duration::from_secs(10),
     ));
@@ -110,6 +116,7 @@ pub(super) async fn serve(config: Config) -> Result<(), Failure> {
         &config,
         &routes,
         &governed_targets,
+        crate::stores::TARGET_KINDS,
         Arc::clone(&purge_store),
         audit_key,
     )

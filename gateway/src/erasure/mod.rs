@@ -5,9 +5,8 @@
 
 pub mod certificate;
 pub mod inventory;
-mod postgres;
-pub(crate) mod redis;
-mod sqlite_file;
+pub(crate) mod postgres;
+pub(crate) mod sqlite_file;
 mod sweeper;
 
 use std::collections::HashMap;
@@ -98,7 +97,8 @@ impl Target {
 
 /// A kind of store only erasure reaches, configured as `[[erasure.<name>]]` tables; its targets
 /// are `<name>:<the table's name>`. A new kind is its connector module and a line in
-/// [`TARGET_KINDS`]: configuration, checks, targets and `lethe stores` follow.
+/// `stores::TARGET_KINDS` (given to [`problems`], [`targets`] and the worker by the composition
+/// root): configuration, checks, targets and `lethe stores` follow.
 pub struct TargetKind {
     pub name: &'static str,
     /// Every problem of one table of the kind (unknown keys included), without resolving its
@@ -108,18 +108,15 @@ pub struct TargetKind {
     pub target: fn(&toml::Table, &Config) -> Result<Target, String>,
 }
 
-/// Every kind of store only erasure reaches.
-pub const TARGET_KINDS: &[TargetKind] = &[postgres::KIND, redis::KIND, sqlite_file::KIND];
-
 /// The problems of a configuration's `[[erasure.<kind>]]` tables: a kind no store has, and each
 /// kind's own.
-pub fn problems(config: &Config) -> Vec<String> {
+pub fn problems(config: &Config, kinds: &[TargetKind]) -> Vec<String> {
     let mut problems = Vec::new();
     let tables = &config.erasure.targets;
     for (i, table) in tables.iter().enumerate() {
         let nth = 1 + tables[..i].iter().filter(|t| t.kind == table.kind).count();
         let at = format!("[[erasure.{}]] #{nth} ({})", table.kind, table.name);
-        match TARGET_KINDS.iter().find(|k| k.name == table.kind) {
+        match kinds.iter().find(|k| k.name == table.kind) {
             Some(kind) => problems.extend(
                 (kind.problems)(&table.settings, config)
                     .into_iter()
@@ -128,11 +125,7 @@ pub fn problems(config: &Config) -> Vec<String> {
             None => problems.push(format!(
                 "{at}: no store only erasure reaches is called {:?} (known: {})",
                 table.kind,
-                TARGET_KINDS
-                    .iter()
-                    .map(|k| k.name)
-                    .collect::<Vec<_>>()
-                    .join(", ")
+                kinds.iter().map(|k| k.name).collect::<Vec<_>>().join(", ")
             )),
         }
     }
@@ -146,13 +139,14 @@ pub fn targets(
     config: &Config,
     routes: &[Route],
     governed: &[PostgresTarget],
+    kinds: &[TargetKind],
 ) -> Result<Vec<(String, Target)>, String> {
     let mut targets = Vec::new();
     for c in route_connectors(config, routes)? {
         targets.push((c.target, Target::own(&c.route, c.connector)));
     }
     for table in &config.erasure.targets {
-        let kind = TARGET_KINDS
+        let kind = kinds
             .iter()
             .find(|k| k.name == table.kind)
             .ok_or_else(|| format!("[[erasure.{}]]: no such kind", table.kind))?;
@@ -215,12 +209,15 @@ impl Worker {
         config: &Config,
         routes: &[Route],
         governed: &[PostgresTarget],
+        kinds: &[TargetKind],
         store: Arc<dyn Store>,
         audit_key: Arc<[u8]>,
     ) -> Result<Worker, String> {
         Ok(Worker::new(
             store,
-            targets(config, routes, governed)?.into_iter().collect(),
+            targets(config, routes, governed, kinds)?
+                .into_iter()
+                .collect(),
             Schedule::from_config(config),
             audit_key,
         ))

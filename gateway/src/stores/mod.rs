@@ -35,6 +35,14 @@ pub const KINDS: &[Kind] = &[
     redis::KIND,
 ];
 
+/// Every kind of store only erasure reaches (`[[erasure.<kind>]]`): PostgreSQL tables outside
+/// a governed database, Redis deployments no route fronts, SQLite files.
+pub const TARGET_KINDS: &[crate::erasure::TargetKind] = &[
+    crate::erasure::postgres::KIND,
+    redis::connector::TARGET_KIND,
+    crate::erasure::sqlite_file::KIND,
+];
+
 /// Every route of a configuration, its store built through [`KINDS`] from the route's own keys
 /// and its credential resolved; or every problem at once.
 pub fn routes(config: &Config) -> Result<Vec<Route>, Vec<String>> {

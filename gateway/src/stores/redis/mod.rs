@@ -4,6 +4,7 @@
 //! decided on them (`route.rs`), and the purge scans and unlinks them, on the route's Redis.
 
 pub mod commands;
+pub(crate) mod connector;
 pub mod keys;
 pub mod resp;
 pub(crate) mod route;
@@ -118,12 +119,12 @@ impl RouteStore for Redis {
             }
             None => route.upstream.to_string(),
         };
-        let target = crate::erasure::redis::RedisTarget {
+        let target = connector::RedisTarget {
             name: route.name.clone(),
             urls: vec![url],
             patterns: self.patterns.iter().map(|p| p.text.clone()).collect(),
         };
-        Arc::new(crate::erasure::redis::RedisConnector::new(target))
+        Arc::new(connector::RedisConnector::new(target))
     }
 }
 

@@ -1,5 +1,6 @@
-//! Purging a subject's keys from Redis: `SCAN MATCH` with the configured patterns and `UNLINK`,
-//! on every configured primary. Never `KEYS`: it blocks the server.
+//! Purging a subject's keys from Redis: `SCAN MATCH` with the patterns and `UNLINK`, on every
+//! primary; the keys lineage names for the sweeper. Never `KEYS`: it blocks the server. It purges
+//! a Redis route's store, and the `[[erasure.redis]]` deployments no route fronts.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -9,7 +10,7 @@ use redis::aio::MultiplexedConnection;
 
 use serde::Deserialize;
 
-use super::{Target, TargetKind};
+use crate::erasure::{Target, TargetKind};
 use crate::purge::{Connector, ConnectorError, Copy, Physical, PurgeReport, Subjects};
 use crate::state::ExpiredItem;
 
@@ -43,8 +44,8 @@ impl RedisTarget {
     }
 }
 
-/// `[[erasure.redis]]`: Redis deployments whose keys name the subject.
-pub const KIND: TargetKind = TargetKind {
+/// `[[erasure.redis]]`: Redis deployments whose keys name the subject, that no route fronts.
+pub const TARGET_KIND: TargetKind = TargetKind {
     name: "redis",
     problems: |settings, _| read(settings).err().unwrap_or_default(),
     target: |settings, _| {
