@@ -257,3 +257,20 @@ def test_redis_down_is_a_clear_error_and_a_transaction_is_bounded(unreachable):
                  + b"".join(command("GET", f"{TENANT}:{alice}:{i}") for i in range(6)) + command("EXEC"))
     assert answer.count(b"+QUEUED") == 5, answer
     assert b"more than 5 commands in one transaction" in answer and b"-EXECABORT" in answer, answer
+
+
+def test_a_write_that_answers_with_stored_data_needs_retrieve_consent(lethe, direct):
+    """A writer with `store` consent only cannot read through a write's answer."""
+    carol = someone()
+    consent(lethe, carol, actions=("store",))
+    r = agent(lethe, carol)
+    key, counter, stack = f"{TENANT}:{carol}:k", f"{TENANT}:{carol}:n", f"{TENANT}:{carol}:l"
+    assert r.set(key, "secret") is True and r.rpush(stack, "secret") == 1 and r.set(counter, 41) is True
+    for call in (
+        lambda: r.getset(key, "x"), lambda: r.set(key, "x", get=True), lambda: r.getdel(key),
+        lambda: r.lpop(stack), lambda: r.incr(counter),
+    ):
+        with pytest.raises(redis.exceptions.ResponseError, match="lethe:consent_required"):
+            call()
+    assert r.get(key) is None, "read as missing without retrieve consent"
+    assert direct.get(key) == "secret" and direct.lrange(stack, 0, -1) == ["secret"] and direct.get(counter) == "41"

@@ -170,6 +170,23 @@ pub fn classify(args: &[Vec<u8>]) -> Command {
     }
 }
 
+/// Whether a command that writes answers with what was stored (a popped element, the value
+/// replaced, a counter's new value): then it reads too, and needs what a read needs.
+pub fn reveals(args: &[Vec<u8>]) -> bool {
+    let name = args
+        .first()
+        .map(|n| n.to_ascii_uppercase())
+        .unwrap_or_default();
+    match name.as_slice() {
+        b"GETSET" | b"GETDEL" | b"GETEX" | b"LPOP" | b"RPOP" | b"SPOP" | b"ZPOPMIN"
+        | b"ZPOPMAX" | b"LMOVE" | b"RPOPLPUSH" | b"INCR" | b"INCRBY" | b"INCRBYFLOAT" | b"DECR"
+        | b"DECRBY" | b"HINCRBY" | b"HINCRBYFLOAT" | b"ZINCRBY" => true,
+        // `SET key value GET` answers the value it replaced.
+        b"SET" => args.iter().skip(3).any(|a| a.eq_ignore_ascii_case(b"GET")),
+        _ => false,
+    }
+}
+
 /// The positions of a command's keys among `args`, or why the command is malformed.
 pub fn key_positions(keys: Keys, args: &[Vec<u8>]) -> Result<Vec<usize>, String> {
     let n = args.len();
@@ -266,6 +283,22 @@ mod tests {
                 matches!(classify(&args(line)), Command::Refused(_)),
                 "{line} is not refused"
             );
+        }
+    }
+
+    #[test]
+    fn writes_that_answer_with_stored_data_are_reads_too() {
+        for line in [
+            "lpop k",
+            "getset k v",
+            "incr k",
+            "set k v GET",
+            "set k v ex 10 get",
+        ] {
+            assert!(reveals(&args(line)), "{line}");
+        }
+        for line in ["set k v", "rpush k v", "del k", "expire k 1", "set k get"] {
+            assert!(!reveals(&args(line)), "{line}");
         }
     }
 

@@ -16,7 +16,7 @@ use lethe_policy::{
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
-use super::commands::{Command, Effect, Keys, Missing, classify, key_positions};
+use super::commands::{Command, Effect, Keys, Missing, classify, key_positions, reveals};
 use super::keys::{Pattern, owner};
 use super::resp::{Frames, Proto, Reply, command_bytes};
 use crate::data::forward::Route;
@@ -638,6 +638,19 @@ impl<'a> Connection<'a> {
                     (_, Keys::FirstTwo) => vec![1],
                     _ => (0..positions.len()).collect(),
                 };
+                if reveals(args) {
+                    // Its answer is stored data: the caller must be allowed to read it too.
+                    let read = ReadContext {
+                        tenant: &tenant,
+                        store: &self.route.name,
+                        bound_subject: bound.as_deref(),
+                        purpose: None,
+                    };
+                    for (subject, purpose, category) in &owners {
+                        let stamp = stamp_of(&tenant, subject, purpose, category, now, &view);
+                        decide_read(&view, &read, Some(&stamp), now).map_err(refused)?;
+                    }
+                }
                 let held = self.held(&names, &written).await?;
                 let mut stamps = Vec::new();
                 for (i, (subject, purpose, category)) in owners.iter().enumerate() {
