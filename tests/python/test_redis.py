@@ -269,6 +269,7 @@ def test_both_protocols_get_redis_own_answers_and_a_hidden_subjects_keys_read_as
     lethe.flip(alice)
     assert reader.hgetall(f"{TENANT}:{alice}:h") == {}
     assert reader.smembers(f"{TENANT}:{alice}:s") == set()
+    assert reader.srandmember(f"{TENANT}:{alice}:s", 2) == [] and reader.srandmember(f"{TENANT}:{alice}:s") is None
     assert reader.zscore(f"{TENANT}:{alice}:z", "m") is None
     assert reader.hmget(f"{TENANT}:{alice}:h", ["a", "c"]) == [None, None]
     assert reader.hgetall(f"{TENANT}:{bob}:h") == {"a": "1", "b": "2"}

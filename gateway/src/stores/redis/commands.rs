@@ -91,11 +91,19 @@ pub fn classify(args: &[Vec<u8>]) -> Command {
     let name = String::from_utf8_lossy(&name);
     let keyed = |effect, keys| Command::Keyed(effect, keys);
     match name.as_ref() {
-        "GET" | "GETRANGE" | "LINDEX" | "HGET" | "ZSCORE" | "ZRANK" | "ZREVRANK" | "LPOS"
-        | "SRANDMEMBER" | "HRANDFIELD" => keyed(
-            Read(if name == "GETRANGE" { EmptyBulk } else { Nil }),
-            First,
-        ),
+        "GET" | "LINDEX" | "HGET" | "ZSCORE" | "ZRANK" | "ZREVRANK" => keyed(Read(Nil), First),
+        "GETRANGE" => keyed(Read(EmptyBulk), First),
+        // With a count they answer a list: an empty one for a missing key.
+        "SRANDMEMBER" | "HRANDFIELD" => {
+            keyed(Read(if args.len() >= 3 { EmptyArray } else { Nil }), First)
+        }
+        "LPOS" => {
+            let counted = args
+                .iter()
+                .skip(3)
+                .any(|a| a.eq_ignore_ascii_case(b"COUNT"));
+            keyed(Read(if counted { EmptyArray } else { Nil }), First)
+        }
         "STRLEN" | "HLEN" | "HEXISTS" | "HSTRLEN" | "LLEN" | "SCARD" | "SISMEMBER" | "ZCARD"
         | "ZCOUNT" | "ZLEXCOUNT" | "XLEN" => keyed(Read(Zero), First),
         "HGETALL" => keyed(Read(EmptyMap), First),
@@ -229,6 +237,19 @@ mod tests {
                 "pttl k",
                 Command::Keyed(Read(Missing::MinusTwo), Keys::First),
             ),
+            (
+                "srandmember k",
+                Command::Keyed(Read(Missing::Nil), Keys::First),
+            ),
+            (
+                "srandmember k 3",
+                Command::Keyed(Read(Missing::EmptyArray), Keys::First),
+            ),
+            (
+                "lpos k e rank 1 count 2",
+                Command::Keyed(Read(Missing::EmptyArray), Keys::First),
+            ),
+            ("lpos k e", Command::Keyed(Read(Missing::Nil), Keys::First)),
             ("mget a b", Command::Keyed(ReadEach, Keys::All)),
             ("exists a b", Command::Keyed(Count, Keys::All)),
             ("set k v", Command::Keyed(Write, Keys::First)),

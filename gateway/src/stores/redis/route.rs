@@ -616,19 +616,10 @@ impl<'a> Connection<'a> {
         let now = crate::now();
         match effect {
             Effect::Read(_) | Effect::ReadEach | Effect::Count => {
-                let read = ReadContext {
-                    tenant: &tenant,
-                    store: &self.route.name,
-                    bound_subject: bound.as_deref(),
-                    purpose: None,
-                };
+                let (store, bound) = (&self.route.name, bound.as_deref());
                 let hidden: Vec<bool> = owners
                     .iter()
-                    .map(|(subject, purpose, category)| {
-                        // The key's pattern is its stamp; Redis itself drops it at its deadline.
-                        let stamp = stamp_of(&tenant, subject, purpose, category, now, &view);
-                        decide_read(&view, &read, Some(&stamp), now).is_err()
-                    })
+                    .map(|owner| readable(&view, &tenant, store, bound, owner, now).is_err())
                     .collect();
                 Ok(read_plan(effect, args, &positions, hidden))
             }
@@ -640,15 +631,16 @@ impl<'a> Connection<'a> {
                 };
                 if reveals(args) {
                     // Its answer is stored data: the caller must be allowed to read it too.
-                    let read = ReadContext {
-                        tenant: &tenant,
-                        store: &self.route.name,
-                        bound_subject: bound.as_deref(),
-                        purpose: None,
-                    };
-                    for (subject, purpose, category) in &owners {
-                        let stamp = stamp_of(&tenant, subject, purpose, category, now, &view);
-                        decide_read(&view, &read, Some(&stamp), now).map_err(refused)?;
+                    for owner in &owners {
+                        readable(
+                            &view,
+                            &tenant,
+                            &self.route.name,
+                            bound.as_deref(),
+                            owner,
+                            now,
+                        )
+                        .map_err(refused)?;
                     }
                 }
                 let held = self.held(&names, &written).await?;
@@ -920,7 +912,7 @@ impl<'a> Connection<'a> {
         };
         let tenant = ctx.tenant().to_owned();
         let bound = ctx.bound.then(|| ctx.subject.clone()).flatten();
-        let mut mine: Vec<(Vec<u8>, String, String, String)> = Vec::new();
+        let mut mine: Vec<(Vec<u8>, (String, String, String))> = Vec::new();
         for key in keys {
             let Reply::Bulk(key) = key else {
                 continue;
@@ -928,12 +920,11 @@ impl<'a> Connection<'a> {
             let Ok(text) = std::str::from_utf8(&key) else {
                 continue;
             };
-            if let Ok(owners) = self.owners(&[text]) {
-                let (subject, purpose, category) = owners.into_iter().next().unwrap_or_default();
-                mine.push((key, subject, purpose, category));
+            if let Some(owner) = self.owners(&[text]).ok().and_then(|o| o.into_iter().next()) {
+                mine.push((key, owner));
             }
         }
-        let subjects: Vec<&str> = mine.iter().map(|m| m.1.as_str()).collect();
+        let subjects: Vec<&str> = mine.iter().map(|(_, owner)| owner.0.as_str()).collect();
         let view = self
             .state
             .policy
@@ -945,19 +936,11 @@ impl<'a> Connection<'a> {
             Err(frame) => return Ok(frame),
         };
         let now = crate::now();
-        let read = ReadContext {
-            tenant: &tenant,
-            store: &self.route.name,
-            bound_subject: bound.as_deref(),
-            purpose: None,
-        };
+        let (store, bound) = (&self.route.name, bound.as_deref());
         let visible: Vec<Reply> = mine
             .into_iter()
-            .filter(|(_, subject, purpose, category)| {
-                let stamp = stamp_of(&tenant, subject, purpose, category, now, &view);
-                decide_read(&view, &read, Some(&stamp), now).is_ok()
-            })
-            .map(|(key, ..)| Reply::Bulk(key))
+            .filter(|(_, owner)| readable(&view, &tenant, store, bound, owner, now).is_ok())
+            .map(|(key, _)| Reply::Bulk(key))
             .collect();
         Ok(Reply::Array(vec![cursor, Reply::Array(visible)]))
     }
@@ -992,6 +975,26 @@ fn read_plan(effect: Effect, args: &[Vec<u8>], positions: &[usize], hidden: Vec<
         },
         _ => Plan::forward(args.to_vec()),
     }
+}
+
+/// May `subject`'s key (kept for `purpose` and `category`) be read by the caller of `tenant`
+/// (bound to `bound`, if its token is), from route `store`?
+fn readable(
+    view: &crate::data::policy_cache::View,
+    tenant: &str,
+    store: &str,
+    bound: Option<&str>,
+    (subject, purpose, category): &(String, String, String),
+    now: DateTime<Utc>,
+) -> Result<(), Refusal> {
+    let read = ReadContext {
+        tenant,
+        store,
+        bound_subject: bound,
+        purpose: None,
+    };
+    let stamp = stamp_of(tenant, subject, purpose, category, now, view);
+    decide_read(view, &read, Some(&stamp), now)
 }
 
 /// The stamp a key's pattern gives it: its owner and use; its deadline is Redis' to keep, so a
