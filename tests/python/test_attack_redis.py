@@ -274,3 +274,37 @@ def test_a_write_that_answers_with_stored_data_needs_retrieve_consent(lethe, dir
             call()
     assert r.get(key) is None, "read as missing without retrieve consent"
     assert direct.get(key) == "secret" and direct.lrange(stack, 0, -1) == ["secret"] and direct.get(counter) == "41"
+
+
+def test_writers_racing_the_erasure_leave_none_of_the_subjects_keys(lethe, direct):
+    """Four clients write the subject's keys in a loop while its erasure is filed, approved and
+    completed: what a flip overtook is undone, what comes after it is refused, and once the
+    request says completed Redis holds none of the subject's keys, counted there."""
+    import threading
+    alice = someone()
+    consent(lethe, alice)
+    stop, written = threading.Event(), []
+
+    def write(n):
+        r = agent(lethe, alice)
+        i = 0
+        while not stop.is_set():
+            try:
+                r.set(f"{TENANT}:{alice}:race{n}:{i}", "v")
+                written.append(1)
+            except redis.exceptions.ResponseError:
+                pass
+            i += 1
+
+    writers = [threading.Thread(target=write, args=(n,)) for n in range(4)]
+    for w in writers:
+        w.start()
+    wait_for("writes landing", lambda: len(written) >= 50)
+    done, results = lethe.erase_to_completion(alice)
+    remaining = len(list(direct.scan_iter(match=f"{TENANT}:{alice}:*", count=1000)))
+    stop.set()
+    for w in writers:
+        w.join()
+    assert done["state"] == "completed" and results["redis:redis"]["remaining"] == 0
+    assert remaining == 0, f"{remaining} keys of the erased subject in Redis at completion"
+    assert not list(direct.scan_iter(match=f"{TENANT}:{alice}:*", count=1000)), "nothing landed after it"

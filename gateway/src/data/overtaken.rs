@@ -7,7 +7,7 @@ use std::future::Future;
 
 use lethe_policy::{Refusal, still_current};
 
-use super::Upstream;
+use super::DataState;
 use super::derivation::Derivations;
 use super::error::DataError;
 use crate::state::ItemRecord;
@@ -32,7 +32,7 @@ pub enum Recording {
 /// given the overtaken rows and answers those it could not undo, which stay recorded for the
 /// purge to find. Refuses with the overtaking flip's reason when anything was overtaken.
 pub async fn keep_unless_overtaken<F, Fut>(
-    upstream: &Upstream<'_>,
+    state: &DataState,
     tenant: &str,
     rows: Vec<ItemRecord>,
     recording: Recording,
@@ -43,7 +43,6 @@ where
     F: FnOnce(Vec<ItemRecord>) -> Fut,
     Fut: Future<Output = Vec<ItemRecord>>,
 {
-    let state = upstream.state;
     if recording == Recording::First {
         state.store.record_items(&rows).await?;
     }

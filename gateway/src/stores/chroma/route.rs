@@ -145,7 +145,15 @@ async fn write(
         }
     };
     let derived = Some(&derivations);
-    keep_unless_overtaken(upstream, tenant, rows, Recording::Batched, derived, undo).await?;
+    keep_unless_overtaken(
+        upstream.state,
+        tenant,
+        rows,
+        Recording::Batched,
+        derived,
+        undo,
+    )
+    .await?;
     state
         .derivation
         .accepted(ctx, derivations, &written, &rewritten)

@@ -269,7 +269,7 @@ async fn create_thread(
     // Registered before the client learns the id: its next request is decided on it.
     let undo = |rows| undo_with(upstream, Method::DELETE, undo_path, Bytes::new(), rows);
     keep_unless_overtaken(
-        upstream,
+        upstream.state,
         ctx.tenant(),
         vec![row],
         Recording::AtOnce,
@@ -453,7 +453,7 @@ async fn put_item(
     let undo = |rows| undo_with(upstream, Method::DELETE, path.to_owned(), undo_body, rows);
     let derived = Some(&derivations);
     keep_unless_overtaken(
-        upstream,
+        upstream.state,
         ctx.tenant(),
         vec![row],
         Recording::Batched,

@@ -303,7 +303,7 @@ async fn keep(
         left
     };
     keep_unless_overtaken(
-        upstream,
+        upstream.state,
         about.tenant(),
         rows,
         Recording::First,

@@ -329,7 +329,7 @@ async fn record_written(
         }
     };
     keep_unless_overtaken(
-        upstream,
+        upstream.state,
         ctx.tenant(),
         rows,
         Recording::Batched,

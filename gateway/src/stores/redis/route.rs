@@ -11,7 +11,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use lethe_policy::{
     Action, Held, Layer, Overwrite, ReadContext, Refusal, Stamp, WriteFacts, decide_read,
-    decide_write_over, still_current,
+    decide_write_over,
 };
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
@@ -20,6 +20,7 @@ use super::commands::{Command, Effect, Keys, Missing, classify, key_positions, r
 use super::keys::{Pattern, owner};
 use super::resp::{Frames, Proto, Reply, command_bytes};
 use crate::data::forward::Route;
+use crate::data::overtaken::{Recording, keep_unless_overtaken};
 use crate::data::{DataState, RequestContext};
 use crate::state::ItemRecord;
 
@@ -107,6 +108,20 @@ impl Plan {
             written: Vec::new(),
             deleted: Vec::new(),
         }
+    }
+
+    /// The keys written that Redis holds after the write: its answers to the `EXISTS` that
+    /// end the plan's commands (`replies` answer `send` one for one).
+    fn kept(&self, replies: &[Reply]) -> Vec<(String, Stamp)> {
+        let exists = replies
+            .get(replies.len().saturating_sub(self.written.len())..)
+            .unwrap_or_default();
+        self.written
+            .iter()
+            .zip(exists)
+            .filter(|(_, held)| **held == Reply::Int(1))
+            .map(|(written, _)| written.clone())
+            .collect()
     }
 
     /// The client's answer from Redis' answers to this plan's commands.
@@ -694,6 +709,11 @@ impl<'a> Connection<'a> {
                         b"LT".to_vec(),
                     ]);
                 }
+                // What Redis holds after the write decides what lineage records: a write that
+                // wrote nothing (LPUSHX, SETNX, EXPIRE of a missing key) claims nothing.
+                for (key, _) in &written_stamps {
+                    send.push(vec![b"EXISTS".to_vec(), key.as_bytes().to_vec()]);
+                }
                 let deleted = match effect {
                     Effect::Delete => names.iter().map(|k| (*k).to_owned()).collect(),
                     _ => Vec::new(),
@@ -776,8 +796,9 @@ impl<'a> Connection<'a> {
                 return Err(unavailable("upstream_unavailable", &e));
             }
         };
+        let kept = plan.kept(&replies);
         let answer = plan.assemble(replies);
-        Ok(self.settled(&plan.written, &plan.deleted, answer).await)
+        Ok(self.settled(&kept, &plan.deleted, answer).await)
     }
 
     /// Runs a client's transaction: every plan's commands in one `MULTI`/`EXEC`.
@@ -809,8 +830,8 @@ impl<'a> Connection<'a> {
         let (mut written, mut deleted) = (Vec::new(), Vec::new());
         for plan in &plans {
             let mine: Vec<Reply> = replies.by_ref().take(plan.send.len()).collect();
+            written.extend(plan.kept(&mine));
             answers.push(plan.assemble(mine));
-            written.extend(plan.written.iter().cloned());
             deleted.extend(plan.deleted.iter().cloned());
         }
         Ok(self
@@ -819,8 +840,10 @@ impl<'a> Connection<'a> {
     }
 
     /// After Redis took a command: the keys it removed are marked deleted in lineage, and the
-    /// keys it wrote are recorded there (for the dry run, the inventory and the sweeper, which
-    /// unlinks a revoked consent's keys), unless a flip overtook the write.
+    /// keys it holds written are kept unless a flip overtook the write (the data plane's own
+    /// step: the overtaken keys are unlinked again and the write refused; those that cannot be
+    /// are recorded for the purge), recorded in lineage for the dry run, the inventory and the
+    /// sweeper (which unlinks a revoked consent's keys).
     async fn settled(
         &mut self,
         written: &[(String, Stamp)],
@@ -841,52 +864,39 @@ impl<'a> Connection<'a> {
         {
             return unavailable("state_unavailable", "the state store cannot be written");
         }
-        let answer = self.unless_overtaken(written, answer).await;
-        if !matches!(answer, Reply::Error(_)) && !written.is_empty() {
-            let rows = written
-                .iter()
-                .map(|(key, stamp)| {
-                    ItemRecord::stamped(
-                        &self.route.name,
-                        KEYS,
-                        key.clone(),
-                        stamp.clone(),
-                        now,
-                        None,
-                    )
-                })
-                .collect();
-            self.state.lineage.record(rows).await;
-        }
-        answer
-    }
-
-    /// After a write: if a flip overtook it (the subject was suppressed, or moved to a new
-    /// epoch, while Redis took it), the keys written are unlinked again and the write refused.
-    async fn unless_overtaken(&mut self, written: &[(String, Stamp)], answer: Reply) -> Reply {
-        let mut overtaken = Vec::new();
-        for (key, stamp) in written {
-            let Ok(view) = self
-                .state
-                .policy
-                .view(&stamp.tenant, [stamp.subject.as_str()])
-                .await
-            else {
-                return unavailable("state_unavailable", "the state store cannot be read");
-            };
-            if let Err(refusal) = still_current(&view, stamp) {
-                overtaken.push((key.clone(), refusal));
-            }
-        }
-        let Some((_, refusal)) = overtaken.first().cloned() else {
+        let Some((_, first)) = written.first() else {
             return answer;
         };
-        let unlink: Vec<Vec<u8>> = std::iter::once(b"UNLINK".to_vec())
-            .chain(overtaken.iter().map(|(k, _)| k.as_bytes().to_vec()))
+        let tenant = first.tenant.clone();
+        let rows = written
+            .iter()
+            .map(|(key, stamp)| {
+                ItemRecord::stamped(
+                    &self.route.name,
+                    KEYS,
+                    key.clone(),
+                    stamp.clone(),
+                    now,
+                    None,
+                )
+            })
             .collect();
-        match self.call(&[unlink]).await {
-            Ok(_) => refused(refusal),
-            Err(gone) => gone,
+        let state: &Arc<DataState> = self.state;
+        let undo = |overtaken: Vec<ItemRecord>| async move {
+            let unlink: Vec<Vec<u8>> = std::iter::once(b"UNLINK".to_vec())
+                .chain(overtaken.iter().map(|r| r.item_id.as_bytes().to_vec()))
+                .collect();
+            match self.call(&[unlink]).await {
+                Ok(_) => Vec::new(),
+                Err(_) => overtaken,
+            }
+        };
+        match keep_unless_overtaken(state, &tenant, rows, Recording::Batched, None, undo).await {
+            Ok(()) => answer,
+            Err(e) if e.status == hyper::StatusCode::SERVICE_UNAVAILABLE => {
+                unavailable(e.code.as_str(), &e.message)
+            }
+            Err(e) => refused_with(e.code.as_str(), &e.message),
         }
     }
 
