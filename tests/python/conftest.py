@@ -27,10 +27,22 @@ TENANT = "acme"
 GLOBEX = "globex"
 
 
+_handed_out = set()
+
+
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port nothing listens on now and this test run has not handed out before.
+
+    The kernel may give the same ephemeral port to two binds in a row once the
+    first socket is closed, so two servers started from one fixture could be
+    told the same port; remembering what was handed out rules that out."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _handed_out:
+            _handed_out.add(port)
+            return port
 
 
 def wait_for(what, check, deadline=30.0):
