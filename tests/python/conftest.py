@@ -45,6 +45,19 @@ def free_port():
             return port
 
 
+def certificates(folder):
+    """A private CA and a certificate for 127.0.0.1 it signed (openssl)."""
+    run = lambda *args: subprocess.run(["openssl", *args], cwd=folder, check=True, capture_output=True)
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+    run("req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.pem", "-days", "2", "-subj", "/CN=lethe test CA")
+    run("req", *ec, "-keyout", "leaf.key", "-out", "leaf.csr", "-subj", "/CN=127.0.0.1")
+    (folder / "leaf.ext").write_text("subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n"
+                                     "keyUsage=digitalSignature\nextendedKeyUsage=serverAuth\n")
+    run("x509", "-req", "-in", "leaf.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
+        "-out", "leaf.pem", "-days", "2", "-extfile", "leaf.ext")
+    return folder / "ca.pem", folder / "leaf.pem", folder / "leaf.key"
+
+
 def wait_for(what, check, deadline=30.0):
     """Polls `check` until it returns a truthy value or the deadline passes."""
     end = time.monotonic() + deadline

@@ -11,7 +11,7 @@ from pathlib import Path
 import openai
 import pytest
 
-from conftest import TENANT, http, own_lethe, wait_for
+from conftest import TENANT, certificates, http, own_lethe, wait_for
 
 
 @pytest.fixture(scope="module")
@@ -233,19 +233,6 @@ def test_an_erasure_deletes_the_subjects_provider_objects_and_certifies_the_wind
     assert certificate["exceptions"] and all(e.startswith("chroma:chroma: ") and "with no date" in e
                                              for e in certificate["exceptions"]), certificate["exceptions"]
     assert certificate["final_copy_expiry"] is None
-
-
-def certificates(folder):
-    """A private CA and a certificate for 127.0.0.1 it signed (openssl)."""
-    run = lambda *args: subprocess.run(["openssl", *args], cwd=folder, check=True, capture_output=True)
-    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
-    run("req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.pem", "-days", "2", "-subj", "/CN=lethe test CA")
-    run("req", *ec, "-keyout", "leaf.key", "-out", "leaf.csr", "-subj", "/CN=127.0.0.1")
-    (folder / "leaf.ext").write_text("subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n"
-                                     "keyUsage=digitalSignature\nextendedKeyUsage=serverAuth\n")
-    run("x509", "-req", "-in", "leaf.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
-        "-out", "leaf.pem", "-days", "2", "-extfile", "leaf.ext")
-    return folder / "ca.pem", folder / "leaf.pem", folder / "leaf.key"
 
 
 def test_a_provider_behind_tls_is_reached_only_when_its_certificate_verifies(chroma, tmp_path):

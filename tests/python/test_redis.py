@@ -2,6 +2,7 @@
 `RedisChatMessageHistory`, against a real Redis (127.0.0.1:6379): every outcome is counted
 straight in Redis, around Lethe."""
 
+import subprocess
 import time
 
 import pytest
@@ -9,7 +10,7 @@ import redis
 from langchain_community.chat_message_histories import RedisChatMessageHistory
 from langchain_core.messages import AIMessage, HumanMessage
 
-from conftest import GLOBEX, TENANT, own_lethe, someone, wait_for
+from conftest import GLOBEX, TENANT, certificates, free_port, own_lethe, someone, wait_for
 
 REDIS = "redis://127.0.0.1:6379"
 RETENTION_MS = 30 * 24 * 3600 * 1000
@@ -301,3 +302,59 @@ def test_keys_are_in_lineage_and_a_revoked_consents_keys_are_unlinked_by_the_swe
     assert agent(lethe).get(f"{TENANT}:{alice}:a") is None, "no retrieve consent: read as missing at once"
     wait_for("the sweeper", lambda: direct.exists(f"{TENANT}:{alice}:a", f"{TENANT}:{alice}:b") == 0)
     assert direct.get(f"{TENANT}:{bob}:a") == "1"
+
+
+@pytest.fixture
+def tls_redis(tmp_path):
+    """A Redis of the test's own that speaks TLS only (a private CA signed its certificate) and
+    wants a password; answers its URL, its CA and a client of it that verifies."""
+    ca, cert, key = certificates(tmp_path)
+    port = free_port()
+    server = subprocess.Popen(["redis-server", "--port", "0", "--tls-port", str(port), "--bind", "127.0.0.1",
+                               "--tls-cert-file", str(cert), "--tls-key-file", str(key), "--tls-ca-cert-file", str(ca),
+                               "--tls-auth-clients", "no", "--requirepass", "tls-secret", "--save", "",
+                               "--appendonly", "no"], stdout=subprocess.DEVNULL)
+    direct = redis.Redis(host="127.0.0.1", port=port, password="tls-secret", ssl=True, ssl_ca_certs=str(ca),
+                         decode_responses=True)
+    try:
+        wait_for("the TLS Redis", direct.ping)
+        yield f"rediss://127.0.0.1:{port}", ca, direct
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+
+
+def test_a_tls_redis_is_reached_only_when_its_certificate_verifies(chroma, tmp_path, tls_redis):
+    url, ca, direct = tls_redis
+    credential = 'credential = { header = "default", value = { value = "tls-secret" } }\n'
+    for folder in ("trusting", "doubting"):
+        (tmp_path / folder).mkdir()
+    trusting = own_lethe(chroma, tmp_path / "trusting", f'[data_plane]\nupstream_ca = {{ file = "{ca}" }}\n',
+                         redis_url=url, redis_settings=credential)
+    doubting = own_lethe(chroma, tmp_path / "doubting", "", redis_url=url, redis_settings=credential)
+    try:
+        for instance in (trusting, doubting):
+            status, body = instance.call("PUT", "/v1/retention-rules", {"rules": [
+                {"purpose": "support", "category": "conversation", "max_age": "30d"}]})
+            assert status == 200, body
+        alice, bob = someone(), someone()
+        for subject in (alice, bob):
+            consent(trusting, subject)
+            agent(trusting, subject).rpush(f"message_store:{TENANT}:{subject}", "over TLS")
+        assert agent(trusting).lrange(f"message_store:{TENANT}:{alice}", 0, -1) == ["over TLS"]
+        key = f"message_store:{TENANT}:{alice}"
+        assert direct.lrange(key, 0, -1) == ["over TLS"] and 0 < direct.pttl(key) <= RETENTION_MS
+
+        # A certificate no trusted CA signed: refused, nothing sent in the clear instead.
+        consent(doubting, alice)
+        refused("upstream_unavailable", lambda: agent(doubting, alice).rpush(key, "unverified"))
+        assert direct.llen(key) == 1
+
+        # The purge reaches the same Redis over TLS, and counts there.
+        assert trusting.dry_run(alice)["redis:redis"] == 1
+        done, results = trusting.erase_to_completion(alice)
+        assert results["redis:redis"]["deleted"] == 1 and results["redis:redis"]["remaining"] == 0
+        assert direct.exists(key) == 0 and direct.llen(f"message_store:{TENANT}:{bob}") == 1
+    finally:
+        trusting.stop()
+        doubting.stop()

@@ -193,14 +193,14 @@ fn what_cannot_work_is_refused_up_front() {
         subject_field = "lethe_subject"
         [[erasure.redis]]
         name = "cache"
-        urls = ["rediss://cache.internal:6380"]
+        urls = ["rediss://cache.internal:port"]
         patterns = ["{tenant}:{subject}:*"]
     "#;
     let joined = crate::cli::check(text).unwrap_err().problems.join("\n");
     for needle in [
         "state.url: \"sqlite:relative.db\"",
         "[[routes]] #1 (vectors): adapter \"weaviate\": no such store (known: chroma, langgraph, openai, qdrant, redis)",
-        "rediss:// is not supported",
+        "[[erasure.redis]] #1 (cache): urls: rediss://cache.internal:port: the port is not a number",
         "[[routes]] #2 (mem0): purpose: must be 1 to 200 bytes without control characters or '/'",
         "[[routes]] #2 (mem0): subject_field \"lethe_subject\": name a payload key of the app's own",
     ] {
@@ -352,7 +352,7 @@ fn erasure_targets_follow_routes_and_configured_stores() {
         "max_attempts",
         "count statement",
         "redis:nowhere",
-        "redis://host",
+        "http://x is not a redis:// or rediss:// URL",
         "{subject}",
         "\"vectors\" is not a route",
         "[[erasure.memcached]] #1 (hot): no store only erasure reaches is called \"memcached\" (known: postgres, redis, sqlite)",
@@ -509,6 +509,12 @@ fn a_route_is_reached_the_way_its_store_speaks() {
         prefix = "/cache"
         upstream = "redis://127.0.0.1:6379"
         adapter = "chroma"
+        [[routes]]
+        name = "sessions"
+        listen = "127.0.0.1:7601"
+        upstream = "rediss://:secret@127.0.0.1:6379/x"
+        adapter = "redis"
+        keys = [{ pattern = "{tenant}:{subject}:*", purpose = "support", category = "conversation" }]
     "#;
     let joined = crate::cli::check(text).unwrap_err().problems.join("\n");
     for needle in [
@@ -519,6 +525,7 @@ fn a_route_is_reached_the_way_its_store_speaks() {
         "[[routes]] #3 (own): prefix: missing; qdrant is reached by it",
         "route taken: listen 127.0.0.1:7400 is data_plane.listen too",
         "[[routes]] #5 (cache): upstream \"redis://127.0.0.1:6379\": chroma speaks http, https",
+        "[[routes]] #6 (sessions): upstream: rediss://127.0.0.1:6379/x: the database \"x\" is not a number",
     ] {
         assert!(
             joined.contains(needle),

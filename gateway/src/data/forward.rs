@@ -161,39 +161,19 @@ async fn within<T>(route: &Route, work: impl Future<Output = T>) -> Result<T, Da
 #[derive(Clone)]
 pub struct Upstreams {
     client: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
+    tls: Arc<rustls::ClientConfig>,
     max_answer_bytes: usize,
 }
 
 impl Upstreams {
-    /// A pooled client for `http://` and `https://` upstreams. TLS trusts Mozilla's roots and, when
-    /// given, the certificates of `extra_ca` (PEM), for upstreams behind a private CA.
+    /// A pooled client for `http://` and `https://` upstreams, with the TLS of `tls_client`.
     pub fn new(max_answer_bytes: usize, extra_ca: Option<&[u8]>) -> Result<Self, String> {
-        use rustls::pki_types::CertificateDer;
-        use rustls::pki_types::pem::PemObject;
-        let mut roots = rustls::RootCertStore::empty();
-        roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
-        if let Some(pem) = extra_ca {
-            let mut added = 0;
-            for cert in CertificateDer::pem_slice_iter(pem) {
-                let cert = cert.map_err(|e| format!("upstream_ca: {e}"))?;
-                roots.add(cert).map_err(|e| format!("upstream_ca: {e}"))?;
-                added += 1;
-            }
-            if added == 0 {
-                return Err("upstream_ca: no certificate in the PEM".into());
-            }
-        }
-        let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-        let tls = rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .map_err(|e| format!("TLS: {e}"))?
-            .with_root_certificates(roots)
-            .with_no_client_auth();
+        let tls = tls_client(extra_ca)?;
         let mut http = HttpConnector::new();
         http.set_nodelay(true);
         http.enforce_http(false);
         let connector = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_tls_config(tls)
+            .with_tls_config(rustls::ClientConfig::clone(&tls))
             .https_or_http()
             .enable_http1()
             .wrap_connector(http);
@@ -207,6 +187,7 @@ impl Upstreams {
             .build(connector);
         Ok(Upstreams {
             client,
+            tls,
             max_answer_bytes,
         })
     }
@@ -216,15 +197,12 @@ impl Upstreams {
         config: &crate::config::Config,
         max_answer_bytes: usize,
     ) -> Result<Self, String> {
-        let extra_ca = match &config.data_plane.upstream_ca {
-            Some(secret) => Some(
-                secret
-                    .resolve()
-                    .map_err(|e| format!("data_plane.upstream_ca: {e}"))?,
-            ),
-            None => None,
-        };
-        Upstreams::new(max_answer_bytes, extra_ca.as_deref())
+        Upstreams::new(max_answer_bytes, extra_ca(config)?.as_deref())
+    }
+
+    /// The TLS every upstream is reached with, for stores spoken to in a protocol of their own.
+    pub fn tls(&self) -> Arc<rustls::ClientConfig> {
+        self.tls.clone()
     }
 
     /// Sends `body` to the route's upstream and reads the whole answer.
@@ -367,6 +345,49 @@ impl Upstreams {
         }
         Ok(response)
     }
+}
+
+/// The certificates of a configuration's `data_plane.upstream_ca`, when it names some.
+fn extra_ca(config: &crate::config::Config) -> Result<Option<Vec<u8>>, String> {
+    match &config.data_plane.upstream_ca {
+        Some(secret) => secret
+            .resolve()
+            .map(Some)
+            .map_err(|e| format!("data_plane.upstream_ca: {e}")),
+        None => Ok(None),
+    }
+}
+
+/// TLS to upstreams: Mozilla's roots and, when given, the certificates of `extra_ca` (PEM), for
+/// upstreams behind a private CA. Certificates are always verified.
+pub fn tls_client(extra_ca: Option<&[u8]>) -> Result<Arc<rustls::ClientConfig>, String> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+    if let Some(pem) = extra_ca {
+        let mut added = 0;
+        for cert in CertificateDer::pem_slice_iter(pem) {
+            let cert = cert.map_err(|e| format!("upstream_ca: {e}"))?;
+            roots.add(cert).map_err(|e| format!("upstream_ca: {e}"))?;
+            added += 1;
+        }
+        if added == 0 {
+            return Err("upstream_ca: no certificate in the PEM".into());
+        }
+    }
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let tls = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| format!("TLS: {e}"))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(Arc::new(tls))
+}
+
+/// The TLS of a configuration's upstreams (its `data_plane.upstream_ca`).
+pub fn tls_of(config: &crate::config::Config) -> Result<Arc<rustls::ClientConfig>, String> {
+    tls_client(extra_ca(config)?.as_deref())
 }
 
 #[cfg(test)]

@@ -61,9 +61,16 @@ pub trait RouteStore: Send + Sync + fmt::Debug {
     /// How its clients reach it, and what serves them.
     fn serving(&self) -> Serving<'_>;
 
-    /// The URL schemes its `upstream` may have.
-    fn upstream_schemes(&self) -> &'static [&'static str] {
-        &["http", "https"]
+    /// What is wrong with `upstream` for this store (an HTTP store takes `http://` and
+    /// `https://` URLs).
+    fn upstream_problem(&self, upstream: &str) -> Option<String> {
+        let scheme = upstream
+            .parse::<hyper::Uri>()
+            .ok()
+            .and_then(|uri| uri.scheme_str().map(str::to_owned));
+        scheme
+            .filter(|s| !["http", "https"].contains(&s.as_str()))
+            .map(|_| format!("upstream {upstream:?}: {} speaks http, https", self.kind()))
     }
 
     /// How long the store keeps copies of what it was sent after deleting them (a provider's

@@ -62,24 +62,6 @@ impl ConnectorError {
             ConnectorError::Unavailable(message)
         }
     }
-
-    /// A Redis error: refused credentials or ACL permissions, a bad URL, or a replica where a
-    /// primary was configured are misconfigurations.
-    pub fn from_redis(what: &str, e: &redis::RedisError) -> Self {
-        let message = format!("{what}: {e}");
-        let misconfigured = matches!(
-            e.kind(),
-            redis::ErrorKind::AuthenticationFailed | redis::ErrorKind::InvalidClientConfig
-        ) || matches!(
-            e.code(),
-            Some("NOAUTH" | "WRONGPASS" | "NOPERM" | "READONLY")
-        );
-        if misconfigured {
-            ConnectorError::Misconfigured(message)
-        } else {
-            ConnectorError::Unavailable(message)
-        }
-    }
 }
 
 #[cfg(test)]

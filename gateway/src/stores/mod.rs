@@ -120,22 +120,10 @@ fn reach_problems(
         "prefix"
     };
     let kind = store.kind();
-    let schemes = store.upstream_schemes();
-    let scheme = route
-        .upstream
-        .parse::<hyper::Uri>()
-        .ok()
-        .and_then(|uri| uri.scheme_str().map(str::to_owned));
     [
         given.then(|| format!("{kind} is reached by {}, not {other}", serving.key())),
         missing.then(|| format!("{}: missing; {kind} is reached by it", serving.key())),
-        scheme.filter(|s| !schemes.contains(&s.as_str())).map(|_| {
-            format!(
-                "upstream {:?}: {kind} speaks {}",
-                route.upstream,
-                schemes.join(", ")
-            )
-        }),
+        store.upstream_problem(&route.upstream),
     ]
     .into_iter()
     .flatten()

@@ -3,16 +3,20 @@
 //! a Redis route's store, and the `[[erasure.redis]]` deployments no route fronts.
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use redis::aio::MultiplexedConnection;
-
 use serde::Deserialize;
 
+use super::client::{Client, ClientError, Server};
+use super::resp::{Proto, Reply};
 use crate::erasure::{Target, TargetKind};
 use crate::purge::{Connector, ConnectorError, Copy, Physical, PurgeReport, Subjects};
 use crate::state::ExpiredItem;
+
+/// How long one connection or one exchange with Redis may take.
+const TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A Redis deployment: every primary is scanned with every pattern.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -20,7 +24,8 @@ use crate::state::ExpiredItem;
 pub struct RedisTarget {
     /// Names the target `redis:<name>`.
     pub name: String,
-    /// `redis://host:port[/db]` of every primary.
+    /// `redis://` or `rediss://` (TLS, verified) `[user:password@]host:port[/db]` of every
+    /// primary.
     pub urls: Vec<String>,
     /// Key patterns with `{tenant}` and `{subject}`, e.g. `{tenant}:{subject}:*`.
     pub patterns: Vec<String>,
@@ -29,11 +34,15 @@ pub struct RedisTarget {
 impl RedisTarget {
     fn problems(&self) -> Vec<String> {
         let mut problems = Vec::new();
-        if self.urls.is_empty() || self.urls.iter().any(|u| !u.starts_with("redis://")) {
-            problems.push(
-                "urls must list every primary as redis://host:port (rediss:// is not supported: Lethe's Redis client is built without TLS; reach a TLS primary through a local TLS tunnel)".to_owned(),
-            );
+        if self.urls.is_empty() {
+            problems.push("urls: list every primary (redis:// or rediss://)".to_owned());
         }
+        problems.extend(
+            self.urls
+                .iter()
+                .filter_map(|url| Server::of_url(url, None).err())
+                .map(|e| format!("urls: {e}")),
+        );
         if self.patterns.is_empty() || self.patterns.iter().any(|p| !p.contains("{subject}")) {
             problems.push(
                 "every pattern must contain {subject}, or it would match other subjects' keys"
@@ -48,13 +57,17 @@ impl RedisTarget {
 pub const TARGET_KIND: TargetKind = TargetKind {
     name: "redis",
     problems: |settings, _| read(settings).err().unwrap_or_default(),
-    target: |settings, _| {
+    target: |settings, config| {
         let target = read(settings).map_err(|problems| problems.join("; "))?;
+        let servers = target
+            .urls
+            .iter()
+            .map(|url| Server::of_url(url, None))
+            .collect::<Result<_, _>>()?;
+        let tls = crate::data::forward::tls_of(config)?;
         let name = format!("redis:{}", target.name);
-        Ok(Target::own(
-            &name,
-            std::sync::Arc::new(RedisConnector::new(target)),
-        ))
+        let connector = RedisConnector::new(&target.name, servers, target.patterns, tls);
+        Ok(Target::own(&name, Arc::new(connector)))
     },
 };
 
@@ -67,12 +80,50 @@ fn read(settings: &toml::Table) -> Result<RedisTarget, Vec<String>> {
 }
 
 pub struct RedisConnector {
-    target: RedisTarget,
+    name: String,
+    servers: Vec<Server>,
+    patterns: Vec<String>,
+    tls: Arc<rustls::ClientConfig>,
 }
 
 impl RedisConnector {
-    pub fn new(target: RedisTarget) -> Self {
-        RedisConnector { target }
+    pub fn new(
+        name: &str,
+        servers: Vec<Server>,
+        patterns: Vec<String>,
+        tls: Arc<rustls::ClientConfig>,
+    ) -> Self {
+        RedisConnector {
+            name: name.to_owned(),
+            servers,
+            patterns,
+            tls,
+        }
+    }
+
+    fn failed(&self, e: ClientError) -> ConnectorError {
+        let message = format!("{}: {e}", self.name);
+        match e {
+            ClientError::Misconfigured(_) => ConnectorError::Misconfigured(message),
+            ClientError::Unavailable(_) => ConnectorError::Unavailable(message),
+        }
+    }
+
+    /// Every primary; none is a misconfiguration, never a purge that found nothing.
+    fn servers(&self) -> Result<&[Server], ConnectorError> {
+        match self.servers.is_empty() {
+            true => Err(ConnectorError::Misconfigured(format!(
+                "{}: no Redis server to reach",
+                self.name
+            ))),
+            false => Ok(&self.servers),
+        }
+    }
+
+    async fn connect(&self, server: &Server) -> Result<Client, ConnectorError> {
+        Client::connect(server, &self.tls, Proto::Resp2, TIMEOUT)
+            .await
+            .map_err(|e| self.failed(e))
     }
 }
 
@@ -89,10 +140,10 @@ fn glob_escape(value: &str) -> String {
     out
 }
 
-fn patterns(target: &RedisTarget, tenant: &str, keys: &[String]) -> Vec<String> {
+fn patterns(patterns: &[String], tenant: &str, keys: &[String]) -> Vec<String> {
     keys.iter()
         .flat_map(|key| {
-            target.patterns.iter().map(move |p| {
+            patterns.iter().map(move |p| {
                 p.replace("{tenant}", &glob_escape(tenant))
                     .replace("{subject}", &glob_escape(key))
             })
@@ -122,16 +173,16 @@ fn candidates<'a>(pattern: &str, tenant: &str, key: &'a str) -> Vec<&'a str> {
 /// The subjects' keys, those Lethe knows only by reference found again among the keys the
 /// patterns could hold (every subject's, searched with `*` in its place).
 async fn keys_of(
-    con: &mut MultiplexedConnection,
-    target: &RedisTarget,
+    con: &mut Client,
+    patterns: &[String],
     subjects: &Subjects,
-) -> Result<Vec<String>, redis::RedisError> {
+) -> Result<Vec<String>, ClientError> {
     if !subjects.any_forgotten() {
         return Ok(subjects.keys());
     }
     let tenant = subjects.tenant();
     let mut owners = BTreeSet::new();
-    for pattern in &target.patterns {
+    for pattern in patterns {
         let anyone = pattern
             .replace("{tenant}", &glob_escape(tenant))
             .replace("{subject}", "*");
@@ -148,23 +199,35 @@ async fn keys_of(
         .keys())
 }
 
-async fn scan(
-    con: &mut MultiplexedConnection,
-    pattern: &str,
-) -> Result<Vec<String>, redis::RedisError> {
+async fn scan(con: &mut Client, pattern: &str) -> Result<Vec<String>, ClientError> {
     let mut found = Vec::new();
-    let mut cursor: u64 = 0;
+    let mut cursor = b"0".to_vec();
+    let unexpected =
+        || ClientError::Unavailable("Redis' answer to SCAN is not a cursor and keys".to_owned());
     loop {
-        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
-            .arg(cursor)
-            .arg("MATCH")
-            .arg(pattern)
-            .arg("COUNT")
-            .arg(1000)
-            .query_async(con)
+        let reply = con
+            .one(&[
+                b"SCAN",
+                &cursor,
+                b"MATCH",
+                pattern.as_bytes(),
+                b"COUNT",
+                b"1000",
+            ])
             .await?;
-        found.extend(keys);
-        if next == 0 {
+        let Reply::Array(mut parts) = reply else {
+            return Err(unexpected());
+        };
+        let (Some(Reply::Array(keys)), Some(Reply::Bulk(next))) = (parts.pop(), parts.pop()) else {
+            return Err(unexpected());
+        };
+        for key in keys {
+            if let Reply::Bulk(key) = key {
+                // Keys Lethe's patterns name are text; another key cannot be the subject's.
+                found.extend(String::from_utf8(key).ok());
+            }
+        }
+        if next == b"0" {
             found.sort();
             found.dedup();
             return Ok(found);
@@ -173,24 +236,26 @@ async fn scan(
     }
 }
 
+/// The text of a bulk or simple answer.
+fn text(reply: Reply) -> Option<String> {
+    match reply {
+        Reply::Bulk(b) | Reply::Simple(b) => String::from_utf8(b).ok(),
+        _ => None,
+    }
+}
+
 /// One `CONFIG GET` value; `None` when the server does not answer it (CONFIG disabled).
-async fn config_value(con: &mut MultiplexedConnection, name: &str) -> Option<String> {
-    let pair: Vec<String> = redis::cmd("CONFIG")
-        .arg("GET")
-        .arg(name)
-        .query_async(con)
-        .await
-        .ok()?;
-    pair.get(1).cloned()
+async fn config_value(con: &mut Client, name: &str) -> Option<String> {
+    match con.one(&[b"CONFIG", b"GET", name.as_bytes()]).await.ok()? {
+        Reply::Array(pair) => pair.into_iter().nth(1).and_then(text),
+        Reply::Map(pairs) => pairs.into_iter().next().and_then(|(_, v)| text(v)),
+        _ => None,
+    }
 }
 
 /// One field of `INFO <section>`.
-async fn info_field(
-    con: &mut MultiplexedConnection,
-    section: &str,
-    field: &str,
-) -> Result<String, redis::RedisError> {
-    let info: String = redis::cmd("INFO").arg(section).query_async(con).await?;
+async fn info_field(con: &mut Client, section: &str, field: &str) -> Result<String, ClientError> {
+    let info = text(con.one(&[b"INFO", section.as_bytes()]).await?).unwrap_or_default();
     Ok(info
         .lines()
         .find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))
@@ -218,8 +283,8 @@ struct Rewrite<'a> {
 /// Starts a background rewrite and waits until the server reports it finished (its count moved
 /// and none is in progress), and whether it went well. A server busy with another child process
 /// refuses the command: it is asked again until the deadline.
-async fn rewrite(con: &mut MultiplexedConnection, r: &Rewrite<'_>) -> Result<(), String> {
-    let done = async |con: &mut MultiplexedConnection| -> Result<bool, String> {
+async fn rewrite(con: &mut Client, r: &Rewrite<'_>) -> Result<(), String> {
+    let done = async |con: &mut Client| -> Result<bool, String> {
         for field in r.in_progress {
             if info_field(con, "persistence", field)
                 .await
@@ -231,7 +296,7 @@ async fn rewrite(con: &mut MultiplexedConnection, r: &Rewrite<'_>) -> Result<(),
         }
         Ok(true)
     };
-    let started = async |con: &mut MultiplexedConnection| -> Result<Option<u64>, String> {
+    let started = async |con: &mut Client| -> Result<Option<u64>, String> {
         Ok(info_field(con, "persistence", r.started)
             .await
             .map_err(|e| e.to_string())?
@@ -249,8 +314,8 @@ async fn rewrite(con: &mut MultiplexedConnection, r: &Rewrite<'_>) -> Result<(),
     }
     let before = started(con).await?;
     loop {
-        match redis::cmd(r.command).query_async::<()>(con).await {
-            Ok(()) => break,
+        match con.one(&[r.command.as_bytes()]).await {
+            Ok(_) => break,
             // Another child (a rewrite just ending, a replica's sync) holds the server.
             Err(e) if e.to_string().contains("in progress") => {
                 if tokio::time::Instant::now() > deadline {
@@ -287,7 +352,7 @@ async fn rewrite(con: &mut MultiplexedConnection, r: &Rewrite<'_>) -> Result<(),
 /// Once the keys are unlinked, the server's files are rewritten without them (the AOF, a fresh
 /// RDB snapshot), so that nothing of the subject is left on its disk; what cannot be rewritten
 /// is named.
-async fn physical(con: &mut MultiplexedConnection, server: &str) -> Physical {
+async fn physical(con: &mut Client, server: &Server) -> Physical {
     let mut physical = Physical::done([format!("{server}: keys unlinked")]);
     let (Some(aof), Some(save)) = (
         config_value(con, "appendonly").await,
@@ -355,33 +420,42 @@ async fn physical(con: &mut MultiplexedConnection, server: &str) -> Physical {
     physical
 }
 
-/// A Redis URL without its password, for reports.
-fn server_of(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => {
-            format!("{}{}", &url[..scheme + 3], &url[at + 1..])
-        }
-        _ => url.to_owned(),
-    }
-}
-
 impl RedisConnector {
     /// A connection to one server, and the patterns of the subjects' keys there.
     async fn patterns_at(
         &self,
-        url: &str,
+        server: &Server,
         subjects: &Subjects,
-    ) -> Result<(MultiplexedConnection, Vec<String>), ConnectorError> {
-        let failed = |e: redis::RedisError| ConnectorError::from_redis(&self.target.name, &e);
-        let client = redis::Client::open(url).map_err(failed)?;
-        let mut con = client
-            .get_multiplexed_async_connection()
+    ) -> Result<(Client, Vec<String>), ConnectorError> {
+        let mut con = self.connect(server).await?;
+        let keys = keys_of(&mut con, &self.patterns, subjects)
             .await
-            .map_err(failed)?;
-        let keys = keys_of(&mut con, &self.target, subjects)
-            .await
-            .map_err(failed)?;
-        Ok((con, patterns(&self.target, subjects.tenant(), &keys)))
+            .map_err(|e| self.failed(e))?;
+        Ok((con, patterns(&self.patterns, subjects.tenant(), &keys)))
+    }
+
+    /// `command` (`UNLINK`, `EXISTS`) on `keys` in batches; the sum of Redis' counts.
+    async fn each_batch(
+        &self,
+        con: &mut Client,
+        command: &str,
+        keys: &[&str],
+    ) -> Result<u64, ConnectorError> {
+        let mut count = 0;
+        for batch in keys.chunks(500) {
+            let mut args = vec![command.as_bytes()];
+            args.extend(batch.iter().map(|k| k.as_bytes()));
+            match con.one(&args).await.map_err(|e| self.failed(e))? {
+                Reply::Int(n) => count += n.max(0) as u64,
+                _ => {
+                    return Err(ConnectorError::Unavailable(format!(
+                        "{}: Redis' answer to {command} is not a count",
+                        self.name
+                    )));
+                }
+            }
+        }
+        Ok(count)
     }
 }
 
@@ -393,12 +467,12 @@ impl Connector for RedisConnector {
         _lineage: &[(String, String)],
     ) -> Result<u64, ConnectorError> {
         let mut held = 0;
-        for url in &self.target.urls {
-            let (mut con, patterns) = self.patterns_at(url, subjects).await?;
+        for server in self.servers()? {
+            let (mut con, patterns) = self.patterns_at(server, subjects).await?;
             for pattern in &patterns {
                 held += scan(&mut con, pattern)
                     .await
-                    .map_err(|e| ConnectorError::from_redis(&self.target.name, &e))?
+                    .map_err(|e| self.failed(e))?
                     .len() as u64;
             }
         }
@@ -410,7 +484,6 @@ impl Connector for RedisConnector {
         subjects: &Subjects,
         _lineage: &[(String, String)],
     ) -> Result<PurgeReport, ConnectorError> {
-        let name = &self.target.name;
         let mut report = PurgeReport {
             probe_hits: None,
             before: 0,
@@ -418,23 +491,19 @@ impl Connector for RedisConnector {
             remaining: 0,
             physical: Physical::default(),
         };
-        for url in &self.target.urls {
-            let failed = |e: redis::RedisError| ConnectorError::from_redis(name, &e);
-            let (mut con, patterns) = self.patterns_at(url, subjects).await?;
+        for server in self.servers()? {
+            let (mut con, patterns) = self.patterns_at(server, subjects).await?;
             for pattern in &patterns {
-                let found = scan(&mut con, pattern).await.map_err(failed)?;
+                let found = scan(&mut con, pattern).await.map_err(|e| self.failed(e))?;
                 report.before += found.len() as u64;
-                for batch in found.chunks(500) {
-                    let n: u64 = redis::cmd("UNLINK")
-                        .arg(batch)
-                        .query_async(&mut con)
-                        .await
-                        .map_err(failed)?;
-                    report.deleted += n;
-                }
-                report.remaining += scan(&mut con, pattern).await.map_err(failed)?.len() as u64;
+                let found: Vec<&str> = found.iter().map(String::as_str).collect();
+                report.deleted += self.each_batch(&mut con, "UNLINK", &found).await?;
+                report.remaining += scan(&mut con, pattern)
+                    .await
+                    .map_err(|e| self.failed(e))?
+                    .len() as u64;
             }
-            let server = physical(&mut con, &server_of(url)).await;
+            let server = physical(&mut con, server).await;
             report.physical.done.extend(server.done);
             report.physical.remaining.extend(server.remaining);
         }
@@ -466,21 +535,9 @@ impl RedisConnector {
     async fn each_key(&self, items: &[ExpiredItem], command: &str) -> Result<u64, ConnectorError> {
         let keys: Vec<&str> = items.iter().map(|i| i.item_id.as_str()).collect();
         let mut count = 0;
-        for url in &self.target.urls {
-            let failed = |e: redis::RedisError| ConnectorError::from_redis(&self.target.name, &e);
-            let mut con = redis::Client::open(url.as_str())
-                .map_err(failed)?
-                .get_multiplexed_async_connection()
-                .await
-                .map_err(failed)?;
-            for batch in keys.chunks(500) {
-                let n: u64 = redis::cmd(command)
-                    .arg(batch)
-                    .query_async(&mut con)
-                    .await
-                    .map_err(failed)?;
-                count += n;
-            }
+        for server in self.servers()? {
+            let mut con = self.connect(server).await?;
+            count += self.each_batch(&mut con, command, &keys).await?;
         }
         Ok(count)
     }
@@ -492,23 +549,46 @@ mod tests {
 
     const URL: &str = "redis://127.0.0.1:6379";
 
-    async fn connection() -> MultiplexedConnection {
-        redis::Client::open(URL)
-            .unwrap()
-            .get_multiplexed_async_connection()
-            .await
-            .expect("Redis on 127.0.0.1:6379")
+    fn tls() -> Arc<rustls::ClientConfig> {
+        crate::data::forward::tls_client(None).unwrap()
+    }
+
+    fn connector(url: &str, patterns: &[&str]) -> RedisConnector {
+        let server = Server::of_url(url, None).unwrap();
+        let patterns = patterns.iter().map(|p| p.to_string()).collect();
+        RedisConnector::new("cache", vec![server], patterns, tls())
+    }
+
+    async fn connection(url: &str) -> Result<Client, ClientError> {
+        let server = Server::of_url(url, None).unwrap();
+        Client::connect(&server, &tls(), Proto::Resp2, TIMEOUT).await
+    }
+
+    /// Sets every key to `value` in one round trip.
+    async fn set(con: &mut Client, keys: impl IntoIterator<Item = String>, value: &str) {
+        let commands: Vec<Vec<Vec<u8>>> = keys
+            .into_iter()
+            .map(|k| vec![b"SET".to_vec(), k.into_bytes(), value.as_bytes().to_vec()])
+            .collect();
+        for reply in con.call(&commands).await.unwrap() {
+            assert_eq!(reply, Reply::ok());
+        }
+    }
+
+    async fn unlink(con: &mut Client, keys: &[String]) {
+        let mut args: Vec<&[u8]> = vec![b"UNLINK"];
+        args.extend(keys.iter().map(|k| k.as_bytes()));
+        con.one(&args).await.unwrap();
     }
 
     #[test]
     fn glob_characters_in_names_match_only_themselves() {
-        let target = RedisTarget {
-            name: "c".into(),
-            urls: vec![],
-            patterns: vec!["{tenant}:{subject}:*".into()],
-        };
         assert_eq!(
-            patterns(&target, "acme", &["u*".into(), "a[1]".into()]),
+            patterns(
+                &["{tenant}:{subject}:*".into()],
+                "acme",
+                &["u*".into(), "a[1]".into()]
+            ),
             ["acme:u\\*:*", "acme:a\\[1\\]:*"]
         );
     }
@@ -531,34 +611,17 @@ mod tests {
     /// among those the patterns could hold, and no one else's go.
     #[tokio::test]
     async fn a_subject_known_only_by_reference_is_found_again_and_purged() {
-        let mut con = connection().await;
+        let mut con = connection(URL).await.expect("Redis on 127.0.0.1:6379");
         let tenant = format!("t{}", uuid::Uuid::new_v4().simple());
-        let mut pipe = redis::pipe();
-        for key in ["u1:a", "u1:b", "u2:a", "u10:a"] {
-            pipe.add_command(
-                redis::cmd("SET")
-                    .arg(format!("{tenant}:{key}"))
-                    .arg("v")
-                    .to_owned(),
-            );
-        }
-        pipe.add_command(
-            redis::cmd("SET")
-                .arg(format!("cache:{tenant}:u1"))
-                .arg("v")
-                .to_owned(),
-        );
-        pipe.query_async::<()>(&mut con).await.unwrap();
-        let target = RedisTarget {
-            name: "cache".into(),
-            urls: vec![URL.into()],
-            patterns: vec![
-                "{tenant}:{subject}:*".into(),
-                "cache:{tenant}:{subject}".into(),
-            ],
-        };
+        let keys = ["u1:a", "u1:b", "u2:a", "u10:a"].map(|key| format!("{tenant}:{key}"));
+        set(
+            &mut con,
+            keys.into_iter().chain([format!("cache:{tenant}:u1")]),
+            "v",
+        )
+        .await;
         let forgotten = lethe_policy::audit::forgotten(crate::testing::AUDIT_KEY, &tenant, "u1");
-        let report = RedisConnector::new(target)
+        let report = connector(URL, &["{tenant}:{subject}:*", "cache:{tenant}:{subject}"])
             .purge(&crate::testing::subjects(&tenant, &[&forgotten]), &[])
             .await
             .unwrap();
@@ -570,52 +633,38 @@ mod tests {
         let mut left = scan(&mut con, &format!("{tenant}:*")).await.unwrap();
         left.sort();
         assert_eq!(left, [format!("{tenant}:u10:a"), format!("{tenant}:u2:a")]);
-        let _: u64 = redis::cmd("UNLINK")
-            .arg(&left)
-            .query_async(&mut con)
-            .await
-            .unwrap();
+        unlink(&mut con, &left).await;
     }
 
     #[tokio::test]
     async fn a_subjects_keys_go_on_every_pattern_and_no_other_key_does() {
-        let mut con = connection().await;
+        let mut con = connection(URL).await.expect("Redis on 127.0.0.1:6379");
         let tenant = format!("t{}", uuid::Uuid::new_v4().simple());
-        let set = |k: String| redis::cmd("SET").arg(k).arg("v").to_owned();
-        let mut pipe = redis::pipe();
-        for i in 0..1500 {
-            pipe.add_command(set(format!("{tenant}:u1:session:{i}")));
-        }
-        for i in 0..40 {
-            pipe.add_command(set(format!("{tenant}:u2:session:{i}")));
-        }
-        pipe.add_command(set(format!("{tenant}:u*:x")));
-        pipe.add_command(set(format!("cache:{tenant}:u1")));
-        pipe.add_command(set(format!("{tenant}:u1-old:profile")));
-        pipe.query_async::<()>(&mut con).await.unwrap();
+        let keys = (0..1500)
+            .map(|i| format!("{tenant}:u1:session:{i}"))
+            .chain((0..40).map(|i| format!("{tenant}:u2:session:{i}")))
+            .chain([
+                format!("{tenant}:u*:x"),
+                format!("cache:{tenant}:u1"),
+                format!("{tenant}:u1-old:profile"),
+            ]);
+        set(&mut con, keys, "v").await;
 
-        let target = RedisTarget {
-            name: "cache".into(),
-            urls: vec![URL.into()],
-            patterns: vec![
-                "{tenant}:{subject}:*".into(),
-                "cache:{tenant}:{subject}".into(),
-            ],
-        };
-        let connector = RedisConnector::new(target.clone());
+        let patterns = ["{tenant}:{subject}:*", "cache:{tenant}:{subject}"];
+        let purger = connector(URL, &patterns);
         let subjects = crate::testing::subjects(&tenant, &["u1", "u1-old"]);
         assert_eq!(
-            connector.count(&subjects, &[]).await.unwrap(),
+            purger.count(&subjects, &[]).await.unwrap(),
             1502,
             "the dry run counts what the purge will find"
         );
-        let report = connector.purge(&subjects, &[]).await.unwrap();
+        let report = purger.purge(&subjects, &[]).await.unwrap();
         assert_eq!(
             (report.before, report.deleted, report.remaining),
             (1502, 1502, 0),
             "{report:?}"
         );
-        assert_eq!(connector.count(&subjects, &[]).await.unwrap(), 0);
+        assert_eq!(purger.count(&subjects, &[]).await.unwrap(), 0);
         assert_eq!(
             report.physical.done,
             [
@@ -642,7 +691,7 @@ mod tests {
             "a key with a glob character in it stays"
         );
 
-        let starred = RedisConnector::new(target)
+        let starred = connector(URL, &patterns)
             .purge(&crate::testing::subjects(&tenant, &["u*"]), &[])
             .await
             .unwrap();
@@ -658,11 +707,7 @@ mod tests {
             40
         );
         let leftovers = scan(&mut con, &format!("{tenant}:*")).await.unwrap();
-        let _: u64 = redis::cmd("UNLINK")
-            .arg(&leftovers)
-            .query_async(&mut con)
-            .await
-            .unwrap();
+        unlink(&mut con, &leftovers).await;
     }
 
     /// A Redis of the test's own that persists (AOF and RDB) into a fresh directory; stopped
@@ -709,9 +754,7 @@ mod tests {
         let url = format!("redis://127.0.0.1:{port}");
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
         loop {
-            if let Ok(client) = redis::Client::open(url.as_str())
-                && client.get_multiplexed_async_connection().await.is_ok()
-            {
+            if connection(&url).await.is_ok() {
                 break;
             }
             assert!(
@@ -744,25 +787,16 @@ mod tests {
     #[tokio::test]
     async fn with_persistence_on_the_purge_rewrites_the_files_without_the_subject() {
         let server = persisting().await;
-        let mut con = redis::Client::open(server.url.as_str())
-            .unwrap()
-            .get_multiplexed_async_connection()
-            .await
-            .unwrap();
+        let mut con = connection(&server.url).await.unwrap();
         for (subject, secret) in [("u1", "u1-secret-value"), ("u2", "u2-kept-value")] {
-            for i in 0..20 {
-                redis::cmd("SET")
-                    .arg(format!("acme:{subject}:{i}"))
-                    .arg(secret)
-                    .query_async::<()>(&mut con)
-                    .await
-                    .unwrap();
-            }
+            set(
+                &mut con,
+                (0..20).map(|i| format!("acme:{subject}:{i}")),
+                secret,
+            )
+            .await;
         }
-        redis::cmd("BGSAVE")
-            .query_async::<()>(&mut con)
-            .await
-            .unwrap();
+        con.one(&[b"BGSAVE"]).await.unwrap();
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
         while files_holding(&server.dir, "u1-secret-value").len() < 2 {
             assert!(
@@ -771,12 +805,7 @@ mod tests {
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        let target = RedisTarget {
-            name: "cache".into(),
-            urls: vec![server.url.clone()],
-            patterns: vec!["{tenant}:{subject}:*".into()],
-        };
-        let report = RedisConnector::new(target)
+        let report = connector(&server.url, &["{tenant}:{subject}:*"])
             .purge(&crate::testing::subjects("acme", &["u1"]), &[])
             .await
             .unwrap();

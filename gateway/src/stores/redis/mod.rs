@@ -3,6 +3,7 @@
 //! Keys name their subject through the route's `[[routes.keys]]` patterns; every command is
 //! decided on them (`route.rs`), and the purge scans and unlinks them, on the route's Redis.
 
+mod client;
 pub mod commands;
 pub(crate) mod connector;
 pub mod keys;
@@ -95,36 +96,28 @@ impl RouteStore for Redis {
         Serving::Connections(self)
     }
 
-    fn upstream_schemes(&self) -> &'static [&'static str] {
-        &["redis"]
+    fn upstream_problem(&self, upstream: &str) -> Option<String> {
+        client::Server::of_url(upstream, None)
+            .err()
+            .map(|e| format!("upstream: {e}"))
     }
 
     fn connector(
         &self,
         route: Route,
-        _upstreams: Arc<Upstreams>,
+        upstreams: Arc<Upstreams>,
         _erasure: &ErasureConfig,
     ) -> Arc<dyn Connector> {
-        // The route's credential reaches the connector as the URL's user and password.
-        let url = match &route.credential {
-            Some((user, password)) => {
-                let password: String =
-                    form_urlencoded::byte_serialize(password.as_bytes()).collect();
-                let authority = route.upstream.authority().map_or("", |a| a.as_str());
-                format!(
-                    "redis://{}:{password}@{authority}{}",
-                    user.as_str(),
-                    route.upstream.path()
-                )
-            }
-            None => route.upstream.to_string(),
-        };
-        let target = connector::RedisTarget {
-            name: route.name.clone(),
-            urls: vec![url],
-            patterns: self.patterns.iter().map(|p| p.text.clone()).collect(),
-        };
-        Arc::new(connector::RedisConnector::new(target))
+        let patterns = self.patterns.iter().map(|p| p.text.clone()).collect();
+        // A route's upstream was checked when the configuration was read (upstream_problem);
+        // were it not, the purge reaches no server and says so, never that it found nothing.
+        let servers = client::Server::of_route(&route).into_iter().collect();
+        Arc::new(connector::RedisConnector::new(
+            &route.name,
+            servers,
+            patterns,
+            upstreams.tls(),
+        ))
     }
 }
 

@@ -16,9 +16,10 @@ use lethe_policy::{
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
+use super::client::{Client, Server};
 use super::commands::{Command, Effect, Keys, Missing, classify, key_positions, reveals};
 use super::keys::{Pattern, owner};
-use super::resp::{Frames, Proto, Reply, command_bytes};
+use super::resp::{Frames, Proto, Reply};
 use crate::data::forward::Route;
 use crate::data::overtaken::{Recording, keep_unless_overtaken};
 use crate::data::{DataState, RequestContext};
@@ -149,124 +150,6 @@ impl Plan {
     }
 }
 
-/// The connection to Redis a client connection has.
-struct Upstream {
-    stream: TcpStream,
-    frames: Frames,
-    /// The client's protocol, which Lethe speaks to Redis for it.
-    proto: Proto,
-}
-
-impl Upstream {
-    async fn connect(route: &Route, proto: Proto) -> Result<Upstream, String> {
-        let host = route.upstream.host().unwrap_or("127.0.0.1");
-        let port = route.upstream.port_u16().unwrap_or(6379);
-        let timeout = route.timeout.unwrap_or(Duration::from_secs(5));
-        let stream = tokio::time::timeout(timeout, TcpStream::connect((host, port)))
-            .await
-            .map_err(|_| "Redis did not answer in time".to_owned())?
-            .map_err(|e| format!("Redis cannot be reached: {e}"))?;
-        let _ = stream.set_nodelay(true);
-        let mut upstream = Upstream {
-            stream,
-            frames: Frames::new(64 * 1024 * 1024),
-            proto,
-        };
-        let credential = route.credential.as_ref().map(|(user, password)| {
-            [
-                user.as_str().as_bytes().to_vec(),
-                password.as_bytes().to_vec(),
-            ]
-        });
-        let mut hello = Vec::new();
-        match (proto, credential) {
-            (Proto::Resp3, credential) => hello.push(
-                [b"HELLO".to_vec(), b"3".to_vec()]
-                    .into_iter()
-                    .chain(
-                        credential
-                            .into_iter()
-                            .flat_map(|[u, p]| [b"AUTH".to_vec(), u, p]),
-                    )
-                    .collect(),
-            ),
-            (Proto::Resp2, Some([user, password])) => {
-                hello.push(vec![b"AUTH".to_vec(), user, password]);
-            }
-            (Proto::Resp2, None) => {}
-        }
-        let db = route.upstream.path().trim_matches('/');
-        if !db.is_empty() && db != "0" {
-            hello.push(vec![b"SELECT".to_vec(), db.as_bytes().to_vec()]);
-        }
-        for reply in upstream.call(&hello).await? {
-            if let Reply::Error(e) = reply {
-                return Err(format!(
-                    "Redis refused the route's credential or database: {e}"
-                ));
-            }
-        }
-        Ok(upstream)
-    }
-
-    /// Sends `commands` at once and reads an answer to each.
-    async fn call(&mut self, commands: &[Vec<Vec<u8>>]) -> Result<Vec<Reply>, String> {
-        if commands.is_empty() {
-            return Ok(Vec::new());
-        }
-        let mut out = Vec::new();
-        for command in commands {
-            command_bytes(command, &mut out);
-        }
-        let exchange = async {
-            self.stream
-                .write_all(&out)
-                .await
-                .map_err(|e| e.to_string())?;
-            let mut replies = Vec::with_capacity(commands.len());
-            for _ in commands {
-                match self.frames.reply(&mut self.stream, self.proto).await {
-                    Ok(Some(frame)) => replies.push(frame),
-                    Ok(None) => return Err("Redis closed the connection".to_owned()),
-                    Err(e) => return Err(e.to_string()),
-                }
-            }
-            Ok(replies)
-        };
-        tokio::time::timeout(UPSTREAM_TIMEOUT, exchange)
-            .await
-            .map_err(|_| "Redis did not answer in time".to_owned())?
-    }
-
-    /// Runs `send` as one transaction when it is more than one command; answers one frame per
-    /// command (an `EXECABORT` is the first error Redis queued with).
-    async fn run(&mut self, send: &[Vec<Vec<u8>>]) -> Result<Result<Vec<Reply>, Reply>, String> {
-        if send.len() <= 1 {
-            return Ok(Ok(self.call(send).await?));
-        }
-        let mut all = Vec::with_capacity(send.len() + 2);
-        all.push(vec![b"MULTI".to_vec()]);
-        all.extend(send.iter().cloned());
-        all.push(vec![b"EXEC".to_vec()]);
-        let mut replies = self.call(&all).await?;
-        let exec = replies.pop().unwrap_or(Reply::Null);
-        if let Some(queued) = replies
-            .iter()
-            .skip(1)
-            .find(|r| matches!(r, Reply::Error(_)))
-        {
-            return Ok(Err(queued.clone()));
-        }
-        match exec {
-            Reply::Array(values) if values.len() == send.len() => Ok(Ok(values)),
-            // A watched key changed: nothing ran.
-            Reply::Null => Ok(Err(Reply::Null)),
-            Reply::Error(e) => Ok(Err(Reply::Error(e))),
-            _ => Err("Redis' answer to EXEC does not match what was sent".to_owned()),
-        }
-    }
-}
-
 /// A transaction the client opened with `MULTI`: its commands' plans, or that one was refused.
 #[derive(Default)]
 struct Queue {
@@ -280,7 +163,7 @@ pub(super) struct Connection<'a> {
     state: &'a Arc<DataState>,
     patterns: &'a [Pattern],
     ctx: Option<RequestContext>,
-    upstream: Option<Upstream>,
+    upstream: Option<Client>,
     queue: Option<Queue>,
     /// The protocol the client chose (`HELLO`); RESP2 until it does.
     proto: Proto,
@@ -764,16 +647,20 @@ impl<'a> Connection<'a> {
             Ok(replies) => Ok(replies),
             Err(e) => {
                 self.upstream = None;
-                Err(unavailable("upstream_unavailable", &e))
+                Err(unavailable("upstream_unavailable", &e.to_string()))
             }
         }
     }
 
-    async fn upstream(&mut self) -> Result<&mut Upstream, Reply> {
+    async fn upstream(&mut self) -> Result<&mut Client, Reply> {
         if self.upstream.is_none() {
-            let upstream = Upstream::connect(self.route, self.proto)
+            let failed = |e: String| unavailable("upstream_unavailable", &e);
+            let server = Server::of_route(self.route).map_err(failed)?;
+            let timeout = self.route.timeout.unwrap_or(UPSTREAM_TIMEOUT);
+            let tls = self.state.upstreams.tls();
+            let upstream = Client::connect(&server, &tls, self.proto, timeout)
                 .await
-                .map_err(|e| unavailable("upstream_unavailable", &e))?;
+                .map_err(|e| failed(e.to_string()))?;
             self.upstream = Some(upstream);
         }
         self.upstream
@@ -793,7 +680,7 @@ impl<'a> Connection<'a> {
             Ok(Err(refused)) => return Ok(refused),
             Err(e) => {
                 self.upstream = None;
-                return Err(unavailable("upstream_unavailable", &e));
+                return Err(unavailable("upstream_unavailable", &e.to_string()));
             }
         };
         let kept = plan.kept(&replies);
@@ -816,7 +703,7 @@ impl<'a> Connection<'a> {
                 Ok(got) => got,
                 Err(e) => {
                     self.upstream = None;
-                    return Err(unavailable("upstream_unavailable", &e));
+                    return Err(unavailable("upstream_unavailable", &e.to_string()));
                 }
             };
             match got.pop() {
