@@ -199,6 +199,59 @@ def test_a_long_pipeline_is_answered_in_order(lethe, direct):
     assert all(0 < direct.pttl(f"{TENANT}:{alice}:p{i}") <= RETENTION_MS for i in (0, 499))
 
 
+def test_in_a_pipeline_each_command_is_decided_alone_and_refusals_refuse_only_themselves(lethe, direct, victims):
+    """Lethe answers a pipeline's commands read together in one exchange with Redis: a refused
+    command among them must neither stop nor leak into its neighbours, and a write's deadline
+    and a hidden key's answer hold as they do one command at a time."""
+    alice, carol = someone(), someone()
+    consent(lethe, alice)
+    bob, keys = victims
+    around = f"{TENANT}:{alice}:around"
+    direct.set(around, "written around Lethe")
+    mine = f"{TENANT}:{alice}:p"
+    r = agent(lethe, alice)
+    pipe = r.pipeline(transaction=False)
+    pipe.set(mine, "1", ex=10 * 365 * 24 * 3600)   # clamped
+    pipe.set(keys["string"], "not alice's")       # another subject: scope_violation
+    pipe.set(around, "over it")                   # nobody's key: unstamped_item
+    pipe.get(mine)
+    pipe.set(f"{GLOBEX}:{alice}:x", "1")          # another tenant
+    pipe.set(f"{TENANT}:{carol}:x", "1")          # another subject, no consent
+    pipe.append(mine, "2")
+    pipe.get(mine)
+    answers = pipe.execute(raise_on_error=False)
+    codes = [str(a).split()[0].removeprefix("lethe:") if isinstance(a, Exception) else a for a in answers]
+    assert codes == [True, "scope_violation", "unstamped_item", "1", "scope_violation", "scope_violation", 2, "12"], codes
+    assert 0 < direct.pttl(mine) <= RETENTION_MS
+    assert direct.get(around) == "written around Lethe" and direct.pttl(around) == -1
+    assert direct.exists(f"{GLOBEX}:{alice}:x", f"{TENANT}:{carol}:x") == 0
+    untouched(direct, keys)
+
+    # A transaction in the middle of a pipeline keeps its place and its all-or-nothing.
+    pipe = r.pipeline(transaction=False)
+    pipe.set(f"{mine}:before", "b")
+    pipe.execute_command("MULTI")
+    pipe.set(f"{mine}:inside", "i")
+    pipe.set(keys["string"], "x")
+    pipe.execute_command("EXEC")
+    pipe.get(f"{mine}:before")
+    answers = pipe.execute(raise_on_error=False)
+    assert answers[0] is True and answers[1] == "OK" and answers[-1] == "b", answers
+    assert isinstance(answers[3], redis.exceptions.NoPermissionError), answers
+    assert isinstance(answers[4], redis.exceptions.ExecAbortError), answers
+    assert direct.exists(f"{mine}:inside") == 0
+    untouched(direct, keys)
+
+    # A hidden subject's keys read as missing in the middle of a pipeline, the others' do not.
+    consent(lethe, carol)
+    agent(lethe, carol).set(f"{TENANT}:{carol}:x", "c")
+    lethe.flip(alice)
+    pipe = agent(lethe).pipeline(transaction=False)
+    pipe.get(mine).get(f"{TENANT}:{carol}:x").exists(mine).get(mine)
+    assert pipe.execute() == [None, "c", 0, None]
+    assert direct.get(mine) == "12", "hidden, not yet purged"
+
+
 def test_a_suppressed_subject_is_gone_from_every_read_and_writes_nothing(lethe, direct):
     alice = someone()
     consent(lethe, alice)

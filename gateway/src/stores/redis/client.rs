@@ -248,13 +248,16 @@ impl Client {
     }
 
     /// Sends `commands` at once and reads an answer to each.
-    pub async fn call(&mut self, commands: &[Vec<Vec<u8>>]) -> Result<Vec<Reply>, ClientError> {
+    pub async fn call(
+        &mut self,
+        commands: &[impl AsRef<[Vec<u8>]>],
+    ) -> Result<Vec<Reply>, ClientError> {
         if commands.is_empty() {
             return Ok(Vec::new());
         }
         let mut out = Vec::new();
         for command in commands {
-            command_bytes(command, &mut out);
+            command_bytes(command.as_ref(), &mut out);
         }
         let exchange = async {
             self.stream
@@ -288,37 +291,57 @@ impl Client {
         }
     }
 
-    /// Runs `send` as one transaction when it is more than one command; answers one frame per
-    /// command (an `EXECABORT` is the first error Redis queued with).
-    pub async fn run(
+    /// Sends every plan at once, each as one transaction when it is more than one command;
+    /// answers, for each, one frame per command (or an `EXECABORT`: the first error Redis
+    /// queued the transaction with).
+    pub async fn run_many(
         &mut self,
-        send: &[Vec<Vec<u8>>],
-    ) -> Result<Result<Vec<Reply>, Reply>, ClientError> {
-        if send.len() <= 1 {
-            return Ok(Ok(self.call(send).await?));
-        }
-        let mut all = Vec::with_capacity(send.len() + 2);
-        all.push(vec![b"MULTI".to_vec()]);
-        all.extend(send.iter().cloned());
-        all.push(vec![b"EXEC".to_vec()]);
-        let mut replies = self.call(&all).await?;
-        let exec = replies.pop().unwrap_or(Reply::Null);
-        if let Some(queued) = replies
+        plans: &[&[Vec<Vec<u8>>]],
+    ) -> Result<Vec<Result<Vec<Reply>, Reply>>, ClientError> {
+        let (multi, exec) = (vec![b"MULTI".to_vec()], vec![b"EXEC".to_vec()]);
+        let all: Vec<&Vec<Vec<u8>>> = plans
             .iter()
-            .skip(1)
-            .find(|r| matches!(r, Reply::Error(_)))
-        {
-            return Ok(Err(queued.clone()));
+            .flat_map(|send| match send.len() {
+                0 | 1 => send.iter().collect::<Vec<_>>(),
+                _ => std::iter::once(&multi)
+                    .chain(send.iter())
+                    .chain(std::iter::once(&exec))
+                    .collect(),
+            })
+            .collect();
+        let mut replies = self.call(&all).await?.into_iter();
+        let mut answers = Vec::with_capacity(plans.len());
+        for send in plans {
+            answers.push(match send.len() {
+                0 | 1 => Ok(replies.by_ref().take(send.len()).collect()),
+                n => transaction(replies.by_ref().take(n + 2).collect(), n)?,
+            });
         }
-        match exec {
-            Reply::Array(values) if values.len() == send.len() => Ok(Ok(values)),
-            // A watched key changed: nothing ran.
-            Reply::Null => Ok(Err(Reply::Null)),
-            Reply::Error(e) => Ok(Err(Reply::Error(e))),
-            _ => Err(ClientError::Unavailable(
-                "Redis' answer to EXEC does not match what was sent".to_owned(),
-            )),
-        }
+        Ok(answers)
+    }
+}
+
+/// The answers to `MULTI`, `n` commands and `EXEC`: one frame per command, or why nothing ran.
+fn transaction(
+    mut replies: Vec<Reply>,
+    n: usize,
+) -> Result<Result<Vec<Reply>, Reply>, ClientError> {
+    let exec = replies.pop().unwrap_or(Reply::Null);
+    if let Some(queued) = replies
+        .iter()
+        .skip(1)
+        .find(|r| matches!(r, Reply::Error(_)))
+    {
+        return Ok(Err(queued.clone()));
+    }
+    match exec {
+        Reply::Array(values) if values.len() == n => Ok(Ok(values)),
+        // A watched key changed: nothing ran.
+        Reply::Null => Ok(Err(Reply::Null)),
+        Reply::Error(e) => Ok(Err(Reply::Error(e))),
+        _ => Err(ClientError::Unavailable(
+            "Redis' answer to EXEC does not match what was sent".to_owned(),
+        )),
     }
 }
 

@@ -201,6 +201,12 @@ impl Frames {
         self.next(io, command).await
     }
 
+    /// The next command if the bytes already read hold all of it (a pipeline's next), without
+    /// waiting for more; `None` when they do not.
+    pub fn buffered_command(&mut self) -> Option<Result<Args, ReadError>> {
+        self.take(command).transpose()
+    }
+
     /// The next reply of Redis, in `proto`.
     pub async fn reply(
         &mut self,
@@ -213,24 +219,27 @@ impl Frames {
         }
     }
 
+    /// The first frame of the bytes read so far, taken from them; `None` while it is incomplete.
+    fn take<T>(&mut self, decode: Decode<T>) -> Result<Option<T>, ReadError> {
+        match decode(&self.buf).map_err(ReadError::Malformed)? {
+            Some((_, used)) if used > self.limit => Err(ReadError::TooLarge(self.limit)),
+            Some((frame, used)) => {
+                self.buf.drain(..used);
+                Ok(Some(frame))
+            }
+            None if self.buf.len() > self.limit => Err(ReadError::TooLarge(self.limit)),
+            None => Ok(None),
+        }
+    }
+
     async fn next<T>(
         &mut self,
         io: &mut (impl AsyncRead + Unpin),
         decode: Decode<T>,
     ) -> Result<Option<T>, ReadError> {
         loop {
-            match decode(&self.buf).map_err(ReadError::Malformed)? {
-                Some((_, used)) if used > self.limit => {
-                    return Err(ReadError::TooLarge(self.limit));
-                }
-                Some((frame, used)) => {
-                    self.buf.drain(..used);
-                    return Ok(Some(frame));
-                }
-                None if self.buf.len() > self.limit => {
-                    return Err(ReadError::TooLarge(self.limit));
-                }
-                None => {}
+            if let Some(frame) = self.take(decode)? {
+                return Ok(Some(frame));
             }
             let mut chunk = [0u8; 16 * 1024];
             let n = io.read(&mut chunk).await?;
@@ -247,7 +256,13 @@ impl Frames {
 
 /// A command as Lethe sends it to Redis.
 pub fn command_bytes(args: &[Vec<u8>], out: &mut Vec<u8>) {
-    Reply::Array(args.iter().cloned().map(Reply::Bulk).collect()).write(Proto::Resp2, out);
+    use std::io::Write;
+    let _ = write!(out, "*{}\r\n", args.len());
+    for arg in args {
+        let _ = write!(out, "${}\r\n", arg.len());
+        out.extend_from_slice(arg);
+        out.extend_from_slice(b"\r\n");
+    }
 }
 
 #[cfg(test)]
@@ -281,6 +296,37 @@ mod tests {
             ]
         );
         assert_eq!(commands(b"+OK\r\n", 1024).await, [Ok(None)], "no array");
+    }
+
+    #[tokio::test]
+    async fn a_pipelines_next_commands_are_taken_from_what_was_read_without_waiting() {
+        let mut frames = Frames::new(1024);
+        let mut io: &[u8] = b"*1\r\n$4\r\nPING\r\n*2\r\n$3\r\nGET\r\n$1\r\nk\r\n*2\r\n$3\r\nGET";
+        assert!(matches!(frames.command(&mut io).await, Ok(Some(Some(_)))));
+        let next = frames.buffered_command();
+        assert!(
+            matches!(next, Some(Ok(Some(ref args))) if args[1] == b"k"),
+            "{next:?}"
+        );
+        assert!(
+            frames.buffered_command().is_none(),
+            "half a command waits for the stream"
+        );
+        let mut garbage = Frames::new(1024);
+        let mut io: &[u8] = b"*1\r\n$4\r\nPING\r\n*x\r\n";
+        assert!(matches!(garbage.command(&mut io).await, Ok(Some(Some(_)))));
+        assert!(matches!(
+            garbage.buffered_command(),
+            Some(Err(ReadError::Malformed(_)))
+        ));
+    }
+
+    #[test]
+    fn commands_are_sent_as_arrays_of_bulk_strings() {
+        let args = vec![b"SET".to_vec(), b"k".to_vec(), Vec::new()];
+        let mut out = Vec::new();
+        command_bytes(&args, &mut out);
+        assert_eq!(out, b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$0\r\n\r\n");
     }
 
     #[tokio::test]

@@ -22,11 +22,15 @@ use super::keys::{Pattern, owner};
 use super::resp::{Frames, Proto, Reply};
 use crate::data::forward::Route;
 use crate::data::overtaken::{Recording, keep_unless_overtaken};
+use crate::data::policy_cache::View;
 use crate::data::{DataState, RequestContext};
 use crate::state::ItemRecord;
 
 /// The collection lineage keeps a Redis route's keys under.
 pub const KEYS: &str = "keys";
+
+/// The most commands of a pipeline answered together (what one client makes Lethe hold).
+const MAX_RUN: usize = 128;
 
 /// How long Redis may take to answer one command before the connection is given up.
 const UPSTREAM_TIMEOUT: Duration = Duration::from_secs(30);
@@ -150,6 +154,118 @@ impl Plan {
     }
 }
 
+/// A write decided but for the deadlines its keys already hold in Redis, which are read for a
+/// whole pipeline at once.
+struct Pending {
+    args: Vec<Vec<u8>>,
+    names: Vec<String>,
+    /// Each key's subject, purpose and category.
+    owners: Vec<(String, String, String)>,
+    /// The keys (by place in `names`) the command writes.
+    written: Vec<usize>,
+    effect: Effect,
+    tenant: String,
+    view: View,
+    now: DateTime<Utc>,
+}
+
+/// Lethe's decision on a command: its plan, or a write that needs what its keys hold first.
+enum Draft {
+    Ready(Plan),
+    Pending(Pending),
+}
+
+impl Pending {
+    /// The keys whose deadline in Redis the decision needs.
+    fn asks(&self) -> impl Iterator<Item = &str> {
+        self.written.iter().map(|&i| self.names[i].as_str())
+    }
+
+    /// The plan, given the deadline each key of `asks` holds (`None` for a key that does not
+    /// exist, `Some(None)` for one without a deadline).
+    fn decide(self, asked: &[Option<Option<DateTime<Utc>>>]) -> Result<Plan, Reply> {
+        let Pending {
+            args,
+            names,
+            owners,
+            written,
+            effect,
+            tenant,
+            view,
+            now,
+        } = self;
+        let mut held = vec![None; names.len()];
+        for (&i, deadline) in written.iter().zip(asked) {
+            held[i] = *deadline;
+        }
+        let mut stamps = Vec::new();
+        for (i, (subject, purpose, category)) in owners.iter().enumerate() {
+            let facts = WriteFacts {
+                tenant: &tenant,
+                subject,
+                purpose,
+                category,
+                layer: Layer::Raw,
+                action: Action::Store,
+                authorised_epoch: None,
+                requested_expires_at: None,
+            };
+            let previous = match held[i] {
+                Some(Some(at)) => Some(Stamp {
+                    tenant: tenant.clone(),
+                    subject: subject.clone(),
+                    purpose: purpose.clone(),
+                    category: category.clone(),
+                    layer: Layer::Raw,
+                    expires_at: at,
+                    epoch: epoch_of(&view, &tenant, subject),
+                }),
+                _ => None,
+            };
+            // The key's deadline in Redis is its stamp's; a key without one was written
+            // around Lethe, and nobody can show it is theirs.
+            let held = match (&held[i], &previous) {
+                (Some(None), _) => Held::Unstamped,
+                (Some(Some(_)), Some(stamp)) => Held::Stamped(stamp),
+                _ => Held::Nothing,
+            };
+            let decided =
+                decide_write_over(&view, &facts, held, Overwrite::Allowed, now).map_err(refused)?;
+            if let Some(stamp) = decided {
+                stamps.push((names[i].clone(), stamp));
+            }
+        }
+        let mut send = vec![args];
+        let written_stamps: Vec<(String, Stamp)> = written
+            .iter()
+            .filter_map(|&i| stamps.iter().find(|(k, _)| *k == names[i]).cloned())
+            .collect();
+        for (key, stamp) in &written_stamps {
+            send.push(vec![
+                b"PEXPIREAT".to_vec(),
+                key.as_bytes().to_vec(),
+                stamp.expires_at.timestamp_millis().to_string().into_bytes(),
+                b"LT".to_vec(),
+            ]);
+        }
+        // What Redis holds after the write decides what lineage records: a write that
+        // wrote nothing (LPUSHX, SETNX, EXPIRE of a missing key) claims nothing.
+        for (key, _) in &written_stamps {
+            send.push(vec![b"EXISTS".to_vec(), key.as_bytes().to_vec()]);
+        }
+        let deleted = match effect {
+            Effect::Delete => names,
+            _ => Vec::new(),
+        };
+        Ok(Plan {
+            send,
+            answer: Answer::First,
+            written: written_stamps,
+            deleted,
+        })
+    }
+}
+
 /// A transaction the client opened with `MULTI`: its commands' plans, or that one was refused.
 #[derive(Default)]
 struct Queue {
@@ -204,23 +320,52 @@ impl<'a> Connection<'a> {
         mut stopping: tokio::sync::watch::Receiver<bool>,
     ) {
         let mut frames = Frames::new(limit);
+        // A command read with a pipeline's run that could not join it: served next.
+        let mut carried = None;
         loop {
-            let next = tokio::select! {
-                next = frames.command(&mut client) => next,
-                _ = stopped(&mut stopping) => return,
+            let next = match carried.take() {
+                Some(next) => next,
+                None => tokio::select! {
+                    next = frames.command(&mut client) => next,
+                    _ = stopped(&mut stopping) => return,
+                },
             };
-            let (answer, then) = match next {
+            let (answers, then) = match next {
                 Ok(None) => return,
                 // The stream cannot be read past this point: say why, and close.
-                Err(e) => (invalid(&e.to_string()), Then::Close),
-                Ok(Some(Some(args))) => self.command(args).await,
+                Err(e) => (vec![invalid(&e.to_string())], Then::Close),
+                Ok(Some(Some(args))) if self.batchable(&args) => {
+                    // The pipeline's next commands already read join this one, so that Redis
+                    // is asked for all of them at once.
+                    let mut run = vec![args];
+                    while run.len() < MAX_RUN {
+                        match frames.buffered_command() {
+                            None => break,
+                            Some(Ok(Some(args))) if self.batchable(&args) => run.push(args),
+                            Some(other) => {
+                                carried = Some(other.map(Some));
+                                break;
+                            }
+                        }
+                    }
+                    match self.run(run).await {
+                        Ok(answers) => (answers, Then::Go),
+                        Err(gone) => (vec![gone], Then::Close),
+                    }
+                }
+                Ok(Some(Some(args))) => {
+                    let (answer, then) = self.command(args).await;
+                    (vec![answer], then)
+                }
                 Ok(Some(None)) => (
-                    invalid("a command is an array of bulk strings"),
+                    vec![invalid("a command is an array of bulk strings")],
                     Then::Close,
                 ),
             };
             let mut out = Vec::new();
-            answer.write(self.proto, &mut out);
+            for answer in &answers {
+                answer.write(self.proto, &mut out);
+            }
             if client.write_all(&out).await.is_err() {
                 return;
             }
@@ -229,6 +374,12 @@ impl<'a> Connection<'a> {
                 return;
             }
         }
+    }
+
+    /// Whether a command can be answered within a run of a pipeline: one on keys, from an
+    /// authenticated client outside `MULTI` (the others change the connection's state).
+    fn batchable(&self, args: &[Vec<u8>]) -> bool {
+        self.ctx.is_some() && self.queue.is_none() && matches!(classify(args), Command::Keyed(..))
     }
 
     async fn command(&mut self, args: Vec<Vec<u8>>) -> (Reply, Then) {
@@ -301,12 +452,9 @@ impl<'a> Connection<'a> {
                 Ok(frame) => frame,
                 Err(gone) => return (gone, Then::Close),
             },
-            _ => match self.plan(command, &args).await {
-                Err(refusal) => refusal,
-                Ok(plan) => match self.exec_one(plan).await {
-                    Ok(frame) => frame,
-                    Err(gone) => return (gone, Then::Close),
-                },
+            _ => match self.run(vec![args]).await {
+                Ok(mut answers) => answers.pop().unwrap_or(Reply::Null),
+                Err(gone) => return (gone, Then::Close),
             },
         };
         (answer, Then::Go)
@@ -446,14 +594,27 @@ impl<'a> Connection<'a> {
             .collect()
     }
 
-    /// Lethe's decision on one command that names keys, as what to send Redis.
+    /// Lethe's decision on one command, as what to send Redis.
     async fn plan(&mut self, command: Command, args: &[Vec<u8>]) -> Result<Plan, Reply> {
+        match self.draft(command, args).await? {
+            Draft::Ready(plan) => Ok(plan),
+            Draft::Pending(write) => {
+                let held = self.held(&write.asks().collect::<Vec<_>>()).await?;
+                write.decide(&held)
+            }
+        }
+    }
+
+    /// Lethe's decision on one command, but for a write the deadlines its keys hold in Redis.
+    async fn draft(&mut self, command: Command, args: &[Vec<u8>]) -> Result<Draft, Reply> {
         let (effect, keys) = match command {
             Command::Keyed(effect, keys) => (effect, keys),
-            Command::Ping => return Ok(Plan::local(Reply::Simple(b"PONG".to_vec()))),
+            Command::Ping => return Ok(Draft::Ready(Plan::local(Reply::Simple(b"PONG".to_vec())))),
             Command::Echo => {
                 return match args.get(1) {
-                    Some(text) if args.len() == 2 => Ok(Plan::local(Reply::Bulk(text.clone()))),
+                    Some(text) if args.len() == 2 => {
+                        Ok(Draft::Ready(Plan::local(Reply::Bulk(text.clone()))))
+                    }
                     _ => Err(Reply::error(
                         "ERR wrong number of arguments for 'echo' command",
                     )),
@@ -461,23 +622,23 @@ impl<'a> Connection<'a> {
             }
             Command::Select => {
                 return match args.get(1).map(Vec::as_slice) {
-                    Some(b"0") if args.len() == 2 => Ok(Plan::local(Reply::ok())),
+                    Some(b"0") if args.len() == 2 => Ok(Draft::Ready(Plan::local(Reply::ok()))),
                     _ => Err(refused_with(
                         "forbidden",
                         "the route's database is set by its upstream URL",
                     )),
                 };
             }
-            Command::ClientName => return Ok(Plan::local(Reply::ok())),
+            Command::ClientName => return Ok(Draft::Ready(Plan::local(Reply::ok()))),
             Command::Watch | Command::Unwatch if self.queue.is_some() => {
                 return Err(Reply::error("ERR WATCH inside MULTI is not allowed"));
             }
             Command::Watch => {
                 let keys: Vec<&str> = utf8_keys(args, &(1..args.len()).collect::<Vec<_>>())?;
                 self.owners(&keys)?;
-                return Ok(Plan::forward(args.to_vec()));
+                return Ok(Draft::Ready(Plan::forward(args.to_vec())));
             }
-            Command::Unwatch => return Ok(Plan::forward(args.to_vec())),
+            Command::Unwatch => return Ok(Draft::Ready(Plan::forward(args.to_vec()))),
             Command::Refused(why) => {
                 return Err(refused_with(
                     "forbidden",
@@ -519,7 +680,7 @@ impl<'a> Connection<'a> {
                     .iter()
                     .map(|owner| readable(&view, &tenant, store, bound, owner, now).is_err())
                     .collect();
-                Ok(read_plan(effect, args, &positions, hidden))
+                Ok(Draft::Ready(read_plan(effect, args, &positions, hidden)))
             }
             Effect::Write | Effect::Expire | Effect::Delete => {
                 let written: Vec<usize> = match (effect, keys) {
@@ -541,103 +702,40 @@ impl<'a> Connection<'a> {
                         .map_err(refused)?;
                     }
                 }
-                let held = self.held(&names, &written).await?;
-                let mut stamps = Vec::new();
-                for (i, (subject, purpose, category)) in owners.iter().enumerate() {
-                    let facts = WriteFacts {
-                        tenant: &tenant,
-                        subject,
-                        purpose,
-                        category,
-                        layer: Layer::Raw,
-                        action: Action::Store,
-                        authorised_epoch: None,
-                        requested_expires_at: None,
-                    };
-                    let previous = match held[i] {
-                        Some(Some(at)) => Some(Stamp {
-                            tenant: tenant.clone(),
-                            subject: subject.clone(),
-                            purpose: purpose.clone(),
-                            category: category.clone(),
-                            layer: Layer::Raw,
-                            expires_at: at,
-                            epoch: epoch_of(&view, &tenant, subject),
-                        }),
-                        _ => None,
-                    };
-                    // The key's deadline in Redis is its stamp's; a key without one was written
-                    // around Lethe, and nobody can show it is theirs.
-                    let held = match (&held[i], &previous) {
-                        (Some(None), _) => Held::Unstamped,
-                        (Some(Some(_)), Some(stamp)) => Held::Stamped(stamp),
-                        _ => Held::Nothing,
-                    };
-                    let decided = decide_write_over(&view, &facts, held, Overwrite::Allowed, now)
-                        .map_err(refused)?;
-                    if let Some(stamp) = decided {
-                        stamps.push((names[i].to_owned(), stamp));
-                    }
-                }
-                let mut send = vec![args.to_vec()];
-                let written_stamps: Vec<(String, Stamp)> = written
-                    .iter()
-                    .filter_map(|&i| stamps.iter().find(|(k, _)| k == names[i]).cloned())
-                    .collect();
-                for (key, stamp) in &written_stamps {
-                    send.push(vec![
-                        b"PEXPIREAT".to_vec(),
-                        key.as_bytes().to_vec(),
-                        stamp.expires_at.timestamp_millis().to_string().into_bytes(),
-                        b"LT".to_vec(),
-                    ]);
-                }
-                // What Redis holds after the write decides what lineage records: a write that
-                // wrote nothing (LPUSHX, SETNX, EXPIRE of a missing key) claims nothing.
-                for (key, _) in &written_stamps {
-                    send.push(vec![b"EXISTS".to_vec(), key.as_bytes().to_vec()]);
-                }
-                let deleted = match effect {
-                    Effect::Delete => names.iter().map(|k| (*k).to_owned()).collect(),
-                    _ => Vec::new(),
-                };
-                Ok(Plan {
-                    send,
-                    answer: Answer::First,
-                    written: written_stamps,
-                    deleted,
-                })
+                Ok(Draft::Pending(Pending {
+                    args: args.to_vec(),
+                    names: names.iter().map(|n| (*n).to_owned()).collect(),
+                    owners,
+                    written,
+                    effect,
+                    tenant,
+                    view,
+                    now,
+                }))
             }
         }
     }
 
-    /// The deadline each written key already has in Redis (`PEXPIRETIME`): `None` for a key
-    /// that does not exist, the Unix epoch for one without a deadline (written around Lethe).
-    async fn held(
-        &mut self,
-        names: &[&str],
-        written: &[usize],
-    ) -> Result<Vec<Option<Option<DateTime<Utc>>>>, Reply> {
-        let asks: Vec<Vec<Vec<u8>>> = written
+    /// The deadline each key already has in Redis (`PEXPIRETIME`): `None` for a key that does
+    /// not exist, `Some(None)` for one without a deadline (written around Lethe).
+    async fn held(&mut self, keys: &[&str]) -> Result<Vec<Option<Option<DateTime<Utc>>>>, Reply> {
+        let asks: Vec<Vec<Vec<u8>>> = keys
             .iter()
-            .map(|&i| vec![b"PEXPIRETIME".to_vec(), names[i].as_bytes().to_vec()])
+            .map(|key| vec![b"PEXPIRETIME".to_vec(), key.as_bytes().to_vec()])
             .collect();
-        let replies = self.call(&asks).await?;
-        let mut held = vec![None; names.len()];
-        for (&i, reply) in written.iter().zip(replies) {
-            held[i] = match reply {
-                Reply::Int(-2) => None,
-                Reply::Int(-1) => Some(None),
-                Reply::Int(ms) => Some(DateTime::from_timestamp_millis(ms)),
-                _ => {
-                    return Err(unavailable(
-                        "upstream_invalid",
-                        "Redis' PEXPIRETIME is no number",
-                    ));
-                }
-            };
-        }
-        Ok(held)
+        self.call(&asks)
+            .await?
+            .into_iter()
+            .map(|reply| match reply {
+                Reply::Int(-2) => Ok(None),
+                Reply::Int(-1) => Ok(Some(None)),
+                Reply::Int(ms) => Ok(Some(DateTime::from_timestamp_millis(ms))),
+                _ => Err(unavailable(
+                    "upstream_invalid",
+                    "Redis' PEXPIRETIME is no number",
+                )),
+            })
+            .collect()
     }
 
     /// Sends `commands` on this client's Redis connection (made on first use).
@@ -668,24 +766,83 @@ impl<'a> Connection<'a> {
             .ok_or_else(|| unavailable("upstream_unavailable", "no connection to Redis"))
     }
 
-    /// Runs one plan outside a transaction. `Err` when the connection to Redis is lost: the
-    /// client's connection is closed with it.
-    async fn exec_one(&mut self, plan: Plan) -> Result<Reply, Reply> {
-        if plan.send.is_empty() {
-            return Ok(plan.assemble(Vec::new()));
+    /// Answers a run of a pipeline's commands (outside `MULTI`) in as few round trips to Redis
+    /// as their decisions allow: the deadlines every write's keys hold, read at once, then every
+    /// command sent at once, a write with its deadline in a transaction of its own. `Err` when
+    /// the connection to Redis is lost: the client's connection is closed with it.
+    async fn run(&mut self, run: Vec<Vec<Vec<u8>>>) -> Result<Vec<Reply>, Reply> {
+        let mut drafts = Vec::with_capacity(run.len());
+        for args in &run {
+            drafts.push(self.draft(classify(args), args).await);
         }
-        let upstream = self.upstream().await?;
-        let replies = match upstream.run(&plan.send).await {
-            Ok(Ok(replies)) => replies,
-            Ok(Err(refused)) => return Ok(refused),
-            Err(e) => {
-                self.upstream = None;
-                return Err(unavailable("upstream_unavailable", &e.to_string()));
-            }
+        let asks: Vec<&str> = drafts
+            .iter()
+            .flat_map(|draft| match draft {
+                Ok(Draft::Pending(write)) => write.asks().collect(),
+                _ => Vec::new(),
+            })
+            .collect();
+        // A failed read refuses the writes that needed it, and only them.
+        let held = match asks.is_empty() {
+            true => Ok(Vec::new()),
+            false => self.held(&asks).await,
         };
-        let kept = plan.kept(&replies);
-        let answer = plan.assemble(replies);
-        Ok(self.settled(&kept, &plan.deleted, answer).await)
+        let mut held_each = held.as_deref().unwrap_or_default().iter();
+        let plans: Vec<Result<Plan, Reply>> = drafts
+            .into_iter()
+            .map(|draft| match (draft?, &held) {
+                (Draft::Ready(plan), _) => Ok(plan),
+                (Draft::Pending(write), Ok(_)) => {
+                    let mine: Vec<_> = held_each
+                        .by_ref()
+                        .take(write.asks().count())
+                        .copied()
+                        .collect();
+                    write.decide(&mine)
+                }
+                (Draft::Pending(_), Err(refusal)) => Err(refusal.clone()),
+            })
+            .collect();
+        let sends: Vec<&[Vec<Vec<u8>>]> = plans
+            .iter()
+            .flatten()
+            .filter(|plan| !plan.send.is_empty())
+            .map(|plan| plan.send.as_slice())
+            .collect();
+        let mut results = match sends.is_empty() {
+            true => Vec::new(),
+            false => {
+                let upstream = self.upstream().await?;
+                match upstream.run_many(&sends).await {
+                    Ok(results) => results,
+                    Err(e) => {
+                        self.upstream = None;
+                        return Err(unavailable("upstream_unavailable", &e.to_string()));
+                    }
+                }
+            }
+        }
+        .into_iter();
+        let mut answers = Vec::with_capacity(plans.len());
+        for plan in plans {
+            answers.push(match plan {
+                Err(refusal) => refusal,
+                Ok(plan) if plan.send.is_empty() => plan.assemble(Vec::new()),
+                Ok(plan) => match results.next() {
+                    Some(Ok(replies)) => {
+                        let kept = plan.kept(&replies);
+                        let answer = plan.assemble(replies);
+                        self.settled(&kept, &plan.deleted, answer).await
+                    }
+                    Some(Err(refused)) => refused,
+                    None => unavailable(
+                        "upstream_invalid",
+                        "Redis answered fewer commands than sent",
+                    ),
+                },
+            });
+        }
+        Ok(answers)
     }
 
     /// Runs a client's transaction: every plan's commands in one `MULTI`/`EXEC`.
