@@ -148,11 +148,18 @@ def test_what_reaches_beyond_one_subject_is_refused_outright(lethe, direct):
         lambda: r.eval("return redis.call('GET', KEYS[1])", 1, key),
         lambda: r.config_get("*"), lambda: r.dbsize(), lambda: r.randomkey(),
         lambda: r.dump(key), lambda: r.object("encoding", key), lambda: admin.flushall(),
-        lambda: r.client_list(), lambda: r.publish("c", "m"),
+        lambda: r.client_list(), lambda: r.info(), lambda: r.time(), lambda: admin.config_get("*"),
+        lambda: admin.slowlog_get(), lambda: admin.execute_command("MEMORY", "USAGE", key),
+        lambda: admin.client_list(), lambda: admin.keys("*"), lambda: admin.eval("return 1", 0),
     ):
         refused("forbidden", call)
     refused("unknown_endpoint", lambda: r.execute_command("FROBNICATE", key))
     assert direct.get(key) == "v"
+    # The harmless server commands serve admin tokens: they read no key and answer no stored data.
+    assert admin.dbsize() == direct.dbsize() and admin.info("server")["redis_version"] == direct.info("server")["redis_version"]
+    assert abs(admin.time()[0] - direct.time()[0]) <= 1 and admin.lastsave() is not None
+    assert admin.command_count() > 100
+    assert "peak.allocated" in admin.memory_stats()
 
 
 def test_a_transaction_with_one_refused_command_writes_nothing(lethe, direct):

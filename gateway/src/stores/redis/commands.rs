@@ -73,6 +73,9 @@ pub enum Command {
     Discard,
     Watch,
     Unwatch,
+    /// A command on the server itself that reads no key and answers no stored data (`INFO`,
+    /// `DBSIZE`, `TIME`, ...): served to admin tokens only.
+    Server,
     /// Refused outright, with why.
     Refused(&'static str),
     /// Not a command Lethe serves.
@@ -156,7 +159,7 @@ pub fn classify(args: &[Vec<u8>]) -> Command {
         "FLUSHALL" | "FLUSHDB" | "SWAPDB" | "MOVE" => {
             Command::Refused("it reaches every tenant's keys")
         }
-        "RANDOMKEY" | "DBSIZE" | "SORT" | "SORT_RO" => {
+        "RANDOMKEY" | "SORT" | "SORT_RO" => {
             Command::Refused("its answer names or counts other tenants' keys")
         }
         "EVAL" | "EVALSHA" | "EVAL_RO" | "EVALSHA_RO" | "FCALL" | "FCALL_RO" | "SCRIPT"
@@ -164,10 +167,22 @@ pub fn classify(args: &[Vec<u8>]) -> Command {
         "DUMP" | "RESTORE" | "MIGRATE" | "OBJECT" => {
             Command::Refused("it moves keys past their stamp and deadline")
         }
+        "INFO" | "DBSIZE" | "TIME" | "LASTSAVE" => Command::Server,
+        "COMMAND" | "MEMORY" | "LATENCY" => {
+            let sub = args
+                .get(1)
+                .map(|s| s.to_ascii_uppercase())
+                .unwrap_or_default();
+            match (name.as_ref(), sub.as_slice()) {
+                ("COMMAND", b"" | b"COUNT" | b"INFO" | b"DOCS" | b"LIST" | b"GETKEYS")
+                | ("MEMORY", b"STATS" | b"DOCTOR" | b"MALLOC-STATS")
+                | ("LATENCY", b"LATEST" | b"HISTORY" | b"DOCTOR" | b"HISTOGRAM") => Command::Server,
+                _ => Command::Refused("it administers the server, not one subject's keys"),
+            }
+        }
         "CONFIG" | "DEBUG" | "MONITOR" | "SHUTDOWN" | "SAVE" | "BGSAVE" | "BGREWRITEAOF"
         | "REPLICAOF" | "SLAVEOF" | "MODULE" | "ACL" | "WAIT" | "WAITAOF" | "FAILOVER"
-        | "LATENCY" | "SLOWLOG" | "MEMORY" | "INFO" | "COMMAND" | "CLUSTER" | "READONLY"
-        | "READWRITE" | "RESET" | "SYNC" | "PSYNC" => {
+        | "SLOWLOG" | "CLUSTER" | "READONLY" | "READWRITE" | "RESET" | "SYNC" | "PSYNC" => {
             Command::Refused("it administers the server, not one subject's keys")
         }
         "SUBSCRIBE" | "PSUBSCRIBE" | "SSUBSCRIBE" | "PUBLISH" | "SPUBLISH" | "PUBSUB"

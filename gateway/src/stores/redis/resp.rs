@@ -241,15 +241,15 @@ impl Frames {
             if let Some(frame) = self.take(decode)? {
                 return Ok(Some(frame));
             }
-            let mut chunk = [0u8; 16 * 1024];
-            let n = io.read(&mut chunk).await?;
+            // Read into the buffer's spare room: no zeroed chunk per read, no copy.
+            self.buf.reserve(16 * 1024);
+            let n = io.read_buf(&mut self.buf).await?;
             if n == 0 {
                 return match self.buf.is_empty() {
                     true => Ok(None),
                     false => Err(ReadError::Truncated),
                 };
             }
-            self.buf.extend_from_slice(&chunk[..n]);
         }
     }
 }

@@ -20,6 +20,7 @@ use super::client::{Client, Server};
 use super::commands::{Command, Effect, Keys, Missing, classify, key_positions, reveals};
 use super::keys::{Pattern, owner};
 use super::resp::{Frames, Proto, Reply};
+use crate::auth::Role;
 use crate::data::forward::Route;
 use crate::data::overtaken::{Recording, keep_unless_overtaken};
 use crate::data::policy_cache::View;
@@ -639,6 +640,18 @@ impl<'a> Connection<'a> {
                 return Ok(Draft::Ready(Plan::forward(args.to_vec())));
             }
             Command::Unwatch => return Ok(Draft::Ready(Plan::forward(args.to_vec()))),
+            Command::Server => {
+                return match self.ctx()?.claims.role {
+                    Role::Admin => Ok(Draft::Ready(Plan::forward(args.to_vec()))),
+                    _ => Err(refused_with(
+                        "forbidden",
+                        &format!(
+                            "{} describes the whole server: admin tokens only",
+                            name_of(args)
+                        ),
+                    )),
+                };
+            }
             Command::Refused(why) => {
                 return Err(refused_with(
                     "forbidden",
