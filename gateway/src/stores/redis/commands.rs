@@ -312,12 +312,29 @@ mod tests {
             "subscribe c",
             "publish c m",
             "randomkey",
-            "dbsize",
             "sort k by x_*",
+            "slowlog get",
+            "memory usage k",
+            "latency reset",
+            "command getkeysandflags set k v",
         ] {
             assert!(
                 matches!(classify(&args(line)), Command::Refused(_)),
                 "{line} is not refused"
+            );
+        }
+        for line in [
+            "info",
+            "info keyspace",
+            "dbsize",
+            "time",
+            "command count",
+            "memory stats",
+            "latency latest",
+        ] {
+            assert!(
+                matches!(classify(&args(line)), Command::Server),
+                "{line} is not a server command"
             );
         }
     }
