@@ -365,3 +365,53 @@ def test_a_tls_redis_is_reached_only_when_its_certificate_verifies(chroma, tmp_p
     finally:
         trusting.stop()
         doubting.stop()
+
+
+def next_message(pubsub, kind="message", deadline=10.0):
+    """The next frame of `kind` the subscription hears, within `deadline` seconds."""
+    end = time.monotonic() + deadline
+    while time.monotonic() < end:
+        message = pubsub.get_message(timeout=0.5)
+        if message and message["type"] == kind:
+            return message
+    raise AssertionError(f"no {kind} within {deadline}s")
+
+
+@pytest.mark.parametrize("protocol", [2, 3])
+def test_pubsub_on_a_subjects_channels_is_decided_at_subscribe_publish_and_delivery(lethe, direct, protocol):
+    alice, bob, carol = someone(), someone(), someone()
+    consent(lethe, alice)
+    consent(lethe, bob)
+    channel = lambda subject: f"{TENANT}:{subject}:events"  # noqa: E731
+    listener = agent(lethe, protocol=protocol).pubsub()
+    listener.subscribe(channel(alice), channel(bob))
+    assert {next_message(listener, "subscribe")["channel"] for _ in range(2)} == {channel(alice), channel(bob)}
+    # Through Lethe and around it, messages on the caller's channels arrive.
+    assert agent(lethe, alice, protocol=protocol).publish(channel(alice), "through Lethe") == 1
+    assert next_message(listener)["data"] == "through Lethe"
+    direct.publish(channel(bob), "around Lethe")
+    assert next_message(listener)["data"] == "around Lethe"
+
+    # Channels beyond the caller's scope, patterns and the channel listing are refused.
+    for subscribe, code in (
+        (lambda p: p.subscribe(channel(bob)), "scope_violation"),       # a token bound to alice
+        (lambda p: p.subscribe(f"{GLOBEX}:{alice}:events"), "scope_violation"),
+        (lambda p: p.subscribe("announcements"), "unknown_endpoint"),
+        (lambda p: p.psubscribe(f"{TENANT}:*"), "forbidden"),
+    ):
+        other = agent(lethe, alice, protocol=protocol).pubsub()
+        subscribe(other)
+        refused(code, lambda: other.get_message(timeout=5))
+    refused("forbidden", lambda: agent(lethe, protocol=protocol).pubsub_channels())
+    refused("scope_violation", lambda: agent(lethe, bob, protocol=protocol).publish(channel(alice), "x"))
+    refused("consent_required", lambda: agent(lethe, carol, protocol=protocol).publish(channel(carol), "x"))
+
+    # The flip: alice's messages are no longer delivered, bob's still are; publishing refused.
+    lethe.flip(alice)
+    refused("subject_suppressed", lambda: agent(lethe, protocol=protocol).publish(channel(alice), "late"))
+    assert direct.publish(channel(alice), "after the flip") == 1, "Redis still has the subscription"
+    direct.publish(channel(bob), "bob after the flip")
+    assert next_message(listener)["data"] == "bob after the flip", "alice's message, sent first, was dropped"
+    listener.unsubscribe(channel(bob))
+    assert next_message(listener, "unsubscribe")["channel"] == channel(bob)
+    listener.close()

@@ -151,8 +151,8 @@ fn redacted(url: &str) -> String {
     }
 }
 
-trait Io: AsyncRead + AsyncWrite + Send + Unpin {}
-impl<T: AsyncRead + AsyncWrite + Send + Unpin> Io for T {}
+trait Io: AsyncRead + AsyncWrite + Send + Sync + Unpin {}
+impl<T: AsyncRead + AsyncWrite + Send + Sync + Unpin> Io for T {}
 
 /// A connection to Redis.
 pub struct Client {
@@ -278,6 +278,29 @@ impl Client {
             .await
             .map_err(|_| ClientError::Unavailable("Redis did not answer in time".to_owned()))?
             .map_err(ClientError::Unavailable)
+    }
+
+    /// Sends `commands` without waiting for answers (a subscription's come as they come).
+    pub async fn send(&mut self, commands: &[Vec<Vec<u8>>]) -> Result<(), ClientError> {
+        let mut out = Vec::new();
+        for command in commands {
+            command_bytes(command, &mut out);
+        }
+        tokio::time::timeout(self.timeout, self.stream.write_all(&out))
+            .await
+            .map_err(|_| {
+                ClientError::Unavailable("Redis did not take the command in time".to_owned())
+            })?
+            .map_err(|e| ClientError::Unavailable(e.to_string()))
+    }
+
+    /// The next frame Redis sends, however long it takes (a subscription's messages); `None`
+    /// once Redis closed the connection.
+    pub async fn next(&mut self) -> Result<Option<Reply>, ClientError> {
+        self.frames
+            .reply(&mut self.stream, self.proto)
+            .await
+            .map_err(|e| ClientError::Unavailable(e.to_string()))
     }
 
     /// One command; Redis' error answer is `Err` with its text.

@@ -73,6 +73,12 @@ pub enum Command {
     Discard,
     Watch,
     Unwatch,
+    /// `SUBSCRIBE`, `SSUBSCRIBE`: channels named like keys, each of the caller's scope.
+    Subscribe,
+    /// `UNSUBSCRIBE`, `SUNSUBSCRIBE`.
+    Unsubscribe,
+    /// `PUBLISH`, `SPUBLISH`: a message on a channel, decided like a write of its subject.
+    Publish,
     /// A command on the server itself that reads no key and answers no stored data (`INFO`,
     /// `DBSIZE`, `TIME`, ...): served to admin tokens only.
     Server,
@@ -185,10 +191,13 @@ pub fn classify(args: &[Vec<u8>]) -> Command {
         | "SLOWLOG" | "CLUSTER" | "READONLY" | "READWRITE" | "RESET" | "SYNC" | "PSYNC" => {
             Command::Refused("it administers the server, not one subject's keys")
         }
-        "SUBSCRIBE" | "PSUBSCRIBE" | "SSUBSCRIBE" | "PUBLISH" | "SPUBLISH" | "PUBSUB"
-        | "UNSUBSCRIBE" | "PUNSUBSCRIBE" | "SUNSUBSCRIBE" => {
-            Command::Refused("Pub/Sub channels name no subject")
-        }
+        "SUBSCRIBE" | "SSUBSCRIBE" => Command::Subscribe,
+        "UNSUBSCRIBE" | "SUNSUBSCRIBE" => Command::Unsubscribe,
+        "PUBLISH" | "SPUBLISH" => Command::Publish,
+        "PSUBSCRIBE" | "PUNSUBSCRIBE" => Command::Refused(
+            "a channel pattern can match other subjects' channels; SUBSCRIBE to each",
+        ),
+        "PUBSUB" => Command::Refused("its answer names or counts other tenants' channels"),
         _ => Command::Unknown,
     }
 }
@@ -309,8 +318,8 @@ mod tests {
             "migrate h 1 k 0 1",
             "object encoding k",
             "wait 1 0",
-            "subscribe c",
-            "publish c m",
+            "psubscribe c*",
+            "pubsub channels",
             "randomkey",
             "sort k by x_*",
             "slowlog get",

@@ -27,6 +27,8 @@ pub enum Reply {
     Map(Vec<(Reply, Reply)>),
     /// A set (RESP3), an array in RESP2.
     Set(Vec<Reply>),
+    /// Out-of-band data (RESP3): a Pub/Sub message or confirmation; an array in RESP2.
+    Push(Vec<Reply>),
     /// A RESP3 frame Lethe passes on without reading it (a double, a boolean, ...), encoded.
     Raw(Vec<u8>),
 }
@@ -65,6 +67,11 @@ impl Reply {
             }
             Reply::Set(items) => {
                 let kind = if proto == Proto::Resp3 { b'~' } else { b'*' };
+                line(out, kind, items.len().to_string().as_bytes());
+                items.iter().for_each(|i| i.write(proto, out));
+            }
+            Reply::Push(items) => {
+                let kind = if proto == Proto::Resp3 { b'>' } else { b'*' };
                 line(out, kind, items.len().to_string().as_bytes());
                 items.iter().for_each(|i| i.write(proto, out));
             }
@@ -107,6 +114,7 @@ impl Reply {
             Frame3::Null => Reply::Null,
             Frame3::Array { data, .. } => Reply::Array(data.into_iter().map(Reply::of3).collect()),
             Frame3::Set { data, .. } => Reply::Set(data.into_iter().map(Reply::of3).collect()),
+            Frame3::Push { data, .. } => Reply::Push(data.into_iter().map(Reply::of3).collect()),
             Frame3::Map { data, .. } => Reply::Map(
                 data.into_iter()
                     .map(|(k, v)| (Reply::of3(k), Reply::of3(v)))
@@ -319,6 +327,23 @@ mod tests {
             garbage.buffered_command(),
             Some(Err(ReadError::Malformed(_)))
         ));
+    }
+
+    #[tokio::test]
+    async fn a_subscriptions_push_frames_pass_as_they_were_and_are_arrays_in_resp2() {
+        let push: &[u8] = b">3\r\n$7\r\nmessage\r\n$1\r\nc\r\n$2\r\nhi\r\n";
+        let mut io = push;
+        let reply = Frames::new(1024)
+            .reply(&mut io, Proto::Resp3)
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(matches!(&reply, Reply::Push(items) if items.len() == 3));
+        let (mut three, mut two) = (Vec::new(), Vec::new());
+        reply.write(Proto::Resp3, &mut three);
+        reply.write(Proto::Resp2, &mut two);
+        assert_eq!(three, push);
+        assert_eq!(two, b"*3\r\n$7\r\nmessage\r\n$1\r\nc\r\n$2\r\nhi\r\n");
     }
 
     #[test]

@@ -16,10 +16,10 @@ use lethe_policy::{
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
-use super::client::{Client, Server};
+use super::client::{Client, ClientError, Server};
 use super::commands::{Command, Effect, Keys, Missing, classify, key_positions, reveals};
 use super::keys::{Pattern, owner};
-use super::resp::{Frames, Proto, Reply};
+use super::resp::{Frames, Proto, ReadError, Reply};
 use crate::auth::Role;
 use crate::data::forward::Route;
 use crate::data::overtaken::{Recording, keep_unless_overtaken};
@@ -281,11 +281,28 @@ pub(super) struct Connection<'a> {
     patterns: &'a [Pattern],
     ctx: Option<RequestContext>,
     upstream: Option<Client>,
+    /// The connection to Redis the client's subscriptions live on (made on its first
+    /// `SUBSCRIBE`): its frames reach the client as they come, each message decided again.
+    subscriber: Option<Client>,
     queue: Option<Queue>,
     /// The protocol the client chose (`HELLO`); RESP2 until it does.
     proto: Proto,
     /// The most commands one `MULTI` may queue (Lethe keeps them until `EXEC`).
     max_queued: usize,
+}
+
+/// What a client connection heard first: its client, or its subscriptions' connection.
+enum Heard {
+    Client(Result<Option<Option<Vec<Vec<u8>>>>, ReadError>),
+    Subscription(Result<Option<Reply>, ClientError>),
+}
+
+/// What the caller's decisions on some keys take.
+struct Policy {
+    tenant: String,
+    /// The subject the caller's token binds it to.
+    bound: Option<String>,
+    view: View,
 }
 
 /// What to do after answering a command.
@@ -307,6 +324,7 @@ impl<'a> Connection<'a> {
             patterns,
             ctx: None,
             upstream: None,
+            subscriber: None,
             queue: None,
             proto: Proto::Resp2,
             max_queued,
@@ -326,10 +344,37 @@ impl<'a> Connection<'a> {
         loop {
             let next = match carried.take() {
                 Some(next) => next,
-                None => tokio::select! {
-                    next = frames.command(&mut client) => next,
-                    _ = stopped(&mut stopping) => return,
-                },
+                None => {
+                    let heard = tokio::select! {
+                        next = frames.command(&mut client) => Heard::Client(next),
+                        pushed = self.pushed() => Heard::Subscription(pushed),
+                        _ = stopped(&mut stopping) => return,
+                    };
+                    match heard {
+                        Heard::Client(next) => next,
+                        Heard::Subscription(pushed) => {
+                            let (answers, then) = match pushed {
+                                Ok(Some(frame)) if self.deliverable(&frame).await => {
+                                    (vec![frame], Then::Go)
+                                }
+                                Ok(Some(_)) => (Vec::new(), Then::Go),
+                                // The subscriptions are gone with the connection: the client
+                                // reconnects and subscribes again, as it would to Redis.
+                                Ok(None) | Err(_) => (
+                                    vec![unavailable(
+                                        "upstream_unavailable",
+                                        "the connection to Redis holding the subscriptions closed",
+                                    )],
+                                    Then::Close,
+                                ),
+                            };
+                            if !self.answer(&mut client, &answers, then).await {
+                                return;
+                            }
+                            continue;
+                        }
+                    }
+                }
             };
             let (answers, then) = match next {
                 Ok(None) => return,
@@ -354,6 +399,13 @@ impl<'a> Connection<'a> {
                         Err(gone) => (vec![gone], Then::Close),
                     }
                 }
+                Ok(Some(Some(args))) if self.subscribing(&args) => {
+                    match self.subscription(args).await {
+                        // Redis' confirmations come on the subscription, as they come.
+                        Ok(()) => (Vec::new(), Then::Go),
+                        Err(refusal) => (vec![refusal], Then::Go),
+                    }
+                }
                 Ok(Some(Some(args))) => {
                     let (answer, then) = self.command(args).await;
                     (vec![answer], then)
@@ -363,18 +415,135 @@ impl<'a> Connection<'a> {
                     Then::Close,
                 ),
             };
-            let mut out = Vec::new();
-            for answer in &answers {
-                answer.write(self.proto, &mut out);
-            }
-            if client.write_all(&out).await.is_err() {
-                return;
-            }
-            if matches!(then, Then::Close) {
-                let _ = client.shutdown().await;
+            if !self.answer(&mut client, &answers, then).await {
                 return;
             }
         }
+    }
+
+    /// Writes `answers` to the client; `false` when the connection is done with.
+    async fn answer(&self, client: &mut TcpStream, answers: &[Reply], then: Then) -> bool {
+        let mut out = Vec::new();
+        for answer in answers {
+            answer.write(self.proto, &mut out);
+        }
+        if client.write_all(&out).await.is_err() {
+            return false;
+        }
+        if matches!(then, Then::Close) {
+            let _ = client.shutdown().await;
+            return false;
+        }
+        true
+    }
+
+    /// The next frame of the client's subscriptions; never, while it has none.
+    async fn pushed(&mut self) -> Result<Option<Reply>, ClientError> {
+        match self.subscriber.as_mut() {
+            Some(subscriber) => subscriber.next().await,
+            None => std::future::pending().await,
+        }
+    }
+
+    /// Whether a command is about the client's subscriptions (a `PING` too, once it has some:
+    /// Redis answers it there).
+    fn subscribing(&self, args: &[Vec<u8>]) -> bool {
+        self.ctx.is_some()
+            && self.queue.is_none()
+            && match classify(args) {
+                Command::Subscribe | Command::Unsubscribe => true,
+                Command::Ping => self.subscriber.is_some(),
+                _ => false,
+            }
+    }
+
+    /// Sends a subscription command on the subscriptions' own connection (made on first use);
+    /// each channel subscribed to must be named like a key of the caller's scope.
+    async fn subscription(&mut self, args: Vec<Vec<u8>>) -> Result<(), Reply> {
+        if matches!(classify(&args), Command::Subscribe) {
+            if args.len() < 2 {
+                return Err(Reply::error(format!(
+                    "ERR wrong number of arguments for '{}' command",
+                    name_of(&args).to_lowercase()
+                )));
+            }
+            let channels = utf8_keys(&args, &(1..args.len()).collect::<Vec<_>>())?;
+            self.owners(&channels)?;
+        }
+        if self.subscriber.is_none() {
+            self.subscriber = Some(self.connect().await?);
+        }
+        let sent = match self.subscriber.as_mut() {
+            Some(subscriber) => subscriber.send(&[args]).await,
+            None => {
+                return Err(unavailable(
+                    "upstream_unavailable",
+                    "no connection to Redis",
+                ));
+            }
+        };
+        sent.map_err(|e| {
+            self.subscriber = None;
+            unavailable("upstream_unavailable", &e.to_string())
+        })
+    }
+
+    /// Whether a frame of the subscriptions reaches the client: a message on a channel whose
+    /// subject the caller may not read now (suppressed, erased, no `retrieve` consent) is
+    /// dropped, as the flip hides a subject from every read at once; so is one that cannot be
+    /// decided (the state store unreachable).
+    async fn deliverable(&self, frame: &Reply) -> bool {
+        let (Reply::Push(items) | Reply::Array(items)) = frame else {
+            return true;
+        };
+        let (Some(Reply::Bulk(kind)), Some(Reply::Bulk(channel))) = (items.first(), items.get(1))
+        else {
+            return true;
+        };
+        if !matches!(kind.as_slice(), b"message" | b"smessage") {
+            return true;
+        }
+        let Ok(channel) = std::str::from_utf8(channel) else {
+            return false;
+        };
+        let Ok(owners) = self.owners(&[channel]) else {
+            return false;
+        };
+        let Ok(policy) = self.policy(&owners).await else {
+            return false;
+        };
+        owners.iter().all(|owner| {
+            readable(
+                &policy.view,
+                &policy.tenant,
+                &self.route.name,
+                policy.bound.as_deref(),
+                owner,
+                crate::now(),
+            )
+            .is_ok()
+        })
+    }
+
+    /// The policy the caller's decisions on keys of `owners` take: its tenant, the subject its
+    /// token binds, and the subjects' policy.
+    async fn policy(&self, owners: &[(String, String, String)]) -> Result<Policy, Reply> {
+        let ctx = self.ctx()?;
+        let tenant = ctx.tenant().to_owned();
+        let bound = ctx.bound.then(|| ctx.subject.clone()).flatten();
+        // Collected first: an iterator held across the await would make the future not Send.
+        let subjects: Vec<&str> = owners.iter().map(|o| o.0.as_str()).collect();
+        let view = self
+            .state
+            .policy
+            .view(&tenant, subjects)
+            .await
+            .map_err(|_| unavailable("state_unavailable", "the state store cannot be read"))?;
+        Ok(Policy {
+            tenant,
+            bound,
+            view,
+        })
     }
 
     /// Whether a command can be answered within a run of a pipeline: one on keys, from an
@@ -640,6 +809,46 @@ impl<'a> Connection<'a> {
                 return Ok(Draft::Ready(Plan::forward(args.to_vec())));
             }
             Command::Unwatch => return Ok(Draft::Ready(Plan::forward(args.to_vec()))),
+            Command::Publish => {
+                if args.len() != 3 {
+                    return Err(Reply::error(format!(
+                        "ERR wrong number of arguments for '{}' command",
+                        name_of(args).to_lowercase()
+                    )));
+                }
+                // A message carries its subject's data to the subscribers: the subject must be
+                // active, with `store` consent, as for any write (nothing is kept, so no
+                // deadline is set).
+                let owners = self.owners(&utf8_keys(args, &[1])?)?;
+                let policy = self.policy(&owners).await?;
+                for (subject, purpose, category) in &owners {
+                    let facts = WriteFacts {
+                        tenant: &policy.tenant,
+                        subject,
+                        purpose,
+                        category,
+                        layer: Layer::Raw,
+                        action: Action::Store,
+                        authorised_epoch: None,
+                        requested_expires_at: None,
+                    };
+                    decide_write_over(
+                        &policy.view,
+                        &facts,
+                        Held::Nothing,
+                        Overwrite::Allowed,
+                        crate::now(),
+                    )
+                    .map_err(refused)?;
+                }
+                return Ok(Draft::Ready(Plan::forward(args.to_vec())));
+            }
+            Command::Subscribe | Command::Unsubscribe => {
+                return Err(Reply::error(format!(
+                    "ERR Command not allowed inside a transaction: {}",
+                    name_of(args)
+                )));
+            }
             Command::Server => {
                 return match self.ctx()?.claims.role {
                     Role::Admin => Ok(Draft::Ready(Plan::forward(args.to_vec()))),
@@ -674,17 +883,11 @@ impl<'a> Connection<'a> {
         if keys == Keys::FirstTwo && owners[0].0 != owners[1].0 {
             return Err(refused(Refusal::ScopeViolation));
         }
-        let ctx = self.ctx()?;
-        let tenant = ctx.tenant().to_owned();
-        let bound = ctx.bound.then(|| ctx.subject.clone()).flatten();
-        // Collected first: an iterator held across the await would make the future not Send.
-        let subjects: Vec<&str> = owners.iter().map(|o| o.0.as_str()).collect();
-        let view = self
-            .state
-            .policy
-            .view(&tenant, subjects)
-            .await
-            .map_err(|_| unavailable("state_unavailable", "the state store cannot be read"))?;
+        let Policy {
+            tenant,
+            bound,
+            view,
+        } = self.policy(&owners).await?;
         let now = crate::now();
         match effect {
             Effect::Read(_) | Effect::ReadEach | Effect::Count => {
@@ -763,16 +966,20 @@ impl<'a> Connection<'a> {
         }
     }
 
+    /// A new connection to the route's Redis, in the client's protocol.
+    async fn connect(&self) -> Result<Client, Reply> {
+        let failed = |e: String| unavailable("upstream_unavailable", &e);
+        let server = Server::of_route(self.route).map_err(failed)?;
+        let timeout = self.route.timeout.unwrap_or(UPSTREAM_TIMEOUT);
+        let tls = self.state.upstreams.tls();
+        Client::connect(&server, &tls, self.proto, timeout)
+            .await
+            .map_err(|e| failed(e.to_string()))
+    }
+
     async fn upstream(&mut self) -> Result<&mut Client, Reply> {
         if self.upstream.is_none() {
-            let failed = |e: String| unavailable("upstream_unavailable", &e);
-            let server = Server::of_route(self.route).map_err(failed)?;
-            let timeout = self.route.timeout.unwrap_or(UPSTREAM_TIMEOUT);
-            let tls = self.state.upstreams.tls();
-            let upstream = Client::connect(&server, &tls, self.proto, timeout)
-                .await
-                .map_err(|e| failed(e.to_string()))?;
-            self.upstream = Some(upstream);
+            self.upstream = Some(self.connect().await?);
         }
         self.upstream
             .as_mut()
@@ -974,11 +1181,6 @@ impl<'a> Connection<'a> {
                 "Redis' SCAN answer is not a cursor and keys",
             ));
         };
-        let Some(ctx) = self.ctx.as_ref() else {
-            return Ok(Reply::error("NOAUTH Authentication required."));
-        };
-        let tenant = ctx.tenant().to_owned();
-        let bound = ctx.bound.then(|| ctx.subject.clone()).flatten();
         let mut mine: Vec<(Vec<u8>, (String, String, String))> = Vec::new();
         for key in keys {
             let Reply::Bulk(key) = key else {
@@ -991,22 +1193,18 @@ impl<'a> Connection<'a> {
                 mine.push((key, owner));
             }
         }
-        let subjects: Vec<&str> = mine.iter().map(|(_, owner)| owner.0.as_str()).collect();
-        let view = self
-            .state
-            .policy
-            .view(&tenant, subjects)
-            .await
-            .map_err(|_| unavailable("state_unavailable", "the state store cannot be read"));
-        let view = match view {
-            Ok(view) => view,
+        let owners: Vec<_> = mine.iter().map(|(_, owner)| owner.clone()).collect();
+        let policy = match self.policy(&owners).await {
+            Ok(policy) => policy,
             Err(frame) => return Ok(frame),
         };
         let now = crate::now();
-        let (store, bound) = (&self.route.name, bound.as_deref());
+        let (store, bound) = (&self.route.name, policy.bound.as_deref());
         let visible: Vec<Reply> = mine
             .into_iter()
-            .filter(|(_, owner)| readable(&view, &tenant, store, bound, owner, now).is_ok())
+            .filter(|(_, owner)| {
+                readable(&policy.view, &policy.tenant, store, bound, owner, now).is_ok()
+            })
             .map(|(key, _)| Reply::Bulk(key))
             .collect();
         Ok(Reply::Array(vec![cursor, Reply::Array(visible)]))
