@@ -415,3 +415,66 @@ def test_pubsub_on_a_subjects_channels_is_decided_at_subscribe_publish_and_deliv
     listener.unsubscribe(channel(bob))
     assert next_message(listener, "unsubscribe")["channel"] == channel(bob)
     listener.close()
+
+
+def test_blocking_pops_and_stream_reads_wait_for_the_callers_data_only(lethe, direct):
+    import threading
+    alice, bob = someone(), someone()
+    consent(lethe, alice)
+    consent(lethe, bob)
+    queue, stream = f"{TENANT}:{alice}:queue", lambda s: f"{TENANT}:{s}:stream"  # noqa: E731
+
+    # A pop that waits gets what another client pushes through Lethe.
+    got = {}
+    waiter = threading.Thread(target=lambda: got.update(pop=agent(lethe, alice).blpop([queue], timeout=10)))
+    waiter.start()
+    agent(lethe, alice).rpush(queue, "job-1")
+    waiter.join(timeout=15)
+    assert list(got["pop"]) == [queue, "job-1"] and direct.llen(queue) == 0
+    assert agent(lethe, alice).blpop([queue], timeout=0.2) is None, "nothing came: nil once the wait is over"
+
+    # A stream read that waits hears only the caller's streams.
+    for subject in (alice, bob):
+        agent(lethe, subject).xadd(stream(subject), {"n": "0"})
+    waiter = threading.Thread(target=lambda: got.update(
+        read=agent(lethe).xread({stream(alice): "$", stream(bob): "$"}, block=10000)))
+    waiter.start()
+    agent(lethe, bob).xadd(stream(bob), {"n": "1"})
+    waiter.join(timeout=15)
+    assert [(s, [f for _, f in entries]) for s, entries in got["read"]] == [(stream(bob), [{"n": "1"}])]
+
+    # Another subject's keys, and a subject without retrieve consent, are refused.
+    refused("scope_violation", lambda: agent(lethe, bob).blpop([queue], timeout=1))
+    carol = someone()
+    consent(lethe, carol, actions=("store",))
+    refused("consent_required", lambda: agent(lethe, carol).blpop([f"{TENANT}:{carol}:q"], timeout=1))
+    refused("forbidden", lambda: agent(lethe, alice).blmove(queue, f"{queue}2", 1))
+
+    # After the flip: pops refused; alice's stream reads as missing, bob's does not.
+    agent(lethe, alice).rpush(queue, "job-2")
+    lethe.flip(alice)
+    refused("subject_suppressed", lambda: agent(lethe).blpop([queue], timeout=1))
+    reader = agent(lethe)
+    assert not reader.xread({stream(alice): "0"}), "nothing read"
+    assert [s for s, _ in reader.xread({stream(alice): "0", stream(bob): "0"})] == [stream(bob)]
+    assert not reader.xread({stream(alice): "$"}, block=200), "waited, then nil"
+    assert direct.llen(queue) == 1 and direct.xlen(stream(alice)) == 1, "hidden, not yet purged"
+
+
+def test_a_client_that_leaves_while_waiting_takes_nothing(lethe, direct):
+    import socket
+    alice = someone()
+    consent(lethe, alice)
+    queue = f"{TENANT}:{alice}:queue"
+    host, port = lethe.listens["redis"].split(":")
+    token = lethe.token("agent", alice)
+    with socket.create_connection((host, int(port)), timeout=5) as s:
+        s.sendall(f"*3\r\n$4\r\nAUTH\r\n$5\r\nagent\r\n${len(token)}\r\n{token}\r\n".encode())
+        assert s.recv(100) == b"+OK\r\n"
+        s.sendall(f"*3\r\n$5\r\nBLPOP\r\n${len(queue)}\r\n{queue}\r\n$1\r\n0\r\n".encode())
+        blocked = lambda: [c for c in direct.client_list() if c.get("cmd") == "blpop" and "b" in c.get("flags", "")]  # noqa: E731
+        wait_for("the pop waiting in Redis", blocked)
+    # The client is gone: Lethe drops its connection to Redis, which stops waiting.
+    wait_for("Redis no longer waiting for it", lambda: not blocked())
+    agent(lethe, alice).rpush(queue, "for a client still there")
+    assert direct.lrange(queue, 0, -1) == ["for a client still there"]

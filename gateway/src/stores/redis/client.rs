@@ -151,6 +151,25 @@ fn redacted(url: &str) -> String {
     }
 }
 
+/// How long a command may wait in Redis for data, beyond the time any exchange may take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wait {
+    No,
+    For(Duration),
+    Forever,
+}
+
+impl Wait {
+    /// What `commands::waits` says of a command.
+    pub fn of(waits: Option<Option<Duration>>) -> Wait {
+        match waits {
+            None => Wait::No,
+            Some(Some(limit)) => Wait::For(limit),
+            Some(None) => Wait::Forever,
+        }
+    }
+}
+
 trait Io: AsyncRead + AsyncWrite + Send + Sync + Unpin {}
 impl<T: AsyncRead + AsyncWrite + Send + Sync + Unpin> Io for T {}
 
@@ -252,6 +271,15 @@ impl Client {
         &mut self,
         commands: &[impl AsRef<[Vec<u8>]>],
     ) -> Result<Vec<Reply>, ClientError> {
+        self.call_waiting(commands, Wait::No).await
+    }
+
+    /// `call`, for commands that may wait in Redis for data as long as `wait` says.
+    async fn call_waiting(
+        &mut self,
+        commands: &[impl AsRef<[Vec<u8>]>],
+        wait: Wait,
+    ) -> Result<Vec<Reply>, ClientError> {
         if commands.is_empty() {
             return Ok(Vec::new());
         }
@@ -274,10 +302,18 @@ impl Client {
             }
             Ok(replies)
         };
-        tokio::time::timeout(self.timeout, exchange)
-            .await
-            .map_err(|_| ClientError::Unavailable("Redis did not answer in time".to_owned()))?
-            .map_err(ClientError::Unavailable)
+        let limit = match wait {
+            Wait::No => Some(self.timeout),
+            Wait::For(longer) => Some(self.timeout + longer),
+            Wait::Forever => None,
+        };
+        let answered = match limit {
+            Some(limit) => tokio::time::timeout(limit, exchange)
+                .await
+                .map_err(|_| ClientError::Unavailable("Redis did not answer in time".to_owned()))?,
+            None => exchange.await,
+        };
+        answered.map_err(ClientError::Unavailable)
     }
 
     /// Sends `commands` without waiting for answers (a subscription's come as they come).
@@ -320,6 +356,7 @@ impl Client {
     pub async fn run_many(
         &mut self,
         plans: &[&[Vec<Vec<u8>>]],
+        wait: Wait,
     ) -> Result<Vec<Result<Vec<Reply>, Reply>>, ClientError> {
         let (multi, exec) = (vec![b"MULTI".to_vec()], vec![b"EXEC".to_vec()]);
         let all: Vec<&Vec<Vec<u8>>> = plans
@@ -332,7 +369,7 @@ impl Client {
                     .collect(),
             })
             .collect();
-        let mut replies = self.call(&all).await?.into_iter();
+        let mut replies = self.call_waiting(&all, wait).await?.into_iter();
         let mut answers = Vec::with_capacity(plans.len());
         for send in plans {
             answers.push(match send.len() {

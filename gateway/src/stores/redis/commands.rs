@@ -41,6 +41,9 @@ pub enum Effect {
     Expire,
     /// Removes its keys.
     Delete,
+    /// Takes an element from one of its keys, waiting for one (`BLPOP`): decided like a
+    /// write that answers stored data, and sent alone (a transaction would not wait).
+    Take,
 }
 
 /// Where a command's keys are among its arguments (the name is argument 0).
@@ -53,6 +56,10 @@ pub enum Keys {
     Pairs,
     /// The first two (`COPY src dst`, `LMOVE src dst ...`).
     FirstTwo,
+    /// Every argument but the last (`BLPOP a b timeout`).
+    AllButLast,
+    /// The first half of the arguments after `STREAMS` (`XREAD ... STREAMS a b id-a id-b`).
+    Streams,
 }
 
 /// A command, classified.
@@ -135,6 +142,12 @@ pub fn classify(args: &[Vec<u8>]) -> Command {
         | "ZREM" | "ZINCRBY" | "ZPOPMIN" | "ZPOPMAX" | "ZREMRANGEBYSCORE" | "ZREMRANGEBYRANK"
         | "ZREMRANGEBYLEX" | "XADD" | "XDEL" | "XTRIM" => keyed(Write, First),
         "MSET" | "MSETNX" => keyed(Write, Pairs),
+        "BLPOP" | "BRPOP" | "BZPOPMIN" | "BZPOPMAX" => keyed(Take, AllButLast),
+        "XREAD" => keyed(Read(Nil), Streams),
+        "BLMOVE" | "BRPOPLPUSH" => Command::Refused(
+            "the key it moves an element into needs its deadline in the same transaction, and a transaction does not wait; use LMOVE",
+        ),
+        "BLMPOP" | "BZMPOP" => Command::Refused("use BLPOP, BRPOP, BZPOPMIN or BZPOPMAX"),
         "COPY" | "RENAME" | "RENAMENX" | "LMOVE" | "RPOPLPUSH" | "SMOVE" => keyed(Write, FirstTwo),
         "GETEX" | "GETDEL" => keyed(if name == "GETDEL" { Delete } else { Expire }, First),
         "EXPIRE" | "PEXPIRE" | "EXPIREAT" | "PEXPIREAT" | "PERSIST" => keyed(Expire, First),
@@ -202,6 +215,37 @@ pub fn classify(args: &[Vec<u8>]) -> Command {
     }
 }
 
+/// How long a command may wait in Redis for data (`BLPOP ... timeout`, `XREAD BLOCK ms`):
+/// `None` for a command that does not wait, `Some(None)` for one that may wait for ever.
+pub fn waits(args: &[Vec<u8>]) -> Result<Option<Option<std::time::Duration>>, String> {
+    let name = args
+        .first()
+        .map(|n| n.to_ascii_uppercase())
+        .unwrap_or_default();
+    let text = |a: &Vec<u8>| String::from_utf8_lossy(a).into_owned();
+    let (limit, unit) = match name.as_slice() {
+        b"BLPOP" | b"BRPOP" | b"BZPOPMIN" | b"BZPOPMAX" => match args.last() {
+            Some(limit) if args.len() >= 3 => (text(limit), 1.0),
+            _ => return Ok(None),
+        },
+        b"XREAD" => {
+            let block = args.iter().position(|a| a.eq_ignore_ascii_case(b"BLOCK"));
+            match block.and_then(|at| args.get(at + 1)) {
+                Some(limit) => (text(limit), 0.001),
+                None => return Ok(None),
+            }
+        }
+        _ => return Ok(None),
+    };
+    match limit.parse::<f64>() {
+        Ok(0.0) => Ok(Some(None)),
+        Ok(limit) if limit > 0.0 && limit.is_finite() => Ok(Some(Some(
+            std::time::Duration::from_secs_f64((limit * unit).min(1e9)),
+        ))),
+        _ => Err("timeout is not a positive number".to_owned()),
+    }
+}
+
 /// Whether a command that writes answers with what was stored (a popped element, the value
 /// replaced, a counter's new value): then it reads too, and needs what a read needs.
 pub fn reveals(args: &[Vec<u8>]) -> bool {
@@ -211,8 +255,9 @@ pub fn reveals(args: &[Vec<u8>]) -> bool {
         .unwrap_or_default();
     match name.as_slice() {
         b"GETSET" | b"GETDEL" | b"GETEX" | b"LPOP" | b"RPOP" | b"SPOP" | b"ZPOPMIN"
-        | b"ZPOPMAX" | b"LMOVE" | b"RPOPLPUSH" | b"INCR" | b"INCRBY" | b"INCRBYFLOAT" | b"DECR"
-        | b"DECRBY" | b"HINCRBY" | b"HINCRBYFLOAT" | b"ZINCRBY" => true,
+        | b"ZPOPMAX" | b"BLPOP" | b"BRPOP" | b"BZPOPMIN" | b"BZPOPMAX" | b"LMOVE"
+        | b"RPOPLPUSH" | b"INCR" | b"INCRBY" | b"INCRBYFLOAT" | b"DECR" | b"DECRBY"
+        | b"HINCRBY" | b"HINCRBYFLOAT" | b"ZINCRBY" => true,
         // `SET key value GET` answers the value it replaced.
         b"SET" => args.iter().skip(3).any(|a| a.eq_ignore_ascii_case(b"GET")),
         _ => false,
@@ -229,6 +274,18 @@ pub fn key_positions(keys: Keys, args: &[Vec<u8>]) -> Result<Vec<usize>, String>
         Keys::Pairs => Vec::new(),
         Keys::FirstTwo if n >= 3 => vec![1, 2],
         Keys::First | Keys::FirstTwo => Vec::new(),
+        Keys::AllButLast => (1..n.saturating_sub(1)).collect(),
+        Keys::Streams => {
+            let streams = args
+                .iter()
+                .position(|a| a.eq_ignore_ascii_case(b"STREAMS"))
+                .map_or(0, |at| at + 1);
+            match (streams, n - streams) {
+                (0, _) => Vec::new(),
+                (start, after) if after % 2 == 0 => (start..start + after / 2).collect(),
+                _ => Vec::new(),
+            }
+        }
     };
     if positions.is_empty() {
         return Err(format!(
@@ -322,6 +379,7 @@ mod tests {
             "pubsub channels",
             "randomkey",
             "sort k by x_*",
+            "blmove a b left right 0",
             "slowlog get",
             "memory usage k",
             "latency reset",
@@ -346,6 +404,30 @@ mod tests {
                 "{line} is not a server command"
             );
         }
+    }
+
+    #[test]
+    fn waiting_commands_name_their_keys_and_how_long_they_wait() {
+        use std::time::Duration;
+        assert_eq!(
+            key_positions(Keys::AllButLast, &args("blpop a b 0")),
+            Ok(vec![1, 2])
+        );
+        assert!(key_positions(Keys::AllButLast, &args("blpop 0")).is_err());
+        let xread = args("xread count 2 block 500 streams a b 0 $");
+        assert_eq!(key_positions(Keys::Streams, &xread), Ok(vec![6, 7]));
+        assert!(key_positions(Keys::Streams, &args("xread streams a b 0")).is_err());
+        assert!(key_positions(Keys::Streams, &args("xread count 1")).is_err());
+        assert_eq!(waits(&args("blpop a 0")), Ok(Some(None)), "0: for ever");
+        assert_eq!(
+            waits(&args("brpop a b 1.5")),
+            Ok(Some(Some(Duration::from_millis(1500))))
+        );
+        assert_eq!(waits(&xread), Ok(Some(Some(Duration::from_millis(500)))));
+        assert_eq!(waits(&args("xread streams a 0")), Ok(None));
+        assert_eq!(waits(&args("lpop a")), Ok(None));
+        assert!(waits(&args("blpop a -1")).is_err());
+        assert!(waits(&args("blpop a soon")).is_err());
     }
 
     #[test]

@@ -16,8 +16,8 @@ use lethe_policy::{
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
-use super::client::{Client, ClientError, Server};
-use super::commands::{Command, Effect, Keys, Missing, classify, key_positions, reveals};
+use super::client::{Client, ClientError, Server, Wait};
+use super::commands::{Command, Effect, Keys, Missing, classify, key_positions, reveals, waits};
 use super::keys::{Pattern, owner};
 use super::resp::{Frames, Proto, ReadError, Reply};
 use crate::auth::Role;
@@ -83,6 +83,9 @@ enum Answer {
     Local(Reply),
     /// `MGET`: Redis' values for the keys sent, a nil in the place of each hidden key.
     Splice(Vec<bool>),
+    /// A wait for data on keys that are all hidden: nil once the wait is over, as Redis would
+    /// answer for keys that do not exist.
+    Idle(Wait),
 }
 
 /// What Lethe sends Redis for one client command, and how it answers the client.
@@ -134,6 +137,7 @@ impl Plan {
     fn assemble(&self, mut replies: Vec<Reply>) -> Reply {
         match &self.answer {
             Answer::Local(frame) => frame.clone(),
+            Answer::Idle(_) => Reply::Null,
             Answer::First if replies.is_empty() => Reply::Null,
             Answer::First => replies.swap_remove(0),
             Answer::Splice(hidden) => {
@@ -235,6 +239,11 @@ impl Pending {
             if let Some(stamp) = decided {
                 stamps.push((names[i].clone(), stamp));
             }
+        }
+        if effect == Effect::Take {
+            // It adds nothing, so its keys' deadlines stand; sent alone, for a transaction
+            // would not wait.
+            return Ok(Plan::forward(args));
         }
         let mut send = vec![args];
         let written_stamps: Vec<(String, Stamp)> = written
@@ -394,7 +403,7 @@ impl<'a> Connection<'a> {
                             }
                         }
                     }
-                    match self.run(run).await {
+                    match self.run(run, Wait::No).await {
                         Ok(answers) => (answers, Then::Go),
                         Err(gone) => (vec![gone], Then::Close),
                     }
@@ -405,6 +414,17 @@ impl<'a> Connection<'a> {
                         Ok(()) => (Vec::new(), Then::Go),
                         Err(refusal) => (vec![refusal], Then::Go),
                     }
+                }
+                Ok(Some(Some(args))) if !matches!(waits(&args), Ok(None)) => {
+                    // While Redis waits for data the client may leave: Redis would stop waiting
+                    // for it, and dropping the connection to Redis makes it so, so that nothing
+                    // is taken for nobody. Lethe may stop too.
+                    let (answer, then) = tokio::select! {
+                        answered = self.command(args) => answered,
+                        _ = left(&client) => return,
+                        _ = stopped(&mut stopping) => return,
+                    };
+                    (vec![answer], then)
                 }
                 Ok(Some(Some(args))) => {
                     let (answer, then) = self.command(args).await;
@@ -549,7 +569,10 @@ impl<'a> Connection<'a> {
     /// Whether a command can be answered within a run of a pipeline: one on keys, from an
     /// authenticated client outside `MULTI` (the others change the connection's state).
     fn batchable(&self, args: &[Vec<u8>]) -> bool {
-        self.ctx.is_some() && self.queue.is_none() && matches!(classify(args), Command::Keyed(..))
+        self.ctx.is_some()
+            && self.queue.is_none()
+            && matches!(classify(args), Command::Keyed(..))
+            && matches!(waits(args), Ok(None))
     }
 
     async fn command(&mut self, args: Vec<Vec<u8>>) -> (Reply, Then) {
@@ -622,10 +645,16 @@ impl<'a> Connection<'a> {
                 Ok(frame) => frame,
                 Err(gone) => return (gone, Then::Close),
             },
-            _ => match self.run(vec![args]).await {
-                Ok(mut answers) => answers.pop().unwrap_or(Reply::Null),
-                Err(gone) => return (gone, Then::Close),
-            },
+            _ => {
+                let wait = match waits(&args) {
+                    Ok(wait) => Wait::of(wait),
+                    Err(e) => return (invalid(&e), Then::Go),
+                };
+                match self.run(vec![args], wait).await {
+                    Ok(mut answers) => answers.pop().unwrap_or(Reply::Null),
+                    Err(gone) => return (gone, Then::Close),
+                }
+            }
         };
         (answer, Then::Go)
     }
@@ -896,9 +925,9 @@ impl<'a> Connection<'a> {
                     .iter()
                     .map(|owner| readable(&view, &tenant, store, bound, owner, now).is_err())
                     .collect();
-                Ok(Draft::Ready(read_plan(effect, args, &positions, hidden)))
+                read_plan(effect, keys, args, &positions, hidden).map(Draft::Ready)
             }
-            Effect::Write | Effect::Expire | Effect::Delete => {
+            Effect::Write | Effect::Expire | Effect::Delete | Effect::Take => {
                 let written: Vec<usize> = match (effect, keys) {
                     (Effect::Delete, _) => Vec::new(),
                     (_, Keys::FirstTwo) => vec![1],
@@ -990,7 +1019,7 @@ impl<'a> Connection<'a> {
     /// as their decisions allow: the deadlines every write's keys hold, read at once, then every
     /// command sent at once, a write with its deadline in a transaction of its own. `Err` when
     /// the connection to Redis is lost: the client's connection is closed with it.
-    async fn run(&mut self, run: Vec<Vec<Vec<u8>>>) -> Result<Vec<Reply>, Reply> {
+    async fn run(&mut self, run: Vec<Vec<Vec<u8>>>, wait: Wait) -> Result<Vec<Reply>, Reply> {
         let mut drafts = Vec::with_capacity(run.len());
         for args in &run {
             drafts.push(self.draft(classify(args), args).await);
@@ -1033,7 +1062,7 @@ impl<'a> Connection<'a> {
             true => Vec::new(),
             false => {
                 let upstream = self.upstream().await?;
-                match upstream.run_many(&sends).await {
+                match upstream.run_many(&sends, wait).await {
                     Ok(results) => results,
                     Err(e) => {
                         self.upstream = None;
@@ -1047,7 +1076,16 @@ impl<'a> Connection<'a> {
         for plan in plans {
             answers.push(match plan {
                 Err(refusal) => refusal,
-                Ok(plan) if plan.send.is_empty() => plan.assemble(Vec::new()),
+                Ok(plan) if plan.send.is_empty() => {
+                    if let Answer::Idle(wait) = plan.answer {
+                        match wait {
+                            Wait::No => {}
+                            Wait::For(limit) => tokio::time::sleep(limit).await,
+                            Wait::Forever => std::future::pending().await,
+                        }
+                    }
+                    plan.assemble(Vec::new())
+                }
                 Ok(plan) => match results.next() {
                     Some(Ok(replies)) => {
                         let kept = plan.kept(&replies);
@@ -1212,7 +1250,55 @@ impl<'a> Connection<'a> {
 }
 
 /// What a read sends, given which of its keys are hidden.
-fn read_plan(effect: Effect, args: &[Vec<u8>], positions: &[usize], hidden: Vec<bool>) -> Plan {
+fn read_plan(
+    effect: Effect,
+    keys: Keys,
+    args: &[Vec<u8>],
+    positions: &[usize],
+    hidden: Vec<bool>,
+) -> Result<Plan, Reply> {
+    if keys == Keys::Streams {
+        return streams_plan(args, positions, &hidden);
+    }
+    Ok(plain_read_plan(effect, args, positions, hidden))
+}
+
+/// `XREAD ... STREAMS keys ids`: the visible streams (each with its id) are read; when none
+/// is, nil, after the wait the client asked for (as Redis answers for streams that do not
+/// exist).
+fn streams_plan(args: &[Vec<u8>], positions: &[usize], hidden: &[bool]) -> Result<Plan, Reply> {
+    let wait = Wait::of(waits(args).map_err(|e| invalid(&e))?);
+    let (Some(&first), count) = (positions.first(), positions.len()) else {
+        return Err(invalid("XREAD names no stream"));
+    };
+    if hidden.iter().all(|h| *h) {
+        return Ok(Plan {
+            send: Vec::new(),
+            answer: Answer::Idle(wait),
+            written: Vec::new(),
+            deleted: Vec::new(),
+        });
+    }
+    let visible = |offset: usize| {
+        (0..count)
+            .filter(|&i| !hidden[i])
+            .map(move |i| args[first + offset + i].clone())
+    };
+    let send = args[..first]
+        .iter()
+        .cloned()
+        .chain(visible(0))
+        .chain(visible(count))
+        .collect();
+    Ok(Plan::forward(send))
+}
+
+fn plain_read_plan(
+    effect: Effect,
+    args: &[Vec<u8>],
+    positions: &[usize],
+    hidden: Vec<bool>,
+) -> Plan {
     let visible_args = || -> Vec<Vec<u8>> {
         std::iter::once(args[0].clone())
             .chain(
@@ -1302,6 +1388,15 @@ fn utf8_keys<'a>(args: &'a [Vec<u8>], positions: &[usize]) -> Result<Vec<&'a str
 
 fn name_of(args: &[Vec<u8>]) -> String {
     String::from_utf8_lossy(&args[0]).to_ascii_uppercase()
+}
+
+/// Resolves once the client closed its side of the connection; never while it sends more.
+async fn left(client: &TcpStream) {
+    let mut byte = [0u8; 1];
+    match client.peek(&mut byte).await {
+        Ok(0) | Err(_) => {}
+        Ok(_) => std::future::pending().await,
+    }
 }
 
 async fn stopped(stopping: &mut tokio::sync::watch::Receiver<bool>) {
