@@ -84,6 +84,9 @@ def every_family(r, keys, mine):
         lambda: r.zadd(z, {"x": 2}), lambda: r.zrange(z, 0, -1), lambda: r.zrem(z, "m"),
         lambda: r.rename(mine, s), lambda: r.copy(mine, s, replace=True), lambda: r.lmove(mine, lst),
         lambda: r.smove(mine, st, "m"), lambda: r.execute_command("WATCH", s), lambda: r.hscan(h), lambda: r.xadd(s, {"f": "v"}),
+        lambda: r.sunion(st, mine), lambda: r.sinterstore(mine, [st]), lambda: r.zunion([z]),
+        lambda: r.zunionstore(mine, [z]), lambda: r.zrangestore(mine, z, 0, -1), lambda: r.sintercard(1, [st]),
+        lambda: r.blpop([lst], timeout=1), lambda: r.xread({s: "0"}, block=100), lambda: r.publish(s, "x"),
     ]
 
 

@@ -478,3 +478,37 @@ def test_a_client_that_leaves_while_waiting_takes_nothing(lethe, direct):
     wait_for("Redis no longer waiting for it", lambda: not blocked())
     agent(lethe, alice).rpush(queue, "for a client still there")
     assert direct.lrange(queue, 0, -1) == ["for a client still there"]
+
+
+def test_sets_combine_only_what_the_caller_may_read_and_store_within_one_subject(lethe, direct):
+    alice, bob = someone(), someone()
+    consent(lethe, alice)
+    consent(lethe, bob)
+    key = lambda subject, name: f"{TENANT}:{subject}:{name}"  # noqa: E731
+    for subject, members in ((alice, {"a", "both"}), (bob, {"b", "both"})):
+        r = agent(lethe, subject)
+        r.sadd(key(subject, "s"), *members)
+        r.zadd(key(subject, "z"), {m: i for i, m in enumerate(sorted(members))})
+    reader = agent(lethe)
+    sets, zsets = [key(alice, "s"), key(bob, "s")], [key(alice, "z"), key(bob, "z")]
+    assert reader.sunion(sets) == {"a", "b", "both"} and reader.sinter(sets) == {"both"}
+    assert reader.sdiff(sets) == {"a"} and reader.sintercard(2, sets) == 1
+    assert sorted(reader.zunion(zsets)) == ["a", "b", "both"]
+
+    # Into a key of the same subject: written with its deadline; across subjects: refused.
+    alice_agent = agent(lethe, alice)
+    assert alice_agent.sunionstore(key(alice, "copy"), [key(alice, "s")]) == 2
+    assert alice_agent.zrangestore(key(alice, "top"), key(alice, "z"), 0, 0) == 1
+    for stored in (key(alice, "copy"), key(alice, "top")):
+        assert 0 < direct.pttl(stored) <= RETENTION_MS, stored
+    refused("scope_violation", lambda: reader.sunionstore(key(alice, "mixed"), sets))
+    refused("scope_violation", lambda: reader.zunionstore(key(bob, "mixed"), zsets))
+    assert direct.exists(key(alice, "mixed"), key(bob, "mixed")) == 0
+
+    # A hidden subject's set counts as a missing one.
+    lethe.flip(alice)
+    assert reader.sunion(sets) == {"b", "both"} and reader.sinter(sets) == set()
+    assert reader.sdiff(sets) == set() and reader.sdiff(list(reversed(sets))) == {"b", "both"}
+    assert reader.sintercard(2, sets) == 0
+    assert sorted(reader.zunion(zsets, aggregate="SUM")) == ["b", "both"] and reader.zinter(zsets) == []
+    assert direct.smembers(key(alice, "s")) == {"a", "both"}, "hidden, not yet purged"

@@ -26,6 +26,19 @@ pub enum Missing {
     ZeroPerMember,
 }
 
+/// How a command combines sets: what a missing (or hidden) key does to its answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Combine {
+    /// It adds nothing: left out.
+    Union,
+    /// The answer is empty.
+    Inter,
+    /// The first empties the answer; any other is left out.
+    Diff,
+    /// `SINTERCARD`, `ZINTERCARD`: the count is 0.
+    InterCard,
+}
+
 /// What a command does to the keys it names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Effect {
@@ -41,6 +54,9 @@ pub enum Effect {
     Expire,
     /// Removes its keys.
     Delete,
+    /// Combines the sets or sorted sets it names (`SUNION`, `ZINTER`, `SINTERCARD`, ...): a
+    /// hidden key counts as a missing one, an empty set.
+    Combine(Combine),
     /// Takes an element from one of its keys, waiting for one (`BLPOP`): decided like a
     /// write that answers stored data, and sent alone (a transaction would not wait).
     Take,
@@ -58,8 +74,36 @@ pub enum Keys {
     FirstTwo,
     /// Every argument but the last (`BLPOP a b timeout`).
     AllButLast,
+    /// As many as the first argument says, after it (`ZUNION 2 a b ...`).
+    Counted,
+    /// A destination, then every key it is made from (`SUNIONSTORE dst a b`).
+    Into,
+    /// A destination, then as many as the argument after it says (`ZUNIONSTORE dst 2 a b`).
+    IntoCounted,
+    /// A destination and the one key it is made from (`ZRANGESTORE dst src 0 -1`).
+    IntoOne,
     /// The first half of the arguments after `STREAMS` (`XREAD ... STREAMS a b id-a id-b`).
     Streams,
+}
+
+impl Keys {
+    /// Whether the command writes one key from the data of the others: then they must all be
+    /// one subject's, for no subject's data may land in another's key.
+    pub fn moves_data(self) -> bool {
+        matches!(
+            self,
+            Keys::FirstTwo | Keys::Into | Keys::IntoCounted | Keys::IntoOne
+        )
+    }
+
+    /// The places, among its `count` keys, of those a write writes.
+    pub fn written(self, count: usize) -> Vec<usize> {
+        match self {
+            Keys::FirstTwo => vec![1],
+            Keys::Into | Keys::IntoCounted | Keys::IntoOne => vec![0],
+            _ => (0..count).collect(),
+        }
+    }
 }
 
 /// A command, classified.
@@ -143,6 +187,16 @@ pub fn classify(args: &[Vec<u8>]) -> Command {
         | "ZREMRANGEBYLEX" | "XADD" | "XDEL" | "XTRIM" => keyed(Write, First),
         "MSET" | "MSETNX" => keyed(Write, Pairs),
         "BLPOP" | "BRPOP" | "BZPOPMIN" | "BZPOPMAX" => keyed(Take, AllButLast),
+        "SUNION" => keyed(Combine(self::Combine::Union), All),
+        "SINTER" => keyed(Combine(self::Combine::Inter), All),
+        "SDIFF" => keyed(Combine(self::Combine::Diff), All),
+        "ZUNION" => keyed(Combine(self::Combine::Union), Counted),
+        "ZINTER" => keyed(Combine(self::Combine::Inter), Counted),
+        "ZDIFF" => keyed(Combine(self::Combine::Diff), Counted),
+        "SINTERCARD" | "ZINTERCARD" => keyed(Combine(self::Combine::InterCard), Counted),
+        "SUNIONSTORE" | "SINTERSTORE" | "SDIFFSTORE" => keyed(Write, Into),
+        "ZUNIONSTORE" | "ZINTERSTORE" | "ZDIFFSTORE" => keyed(Write, IntoCounted),
+        "ZRANGESTORE" => keyed(Write, IntoOne),
         "XREAD" => keyed(Read(Nil), Streams),
         "BLMOVE" | "BRPOPLPUSH" => Command::Refused(
             "the key it moves an element into needs its deadline in the same transaction, and a transaction does not wait; use LMOVE",
@@ -255,8 +309,10 @@ pub fn reveals(args: &[Vec<u8>]) -> bool {
         .unwrap_or_default();
     match name.as_slice() {
         b"GETSET" | b"GETDEL" | b"GETEX" | b"LPOP" | b"RPOP" | b"SPOP" | b"ZPOPMIN"
-        | b"ZPOPMAX" | b"BLPOP" | b"BRPOP" | b"BZPOPMIN" | b"BZPOPMAX" | b"LMOVE"
-        | b"RPOPLPUSH" | b"INCR" | b"INCRBY" | b"INCRBYFLOAT" | b"DECR" | b"DECRBY"
+        | b"ZPOPMAX" | b"BLPOP" | b"BRPOP" | b"BZPOPMIN" | b"BZPOPMAX"
+        // They store what they computed from other keys' data.
+        | b"SUNIONSTORE" | b"SINTERSTORE" | b"SDIFFSTORE" | b"ZUNIONSTORE" | b"ZINTERSTORE"
+        | b"ZDIFFSTORE" | b"ZRANGESTORE" | b"LMOVE" | b"RPOPLPUSH" | b"INCR" | b"INCRBY" | b"INCRBYFLOAT" | b"DECR" | b"DECRBY"
         | b"HINCRBY" | b"HINCRBYFLOAT" | b"ZINCRBY" => true,
         // `SET key value GET` answers the value it replaced.
         b"SET" => args.iter().skip(3).any(|a| a.eq_ignore_ascii_case(b"GET")),
@@ -275,6 +331,20 @@ pub fn key_positions(keys: Keys, args: &[Vec<u8>]) -> Result<Vec<usize>, String>
         Keys::FirstTwo if n >= 3 => vec![1, 2],
         Keys::First | Keys::FirstTwo => Vec::new(),
         Keys::AllButLast => (1..n.saturating_sub(1)).collect(),
+        Keys::Into if n >= 3 => (1..n).collect(),
+        Keys::IntoOne if n >= 3 => vec![1, 2],
+        Keys::Into | Keys::IntoOne => Vec::new(),
+        Keys::Counted | Keys::IntoCounted => {
+            let at = if keys == Keys::Counted { 1 } else { 2 };
+            let count = args
+                .get(at)
+                .and_then(|c| std::str::from_utf8(c).ok()?.parse::<usize>().ok())
+                .filter(|&c| c >= 1 && at + c < n);
+            match count {
+                Some(count) => (1..at).chain(at + 1..=at + count).collect(),
+                None => Vec::new(),
+            }
+        }
         Keys::Streams => {
             let streams = args
                 .iter()

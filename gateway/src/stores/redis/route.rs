@@ -17,7 +17,9 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
 use super::client::{Client, ClientError, Server, Wait};
-use super::commands::{Command, Effect, Keys, Missing, classify, key_positions, reveals, waits};
+use super::commands::{
+    Combine, Command, Effect, Keys, Missing, classify, key_positions, reveals, waits,
+};
 use super::keys::{Pattern, owner};
 use super::resp::{Frames, Proto, ReadError, Reply};
 use crate::auth::Role;
@@ -909,7 +911,8 @@ impl<'a> Connection<'a> {
         let positions = key_positions(keys, args).map_err(|e| Reply::error(format!("ERR {e}")))?;
         let names = utf8_keys(args, &positions)?;
         let owners = self.owners(&names)?;
-        if keys == Keys::FirstTwo && owners[0].0 != owners[1].0 {
+        let one_subject = owners.iter().all(|o| o.0 == owners[0].0);
+        if effect == Effect::Write && keys.moves_data() && !one_subject {
             return Err(refused(Refusal::ScopeViolation));
         }
         let Policy {
@@ -919,7 +922,7 @@ impl<'a> Connection<'a> {
         } = self.policy(&owners).await?;
         let now = crate::now();
         match effect {
-            Effect::Read(_) | Effect::ReadEach | Effect::Count => {
+            Effect::Read(_) | Effect::ReadEach | Effect::Count | Effect::Combine(_) => {
                 let (store, bound) = (&self.route.name, bound.as_deref());
                 let hidden: Vec<bool> = owners
                     .iter()
@@ -928,10 +931,9 @@ impl<'a> Connection<'a> {
                 read_plan(effect, keys, args, &positions, hidden).map(Draft::Ready)
             }
             Effect::Write | Effect::Expire | Effect::Delete | Effect::Take => {
-                let written: Vec<usize> = match (effect, keys) {
-                    (Effect::Delete, _) => Vec::new(),
-                    (_, Keys::FirstTwo) => vec![1],
-                    _ => (0..positions.len()).collect(),
+                let written: Vec<usize> = match effect {
+                    Effect::Delete => Vec::new(),
+                    _ => keys.written(positions.len()),
                 };
                 if reveals(args) {
                     // Its answer is stored data: the caller must be allowed to read it too.
@@ -1260,7 +1262,79 @@ fn read_plan(
     if keys == Keys::Streams {
         return streams_plan(args, positions, &hidden);
     }
+    if let Effect::Combine(how) = effect {
+        return Ok(combine_plan(how, keys, args, positions, &hidden));
+    }
     Ok(plain_read_plan(effect, args, positions, hidden))
+}
+
+/// Sets combined (`SUNION`, `ZINTER`, `SINTERCARD`, ...) with each hidden key counted as a
+/// missing one: an empty set.
+fn combine_plan(
+    how: Combine,
+    keys: Keys,
+    args: &[Vec<u8>],
+    positions: &[usize],
+    hidden: &[bool],
+) -> Plan {
+    let empty = match how {
+        Combine::InterCard => Reply::Int(0),
+        // The sorted-set forms answer arrays, the set forms sets.
+        _ if keys == Keys::Counted => Reply::Array(Vec::new()),
+        _ => Reply::Set(Vec::new()),
+    };
+    let first_hidden = hidden.first().copied().unwrap_or(false);
+    let any_hidden = hidden.iter().any(|h| *h);
+    match how {
+        _ if !any_hidden => Plan::forward(args.to_vec()),
+        Combine::Inter | Combine::InterCard => Plan::local(empty),
+        Combine::Diff if first_hidden => Plan::local(empty),
+        _ if hidden.iter().all(|h| *h) => Plan::local(empty),
+        Combine::Union | Combine::Diff => {
+            Plan::forward(without_hidden(keys, args, positions, hidden))
+        }
+    }
+}
+
+/// `args` without the hidden keys: a key count (`ZUNION 3 ...`) says how many are left, and
+/// each hidden key's weight (`WEIGHTS`) goes with it.
+fn without_hidden(
+    keys: Keys,
+    args: &[Vec<u8>],
+    positions: &[usize],
+    hidden: &[bool],
+) -> Vec<Vec<u8>> {
+    let mut dropped: Vec<usize> = positions
+        .iter()
+        .zip(hidden)
+        .filter(|(_, h)| **h)
+        .map(|(&p, _)| p)
+        .collect();
+    let last = positions.last().copied().unwrap_or(0);
+    if let Some(weights) = args
+        .iter()
+        .skip(last + 1)
+        .position(|a| a.eq_ignore_ascii_case(b"WEIGHTS"))
+        .map(|at| last + 1 + at)
+    {
+        dropped.extend(
+            hidden
+                .iter()
+                .enumerate()
+                .filter(|(_, h)| **h)
+                .map(|(i, _)| weights + 1 + i),
+        );
+    }
+    let count_at = (keys == Keys::Counted).then(|| positions[0] - 1);
+    let left = hidden.iter().filter(|h| !**h).count();
+    args.iter()
+        .enumerate()
+        .filter(|(i, _)| !dropped.contains(i))
+        .map(|(i, a)| match count_at {
+            Some(at) if at == i => left.to_string().into_bytes(),
+            _ => a.clone(),
+        })
+        .collect()
 }
 
 /// `XREAD ... STREAMS keys ids`: the visible streams (each with its id) are read; when none
@@ -1424,4 +1498,72 @@ pub(super) async fn serve(
     Connection::new(route, state, patterns, limits.queued)
         .serve(client, limits.command_bytes, stopping)
         .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(line: &str) -> Vec<Vec<u8>> {
+        line.split(' ').map(|a| a.as_bytes().to_vec()).collect()
+    }
+
+    fn sent(plan: &Plan) -> Vec<String> {
+        plan.send
+            .first()
+            .map(|c| {
+                c.iter()
+                    .map(|a| String::from_utf8_lossy(a).into())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    fn combined(line: &str, hidden: &[bool]) -> Plan {
+        let args = args(line);
+        let Command::Keyed(Effect::Combine(how), keys) = classify(&args) else {
+            panic!("{line} combines no sets");
+        };
+        let positions = key_positions(keys, &args).unwrap();
+        combine_plan(how, keys, &args, &positions, hidden)
+    }
+
+    #[test]
+    fn a_hidden_key_combines_as_a_missing_one() {
+        let union = combined("SUNION a b c", &[false, true, false]);
+        assert_eq!(sent(&union), ["SUNION", "a", "c"]);
+        let weighted = combined(
+            "ZUNION 3 a b c WEIGHTS 1 2 3 WITHSCORES",
+            &[false, true, false],
+        );
+        assert_eq!(
+            sent(&weighted),
+            ["ZUNION", "2", "a", "c", "WEIGHTS", "1", "3", "WITHSCORES"]
+        );
+        for (line, hidden) in [
+            ("SINTER a b", [false, true]),
+            ("SDIFF a b", [true, false]),
+            ("ZINTER 2 a b", [true, false]),
+            ("SUNION a b", [true, true]),
+        ] {
+            let plan = combined(line, &hidden);
+            assert!(plan.send.is_empty(), "{line}: nothing sent");
+            let empty = plan.assemble(Vec::new());
+            assert!(
+                matches!(&empty, Reply::Set(s) if s.is_empty())
+                    || matches!(&empty, Reply::Array(a) if a.is_empty()),
+                "{line}: {empty:?}"
+            );
+        }
+        assert_eq!(
+            sent(&combined("SDIFF a b c", &[false, true, false])),
+            ["SDIFF", "a", "c"]
+        );
+        let count = combined("SINTERCARD 2 a b LIMIT 5", &[false, true]);
+        assert_eq!(count.assemble(Vec::new()), Reply::Int(0));
+        assert_eq!(
+            sent(&combined("SUNION a b", &[false, false])),
+            ["SUNION", "a", "b"]
+        );
+    }
 }
