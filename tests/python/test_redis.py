@@ -425,8 +425,10 @@ def test_blocking_pops_and_stream_reads_wait_for_the_callers_data_only(lethe, di
     queue, stream = f"{TENANT}:{alice}:queue", lambda s: f"{TENANT}:{s}:stream"  # noqa: E731
 
     # A pop that waits gets what another client pushes through Lethe.
-    got = {}
-    waiter = threading.Thread(target=lambda: got.update(pop=agent(lethe, alice).blpop([queue], timeout=10)))
+    # Clients are made before the threads start: two `lethe token` runs at once wait on each
+    # other (see the notes).
+    got, popper, reader = {}, agent(lethe, alice), agent(lethe)
+    waiter = threading.Thread(target=lambda: got.update(pop=popper.blpop([queue], timeout=10)))
     waiter.start()
     agent(lethe, alice).rpush(queue, "job-1")
     waiter.join(timeout=15)
@@ -437,8 +439,11 @@ def test_blocking_pops_and_stream_reads_wait_for_the_callers_data_only(lethe, di
     for subject in (alice, bob):
         agent(lethe, subject).xadd(stream(subject), {"n": "0"})
     waiter = threading.Thread(target=lambda: got.update(
-        read=agent(lethe).xread({stream(alice): "$", stream(bob): "$"}, block=10000)))
+        read=reader.xread({stream(alice): "$", stream(bob): "$"}, block=10000)))
     waiter.start()
+    # "$" is what comes after the read reaches Redis: add once it waits there.
+    wait_for("the read waiting in Redis",
+             lambda: any(c.get("cmd") == "xread" and "b" in c.get("flags", "") for c in direct.client_list()))
     agent(lethe, bob).xadd(stream(bob), {"n": "1"})
     waiter.join(timeout=15)
     assert [(s, [f for _, f in entries]) for s, entries in got["read"]] == [(stream(bob), [{"n": "1"}])]
@@ -454,7 +459,6 @@ def test_blocking_pops_and_stream_reads_wait_for_the_callers_data_only(lethe, di
     agent(lethe, alice).rpush(queue, "job-2")
     lethe.flip(alice)
     refused("subject_suppressed", lambda: agent(lethe).blpop([queue], timeout=1))
-    reader = agent(lethe)
     assert not reader.xread({stream(alice): "0"}), "nothing read"
     assert [s for s, _ in reader.xread({stream(alice): "0", stream(bob): "0"})] == [stream(bob)]
     assert not reader.xread({stream(alice): "$"}, block=200), "waited, then nil"

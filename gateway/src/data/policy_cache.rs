@@ -288,6 +288,13 @@ pub struct View {
     hidden: Arc<Hidden>,
 }
 
+impl View {
+    /// Whether it holds the policy of every one of `subjects` (of its tenant).
+    pub fn holds<'a>(&self, mut subjects: impl Iterator<Item = &'a str>) -> bool {
+        subjects.all(|subject| self.subjects.contains_key(subject))
+    }
+}
+
 impl PolicyView for View {
     fn subject(&self, tenant: &str, subject: &str) -> Option<&SubjectPolicy> {
         (tenant == self.tenant)

@@ -140,17 +140,45 @@ pub enum Command {
 }
 
 /// The command `args` make (`args[0]` is its name, in any case).
+/// A command's name in capitals, made without allocating (every command is looked up several
+/// times on the hot path); a name longer than any command's is empty.
+struct Name {
+    bytes: [u8; 24],
+    len: usize,
+}
+
+impl Name {
+    fn of(args: &[Vec<u8>]) -> Name {
+        let mut name = Name {
+            bytes: [0; 24],
+            len: 0,
+        };
+        if let Some(given) = args.first().filter(|n| n.len() <= name.bytes.len()) {
+            name.bytes[..given.len()].copy_from_slice(given);
+            name.bytes[..given.len()].make_ascii_uppercase();
+            name.len = given.len();
+        }
+        name
+    }
+
+    fn as_slice(&self) -> &[u8] {
+        &self.bytes[..self.len]
+    }
+
+    /// The name, or empty when it is not text (then it is no command).
+    fn as_str(&self) -> &str {
+        std::str::from_utf8(self.as_slice()).unwrap_or_default()
+    }
+}
+
 pub fn classify(args: &[Vec<u8>]) -> Command {
     use Effect::*;
     use Keys::*;
     use Missing::*;
-    let name = args
-        .first()
-        .map(|n| n.to_ascii_uppercase())
-        .unwrap_or_default();
-    let name = String::from_utf8_lossy(&name);
+    let name = Name::of(args);
+    let name = name.as_str();
     let keyed = |effect, keys| Command::Keyed(effect, keys);
-    match name.as_ref() {
+    match name {
         "GET" | "LINDEX" | "HGET" | "ZSCORE" | "ZRANK" | "ZREVRANK" => keyed(Read(Nil), First),
         "GETRANGE" => keyed(Read(EmptyBulk), First),
         // With a count they answer a list: an empty one for a missing key.
@@ -272,10 +300,7 @@ pub fn classify(args: &[Vec<u8>]) -> Command {
 /// How long a command may wait in Redis for data (`BLPOP ... timeout`, `XREAD BLOCK ms`):
 /// `None` for a command that does not wait, `Some(None)` for one that may wait for ever.
 pub fn waits(args: &[Vec<u8>]) -> Result<Option<Option<std::time::Duration>>, String> {
-    let name = args
-        .first()
-        .map(|n| n.to_ascii_uppercase())
-        .unwrap_or_default();
+    let name = Name::of(args);
     let text = |a: &Vec<u8>| String::from_utf8_lossy(a).into_owned();
     let (limit, unit) = match name.as_slice() {
         b"BLPOP" | b"BRPOP" | b"BZPOPMIN" | b"BZPOPMAX" => match args.last() {
@@ -303,10 +328,7 @@ pub fn waits(args: &[Vec<u8>]) -> Result<Option<Option<std::time::Duration>>, St
 /// Whether a command that writes answers with what was stored (a popped element, the value
 /// replaced, a counter's new value): then it reads too, and needs what a read needs.
 pub fn reveals(args: &[Vec<u8>]) -> bool {
-    let name = args
-        .first()
-        .map(|n| n.to_ascii_uppercase())
-        .unwrap_or_default();
+    let name = Name::of(args);
     match name.as_slice() {
         b"GETSET" | b"GETDEL" | b"GETEX" | b"LPOP" | b"RPOP" | b"SPOP" | b"ZPOPMIN"
         | b"ZPOPMAX" | b"BLPOP" | b"BRPOP" | b"BZPOPMIN" | b"BZPOPMAX"
@@ -380,6 +402,8 @@ mod tests {
         let cases = [
             ("get k", Command::Keyed(Read(Missing::Nil), Keys::First)),
             ("Get k", Command::Keyed(Read(Missing::Nil), Keys::First)),
+            ("zremrangebyscore k 0 1", Command::Keyed(Write, Keys::First)),
+            ("getgetgetgetgetgetgetgetget k", Command::Unknown),
             (
                 "lrange k 0 -1",
                 Command::Keyed(Read(Missing::EmptyArray), Keys::First),

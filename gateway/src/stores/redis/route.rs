@@ -171,8 +171,7 @@ struct Pending {
     /// The keys (by place in `names`) the command writes.
     written: Vec<usize>,
     effect: Effect,
-    tenant: String,
-    view: View,
+    policy: Arc<Policy>,
     now: DateTime<Utc>,
 }
 
@@ -197,10 +196,10 @@ impl Pending {
             owners,
             written,
             effect,
-            tenant,
-            view,
+            policy,
             now,
         } = self;
+        let (tenant, view) = (&policy.tenant, &policy.view);
         let mut held = vec![None; names.len()];
         for (&i, deadline) in written.iter().zip(asked) {
             held[i] = *deadline;
@@ -237,7 +236,7 @@ impl Pending {
                 _ => Held::Nothing,
             };
             let decided =
-                decide_write_over(&view, &facts, held, Overwrite::Allowed, now).map_err(refused)?;
+                decide_write_over(view, &facts, held, Overwrite::Allowed, now).map_err(refused)?;
             if let Some(stamp) = decided {
                 stamps.push((names[i].clone(), stamp));
             }
@@ -291,6 +290,10 @@ pub(super) struct Connection<'a> {
     state: &'a Arc<DataState>,
     patterns: &'a [Pattern],
     ctx: Option<RequestContext>,
+    /// The policy a pipeline's run is decided with, while one is: its commands are decided
+    /// at one moment, as one request's keys are (a flip that overtakes a write is still found
+    /// after it).
+    run_policy: Option<Option<Arc<Policy>>>,
     upstream: Option<Client>,
     /// The connection to Redis the client's subscriptions live on (made on its first
     /// `SUBSCRIBE`): its frames reach the client as they come, each message decided again.
@@ -334,6 +337,7 @@ impl<'a> Connection<'a> {
             state,
             patterns,
             ctx: None,
+            run_policy: None,
             upstream: None,
             subscriber: None,
             queue: None,
@@ -545,6 +549,23 @@ impl<'a> Connection<'a> {
             )
             .is_ok()
         })
+    }
+
+    /// `policy`, reused within a pipeline's run while it holds every subject of `owners`.
+    async fn decided_policy(
+        &mut self,
+        owners: &[(String, String, String)],
+    ) -> Result<Arc<Policy>, Reply> {
+        if let Some(Some(policy)) = &self.run_policy
+            && policy.view.holds(owners.iter().map(|o| o.0.as_str()))
+        {
+            return Ok(policy.clone());
+        }
+        let policy = Arc::new(self.policy(owners).await?);
+        if let Some(kept) = self.run_policy.as_mut() {
+            *kept = Some(policy.clone());
+        }
+        Ok(policy)
     }
 
     /// The policy the caller's decisions on keys of `owners` take: its tenant, the subject its
@@ -915,11 +936,8 @@ impl<'a> Connection<'a> {
         if effect == Effect::Write && keys.moves_data() && !one_subject {
             return Err(refused(Refusal::ScopeViolation));
         }
-        let Policy {
-            tenant,
-            bound,
-            view,
-        } = self.policy(&owners).await?;
+        let policy = self.decided_policy(&owners).await?;
+        let (tenant, bound, view) = (&policy.tenant, &policy.bound, &policy.view);
         let now = crate::now();
         match effect {
             Effect::Read(_) | Effect::ReadEach | Effect::Count | Effect::Combine(_) => {
@@ -955,8 +973,7 @@ impl<'a> Connection<'a> {
                     owners,
                     written,
                     effect,
-                    tenant,
-                    view,
+                    policy,
                     now,
                 }))
             }
@@ -1023,9 +1040,11 @@ impl<'a> Connection<'a> {
     /// the connection to Redis is lost: the client's connection is closed with it.
     async fn run(&mut self, run: Vec<Vec<Vec<u8>>>, wait: Wait) -> Result<Vec<Reply>, Reply> {
         let mut drafts = Vec::with_capacity(run.len());
+        self.run_policy = Some(None);
         for args in &run {
             drafts.push(self.draft(classify(args), args).await);
         }
+        self.run_policy = None;
         let asks: Vec<&str> = drafts
             .iter()
             .flat_map(|draft| match draft {
