@@ -274,7 +274,7 @@ pub fn classify(args: &[Vec<u8>]) -> Command {
                 .get(1)
                 .map(|s| s.to_ascii_uppercase())
                 .unwrap_or_default();
-            match (name.as_ref(), sub.as_slice()) {
+            match (name, sub.as_slice()) {
                 ("COMMAND", b"" | b"COUNT" | b"INFO" | b"DOCS" | b"LIST" | b"GETKEYS")
                 | ("MEMORY", b"STATS" | b"DOCTOR" | b"MALLOC-STATS")
                 | ("LATENCY", b"LATEST" | b"HISTORY" | b"DOCTOR" | b"HISTOGRAM") => Command::Server,

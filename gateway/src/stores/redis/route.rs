@@ -207,7 +207,7 @@ impl Pending {
         let mut stamps = Vec::new();
         for (i, (subject, purpose, category)) in owners.iter().enumerate() {
             let facts = WriteFacts {
-                tenant: &tenant,
+                tenant,
                 subject,
                 purpose,
                 category,
@@ -224,7 +224,7 @@ impl Pending {
                     category: category.clone(),
                     layer: Layer::Raw,
                     expires_at: at,
-                    epoch: epoch_of(&view, &tenant, subject),
+                    epoch: epoch_of(view, tenant, subject),
                 }),
                 _ => None,
             };
@@ -944,7 +944,7 @@ impl<'a> Connection<'a> {
                 let (store, bound) = (&self.route.name, bound.as_deref());
                 let hidden: Vec<bool> = owners
                     .iter()
-                    .map(|owner| readable(&view, &tenant, store, bound, owner, now).is_err())
+                    .map(|owner| readable(view, tenant, store, bound, owner, now).is_err())
                     .collect();
                 read_plan(effect, keys, args, &positions, hidden).map(Draft::Ready)
             }
@@ -956,15 +956,8 @@ impl<'a> Connection<'a> {
                 if reveals(args) {
                     // Its answer is stored data: the caller must be allowed to read it too.
                     for owner in &owners {
-                        readable(
-                            &view,
-                            &tenant,
-                            &self.route.name,
-                            bound.as_deref(),
-                            owner,
-                            now,
-                        )
-                        .map_err(refused)?;
+                        readable(view, tenant, &self.route.name, bound.as_deref(), owner, now)
+                            .map_err(refused)?;
                     }
                 }
                 Ok(Draft::Pending(Pending {
