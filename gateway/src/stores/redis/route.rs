@@ -1337,7 +1337,10 @@ fn without_hidden(
                 .map(|(i, _)| weights + 1 + i),
         );
     }
-    let count_at = (keys == Keys::Counted).then(|| positions[0] - 1);
+    let count_at = positions
+        .first()
+        .filter(|_| keys == Keys::Counted)
+        .map(|first| first - 1);
     let left = hidden.iter().filter(|h| !**h).count();
     args.iter()
         .enumerate()
