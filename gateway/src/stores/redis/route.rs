@@ -205,17 +205,9 @@ impl Pending {
             held[i] = *deadline;
         }
         let mut stamps = Vec::new();
-        for (i, (subject, purpose, category)) in owners.iter().enumerate() {
-            let facts = WriteFacts {
-                tenant,
-                subject,
-                purpose,
-                category,
-                layer: Layer::Raw,
-                action: Action::Store,
-                authorised_epoch: None,
-                requested_expires_at: None,
-            };
+        for (i, owner) in owners.iter().enumerate() {
+            let (subject, purpose, category) = owner;
+            let facts = stored(tenant, owner);
             let previous = match held[i] {
                 Some(Some(at)) => Some(Stamp {
                     tenant: tenant.clone(),
@@ -488,10 +480,7 @@ impl<'a> Connection<'a> {
     async fn subscription(&mut self, args: Vec<Vec<u8>>) -> Result<(), Reply> {
         if matches!(classify(&args), Command::Subscribe) {
             if args.len() < 2 {
-                return Err(Reply::error(format!(
-                    "ERR wrong number of arguments for '{}' command",
-                    name_of(&args).to_lowercase()
-                )));
+                return Err(wrong_arity(&args));
             }
             let channels = utf8_keys(&args, &(1..args.len()).collect::<Vec<_>>())?;
             self.owners(&channels)?;
@@ -863,27 +852,15 @@ impl<'a> Connection<'a> {
             Command::Unwatch => return Ok(Draft::Ready(Plan::forward(args.to_vec()))),
             Command::Publish => {
                 if args.len() != 3 {
-                    return Err(Reply::error(format!(
-                        "ERR wrong number of arguments for '{}' command",
-                        name_of(args).to_lowercase()
-                    )));
+                    return Err(wrong_arity(args));
                 }
                 // A message carries its subject's data to the subscribers: the subject must be
                 // active, with `store` consent, as for any write (nothing is kept, so no
                 // deadline is set).
                 let owners = self.owners(&utf8_keys(args, &[1])?)?;
                 let policy = self.policy(&owners).await?;
-                for (subject, purpose, category) in &owners {
-                    let facts = WriteFacts {
-                        tenant: &policy.tenant,
-                        subject,
-                        purpose,
-                        category,
-                        layer: Layer::Raw,
-                        action: Action::Store,
-                        authorised_epoch: None,
-                        requested_expires_at: None,
-                    };
+                for owner in &owners {
+                    let facts = stored(&policy.tenant, owner);
                     decide_write_over(
                         &policy.view,
                         &facts,
@@ -1415,6 +1392,31 @@ fn plain_read_plan(
         },
         _ => Plan::forward(args.to_vec()),
     }
+}
+
+/// What writing a key of `owner` (its subject, purpose and category) in `tenant` stores.
+fn stored<'a>(
+    tenant: &'a str,
+    (subject, purpose, category): &'a (String, String, String),
+) -> WriteFacts<'a> {
+    WriteFacts {
+        tenant,
+        subject,
+        purpose,
+        category,
+        layer: Layer::Raw,
+        action: Action::Store,
+        authorised_epoch: None,
+        requested_expires_at: None,
+    }
+}
+
+/// Redis' own answer to a command with too few or too many arguments.
+fn wrong_arity(args: &[Vec<u8>]) -> Reply {
+    Reply::error(format!(
+        "ERR wrong number of arguments for '{}' command",
+        name_of(args).to_lowercase()
+    ))
 }
 
 /// May `subject`'s key (kept for `purpose` and `category`) be read by the caller of `tenant`
