@@ -425,8 +425,8 @@ def test_blocking_pops_and_stream_reads_wait_for_the_callers_data_only(lethe, di
     queue, stream = f"{TENANT}:{alice}:queue", lambda s: f"{TENANT}:{s}:stream"  # noqa: E731
 
     # A pop that waits gets what another client pushes through Lethe.
-    # Clients are made before the threads start: two `lethe token` runs at once wait on each
-    # other (see the notes).
+    # redis-py 8 gives up on an answer after 5 s (its default socket_timeout) and sends the
+    # command again, so every wait here ends well before that.
     got, popper, reader = {}, agent(lethe, alice), agent(lethe)
     waiter = threading.Thread(target=lambda: got.update(pop=popper.blpop([queue], timeout=10)))
     waiter.start()
