@@ -325,6 +325,9 @@ def tls_redis(tmp_path):
                          decode_responses=True)
     try:
         wait_for("the TLS Redis", direct.ping)
+        # The route's own ACL user; Redis' user names are case-sensitive.
+        direct.acl_setuser("LetheRoute", enabled=True, passwords=["+route-secret"], keys=["*"], channels=["*"],
+                           commands=["+@all"])
         yield f"rediss://127.0.0.1:{port}", ca, direct
     finally:
         server.terminate()
@@ -333,7 +336,7 @@ def tls_redis(tmp_path):
 
 def test_a_tls_redis_is_reached_only_when_its_certificate_verifies(chroma, tmp_path, tls_redis):
     url, ca, direct = tls_redis
-    credential = 'credential = { header = "default", value = { value = "tls-secret" } }\n'
+    credential = 'credential = { header = "LetheRoute", value = { value = "route-secret" } }\n'
     for folder in ("trusting", "doubting"):
         (tmp_path / folder).mkdir()
     trusting = own_lethe(chroma, tmp_path / "trusting", f'[data_plane]\nupstream_ca = {{ file = "{ca}" }}\n',

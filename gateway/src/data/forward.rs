@@ -27,7 +27,7 @@ pub struct Route {
     /// Its own listener, for a store spoken to in a protocol of its own.
     pub listen: Option<std::net::SocketAddr>,
     pub upstream: Uri,
-    pub credential: Option<(HeaderName, HeaderValue)>,
+    pub credential: Option<Credential>,
     /// How long the upstream may take to start answering.
     pub timeout: Option<std::time::Duration>,
     /// The purpose and category of requests that name none.
@@ -35,6 +35,16 @@ pub struct Route {
     pub category: Option<String>,
     /// What serves the route's requests and purges its store.
     pub store: Arc<dyn super::route::RouteStore>,
+}
+
+/// The upstream's own credential: a header and its value for HTTP stores; for others (Redis),
+/// a user name, kept as written (Redis ACL user names are case-sensitive; a header name is not),
+/// and its password.
+#[derive(Debug, Clone)]
+pub struct Credential {
+    pub name: String,
+    pub header: HeaderName,
+    pub value: HeaderValue,
 }
 
 impl Route {
@@ -60,7 +70,11 @@ impl Route {
                 )
                 .map_err(|e| format!("route {}: credential: {e}", config.name))?;
                 value.set_sensitive(true);
-                Some((name, value))
+                Some(Credential {
+                    name: c.header.clone(),
+                    header: name,
+                    value,
+                })
             }
         };
         Ok(Route {
@@ -301,8 +315,8 @@ impl Upstreams {
         if !body.is_empty() || method == Method::POST || method == Method::PUT {
             headers.insert(header::CONTENT_LENGTH, HeaderValue::from(body.len()));
         }
-        if let Some((name, value)) = &route.credential {
-            headers.insert(name.clone(), value.clone());
+        if let Some(credential) = &route.credential {
+            headers.insert(credential.header.clone(), credential.value.clone());
         }
         let mut request = Request::new(Full::new(body));
         *request.method_mut() = method;

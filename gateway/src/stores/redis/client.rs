@@ -131,10 +131,10 @@ impl Server {
     /// The server a route names: its upstream URL, with the route's credential (the ACL user
     /// in `header`, its password in `value`).
     pub fn of_route(route: &crate::data::forward::Route) -> Result<Server, String> {
-        let credential = route.credential.as_ref().map(|(user, password)| {
+        let credential = route.credential.as_ref().map(|c| {
             (
-                user.as_str().to_owned(),
-                String::from_utf8_lossy(password.as_bytes()).into_owned(),
+                c.name.clone(),
+                String::from_utf8_lossy(c.value.as_bytes()).into_owned(),
             )
         });
         Server::of_url(&route.upstream.to_string(), credential)
