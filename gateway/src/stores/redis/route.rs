@@ -206,25 +206,15 @@ impl Pending {
         }
         let mut stamps = Vec::new();
         for (i, owner) in owners.iter().enumerate() {
-            let (subject, purpose, category) = owner;
             let facts = stored(tenant, owner);
-            let previous = match held[i] {
-                Some(Some(at)) => Some(Stamp {
-                    tenant: tenant.clone(),
-                    subject: subject.clone(),
-                    purpose: purpose.clone(),
-                    category: category.clone(),
-                    layer: Layer::Raw,
-                    expires_at: at,
-                    epoch: epoch_of(view, tenant, subject),
-                }),
-                _ => None,
-            };
+            let previous = held[i]
+                .flatten()
+                .map(|at| stamp_of(view, tenant, owner, at));
             // The key's deadline in Redis is its stamp's; a key without one was written
             // around Lethe, and nobody can show it is theirs.
             let held = match (&held[i], &previous) {
                 (Some(None), _) => Held::Unstamped,
-                (Some(Some(_)), Some(stamp)) => Held::Stamped(stamp),
+                (_, Some(stamp)) => Held::Stamped(stamp),
                 _ => Held::Nothing,
             };
             let decided =
@@ -1426,7 +1416,7 @@ fn readable(
     tenant: &str,
     store: &str,
     bound: Option<&str>,
-    (subject, purpose, category): &(String, String, String),
+    owner: &(String, String, String),
     now: DateTime<Utc>,
 ) -> Result<(), Refusal> {
     let read = ReadContext {
@@ -1435,34 +1425,30 @@ fn readable(
         bound_subject: bound,
         purpose: None,
     };
-    let stamp = stamp_of(tenant, subject, purpose, category, now, view);
+    // A key's deadline is Redis' to keep (it drops the key then), so a read is decided on the
+    // subject's state and consent: the stamp is given a deadline not yet past.
+    let stamp = stamp_of(view, tenant, owner, now + chrono::TimeDelta::seconds(1));
     decide_read(view, &read, Some(&stamp), now)
 }
 
-/// The stamp a key's pattern gives it: its owner and use; its deadline is Redis' to keep, so a
-/// read is decided on the subject's state and consent.
+/// The stamp a key's pattern gives it: its owner and use, in its subject's current epoch, with
+/// `expires_at`.
 fn stamp_of(
-    tenant: &str,
-    subject: &str,
-    purpose: &str,
-    category: &str,
-    now: DateTime<Utc>,
     view: &crate::data::policy_cache::View,
+    tenant: &str,
+    (subject, purpose, category): &(String, String, String),
+    expires_at: DateTime<Utc>,
 ) -> Stamp {
+    use lethe_policy::PolicyView;
     Stamp {
         tenant: tenant.to_owned(),
-        subject: subject.to_owned(),
-        purpose: purpose.to_owned(),
-        category: category.to_owned(),
+        subject: subject.clone(),
+        purpose: purpose.clone(),
+        category: category.clone(),
         layer: Layer::Raw,
-        expires_at: now + chrono::TimeDelta::seconds(1),
-        epoch: epoch_of(view, tenant, subject),
+        expires_at,
+        epoch: view.subject(tenant, subject).map_or(0, |p| p.state.epoch),
     }
-}
-
-fn epoch_of(view: &crate::data::policy_cache::View, tenant: &str, subject: &str) -> i64 {
-    use lethe_policy::PolicyView;
-    view.subject(tenant, subject).map_or(0, |p| p.state.epoch)
 }
 
 /// The keys at `positions` of `args`, as text (a key that is not UTF-8 matches no pattern).
