@@ -7,6 +7,9 @@ use std::process::ExitCode;
 use clap::Parser;
 use lethe_gateway::cli::{Cli, run};
 
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main]
 async fn main() -> ExitCode {
     let filter =
