@@ -25,6 +25,9 @@ pub enum Recording {
     /// the write waits for the batch when one of its records is derived, as an erasure decides
     /// a derivative on its row.
     Batched,
+    /// Never: the rows are in lineage already, as they are (a key written again with the stamp
+    /// it held). Only checked; undone rows are marked deleted.
+    Known,
 }
 
 /// Keeps what the store took (`rows`, of one store and collection), or undoes what a flip
@@ -74,7 +77,7 @@ where
     } else {
         let ids: Vec<String> = overtaken.iter().map(|r| r.item_id.clone()).collect();
         let left = undo(overtaken.clone()).await;
-        if recording == Recording::First {
+        if matches!(recording, Recording::First | Recording::Known) {
             // The rows are in already: mark those undone deleted.
             let undone: Vec<String> = ids
                 .into_iter()
@@ -90,7 +93,7 @@ where
         left
     };
     match recording {
-        Recording::First => {}
+        Recording::First | Recording::Known => {}
         Recording::AtOnce => {
             let kept: Vec<ItemRecord> = current.into_iter().chain(left).collect();
             state.store.record_items(&kept).await?;

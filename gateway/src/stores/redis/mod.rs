@@ -69,6 +69,7 @@ impl Settings for RedisSettings {
         match problems.is_empty() {
             true => Ok(Arc::new(Redis {
                 patterns,
+                recorded: route::recorded(),
                 limits: route::Limits {
                     command_bytes: self.max_command_bytes.unwrap_or(MAX_COMMAND_BYTES),
                     queued: self
@@ -84,6 +85,7 @@ impl Settings for RedisSettings {
 #[derive(Debug)]
 pub struct Redis {
     patterns: Vec<Pattern>,
+    recorded: route::Recorded,
     limits: route::Limits,
 }
 
@@ -135,6 +137,7 @@ impl ConnectionRoute for Redis {
             route,
             state,
             &self.patterns,
+            &self.recorded,
             self.limits,
             connection,
             stopping,

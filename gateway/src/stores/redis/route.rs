@@ -38,6 +38,32 @@ const MAX_RUN: usize = 128;
 /// How long Redis may take to answer one command before the connection is given up.
 const UPSTREAM_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// A plain `SET` in one round trip: the deadline the key holds decides what it is written with
+/// (an earlier one is kept; a key without one was written around Lethe and is not Lethe's to
+/// overwrite), read and written at once so nothing comes between. `ARGV`: the value, the
+/// deadline Lethe computed (ms), the refusal of an unstamped key. Answers the deadline held
+/// (-2: none) and the one written. Lethe's own script: it reaches the key decided only.
+const SET_SCRIPT: &str = "local held = redis.call('PEXPIRETIME', KEYS[1]) \
+if held == -1 then return redis.error_reply(ARGV[3]) end \
+local deadline = tonumber(ARGV[2]) \
+if held >= 0 and held < deadline then deadline = held end \
+redis.call('SET', KEYS[1], ARGV[1], 'PXAT', string.format('%d', deadline)) \
+return {held, deadline}";
+
+/// The most keys a route remembers the lineage row of.
+const RECORDED_KEYS: u64 = 100_000;
+
+/// The stamp each key's lineage row holds, as this route recorded it. A key written again keeps
+/// its deadline (a write over a key is clamped to the deadline it holds), so a session cache
+/// rewritten all day would record the same row at every write: a write whose stamp is the one
+/// recorded is only checked. A key that left Redis and came back holds a new deadline, so a row
+/// marked deleted since (by another replica, the purge, the sweeper) is recorded again.
+pub(super) type Recorded = moka::sync::Cache<String, Arc<Stamp>>;
+
+pub(super) fn recorded() -> Recorded {
+    moka::sync::Cache::new(RECORDED_KEYS)
+}
+
 /// A refusal, as `redis-py` raises its permission error for it.
 fn refused(refusal: Refusal) -> Reply {
     Reply::error(format!("NOPERM lethe:{} {refusal}", refusal.code()))
@@ -88,6 +114,20 @@ enum Answer {
     /// A wait for data on keys that are all hidden: nil once the wait is over, as Redis would
     /// answer for keys that do not exist.
     Idle(Wait),
+    /// `SET_SCRIPT`'s deadlines: `OK`, as Redis answers a `SET`.
+    Scripted,
+}
+
+/// How Lethe learns which of a write's keys Redis holds after it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Proof {
+    /// An `EXISTS` of each key written ends the plan's commands (`LPUSHX`, `SETNX`, an
+    /// `EXPIRE` of a missing key write nothing).
+    Exists,
+    /// The plan is one command that writes its keys unless it fails (a plain `SET`).
+    Succeeded,
+    /// The plan is `SET_SCRIPT`, which answers the deadline it wrote.
+    Scripted,
 }
 
 /// What Lethe sends Redis for one client command, and how it answers the client.
@@ -98,6 +138,7 @@ struct Plan {
     /// The stamps the keys written were decided with: checked again after the write, then
     /// recorded in lineage.
     written: Vec<(String, Stamp)>,
+    proof: Proof,
     /// The keys it removes: their lineage rows are marked deleted once Redis has.
     deleted: Vec<String>,
 }
@@ -108,6 +149,7 @@ impl Plan {
             send: Vec::new(),
             answer: Answer::Local(frame),
             written: Vec::new(),
+            proof: Proof::Exists,
             deleted: Vec::new(),
         }
     }
@@ -117,6 +159,7 @@ impl Plan {
             send: vec![args],
             answer: Answer::First,
             written: Vec::new(),
+            proof: Proof::Exists,
             deleted: Vec::new(),
         }
     }
@@ -124,6 +167,30 @@ impl Plan {
     /// The keys written that Redis holds after the write: its answers to the `EXISTS` that
     /// end the plan's commands (`replies` answer `send` one for one).
     fn kept(&self, replies: &[Reply]) -> Vec<(String, Stamp)> {
+        match (self.proof, replies) {
+            (Proof::Succeeded, [Reply::Error(_)] | []) => return Vec::new(),
+            (Proof::Succeeded, _) => return self.written.clone(),
+            (Proof::Scripted, [Reply::Array(deadlines)]) => {
+                let written = deadlines.get(1).and_then(|d| match d {
+                    Reply::Int(ms) => DateTime::from_timestamp_millis(*ms),
+                    _ => None,
+                });
+                return match written {
+                    Some(at) => self
+                        .written
+                        .iter()
+                        .map(|(key, stamp)| {
+                            let mut stamp = stamp.clone();
+                            stamp.expires_at = at;
+                            (key.clone(), stamp)
+                        })
+                        .collect(),
+                    None => Vec::new(),
+                };
+            }
+            (Proof::Scripted, _) => return Vec::new(),
+            (Proof::Exists, _) => {}
+        }
         let exists = replies
             .get(replies.len().saturating_sub(self.written.len())..)
             .unwrap_or_default();
@@ -140,6 +207,14 @@ impl Plan {
         match &self.answer {
             Answer::Local(frame) => frame.clone(),
             Answer::Idle(_) => Reply::Null,
+            Answer::Scripted => match replies.pop() {
+                Some(Reply::Array(_)) => Reply::ok(),
+                Some(refused @ Reply::Error(_)) => refused,
+                _ => unavailable(
+                    "upstream_invalid",
+                    "Redis' answer to Lethe's SET is no array",
+                ),
+            },
             Answer::First if replies.is_empty() => Reply::Null,
             Answer::First => replies.swap_remove(0),
             Answer::Splice(hidden) => {
@@ -173,6 +248,8 @@ struct Pending {
     effect: Effect,
     policy: Arc<Policy>,
     now: DateTime<Utc>,
+    /// A plain `SET` that `SET_SCRIPT` writes: it needs no deadline read first.
+    scripted: bool,
 }
 
 /// Lethe's decision on a command: its plan, or a write that needs what its keys hold first.
@@ -184,7 +261,12 @@ enum Draft {
 impl Pending {
     /// The keys whose deadline in Redis the decision needs.
     fn asks(&self) -> impl Iterator<Item = &str> {
-        self.written.iter().map(|&i| self.names[i].as_str())
+        let asked = if self.scripted {
+            &[][..]
+        } else {
+            &self.written[..]
+        };
+        asked.iter().map(|&i| self.names[i].as_str())
     }
 
     /// The plan, given the deadline each key of `asks` holds (`None` for a key that does not
@@ -198,6 +280,7 @@ impl Pending {
             effect,
             policy,
             now,
+            scripted,
         } = self;
         let (tenant, view) = (&policy.tenant, &policy.view);
         let mut held = vec![None; names.len()];
@@ -228,11 +311,52 @@ impl Pending {
             // would not wait.
             return Ok(Plan::forward(args));
         }
-        let mut send = vec![args];
         let written_stamps: Vec<(String, Stamp)> = written
             .iter()
             .filter_map(|&i| stamps.iter().find(|(k, _)| *k == names[i]).cloned())
             .collect();
+        if let [(key, stamp)] = written_stamps.as_slice()
+            && scripted
+        {
+            let refusal = refused(Refusal::UnstampedItem);
+            let Reply::Error(refusal) = refusal else {
+                return Err(refusal);
+            };
+            let mut args = args.into_iter().skip(2);
+            let send = vec![
+                b"EVAL".to_vec(),
+                SET_SCRIPT.as_bytes().to_vec(),
+                b"1".to_vec(),
+                key.as_bytes().to_vec(),
+                args.next().unwrap_or_default(),
+                stamp.expires_at.timestamp_millis().to_string().into_bytes(),
+                refusal.into_bytes(),
+            ];
+            return Ok(Plan {
+                send: vec![send],
+                answer: Answer::Scripted,
+                written: written_stamps,
+                proof: Proof::Scripted,
+                deleted: Vec::new(),
+            });
+        }
+        if let [(_, stamp)] = written_stamps.as_slice()
+            && plain_set(&args)
+        {
+            // A plain SET replaces its key whatever it held: it carries the deadline itself,
+            // one command rather than a transaction.
+            let mut args = args;
+            args.push(b"PXAT".to_vec());
+            args.push(stamp.expires_at.timestamp_millis().to_string().into_bytes());
+            return Ok(Plan {
+                send: vec![args],
+                answer: Answer::First,
+                written: written_stamps,
+                proof: Proof::Succeeded,
+                deleted: Vec::new(),
+            });
+        }
+        let mut send = vec![args];
         for (key, stamp) in &written_stamps {
             send.push(vec![
                 b"PEXPIREAT".to_vec(),
@@ -254,6 +378,7 @@ impl Pending {
             send,
             answer: Answer::First,
             written: written_stamps,
+            proof: Proof::Exists,
             deleted,
         })
     }
@@ -271,12 +396,16 @@ pub(super) struct Connection<'a> {
     route: &'a Route,
     state: &'a Arc<DataState>,
     patterns: &'a [Pattern],
+    recorded: &'a Recorded,
     ctx: Option<RequestContext>,
     /// The policy a pipeline's run is decided with, while one is: its commands are decided
     /// at one moment, as one request's keys are (a flip that overtakes a write is still found
     /// after it).
     run_policy: Option<Option<Arc<Policy>>>,
     upstream: Option<Client>,
+    /// Whether the route's Redis user may run Lethe's own scripts (`SET_SCRIPT`), as found
+    /// when `upstream` was made.
+    scripts: bool,
     /// The connection to Redis the client's subscriptions live on (made on its first
     /// `SUBSCRIBE`): its frames reach the client as they come, each message decided again.
     subscriber: Option<Client>,
@@ -312,15 +441,18 @@ impl<'a> Connection<'a> {
         route: &'a Route,
         state: &'a Arc<DataState>,
         patterns: &'a [Pattern],
+        recorded: &'a Recorded,
         max_queued: usize,
     ) -> Self {
         Connection {
             route,
             state,
             patterns,
+            recorded,
             ctx: None,
             run_policy: None,
             upstream: None,
+            scripts: false,
             subscriber: None,
             queue: None,
             proto: Proto::Resp2,
@@ -927,7 +1059,14 @@ impl<'a> Connection<'a> {
                             .map_err(refused)?;
                     }
                 }
+                // Not inside MULTI: there an unstamped key must discard the transaction when it
+                // is queued, not fail one command of it at EXEC.
+                let scripted = effect == Effect::Write
+                    && plain_set(args)
+                    && self.queue.is_none()
+                    && self.scripts().await?;
                 Ok(Draft::Pending(Pending {
+                    scripted,
                     args: args.to_vec(),
                     names: names.iter().map(|n| (*n).to_owned()).collect(),
                     owners,
@@ -985,9 +1124,20 @@ impl<'a> Connection<'a> {
             .map_err(|e| failed(e.to_string()))
     }
 
+    /// Whether Lethe's scripts run on the route's Redis (connecting to it first).
+    async fn scripts(&mut self) -> Result<bool, Reply> {
+        self.upstream().await?;
+        Ok(self.scripts)
+    }
+
     async fn upstream(&mut self) -> Result<&mut Client, Reply> {
         if self.upstream.is_none() {
-            self.upstream = Some(self.connect().await?);
+            let mut client = self.connect().await?;
+            // A route's user without scripting (an ACL without @scripting) gets every write
+            // the general way: its deadline read first.
+            let probe: &[&[u8]] = &[b"EVAL", b"return 1", b"0"];
+            self.scripts = matches!(client.one(probe).await, Ok(Reply::Int(1)));
+            self.upstream = Some(client);
         }
         self.upstream
             .as_mut()
@@ -1137,18 +1287,61 @@ impl<'a> Connection<'a> {
             return answer;
         }
         let now = crate::now();
-        if !deleted.is_empty()
-            && self
+        if !deleted.is_empty() {
+            for key in deleted {
+                self.recorded.invalidate(key);
+            }
+            if self
                 .state
                 .store
                 .mark_items_deleted(&self.route.name, KEYS, deleted, now)
                 .await
                 .is_err()
-        {
-            return unavailable("state_unavailable", "the state store cannot be written");
+            {
+                return unavailable("state_unavailable", "the state store cannot be written");
+            }
         }
+        let recorded = self.recorded;
+        let (known, new): (Vec<_>, Vec<_>) = written.iter().partition(|(key, stamp)| {
+            recorded
+                .get(key.as_str())
+                .is_some_and(|held| *held == *stamp)
+        });
+        for (group, recording) in [(known, Recording::Known), (new, Recording::Batched)] {
+            if group.is_empty() {
+                continue;
+            }
+            let kept = self.keep(&group, recording, now).await;
+            for (key, stamp) in group {
+                match kept {
+                    Ok(()) if recording == Recording::Batched => {
+                        recorded.insert(key.clone(), Arc::new(stamp.clone()));
+                    }
+                    Ok(()) => {}
+                    // What was undone (or not) is recorded as it is: found again next time.
+                    Err(_) => recorded.invalidate(key.as_str()),
+                }
+            }
+            match kept {
+                Ok(()) => {}
+                Err(e) if e.status == hyper::StatusCode::SERVICE_UNAVAILABLE => {
+                    return unavailable(e.code.as_str(), &e.message);
+                }
+                Err(e) => return refused_with(e.code.as_str(), &e.message),
+            }
+        }
+        answer
+    }
+
+    /// Keeps the keys `written` (of one tenant) unless a flip overtook them: those are unlinked.
+    async fn keep(
+        &mut self,
+        written: &[&(String, Stamp)],
+        recording: Recording,
+        now: DateTime<Utc>,
+    ) -> Result<(), crate::data::error::DataError> {
         let Some((_, first)) = written.first() else {
-            return answer;
+            return Ok(());
         };
         let tenant = first.tenant.clone();
         let rows = written
@@ -1174,13 +1367,7 @@ impl<'a> Connection<'a> {
                 Err(_) => overtaken,
             }
         };
-        match keep_unless_overtaken(state, &tenant, rows, Recording::Batched, None, undo).await {
-            Ok(()) => answer,
-            Err(e) if e.status == hyper::StatusCode::SERVICE_UNAVAILABLE => {
-                unavailable(e.code.as_str(), &e.message)
-            }
-            Err(e) => refused_with(e.code.as_str(), &e.message),
-        }
+        keep_unless_overtaken(state, &tenant, rows, recording, None, undo).await
     }
 
     /// `SCAN cursor [MATCH pattern] [COUNT n] [TYPE type]`, answered with the caller's keys
@@ -1332,6 +1519,7 @@ fn streams_plan(args: &[Vec<u8>], positions: &[usize], hidden: &[bool]) -> Resul
             send: Vec::new(),
             answer: Answer::Idle(wait),
             written: Vec::new(),
+            proof: Proof::Exists,
             deleted: Vec::new(),
         });
     }
@@ -1378,6 +1566,7 @@ fn plain_read_plan(
             send: vec![visible_args()],
             answer: Answer::Splice(hidden),
             written: Vec::new(),
+            proof: Proof::Exists,
             deleted: Vec::new(),
         },
         _ => Plan::forward(args.to_vec()),
@@ -1451,6 +1640,11 @@ fn stamp_of(
     }
 }
 
+/// `SET key value`, without options: it replaces its key whatever it held.
+fn plain_set(args: &[Vec<u8>]) -> bool {
+    args.len() == 3 && args[0].eq_ignore_ascii_case(b"SET")
+}
+
 /// The keys at `positions` of `args`, as text (a key that is not UTF-8 matches no pattern).
 fn utf8_keys<'a>(args: &'a [Vec<u8>], positions: &[usize]) -> Result<Vec<&'a str>, Reply> {
     positions
@@ -1494,11 +1688,12 @@ pub(super) async fn serve(
     route: &Route,
     state: &Arc<DataState>,
     patterns: &[Pattern],
+    recorded: &Recorded,
     limits: Limits,
     client: TcpStream,
     stopping: tokio::sync::watch::Receiver<bool>,
 ) {
-    Connection::new(route, state, patterns, limits.queued)
+    Connection::new(route, state, patterns, recorded, limits.queued)
         .serve(client, limits.command_bytes, stopping)
         .await;
 }
