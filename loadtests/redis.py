@@ -1,11 +1,14 @@
 """The Redis route's cost: the same redis-benchmark load (SET and GET on keys of one consented
 subject, random among 10 000) sent straight to Redis and through Lethe's RESP listener, in one
 run. For each: requests/s, p50 and p99 (redis-benchmark's own), Lethe's CPU per request, and
-Redis' own CPU per request when loaded directly (from /proc), with their ratio. Started by
+Redis' own CPU per request when loaded directly (from /proc), with their ratio; and, when socat
+is installed, the requests/s through a bare forwarder that decides nothing (socat), the most any
+proxy on the same machine could keep of Redis' own throughput. Started by
 loadtests/redis.sh; N requests over C connections (default 50 000 over 20), PIPELINE commands per
 round trip (default 1)."""
 
 import csv
+import shutil
 import io
 import os
 import pathlib
@@ -55,6 +58,7 @@ listen = "{listen}"
 upstream = "redis://127.0.0.1:6379"
 keys = [{{ pattern = "{{tenant}}:{{subject}}:*", purpose = "support", category = "conversation" }}]
 ''')
+    forwarder = None
     try:
         def api(method, path, body):
             request = urllib.request.Request(f"http://{lethe.control}{path}", method=method, data=json.dumps(body).encode(),
@@ -69,9 +73,14 @@ keys = [{{ pattern = "{{tenant}}:{{subject}}:*", purpose = "support", category =
                                env=lethe.env, capture_output=True, text=True, check=True).stdout.strip()
         auth = ("--user", "agent", "-a", agent)
         print(f"{N} requests over {C} connections, {PIPELINE} per round trip; 10 000 keys of one subject\n")
-        print("| command | direct req/s | via req/s | p50 direct -> via (ms) | p99 direct -> via (ms) "
-              "| Redis CPU/req direct (us) | Lethe CPU/req (us) | Redis CPU/req via (us) | ratio Lethe/Redis |")
-        print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+        if shutil.which("socat"):
+            forwarder_port = port()
+            forwarder = subprocess.Popen(["socat", f"TCP-LISTEN:{forwarder_port},fork,reuseaddr,bind=127.0.0.1",
+                                          "TCP:127.0.0.1:6379"])
+        print("| command | direct req/s | via req/s | via / direct | bare forwarder req/s | p50 direct -> via (ms) "
+              "| p99 direct -> via (ms) | Redis CPU/req direct (us) | Lethe CPU/req (us) | Redis CPU/req via (us) "
+              "| ratio Lethe/Redis |")
+        print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
         redis = redis_pid()
         host_port = int(listen.split(":")[1])
         # Keys of their own for each side: a key written around Lethe has no deadline, and Lethe
@@ -86,12 +95,16 @@ keys = [{{ pattern = "{{tenant}}:{{subject}}:*", purpose = "support", category =
             via = bench(host_port, command("lethe"), auth)
             redis_via = (cpu_seconds(redis) - r0) / N * 1e6
             lethe_cpu = (cpu_seconds(lethe.process.pid) - l0) / N * 1e6
-            print(f"| {verb} | {direct['rps']:.0f} | {via['rps']:.0f} | {direct['p50']:.3f} -> {via['p50']:.3f} "
+            bare = f"{bench(forwarder_port, command('bare'))['rps']:.0f}" if forwarder else "-"
+            print(f"| {verb} | {direct['rps']:.0f} | {via['rps']:.0f} | {via['rps'] / direct['rps']:.2f} | {bare} "
+                  f"| {direct['p50']:.3f} -> {via['p50']:.3f} "
                   f"| {direct['p99']:.3f} -> {via['p99']:.3f} | {redis_direct:.1f} | {lethe_cpu:.1f} | {redis_via:.1f} "
                   f"| {lethe_cpu / max(redis_direct, 0.001):.1f}x |")
         rss = int(pathlib.Path(f"/proc/{lethe.process.pid}/status").read_text().split("VmRSS:")[1].split()[0])
         print(f"\nLethe's resident memory after the run: {rss / 1024:.0f} MB")
     finally:
+        if forwarder:
+            forwarder.terminate()
         lethe.stop()
 
 
