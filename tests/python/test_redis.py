@@ -339,10 +339,20 @@ def test_a_plain_set_is_one_round_trip_and_a_user_without_scripting_gets_the_sam
     r.get(f"{TENANT}:{alice}:one")  # the route connects to Redis (and finds it runs scripts)
     # Lethe's own script reads the deadline the key holds and writes, at once (Redis counts
     # the commands a script runs too).
-    counts = lambda: [calls(direct, c) for c in ("eval", "pexpiretime", "set")]  # noqa: E731
+    counts = lambda: [calls(direct, c) for c in ("evalsha", "pexpiretime", "set")]  # noqa: E731
     before = counts()
     r.set(f"{TENANT}:{alice}:one", "v")
     assert counts() == [before[0] + 1, before[1] + 1, before[2] + 1]
+    # Redis forgetting the script (SCRIPT FLUSH, a failover) costs the client nothing: the SET
+    # is sent again with the script itself.
+    direct.script_flush()
+    evals = calls(direct, "eval")
+    assert r.set(f"{TENANT}:{alice}:one", "after the flush") is True
+    assert calls(direct, "eval") == evals + 1 and direct.get(f"{TENANT}:{alice}:one") == "after the flush"
+    assert 0 < direct.pttl(f"{TENANT}:{alice}:one") <= RETENTION_MS
+    before = counts()
+    r.set(f"{TENANT}:{alice}:one", "v")
+    assert counts()[0] == before[0] + 1, "loaded again: the digest serves"
     assert 0 < direct.pttl(f"{TENANT}:{alice}:one") <= RETENTION_MS
 
     # A route whose Redis user may not run scripts reads the deadline first, to the same effect.

@@ -202,6 +202,15 @@ impl Plan {
             .collect()
     }
 
+    /// The commands of a `SET_SCRIPT` plan with the script itself in place of its digest.
+    fn with_script_whole(&self) -> Vec<Vec<Vec<u8>>> {
+        let mut whole = self.send.clone();
+        if let Some(command) = whole.first_mut() {
+            command.splice(..2, [b"EVAL".to_vec(), SET_SCRIPT.as_bytes().to_vec()]);
+        }
+        whole
+    }
+
     /// The client's answer from Redis' answers to this plan's commands.
     fn assemble(&self, mut replies: Vec<Reply>) -> Reply {
         match &self.answer {
@@ -248,8 +257,9 @@ struct Pending {
     effect: Effect,
     policy: Arc<Policy>,
     now: DateTime<Utc>,
-    /// A plain `SET` that `SET_SCRIPT` writes: it needs no deadline read first.
-    scripted: bool,
+    /// A plain `SET` that `SET_SCRIPT` (of this digest) writes: it needs no deadline read
+    /// first.
+    scripted: Option<Vec<u8>>,
 }
 
 /// Lethe's decision on a command: its plan, or a write that needs what its keys hold first.
@@ -261,7 +271,7 @@ enum Draft {
 impl Pending {
     /// The keys whose deadline in Redis the decision needs.
     fn asks(&self) -> impl Iterator<Item = &str> {
-        let asked = if self.scripted {
+        let asked = if self.scripted.is_some() {
             &[][..]
         } else {
             &self.written[..]
@@ -316,7 +326,7 @@ impl Pending {
             .filter_map(|&i| stamps.iter().find(|(k, _)| *k == names[i]).cloned())
             .collect();
         if let [(key, stamp)] = written_stamps.as_slice()
-            && scripted
+            && let Some(digest) = scripted
         {
             let refusal = refused(Refusal::UnstampedItem);
             let Reply::Error(refusal) = refusal else {
@@ -324,8 +334,8 @@ impl Pending {
             };
             let mut args = args.into_iter().skip(2);
             let send = vec![
-                b"EVAL".to_vec(),
-                SET_SCRIPT.as_bytes().to_vec(),
+                b"EVALSHA".to_vec(),
+                digest,
                 b"1".to_vec(),
                 key.as_bytes().to_vec(),
                 args.next().unwrap_or_default(),
@@ -403,9 +413,9 @@ pub(super) struct Connection<'a> {
     /// after it).
     run_policy: Option<Option<Arc<Policy>>>,
     upstream: Option<Client>,
-    /// Whether the route's Redis user may run Lethe's own scripts (`SET_SCRIPT`), as found
-    /// when `upstream` was made.
-    scripts: bool,
+    /// `SET_SCRIPT`'s digest, as Redis answered when `upstream` was made and loaded it; `None`
+    /// when the route's Redis user may not run scripts.
+    set_script: Option<Vec<u8>>,
     /// The connection to Redis the client's subscriptions live on (made on its first
     /// `SUBSCRIBE`): its frames reach the client as they come, each message decided again.
     subscriber: Option<Client>,
@@ -452,7 +462,7 @@ impl<'a> Connection<'a> {
             ctx: None,
             run_policy: None,
             upstream: None,
-            scripts: false,
+            set_script: None,
             subscriber: None,
             queue: None,
             proto: Proto::Resp2,
@@ -1061,10 +1071,11 @@ impl<'a> Connection<'a> {
                 }
                 // Not inside MULTI: there an unstamped key must discard the transaction when it
                 // is queued, not fail one command of it at EXEC.
-                let scripted = effect == Effect::Write
-                    && plain_set(args)
-                    && self.queue.is_none()
-                    && self.scripts().await?;
+                let scripted =
+                    match effect == Effect::Write && plain_set(args) && self.queue.is_none() {
+                        true => self.set_script().await?,
+                        false => None,
+                    };
                 Ok(Draft::Pending(Pending {
                     scripted,
                     args: args.to_vec(),
@@ -1124,10 +1135,10 @@ impl<'a> Connection<'a> {
             .map_err(|e| failed(e.to_string()))
     }
 
-    /// Whether Lethe's scripts run on the route's Redis (connecting to it first).
-    async fn scripts(&mut self) -> Result<bool, Reply> {
+    /// `SET_SCRIPT`'s digest on the route's Redis (connecting to it first), if it runs scripts.
+    async fn set_script(&mut self) -> Result<Option<Vec<u8>>, Reply> {
         self.upstream().await?;
-        Ok(self.scripts)
+        Ok(self.set_script.clone())
     }
 
     async fn upstream(&mut self) -> Result<&mut Client, Reply> {
@@ -1135,8 +1146,11 @@ impl<'a> Connection<'a> {
             let mut client = self.connect().await?;
             // A route's user without scripting (an ACL without @scripting) gets every write
             // the general way: its deadline read first.
-            let probe: &[&[u8]] = &[b"EVAL", b"return 1", b"0"];
-            self.scripts = matches!(client.one(probe).await, Ok(Reply::Int(1)));
+            let load: &[&[u8]] = &[b"SCRIPT", b"LOAD", SET_SCRIPT.as_bytes()];
+            self.set_script = match client.one(load).await {
+                Ok(Reply::Bulk(digest)) => Some(digest),
+                _ => None,
+            };
             self.upstream = Some(client);
         }
         self.upstream
@@ -1219,6 +1233,12 @@ impl<'a> Connection<'a> {
                 }
                 Ok(plan) => match results.next() {
                     Some(Ok(replies)) => {
+                        let replies = match plan.proof == Proof::Scripted && lost_script(&replies) {
+                            // Redis forgot the script (`SCRIPT FLUSH`, a failover), so it wrote
+                            // nothing: sent again whole, which loads it again.
+                            true => self.call(&plan.with_script_whole()).await?,
+                            false => replies,
+                        };
                         let kept = plan.kept(&replies);
                         let answer = plan.assemble(replies);
                         self.settled(&kept, &plan.deleted, answer).await
@@ -1638,6 +1658,11 @@ fn stamp_of(
         expires_at,
         epoch: view.subject(tenant, subject).map_or(0, |p| p.state.epoch),
     }
+}
+
+/// Whether Redis answered that it does not know a script (`NOSCRIPT`).
+fn lost_script(replies: &[Reply]) -> bool {
+    matches!(replies, [Reply::Error(e)] if e.starts_with("NOSCRIPT"))
 }
 
 /// `SET key value`, without options: it replaces its key whatever it held.
