@@ -13,6 +13,7 @@ pub mod kit;
 pub mod langgraph;
 pub mod namespace;
 pub mod openai;
+pub mod otlp;
 pub mod qdrant;
 pub mod redis;
 

@@ -1,0 +1,429 @@
+//! OTLP/HTTP traces (`opentelemetry-proto` 0.33): an export request decoded (protobuf or
+//! OTLP/JSON, gzip or not), each span governed, and what the trace store is sent encoded.
+//!
+//! A span's subject is the caller's bound subject, or the first of the route's subject
+//! attributes the span (else its resource) carries; a span naming another subject than a bound
+//! token, or another tenant in a `lethe.tenant` of its own, is refused (counted in OTLP's partial
+//! success), never forwarded. A span whose subject may have it stored (active, `store` consent,
+//! a retention rule) keeps its content; any other, and a span with no subject, is forwarded
+//! without it (the content attributes and events), so that operators keep latencies and errors
+//! but no personal text. Subject attributes are replaced by the subject's reference, and every
+//! span carries Lethe's stamp (`lethe.*`), which no client can set. Pure: no I/O.
+
+use std::io::Read;
+
+use chrono::{DateTime, SecondsFormat, Utc};
+use lethe_policy::{Action, Layer, PolicyView, Refusal, Stamp, WriteFacts, decide_write};
+use opentelemetry_proto::tonic::collector::trace::v1::{
+    ExportTracePartialSuccess, ExportTraceServiceRequest, ExportTraceServiceResponse,
+};
+use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value};
+use opentelemetry_proto::tonic::trace::v1::Span;
+use prost::Message;
+
+use crate::data::records::AdapterError;
+
+/// The attributes of Lethe's stamp on a span.
+pub const TENANT: &str = "lethe.tenant";
+pub const SUBJECT_REF: &str = "lethe.subject_ref";
+pub const EXPIRES_AT: &str = "lethe.expires_at";
+pub const PURPOSE: &str = "lethe.purpose";
+/// Why a span's content was withheld (a refusal's code, or `unattributed`).
+pub const WITHHELD: &str = "lethe.content_withheld";
+/// Every attribute Lethe writes begins so; a client's own are dropped.
+const STAMP_PREFIX: &str = "lethe.";
+
+/// How an export request is encoded (OTLP/HTTP's two).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Encoding {
+    Protobuf,
+    Json,
+}
+
+impl Encoding {
+    /// The encoding a `Content-Type` names (parameters ignored), if OTLP has it.
+    pub fn of(content_type: &str) -> Option<Encoding> {
+        let essence = content_type.split(';').next().unwrap_or_default().trim();
+        match essence.to_ascii_lowercase().as_str() {
+            "application/x-protobuf" => Some(Encoding::Protobuf),
+            "application/json" => Some(Encoding::Json),
+            _ => None,
+        }
+    }
+
+    pub fn content_type(self) -> &'static str {
+        match self {
+            Encoding::Protobuf => "application/x-protobuf",
+            Encoding::Json => "application/json",
+        }
+    }
+}
+
+/// The export request in `body`, gunzipped first when `gzip`; a body that inflates past `limit`
+/// bytes is refused before it is all inflated.
+pub fn decode(
+    body: &[u8],
+    gzip: bool,
+    encoding: Encoding,
+    limit: usize,
+) -> Result<ExportTraceServiceRequest, AdapterError> {
+    let inflated;
+    let body = if gzip {
+        let mut out = Vec::new();
+        flate2::read::GzDecoder::new(body)
+            .take(limit as u64 + 1)
+            .read_to_end(&mut out)
+            .map_err(|_| AdapterError::Invalid("the body is not gzip".into()))?;
+        if out.len() > limit {
+            return Err(AdapterError::Invalid(format!(
+                "the body inflates past {limit} bytes"
+            )));
+        }
+        inflated = out;
+        inflated.as_slice()
+    } else {
+        body
+    };
+    match encoding {
+        Encoding::Protobuf => ExportTraceServiceRequest::decode(body).map_err(|_| {
+            AdapterError::Invalid("the body is not an OTLP ExportTraceServiceRequest".into())
+        }),
+        Encoding::Json => serde_json::from_slice(body).map_err(|e| {
+            AdapterError::Invalid(format!(
+                "the body is not an OTLP/JSON ExportTraceServiceRequest (line {}, column {})",
+                e.line(),
+                e.column()
+            ))
+        }),
+    }
+}
+
+/// The request as the trace store is sent it (protobuf: what every OTLP receiver takes).
+pub fn encode(request: &ExportTraceServiceRequest) -> Vec<u8> {
+    request.encode_to_vec()
+}
+
+/// OTLP's answer to the exporter, in its encoding: a partial success when spans were refused.
+pub fn answer(rejected: i64, message: &str, encoding: Encoding) -> Vec<u8> {
+    let response = ExportTraceServiceResponse {
+        partial_success: (rejected > 0).then(|| ExportTracePartialSuccess {
+            rejected_spans: rejected,
+            error_message: message.to_owned(),
+        }),
+    };
+    match encoding {
+        Encoding::Protobuf => response.encode_to_vec(),
+        Encoding::Json => serde_json::to_vec(&response).unwrap_or_default(),
+    }
+}
+
+/// An attribute's (or event's) name, or every name it begins (`llm.input_messages.*`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Name {
+    text: String,
+    prefix: bool,
+}
+
+impl Name {
+    /// A name, with at most a final `*`.
+    pub fn of(text: &str) -> Result<Name, String> {
+        let (stem, prefix) = match text.strip_suffix('*') {
+            Some(stem) => (stem, true),
+            None => (text, false),
+        };
+        if stem.is_empty() || stem.contains('*') {
+            return Err(format!(
+                "{text:?}: a name, or a name's beginning and a final `*`"
+            ));
+        }
+        Ok(Name {
+            text: stem.to_owned(),
+            prefix,
+        })
+    }
+
+    pub fn matches(&self, name: &str) -> bool {
+        match self.prefix {
+            true => name.starts_with(&self.text),
+            false => name == self.text,
+        }
+    }
+}
+
+/// What a route does with the spans it is sent.
+#[derive(Debug, Clone)]
+pub struct SpanRules {
+    /// The attributes that name a span's subject (the span's, else its resource's); where
+    /// several are present they must agree.
+    pub subject_attributes: Vec<String>,
+    /// The attributes, and event names, that carry content.
+    pub content: Vec<Name>,
+    pub purpose: String,
+    pub category: String,
+    /// Whether subject attributes are replaced by the subject's reference.
+    pub pseudonymise: bool,
+    /// Whether a span with no subject keeps its content.
+    pub keep_unattributed: bool,
+}
+
+/// Who sends the spans.
+#[derive(Debug, Clone, Copy)]
+pub struct Caller<'a> {
+    pub tenant: &'a str,
+    /// The subject the caller's token is bound to.
+    pub bound: Option<&'a str>,
+    /// Whether the tenant's subject keys fold case.
+    pub fold: bool,
+}
+
+/// A request governed: what to forward, what was refused, and the traces to record.
+#[derive(Debug)]
+pub struct Governed {
+    pub request: ExportTraceServiceRequest,
+    pub rejected: i64,
+    /// Why the first refused span was refused.
+    pub refusal: Option<String>,
+    /// The trace (lowercase hex id) of each span kept with its content, and its stamp.
+    pub traced: Vec<(String, Stamp)>,
+}
+
+/// Every subject the spans of `request` name or are bound to, in their one spelling: the
+/// subjects whose policy `govern` needs.
+pub fn subjects(
+    request: &ExportTraceServiceRequest,
+    rules: &SpanRules,
+    caller: Caller<'_>,
+) -> Vec<String> {
+    let mut subjects: std::collections::BTreeSet<String> =
+        caller.bound.map(str::to_owned).into_iter().collect();
+    for resource_spans in &request.resource_spans {
+        let resource = resource_spans.resource.as_ref();
+        let named = resource.map(|r| subject_named(&r.attributes, rules, caller));
+        let spans = resource_spans.scope_spans.iter().flat_map(|s| &s.spans);
+        for subject in spans
+            .map(|span| subject_named(&span.attributes, rules, caller))
+            .chain(named)
+        {
+            subjects.extend(subject.ok().flatten());
+        }
+    }
+    subjects.into_iter().collect()
+}
+
+/// Governs every span of `request` (see the module's documentation); `refer` gives a subject's
+/// reference.
+pub fn govern(
+    mut request: ExportTraceServiceRequest,
+    rules: &SpanRules,
+    caller: Caller<'_>,
+    view: &impl PolicyView,
+    now: DateTime<Utc>,
+    refer: &dyn Fn(&str) -> String,
+) -> Governed {
+    let mut governed = Governed {
+        request: ExportTraceServiceRequest::default(),
+        rejected: 0,
+        refusal: None,
+        traced: Vec::new(),
+    };
+    for mut resource_spans in std::mem::take(&mut request.resource_spans) {
+        let mut resource = resource_spans.resource.take().unwrap_or_default();
+        let claimed = unstamped(&mut resource.attributes);
+        let named = subject_named(&resource.attributes, rules, caller);
+        for scope_spans in &mut resource_spans.scope_spans {
+            let mut kept = Vec::with_capacity(scope_spans.spans.len());
+            for mut span in std::mem::take(&mut scope_spans.spans) {
+                let outcome = match (claimed.as_deref(), &named) {
+                    (Some(tenant), _) if tenant != caller.tenant => Err(scope_violation()),
+                    (_, Err(why)) => Err(why.clone()),
+                    (_, Ok(named)) => {
+                        one_span(&mut span, named.as_deref(), rules, caller, view, now, refer)
+                    }
+                };
+                match outcome {
+                    Ok(traced) => {
+                        governed.traced.extend(traced);
+                        kept.push(span);
+                    }
+                    Err(why) => {
+                        governed.rejected += 1;
+                        governed.refusal.get_or_insert(why);
+                    }
+                }
+            }
+            scope_spans.spans = kept;
+        }
+        resource_spans.scope_spans.retain(|s| !s.spans.is_empty());
+        if resource_spans.scope_spans.is_empty() {
+            continue;
+        }
+        if rules.pseudonymise
+            && let Ok(Some(subject)) = &named
+        {
+            pseudonymise(&mut resource.attributes, rules, &refer(subject));
+        }
+        resource_spans.resource = Some(resource);
+        governed.request.resource_spans.push(resource_spans);
+    }
+    governed
+}
+
+fn scope_violation() -> String {
+    format!(
+        "{}: {}",
+        Refusal::ScopeViolation.code(),
+        Refusal::ScopeViolation
+    )
+}
+
+/// Governs one span: its stamp, its content, its subject attributes. `Err`: refused, with why.
+fn one_span(
+    span: &mut Span,
+    resource_subject: Option<&str>,
+    rules: &SpanRules,
+    caller: Caller<'_>,
+    view: &impl PolicyView,
+    now: DateTime<Utc>,
+    refer: &dyn Fn(&str) -> String,
+) -> Result<Option<(String, Stamp)>, String> {
+    if unstamped(&mut span.attributes).is_some_and(|tenant| tenant != caller.tenant) {
+        return Err(scope_violation());
+    }
+    let named = subject_named(&span.attributes, rules, caller)?;
+    let subject = match (caller.bound, named.as_deref().or(resource_subject)) {
+        (Some(bound), Some(named)) if named != bound => return Err(scope_violation()),
+        (Some(bound), _) => Some(bound),
+        (None, named) => named,
+    };
+    let mut stamp = vec![text(TENANT, caller.tenant)];
+    let Some(subject) = subject else {
+        if !rules.keep_unattributed {
+            withhold(span, rules);
+            stamp.push(text(WITHHELD, "unattributed"));
+        }
+        span.attributes.extend(stamp);
+        return Ok(None);
+    };
+    stamp.push(text(SUBJECT_REF, &refer(subject)));
+    stamp.push(text(PURPOSE, &rules.purpose));
+    let facts = WriteFacts {
+        tenant: caller.tenant,
+        subject,
+        purpose: &rules.purpose,
+        category: &rules.category,
+        layer: Layer::Raw,
+        action: Action::Store,
+        authorised_epoch: None,
+        requested_expires_at: None,
+    };
+    let traced = match decide_write(view, &facts, now) {
+        Ok(decided) => {
+            stamp.push(text(
+                EXPIRES_AT,
+                &decided
+                    .expires_at
+                    .to_rfc3339_opts(SecondsFormat::Millis, true),
+            ));
+            Some((hex::encode(&span.trace_id), decided))
+        }
+        Err(refusal) => {
+            withhold(span, rules);
+            stamp.push(text(WITHHELD, refusal.code()));
+            None
+        }
+    };
+    if rules.pseudonymise {
+        pseudonymise(&mut span.attributes, rules, &refer(subject));
+    }
+    span.attributes.extend(stamp);
+    Ok(traced)
+}
+
+/// Drops the client's own `lethe.*` attributes; answers the tenant one claimed, if any.
+fn unstamped(attributes: &mut Vec<KeyValue>) -> Option<String> {
+    let claimed = attributes
+        .iter()
+        .find(|kv| kv.key == TENANT)
+        .map(|kv| string_of(kv).unwrap_or_default());
+    attributes.retain(|kv| !kv.key.starts_with(STAMP_PREFIX));
+    claimed
+}
+
+/// The subject the subject attributes name, in its one spelling. `Err` (refused, with why) when
+/// one is no subject's name or they name several: a span is one subject's.
+fn subject_named(
+    attributes: &[KeyValue],
+    rules: &SpanRules,
+    caller: Caller<'_>,
+) -> Result<Option<String>, String> {
+    let mut named: Option<String> = None;
+    for kv in attributes
+        .iter()
+        .filter(|kv| rules.subject_attributes.contains(&kv.key))
+    {
+        let text = string_of(kv).unwrap_or_default();
+        let subject = lethe_policy::names::canonical_key(&text, caller.fold)
+            .map_err(|e| format!("invalid_request: the subject in {} {e}", kv.key))?;
+        match &named {
+            Some(first) if *first != subject => {
+                return Err(format!(
+                    "invalid_request: {} names another subject than the other subject attributes",
+                    kv.key
+                ));
+            }
+            Some(_) => {}
+            None => named = Some(subject.into_owned()),
+        }
+    }
+    Ok(named)
+}
+
+/// Replaces every subject attribute's value by the subject's `reference`.
+fn pseudonymise(attributes: &mut [KeyValue], rules: &SpanRules, reference: &str) {
+    for kv in attributes
+        .iter_mut()
+        .filter(|kv| rules.subject_attributes.contains(&kv.key))
+    {
+        kv.value = Some(string_value(reference));
+    }
+}
+
+/// Removes a span's content: the content attributes, the content events, and the content
+/// attributes of its other events and links.
+fn withhold(span: &mut Span, rules: &SpanRules) {
+    let content = |key: &str| rules.content.iter().any(|n| n.matches(key));
+    span.attributes.retain(|kv| !content(&kv.key));
+    span.events.retain(|event| !content(&event.name));
+    for event in &mut span.events {
+        event.attributes.retain(|kv| !content(&kv.key));
+    }
+    for link in &mut span.links {
+        link.attributes.retain(|kv| !content(&kv.key));
+    }
+}
+
+/// An attribute's value as text: a string, or a number's digits (ids are often numbers).
+fn string_of(kv: &KeyValue) -> Option<String> {
+    match kv.value.as_ref()?.value.as_ref()? {
+        any_value::Value::StringValue(s) => Some(s.clone()),
+        any_value::Value::IntValue(n) => Some(n.to_string()),
+        _ => None,
+    }
+}
+
+fn string_value(text: &str) -> AnyValue {
+    AnyValue {
+        value: Some(any_value::Value::StringValue(text.to_owned())),
+    }
+}
+
+fn text(key: &str, value: &str) -> KeyValue {
+    KeyValue {
+        key: key.to_owned(),
+        value: Some(string_value(value)),
+        ..Default::default()
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,620 @@
+use std::io::Write;
+
+use opentelemetry_proto::tonic::resource::v1::Resource;
+use opentelemetry_proto::tonic::trace::v1::span::{Event, Link};
+use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans};
+
+use super::*;
+use crate::stores::kit::fixtures::{now, view};
+
+fn rules(keep_unattributed: bool) -> SpanRules {
+    SpanRules {
+        subject_attributes: vec!["user.id".into(), "enduser.id".into()],
+        content: [
+            "input.value",
+            "output.value",
+            "llm.input_messages.*",
+            "gen_ai.*",
+        ]
+        .iter()
+        .map(|n| Name::of(n).unwrap())
+        .collect(),
+        purpose: "personalization".into(),
+        category: "preference".into(),
+        pseudonymise: true,
+        keep_unattributed,
+    }
+}
+
+fn refer(subject: &str) -> String {
+    format!("ref-{subject}")
+}
+
+fn attributes(pairs: &[(&str, &str)]) -> Vec<KeyValue> {
+    pairs.iter().map(|(k, v)| text(k, v)).collect()
+}
+
+/// A span with content in its attributes, a content event, and content in another event and
+/// in a link.
+fn span(trace: u8, pairs: &[(&str, &str)]) -> Span {
+    let mut all = vec![
+        ("input.value", "my card is 4111"),
+        ("llm.input_messages.0.message.content", "hello"),
+        ("llm.model_name", "gpt"),
+    ];
+    all.extend_from_slice(pairs);
+    Span {
+        trace_id: vec![trace; 16],
+        span_id: vec![trace; 8],
+        name: "chat".into(),
+        attributes: attributes(&all),
+        events: vec![
+            Event {
+                name: "gen_ai.user.message".into(),
+                attributes: attributes(&[("content", "hello")]),
+                ..Default::default()
+            },
+            Event {
+                name: "exception".into(),
+                attributes: attributes(&[("input.value", "hello"), ("exception.type", "E")]),
+                ..Default::default()
+            },
+        ],
+        links: vec![Link {
+            attributes: attributes(&[("output.value", "bye")]),
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
+}
+
+fn request(resource: &[(&str, &str)], spans: Vec<Span>) -> ExportTraceServiceRequest {
+    ExportTraceServiceRequest {
+        resource_spans: vec![ResourceSpans {
+            resource: Some(Resource {
+                attributes: attributes(resource),
+                ..Default::default()
+            }),
+            scope_spans: vec![ScopeSpans {
+                spans,
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+    }
+}
+
+fn caller(bound: Option<&'static str>) -> Caller<'static> {
+    Caller {
+        tenant: "acme",
+        bound,
+        fold: false,
+    }
+}
+
+fn get(attributes: &[KeyValue], key: &str) -> Option<String> {
+    attributes
+        .iter()
+        .find(|kv| kv.key == key)
+        .and_then(string_of)
+}
+
+fn spans(request: &ExportTraceServiceRequest) -> Vec<&Span> {
+    request
+        .resource_spans
+        .iter()
+        .flat_map(|r| &r.scope_spans)
+        .flat_map(|s| &s.spans)
+        .collect()
+}
+
+/// What became of a span: refused, or kept with its content or without it (and why).
+#[derive(Debug, PartialEq, Eq)]
+enum Became {
+    Refused,
+    WithContent {
+        subject_ref: String,
+    },
+    Withheld {
+        subject_ref: Option<String>,
+        why: String,
+    },
+}
+
+fn became(bound: Option<&'static str>, resource: &[(&str, &str)], own: &[(&str, &str)]) -> Became {
+    let governed = govern(
+        request(resource, vec![span(7, own)]),
+        &rules(false),
+        caller(bound),
+        &view(),
+        now(),
+        &refer,
+    );
+    let Some(span) = spans(&governed.request).first().copied() else {
+        assert_eq!(governed.rejected, 1);
+        assert!(governed.traced.is_empty());
+        return Became::Refused;
+    };
+    assert_eq!(get(&span.attributes, TENANT).as_deref(), Some("acme"));
+    let subject_ref = get(&span.attributes, SUBJECT_REF);
+    let content = get(&span.attributes, "input.value").is_some();
+    // Content goes whole or not at all: attributes, the content event, other events', links'.
+    assert_eq!(
+        get(&span.attributes, "llm.input_messages.0.message.content").is_some(),
+        content
+    );
+    assert_eq!(
+        span.events.iter().any(|e| e.name.starts_with("gen_ai.")),
+        content
+    );
+    assert_eq!(
+        get(&span.events.last().unwrap().attributes, "input.value").is_some(),
+        content
+    );
+    assert_eq!(
+        get(&span.links[0].attributes, "output.value").is_some(),
+        content
+    );
+    assert_eq!(
+        get(&span.attributes, "llm.model_name").as_deref(),
+        Some("gpt"),
+        "no content: kept"
+    );
+    match get(&span.attributes, WITHHELD) {
+        None => {
+            assert!(content);
+            assert!(get(&span.attributes, EXPIRES_AT).is_some());
+            assert_eq!(governed.traced.len(), 1);
+            assert_eq!(governed.traced[0].0, "07".repeat(16));
+            Became::WithContent {
+                subject_ref: subject_ref.unwrap_or_default(),
+            }
+        }
+        Some(why) => {
+            assert!(!content && governed.traced.is_empty());
+            assert!(get(&span.attributes, EXPIRES_AT).is_none());
+            Became::Withheld { subject_ref, why }
+        }
+    }
+}
+
+/// Attributes, as (key, text) pairs.
+type Pairs = &'static [(&'static str, &'static str)];
+
+fn with_content(subject: &str) -> Became {
+    Became::WithContent {
+        subject_ref: refer(subject),
+    }
+}
+
+fn withheld(subject: Option<&str>, why: &str) -> Became {
+    Became::Withheld {
+        subject_ref: subject.map(refer),
+        why: why.into(),
+    }
+}
+
+#[test]
+fn each_span_is_decided_on_its_subject() {
+    let cases: &[(&str, Option<&'static str>, Pairs, Pairs, Became)] = &[
+        (
+            "consented, named by the span",
+            None,
+            &[],
+            &[("user.id", "alice")],
+            with_content("alice"),
+        ),
+        (
+            "named by the resource",
+            None,
+            &[("enduser.id", "alice")],
+            &[],
+            with_content("alice"),
+        ),
+        (
+            "the span's own name wins",
+            None,
+            &[("user.id", "alice")],
+            &[("user.id", "bob")],
+            with_content("bob"),
+        ),
+        (
+            "subject attributes that agree",
+            None,
+            &[],
+            &[("enduser.id", "alice"), ("user.id", "alice")],
+            with_content("alice"),
+        ),
+        (
+            "subject attributes that disagree",
+            None,
+            &[],
+            &[("enduser.id", "bob"), ("user.id", "alice")],
+            Became::Refused,
+        ),
+        (
+            "a resource naming two subjects",
+            None,
+            &[("enduser.id", "bob"), ("user.id", "alice")],
+            &[("user.id", "alice")],
+            Became::Refused,
+        ),
+        (
+            "the bound subject",
+            Some("alice"),
+            &[],
+            &[],
+            with_content("alice"),
+        ),
+        (
+            "the bound subject, named",
+            Some("alice"),
+            &[],
+            &[("user.id", "alice")],
+            with_content("alice"),
+        ),
+        (
+            "another subject than the bound one",
+            Some("alice"),
+            &[],
+            &[("user.id", "bob")],
+            Became::Refused,
+        ),
+        (
+            "another, by the resource",
+            Some("alice"),
+            &[("user.id", "bob")],
+            &[],
+            Became::Refused,
+        ),
+        (
+            "suppressed",
+            None,
+            &[],
+            &[("user.id", "carol")],
+            withheld(Some("carol"), "subject_suppressed"),
+        ),
+        (
+            "no consent",
+            None,
+            &[],
+            &[("user.id", "erin")],
+            withheld(Some("erin"), "consent_required"),
+        ),
+        ("no subject", None, &[], &[], withheld(None, "unattributed")),
+        (
+            "a subject not in its one spelling",
+            None,
+            &[],
+            &[("user.id", "a/b")],
+            Became::Refused,
+        ),
+        (
+            "another tenant's stamp, on the span",
+            None,
+            &[],
+            &[("user.id", "alice"), ("lethe.tenant", "globex")],
+            Became::Refused,
+        ),
+        (
+            "another tenant's stamp, on the resource",
+            None,
+            &[("lethe.tenant", "globex")],
+            &[("user.id", "alice")],
+            Became::Refused,
+        ),
+        (
+            "the caller's own tenant, restamped",
+            None,
+            &[("lethe.tenant", "acme")],
+            &[("user.id", "alice")],
+            with_content("alice"),
+        ),
+        (
+            "a forged stamp is replaced",
+            None,
+            &[],
+            &[
+                ("user.id", "alice"),
+                ("lethe.subject_ref", "ref-bob"),
+                ("lethe.expires_at", "2999-01-01T00:00:00Z"),
+            ],
+            with_content("alice"),
+        ),
+        (
+            "a forged withholding is dropped",
+            None,
+            &[],
+            &[("user.id", "alice"), ("lethe.content_withheld", "no")],
+            with_content("alice"),
+        ),
+    ];
+    for (what, bound, resource, own, expected) in cases {
+        assert_eq!(&became(*bound, resource, own), expected, "{what}");
+    }
+}
+
+#[test]
+fn subject_attributes_carry_the_reference_and_the_stamp_is_lethes_alone() {
+    let governed = govern(
+        request(
+            &[("user.id", "alice"), ("service.name", "agent")],
+            vec![span(
+                1,
+                &[
+                    ("user.id", "alice"),
+                    ("lethe.expires_at", "2999-01-01T00:00:00Z"),
+                ],
+            )],
+        ),
+        &rules(false),
+        caller(None),
+        &view(),
+        now(),
+        &refer,
+    );
+    let resource = governed.request.resource_spans[0]
+        .resource
+        .as_ref()
+        .unwrap();
+    assert_eq!(
+        get(&resource.attributes, "user.id").as_deref(),
+        Some("ref-alice")
+    );
+    assert_eq!(
+        get(&resource.attributes, "service.name").as_deref(),
+        Some("agent")
+    );
+    let first = spans(&governed.request)[0];
+    assert_eq!(
+        get(&first.attributes, "user.id").as_deref(),
+        Some("ref-alice")
+    );
+    let stamped: Vec<&KeyValue> = first
+        .attributes
+        .iter()
+        .filter(|kv| kv.key == EXPIRES_AT)
+        .collect();
+    assert_eq!(stamped.len(), 1, "one deadline, Lethe's");
+    let deadline = governed.traced[0].1.expires_at;
+    assert_eq!(
+        string_of(stamped[0]),
+        Some(deadline.to_rfc3339_opts(SecondsFormat::Millis, true))
+    );
+    assert!(deadline > now() && deadline <= now() + chrono::TimeDelta::days(30));
+    assert_eq!(
+        get(&first.attributes, PURPOSE).as_deref(),
+        Some("personalization")
+    );
+
+    let mut kept = rules(false);
+    kept.pseudonymise = false;
+    let governed = govern(
+        request(&[], vec![span(1, &[("user.id", "alice")])]),
+        &kept,
+        caller(None),
+        &view(),
+        now(),
+        &refer,
+    );
+    assert_eq!(
+        get(&spans(&governed.request)[0].attributes, "user.id").as_deref(),
+        Some("alice")
+    );
+}
+
+#[test]
+fn the_subjects_whose_policy_is_needed_are_every_one_named_or_bound() {
+    let mut sent = request(
+        &[("user.id", "carol")],
+        vec![span(1, &[("enduser.id", "bob")]), span(2, &[])],
+    );
+    sent.resource_spans.push(
+        request(&[], vec![span(3, &[("user.id", "a/b")])])
+            .resource_spans
+            .remove(0),
+    );
+    assert_eq!(
+        subjects(&sent, &rules(false), caller(Some("alice"))),
+        ["alice", "bob", "carol"]
+    );
+}
+
+#[test]
+fn unattributed_spans_keep_their_content_only_when_the_route_says_so() {
+    let governed = govern(
+        request(&[], vec![span(1, &[])]),
+        &rules(true),
+        caller(None),
+        &view(),
+        now(),
+        &refer,
+    );
+    let span = spans(&governed.request)[0];
+    assert!(
+        get(&span.attributes, "input.value").is_some() && get(&span.attributes, WITHHELD).is_none()
+    );
+    assert!(governed.traced.is_empty(), "no subject, nothing to record");
+}
+
+#[test]
+fn refused_spans_are_counted_and_the_rest_pass_without_empty_shells() {
+    let mut two = request(
+        &[],
+        vec![
+            span(1, &[("user.id", "alice")]),
+            span(2, &[("user.id", "bob")]),
+        ],
+    );
+    two.resource_spans.push(
+        request(&[("user.id", "bob")], vec![span(3, &[])])
+            .resource_spans
+            .remove(0),
+    );
+    let governed = govern(
+        two,
+        &rules(false),
+        caller(Some("alice")),
+        &view(),
+        now(),
+        &refer,
+    );
+    assert_eq!(governed.rejected, 2);
+    assert!(governed.refusal.unwrap().starts_with("scope_violation"));
+    assert_eq!(
+        governed.request.resource_spans.len(),
+        1,
+        "the resource left with no span is gone"
+    );
+    assert_eq!(spans(&governed.request).len(), 1);
+    assert_eq!(spans(&governed.request)[0].trace_id, vec![1; 16]);
+}
+
+#[test]
+fn both_encodings_and_gzip_are_read_within_the_limit() {
+    let sent = request(&[("user.id", "alice")], vec![span(9, &[])]);
+    let protobuf = encode(&sent);
+    assert_eq!(
+        decode(&protobuf, false, Encoding::Protobuf, 1 << 20).unwrap(),
+        sent
+    );
+    let json = serde_json::to_vec(&sent).unwrap();
+    assert_eq!(decode(&json, false, Encoding::Json, 1 << 20).unwrap(), sent);
+    // OTLP/JSON as exporters write it: hex ids, camelCase, enums as numbers.
+    let written = br#"{"resourceSpans":[{"resource":{"attributes":[{"key":"user.id","value":{"stringValue":"alice"}}]},
+        "scopeSpans":[{"spans":[{"traceId":"5b8efff798038103d269b633813fc60c","spanId":"eee19b7ec3c1b174",
+        "name":"chat","kind":1,"startTimeUnixNano":"1544712660000000000","endTimeUnixNano":"1544712661000000000",
+        "attributes":[{"key":"input.value","value":{"stringValue":"hi"}}]}]}]}]}"#;
+    let read = decode(written, false, Encoding::Json, 1 << 20).unwrap();
+    assert_eq!(
+        hex::encode(&spans(&read)[0].trace_id),
+        "5b8efff798038103d269b633813fc60c"
+    );
+
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    gz.write_all(&protobuf).unwrap();
+    let gzipped = gz.finish().unwrap();
+    assert_eq!(
+        decode(&gzipped, true, Encoding::Protobuf, 1 << 20).unwrap(),
+        sent
+    );
+    assert!(matches!(
+        decode(&gzipped, true, Encoding::Protobuf, protobuf.len() - 1),
+        Err(AdapterError::Invalid(_))
+    ));
+    // A small body that inflates far: refused before it is all inflated.
+    let mut bomb = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+    bomb.write_all(&vec![0u8; 50 << 20]).unwrap();
+    let bomb = bomb.finish().unwrap();
+    assert!(bomb.len() < 100 << 10);
+    assert!(matches!(
+        decode(&bomb, true, Encoding::Protobuf, 1 << 20),
+        Err(AdapterError::Invalid(_))
+    ));
+
+    for (body, gzip, encoding) in [
+        (&b"\xff\xff\xff"[..], false, Encoding::Protobuf),
+        (b"{\"resourceSpans\": 3}", false, Encoding::Json),
+        (b"not gzip", true, Encoding::Protobuf),
+    ] {
+        assert!(
+            matches!(
+                decode(body, gzip, encoding, 1 << 20),
+                Err(AdapterError::Invalid(_))
+            ),
+            "{body:?}"
+        );
+    }
+}
+
+#[test]
+fn the_answer_counts_refused_spans_in_the_exporters_encoding() {
+    assert!(
+        answer(0, "", Encoding::Protobuf).is_empty(),
+        "full success: an empty message"
+    );
+    let protobuf =
+        ExportTraceServiceResponse::decode(&answer(2, "scope_violation", Encoding::Protobuf)[..])
+            .unwrap();
+    assert_eq!(protobuf.partial_success.unwrap().rejected_spans, 2);
+    let json: serde_json::Value =
+        serde_json::from_slice(&answer(2, "why", Encoding::Json)).unwrap();
+    assert_eq!(json["partialSuccess"]["errorMessage"], "why");
+    assert_eq!(
+        Encoding::of("application/json; charset=utf-8"),
+        Some(Encoding::Json)
+    );
+    assert_eq!(
+        Encoding::of("Application/X-Protobuf"),
+        Some(Encoding::Protobuf)
+    );
+    assert_eq!(Encoding::of("text/plain"), None);
+}
+
+#[test]
+fn names_are_exact_or_a_beginning() {
+    let prefix = Name::of("gen_ai.prompt*").unwrap();
+    assert!(prefix.matches("gen_ai.prompt") && prefix.matches("gen_ai.prompt.0.content"));
+    assert!(!prefix.matches("gen_ai.completion"));
+    let exact = Name::of("input.value").unwrap();
+    assert!(exact.matches("input.value") && !exact.matches("input.value.x"));
+    for bad in ["", "*", "a*b*", "*x"] {
+        assert!(Name::of(bad).is_err(), "{bad}");
+    }
+}
+
+/// Attributes a client may put on a resource or a span: subjects (of the tenant's people, one
+/// suppressed, one unknown, one badly spelled), forged stamps, another tenant's.
+fn arb_attributes() -> impl proptest::strategy::Strategy<Value = Vec<(&'static str, &'static str)>>
+{
+    use proptest::prelude::*;
+    let key = prop::sample::select(vec![
+        "user.id",
+        "enduser.id",
+        "lethe.tenant",
+        "lethe.subject_ref",
+        "lethe.expires_at",
+    ]);
+    let value = prop::sample::select(vec![
+        "alice", "bob", "carol", "erin", "a/b", "acme", "globex",
+    ]);
+    prop::collection::vec((key, value), 0..4)
+}
+
+proptest::proptest! {
+    /// Whatever a client sends: every span is forwarded or counted refused; a forwarded span
+    /// carries one stamp, the caller's tenant's, and content only when its subject may have it
+    /// stored; nothing of another tenant passes, nor another subject of a bound token.
+    #[test]
+    fn no_span_passes_with_content_it_may_not_keep(
+        resources in proptest::collection::vec(
+            (arb_attributes(), proptest::collection::vec(arb_attributes(), 0..4)), 1..4),
+        bound in proptest::sample::select(vec![None, Some("alice"), Some("carol")]),
+    ) {
+        let mut sent = ExportTraceServiceRequest::default();
+        let mut total = 0;
+        for (resource, own) in &resources {
+            let spans_of = own.iter().enumerate().map(|(i, pairs)| span(i as u8, pairs)).collect::<Vec<_>>();
+            total += spans_of.len() as i64;
+            sent.resource_spans.push(request(resource, spans_of).resource_spans.remove(0));
+        }
+        let governed = govern(sent, &rules(false), caller(bound), &view(), now(), &refer);
+        let forwarded = spans(&governed.request);
+        proptest::prop_assert_eq!(forwarded.len() as i64 + governed.rejected, total);
+        for span in forwarded {
+            let tenants: Vec<_> = span.attributes.iter().filter(|kv| kv.key == TENANT).collect();
+            proptest::prop_assert_eq!(tenants.len(), 1);
+            proptest::prop_assert_eq!(string_of(tenants[0]), Some("acme".to_owned()));
+            let reference = get(&span.attributes, SUBJECT_REF);
+            if let Some(bound) = bound {
+                proptest::prop_assert_eq!(reference.clone(), Some(refer(bound)));
+            }
+            let content = get(&span.attributes, "input.value").is_some();
+            let may_keep = matches!(reference.as_deref(), Some("ref-alice" | "ref-bob"));
+            proptest::prop_assert_eq!(content, may_keep, "{:?}", span.attributes);
+            for kv in span.attributes.iter().filter(|kv| rules(false).subject_attributes.contains(&kv.key)) {
+                proptest::prop_assert!(string_of(kv).is_some_and(|v| v.starts_with("ref-")));
+            }
+        }
+    }
+}
