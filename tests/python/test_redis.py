@@ -353,6 +353,19 @@ def test_a_plain_set_is_one_round_trip_and_a_user_without_scripting_gets_the_sam
     before = counts()
     r.set(f"{TENANT}:{alice}:one", "v")
     assert counts()[0] == before[0] + 1, "loaded again: the digest serves"
+    # A chat history's push, a hash and a set are one round trip too, with Redis' own answers.
+    before = counts()
+    assert r.rpush(f"{TENANT}:{alice}:list", "a", "b") == 2 and r.lpush(f"{TENANT}:{alice}:list", "c") == 3
+    assert r.hset(f"{TENANT}:{alice}:hash", mapping={"f": "v", "g": "w"}) == 2
+    assert r.sadd(f"{TENANT}:{alice}:set", "m") == 1 and r.sadd(f"{TENANT}:{alice}:set", "m") == 0
+    assert counts() == [before[0] + 5, before[1] + 5, before[2]]
+    for key in ("list", "hash", "set"):
+        assert 0 < direct.pttl(f"{TENANT}:{alice}:{key}") <= RETENTION_MS, key
+    assert r.lrange(f"{TENANT}:{alice}:list", 0, -1) == ["c", "a", "b"]
+    # Redis' own refusals pass as Redis words them, and write nothing.
+    with pytest.raises(redis.exceptions.ResponseError, match="^WRONGTYPE Operation against a key holding the wrong kind of value$"):
+        r.lpush(f"{TENANT}:{alice}:one", "x")
+    assert direct.get(f"{TENANT}:{alice}:one") == "v"
     assert 0 < direct.pttl(f"{TENANT}:{alice}:one") <= RETENTION_MS
 
     # A route whose Redis user may not run scripts reads the deadline first, to the same effect.
@@ -381,6 +394,11 @@ def test_a_plain_set_is_one_round_trip_and_a_user_without_scripting_gets_the_sam
             direct.set(around, "written around Lethe")
             refused("unstamped_item", lambda: route.set(around, "over it"))
             assert direct.get(around) == "written around Lethe" and direct.pttl(around) == -1
+            direct.delete(around)
+            direct.rpush(around, "written around Lethe")
+            refused("unstamped_item", lambda: route.rpush(around, "over it"))
+            assert direct.lrange(around, 0, -1) == ["written around Lethe"] and direct.pttl(around) == -1
+            direct.delete(around)
     finally:
         plain.stop()
         direct.acl_deluser(user)

@@ -38,17 +38,28 @@ const MAX_RUN: usize = 128;
 /// How long Redis may take to answer one command before the connection is given up.
 const UPSTREAM_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// A plain `SET` in one round trip: the deadline the key holds decides what it is written with
-/// (an earlier one is kept; a key without one was written around Lethe and is not Lethe's to
-/// overwrite), read and written at once so nothing comes between. `ARGV`: the value, the
-/// deadline Lethe computed (ms), the refusal of an unstamped key. Answers the deadline held
-/// (-2: none) and the one written. Lethe's own script: it reaches the key decided only.
-const SET_SCRIPT: &str = "local held = redis.call('PEXPIRETIME', KEYS[1]) \
-if held == -1 then return redis.error_reply(ARGV[3]) end \
+/// A write of one key in one round trip (`ONE_TRIP`): the deadline the key holds decides the
+/// one it is written with (an earlier one is kept; a key without one was written around Lethe and
+/// is not Lethe's to overwrite), read and written at once so nothing comes between. `ARGV`: the
+/// refusal of an unstamped key, the deadline Lethe computed (ms), then the command's name and its
+/// arguments after the key. Answers the command's own answer (its error as Redis gave it) and
+/// the deadline written. Lethe's own script: it reaches the key decided only.
+const WRITE_SCRIPT: &str = "local held = redis.call('PEXPIRETIME', KEYS[1]) \
+if held == -1 then return redis.error_reply(ARGV[1]) end \
 local deadline = tonumber(ARGV[2]) \
 if held >= 0 and held < deadline then deadline = held end \
-redis.call('SET', KEYS[1], ARGV[1], 'PXAT', string.format('%d', deadline)) \
-return {held, deadline}";
+local reply = redis.pcall(ARGV[3], KEYS[1], unpack(ARGV, 4)) \
+if type(reply) == 'table' and reply.err then return reply end \
+redis.call('PEXPIREAT', KEYS[1], string.format('%d', deadline), 'LT') \
+return {reply, deadline}";
+
+/// The writes `WRITE_SCRIPT` carries: each leaves its one key in Redis whenever it does not
+/// fail, and answers a status or a count, which pass through Lua unchanged (a counter's value,
+/// a double, a map would not).
+const ONE_TRIP: &[&[u8]] = &[b"LPUSH", b"RPUSH", b"SADD", b"HSET"];
+
+/// The most arguments a write `WRITE_SCRIPT` carries (Lua unpacks them on a bounded stack).
+const ONE_TRIP_ARGS: usize = 1000;
 
 /// The most keys a route remembers the lineage row of.
 const RECORDED_KEYS: u64 = 100_000;
@@ -114,7 +125,7 @@ enum Answer {
     /// A wait for data on keys that are all hidden: nil once the wait is over, as Redis would
     /// answer for keys that do not exist.
     Idle(Wait),
-    /// `SET_SCRIPT`'s deadlines: `OK`, as Redis answers a `SET`.
+    /// `WRITE_SCRIPT`'s: the command's own answer.
     Scripted,
 }
 
@@ -126,7 +137,7 @@ enum Proof {
     Exists,
     /// The plan is one command that writes its keys unless it fails (a plain `SET`).
     Succeeded,
-    /// The plan is `SET_SCRIPT`, which answers the deadline it wrote.
+    /// The plan is `WRITE_SCRIPT`, which answers the deadline it wrote.
     Scripted,
 }
 
@@ -170,8 +181,8 @@ impl Plan {
         match (self.proof, replies) {
             (Proof::Succeeded, [Reply::Error(_)] | []) => return Vec::new(),
             (Proof::Succeeded, _) => return self.written.clone(),
-            (Proof::Scripted, [Reply::Array(deadlines)]) => {
-                let written = deadlines.get(1).and_then(|d| match d {
+            (Proof::Scripted, [Reply::Array(answered)]) => {
+                let written = answered.get(1).and_then(|d| match d {
                     Reply::Int(ms) => DateTime::from_timestamp_millis(*ms),
                     _ => None,
                 });
@@ -202,11 +213,11 @@ impl Plan {
             .collect()
     }
 
-    /// The commands of a `SET_SCRIPT` plan with the script itself in place of its digest.
+    /// The commands of a `WRITE_SCRIPT` plan with the script itself in place of its digest.
     fn with_script_whole(&self) -> Vec<Vec<Vec<u8>>> {
         let mut whole = self.send.clone();
         if let Some(command) = whole.first_mut() {
-            command.splice(..2, [b"EVAL".to_vec(), SET_SCRIPT.as_bytes().to_vec()]);
+            command.splice(..2, [b"EVAL".to_vec(), WRITE_SCRIPT.as_bytes().to_vec()]);
         }
         whole
     }
@@ -217,11 +228,13 @@ impl Plan {
             Answer::Local(frame) => frame.clone(),
             Answer::Idle(_) => Reply::Null,
             Answer::Scripted => match replies.pop() {
-                Some(Reply::Array(_)) => Reply::ok(),
+                Some(Reply::Array(answered)) if answered.len() == 2 => {
+                    answered.into_iter().next().unwrap_or(Reply::Null)
+                }
                 Some(refused @ Reply::Error(_)) => refused,
                 _ => unavailable(
                     "upstream_invalid",
-                    "Redis' answer to Lethe's SET is no array",
+                    "Redis' answer to Lethe's write script is not its two values",
                 ),
             },
             Answer::First if replies.is_empty() => Reply::Null,
@@ -257,8 +270,7 @@ struct Pending {
     effect: Effect,
     policy: Arc<Policy>,
     now: DateTime<Utc>,
-    /// A plain `SET` that `SET_SCRIPT` (of this digest) writes: it needs no deadline read
-    /// first.
+    /// A write that `WRITE_SCRIPT` (of this digest) carries: it needs no deadline read first.
     scripted: Option<Vec<u8>>,
 }
 
@@ -332,16 +344,20 @@ impl Pending {
             let Reply::Error(refusal) = refusal else {
                 return Err(refusal);
             };
-            let mut args = args.into_iter().skip(2);
-            let send = vec![
+            let mut args = args.into_iter();
+            let name = args.next().unwrap_or_default();
+            let send = [
                 b"EVALSHA".to_vec(),
                 digest,
                 b"1".to_vec(),
                 key.as_bytes().to_vec(),
-                args.next().unwrap_or_default(),
-                stamp.expires_at.timestamp_millis().to_string().into_bytes(),
                 refusal.into_bytes(),
-            ];
+                stamp.expires_at.timestamp_millis().to_string().into_bytes(),
+                name,
+            ]
+            .into_iter()
+            .chain(args.skip(1))
+            .collect();
             return Ok(Plan {
                 send: vec![send],
                 answer: Answer::Scripted,
@@ -413,9 +429,9 @@ pub(super) struct Connection<'a> {
     /// after it).
     run_policy: Option<Option<Arc<Policy>>>,
     upstream: Option<Client>,
-    /// `SET_SCRIPT`'s digest, as Redis answered when `upstream` was made and loaded it; `None`
-    /// when the route's Redis user may not run scripts.
-    set_script: Option<Vec<u8>>,
+    /// `WRITE_SCRIPT`'s digest, as Redis answered when `upstream` was made and loaded it;
+    /// `None` when the route's Redis user may not run scripts.
+    write_script: Option<Vec<u8>>,
     /// The connection to Redis the client's subscriptions live on (made on its first
     /// `SUBSCRIBE`): its frames reach the client as they come, each message decided again.
     subscriber: Option<Client>,
@@ -462,7 +478,7 @@ impl<'a> Connection<'a> {
             ctx: None,
             run_policy: None,
             upstream: None,
-            set_script: None,
+            write_script: None,
             subscriber: None,
             queue: None,
             proto: Proto::Resp2,
@@ -1072,8 +1088,8 @@ impl<'a> Connection<'a> {
                 // Not inside MULTI: there an unstamped key must discard the transaction when it
                 // is queued, not fail one command of it at EXEC.
                 let scripted =
-                    match effect == Effect::Write && plain_set(args) && self.queue.is_none() {
-                        true => self.set_script().await?,
+                    match effect == Effect::Write && one_trip(args) && self.queue.is_none() {
+                        true => self.write_script().await?,
                         false => None,
                     };
                 Ok(Draft::Pending(Pending {
@@ -1135,10 +1151,11 @@ impl<'a> Connection<'a> {
             .map_err(|e| failed(e.to_string()))
     }
 
-    /// `SET_SCRIPT`'s digest on the route's Redis (connecting to it first), if it runs scripts.
-    async fn set_script(&mut self) -> Result<Option<Vec<u8>>, Reply> {
+    /// `WRITE_SCRIPT`'s digest on the route's Redis (connecting to it first), if it runs
+    /// scripts.
+    async fn write_script(&mut self) -> Result<Option<Vec<u8>>, Reply> {
         self.upstream().await?;
-        Ok(self.set_script.clone())
+        Ok(self.write_script.clone())
     }
 
     async fn upstream(&mut self) -> Result<&mut Client, Reply> {
@@ -1146,8 +1163,8 @@ impl<'a> Connection<'a> {
             let mut client = self.connect().await?;
             // A route's user without scripting (an ACL without @scripting) gets every write
             // the general way: its deadline read first.
-            let load: &[&[u8]] = &[b"SCRIPT", b"LOAD", SET_SCRIPT.as_bytes()];
-            self.set_script = match client.one(load).await {
+            let load: &[&[u8]] = &[b"SCRIPT", b"LOAD", WRITE_SCRIPT.as_bytes()];
+            self.write_script = match client.one(load).await {
                 Ok(Reply::Bulk(digest)) => Some(digest),
                 _ => None,
             };
@@ -1668,6 +1685,13 @@ fn lost_script(replies: &[Reply]) -> bool {
 /// `SET key value`, without options: it replaces its key whatever it held.
 fn plain_set(args: &[Vec<u8>]) -> bool {
     args.len() == 3 && args[0].eq_ignore_ascii_case(b"SET")
+}
+
+/// Whether `WRITE_SCRIPT` carries the write `args`: a plain `SET`, or one of `ONE_TRIP` within
+/// `ONE_TRIP_ARGS` (its arity is Redis' to check).
+fn one_trip(args: &[Vec<u8>]) -> bool {
+    let named = |name: &[u8]| args.first().is_some_and(|a| a.eq_ignore_ascii_case(name));
+    plain_set(args) || (args.len() <= ONE_TRIP_ARGS && ONE_TRIP.iter().any(|name| named(name)))
 }
 
 /// The keys at `positions` of `args`, as text (a key that is not UTF-8 matches no pattern).
