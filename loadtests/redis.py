@@ -1,5 +1,5 @@
-"""The Redis route's cost: the same redis-benchmark load (SET and GET on keys of one consented
-subject, random among 10 000) sent straight to Redis and through Lethe's RESP listener, in one
+"""The Redis route's cost: the same redis-benchmark load (SET, GET and, with VERBS=LPUSH, a chat
+history's LPUSH, on keys of one consented subject, random among 10 000) sent straight to Redis and through Lethe's RESP listener, in one
 run. For each: requests/s, p50 and p99 (redis-benchmark's own), Lethe's CPU per request, and
 Redis' own CPU per request when loaded directly (from /proc), with their ratio; and, when socat
 is installed, the requests/s through a bare forwarder that decides nothing (socat), the most any
@@ -86,8 +86,11 @@ keys = [{{ pattern = "{{tenant}}:{{subject}}:*", purpose = "support", category =
         # Keys of their own for each side: a key written around Lethe has no deadline, and Lethe
         # refuses to write over it (unstamped_item).
         run = os.getpid()
-        for verb, *rest in [c for c in (["SET", "a-cached-answer-of-about-40-bytes-long.."], ["GET"]) if c[0] in os.environ.get("VERBS", "SET GET").split()]:
-            command = lambda side: [verb, f"acme:u1:{run}-{side}-__rand_int__", *rest]  # noqa: E731
+        for verb, *rest in [c for c in (["SET", "a-cached-answer-of-about-40-bytes-long.."], ["GET"],
+                                       ["LPUSH", "a-chat-message-of-about-40-bytes-long..."]) if c[0] in os.environ.get("VERBS", "SET GET").split()]:
+            # GET reads the keys SET wrote; a list is never written where a string is.
+            family = "SET" if verb == "GET" else verb
+            command = lambda side: [verb, f"acme:u1:{run}-{family}-{side}-__rand_int__", *rest]  # noqa: E731
             r0 = cpu_seconds(redis)
             direct = bench(6379, command("direct"))
             redis_direct = (cpu_seconds(redis) - r0) / N * 1e6
