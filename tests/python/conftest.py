@@ -127,6 +127,27 @@ def chroma():
 
 
 @pytest.fixture(scope="session")
+def phoenix(tmp_path_factory):
+    """Arize Phoenix (its own venv, .cache/phoenix-venv), on SQLite in a folder of its own;
+    answers its base URL. No telemetry, no request leaves the machine."""
+    work = tmp_path_factory.mktemp("phoenix")
+    port = free_port()
+    env = {**os.environ, "PHOENIX_HOST": "127.0.0.1", "PHOENIX_PORT": str(port),
+           "PHOENIX_GRPC_PORT": str(free_port()), "PHOENIX_WORKING_DIR": str(work),
+           "PHOENIX_TELEMETRY_ENABLED": "false", "PHOENIX_ALLOW_EXTERNAL_RESOURCES": "false",
+           "PHOENIX_LOG_MIGRATIONS": "false"}
+    phoenix_bin = Path(__file__).resolve().parents[2] / ".cache" / "phoenix-venv" / "bin" / "phoenix"
+    log = open(work / "server.log", "w")
+    process = subprocess.Popen([str(phoenix_bin), "serve"], env=env, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    wait_for("phoenix", lambda: http("GET", f"{url}/readyz")[0] == 200, deadline=120.0)
+    yield url
+    process.terminate()
+    process.wait(timeout=15)
+    log.close()
+
+
+@pytest.fixture(scope="session")
 def langgraph(tmp_path_factory):
     """The LangGraph dev server (in-memory) with a graph that keeps the conversation in the
     thread's state, like an agent's short-term memory."""
