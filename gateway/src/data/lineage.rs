@@ -3,6 +3,7 @@
 //! the source of truth; lineage is the index.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
@@ -27,6 +28,8 @@ pub struct LineageWriter {
     /// Provider uses recorded in the last minute: the last use moves on at most once a minute,
     /// rather than one write per request.
     recent_uses: moka::sync::Cache<(String, String, String), ()>,
+    /// Batches of rows the writer could not store, after its retries.
+    dropped: Arc<AtomicU64>,
 }
 
 impl LineageWriter {
@@ -37,8 +40,13 @@ impl LineageWriter {
             .max_capacity(100_000)
             .time_to_live(Duration::from_secs(60))
             .build();
-        let writer = LineageWriter { tx, recent_uses };
-        (writer, tokio::spawn(write(store, rx)))
+        let dropped = Arc::new(AtomicU64::new(0));
+        let writer = LineageWriter {
+            tx,
+            recent_uses,
+            dropped: Arc::clone(&dropped),
+        };
+        (writer, tokio::spawn(write(store, rx, dropped)))
     }
 
     /// Queues rows; waits only when the writer is 10 000 rows behind.
@@ -73,6 +81,12 @@ impl LineageWriter {
         self.queue(Row::Processor(used)).await;
     }
 
+    /// How many batches of rows the writer could not store (after its retries) since it
+    /// started: whoever remembers what it recorded forgets it when this moves.
+    pub fn dropped(&self) -> u64 {
+        self.dropped.load(Ordering::Acquire)
+    }
+
     async fn queue(&self, row: Row) {
         if self.tx.send(row).await.is_err() {
             tracing::error!("lineage writer stopped; a lineage row was not recorded");
@@ -80,7 +94,7 @@ impl LineageWriter {
     }
 }
 
-async fn write(store: Arc<dyn Store>, mut rx: mpsc::Receiver<Row>) {
+async fn write(store: Arc<dyn Store>, mut rx: mpsc::Receiver<Row>, dropped: Arc<AtomicU64>) {
     let mut batch = Vec::with_capacity(BATCH);
     let awaited = |batch: &[Row]| batch.iter().any(|r| matches!(r, Row::Flush(_)));
     while rx.recv_many(&mut batch, BATCH).await > 0 {
@@ -104,8 +118,9 @@ async fn write(store: Arc<dyn Store>, mut rx: mpsc::Receiver<Row>) {
             }
         }
         let mut stored = true;
-        if !items.is_empty() {
-            stored &= retried("lineage batch", || store.record_items(&items)).await;
+        if !items.is_empty() && !retried("lineage batch", || store.record_items(&items)).await {
+            dropped.fetch_add(1, Ordering::Release);
+            stored = false;
         }
         if !uses.is_empty() {
             stored &= retried("processor batch", || store.record_processors(&uses)).await;
@@ -161,6 +176,20 @@ mod tests {
             source_ref: None,
             parents: vec![],
         }
+    }
+
+    #[tokio::test]
+    async fn a_batch_that_cannot_be_stored_is_counted_dropped() {
+        let url = fresh_sqlite_url();
+        let store = migrated(&url).await;
+        let (writer, _task) = LineageWriter::spawn(Arc::clone(&store));
+        assert!(writer.record_now(vec![row("a", Layer::Raw)]).await);
+        assert_eq!(writer.dropped(), 0);
+        crate::testing::execute_raw(&url, "DROP TABLE items")
+            .await
+            .expect("drop");
+        assert!(!writer.record_now(vec![row("b", Layer::Raw)]).await);
+        assert_eq!(writer.dropped(), 1);
     }
 
     #[tokio::test]

@@ -69,7 +69,7 @@ impl Settings for RedisSettings {
         match problems.is_empty() {
             true => Ok(Arc::new(Redis {
                 patterns,
-                recorded: route::recorded(),
+                recorded: route::Recorded::new(),
                 limits: route::Limits {
                     command_bytes: self.max_command_bytes.unwrap_or(MAX_COMMAND_BYTES),
                     queued: self

@@ -24,6 +24,7 @@ use super::keys::{Pattern, owner};
 use super::resp::{Frames, Proto, ReadError, Reply};
 use crate::auth::Role;
 use crate::data::forward::Route;
+use crate::data::lineage::LineageWriter;
 use crate::data::overtaken::{Recording, keep_unless_overtaken};
 use crate::data::policy_cache::View;
 use crate::data::{DataState, RequestContext};
@@ -68,11 +69,35 @@ const RECORDED_KEYS: u64 = 100_000;
 /// its deadline (a write over a key is clamped to the deadline it holds), so a session cache
 /// rewritten all day would record the same row at every write: a write whose stamp is the one
 /// recorded is only checked. A key that left Redis and came back holds a new deadline, so a row
-/// marked deleted since (by another replica, the purge, the sweeper) is recorded again.
-pub(super) type Recorded = moka::sync::Cache<String, Arc<Stamp>>;
+/// marked deleted since (by another replica, the purge, the sweeper) is recorded again; and when
+/// the lineage writer drops a batch, every row is forgotten, since it may have been one of them.
+#[derive(Debug)]
+pub(super) struct Recorded {
+    rows: moka::sync::Cache<String, Arc<Stamp>>,
+    /// The lineage writer's dropped batches when `rows` was last looked at.
+    drops_seen: std::sync::atomic::AtomicU64,
+}
 
-pub(super) fn recorded() -> Recorded {
-    moka::sync::Cache::new(RECORDED_KEYS)
+impl Recorded {
+    pub(super) fn new() -> Recorded {
+        Recorded {
+            rows: moka::sync::Cache::new(RECORDED_KEYS),
+            drops_seen: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+
+    /// The rows remembered, none if `lineage` dropped a batch since the last look.
+    fn rows(&self, lineage: &LineageWriter) -> &moka::sync::Cache<String, Arc<Stamp>> {
+        let dropped = lineage.dropped();
+        if self
+            .drops_seen
+            .swap(dropped, std::sync::atomic::Ordering::AcqRel)
+            != dropped
+        {
+            self.rows.invalidate_all();
+        }
+        &self.rows
+    }
 }
 
 /// A refusal, as `redis-py` raises its permission error for it.
@@ -1324,9 +1349,11 @@ impl<'a> Connection<'a> {
             return answer;
         }
         let now = crate::now();
+        let state: &DataState = self.state;
+        let recorded = self.recorded.rows(&state.lineage);
         if !deleted.is_empty() {
             for key in deleted {
-                self.recorded.invalidate(key);
+                recorded.invalidate(key);
             }
             if self
                 .state
@@ -1338,7 +1365,6 @@ impl<'a> Connection<'a> {
                 return unavailable("state_unavailable", "the state store cannot be written");
             }
         }
-        let recorded = self.recorded;
         let (known, new): (Vec<_>, Vec<_>) = written.iter().partition(|(key, stamp)| {
             recorded
                 .get(key.as_str())
