@@ -334,8 +334,10 @@ def test_a_write_that_answers_with_stored_data_needs_retrieve_consent(lethe, dir
 
 def test_writers_racing_the_erasure_leave_none_of_the_subjects_keys(lethe, direct):
     """Four clients write the subject's keys in a loop while its erasure is filed, approved and
-    completed: what a flip overtook is undone, what comes after it is refused, and once the
-    request says completed Redis holds none of the subject's keys, counted there."""
+    completed (two a new key each time, two an MSET of a key they write again and a new one, so
+    that keys lineage already holds and keys it does not are overtaken together): what a flip
+    overtook is undone, what comes after it is refused, and once the request says completed Redis
+    holds none of the subject's keys, counted there."""
     import threading
     alice = someone()
     consent(lethe, alice)
@@ -346,7 +348,10 @@ def test_writers_racing_the_erasure_leave_none_of_the_subjects_keys(lethe, direc
         i = 0
         while not stop.is_set():
             try:
-                r.set(f"{TENANT}:{alice}:race{n}:{i}", "v")
+                if n % 2:
+                    r.mset({f"{TENANT}:{alice}:hot{n}": "v", f"{TENANT}:{alice}:race{n}:{i}": "v"})
+                else:
+                    r.set(f"{TENANT}:{alice}:race{n}:{i}", "v")
                 written.append(1)
             except redis.exceptions.ResponseError:
                 pass

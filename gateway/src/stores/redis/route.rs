@@ -1370,6 +1370,9 @@ impl<'a> Connection<'a> {
                 .get(key.as_str())
                 .is_some_and(|held| *held == *stamp)
         });
+        // Both groups are checked whatever the first found: a flip that overtook one key of a
+        // write overtook its other keys too, and each is undone.
+        let mut refusal = None;
         for (group, recording) in [(known, Recording::Known), (new, Recording::Batched)] {
             if group.is_empty() {
                 continue;
@@ -1385,15 +1388,17 @@ impl<'a> Connection<'a> {
                     Err(_) => recorded.invalidate(key.as_str()),
                 }
             }
-            match kept {
-                Ok(()) => {}
-                Err(e) if e.status == hyper::StatusCode::SERVICE_UNAVAILABLE => {
-                    return unavailable(e.code.as_str(), &e.message);
-                }
-                Err(e) => return refused_with(e.code.as_str(), &e.message),
+            if let Err(e) = kept {
+                refusal.get_or_insert(e);
             }
         }
-        answer
+        match refusal {
+            None => answer,
+            Some(e) if e.status == hyper::StatusCode::SERVICE_UNAVAILABLE => {
+                unavailable(e.code.as_str(), &e.message)
+            }
+            Some(e) => refused_with(e.code.as_str(), &e.message),
+        }
     }
 
     /// Keeps the keys `written` (of one tenant) unless a flip overtook them: those are unlinked.
