@@ -166,6 +166,13 @@ pub struct SpanRules {
     pub keep_unattributed: bool,
 }
 
+impl SpanRules {
+    /// Whether an attribute (or event) of this name carries content.
+    fn is_content(&self, name: &str) -> bool {
+        self.content.iter().any(|n| n.matches(name))
+    }
+}
+
 /// Who sends the spans.
 #[derive(Debug, Clone, Copy)]
 pub struct Caller<'a> {
@@ -262,6 +269,9 @@ pub fn govern(
         {
             pseudonymise(&mut resource.attributes, rules, &refer(subject));
         }
+        // A resource is every one of its spans': content there would reach the store with
+        // spans that may not keep it.
+        resource.attributes.retain(|kv| !rules.is_content(&kv.key));
         resource_spans.resource = Some(resource);
         governed.request.resource_spans.push(resource_spans);
     }
@@ -391,7 +401,7 @@ fn pseudonymise(attributes: &mut [KeyValue], rules: &SpanRules, reference: &str)
 /// Removes a span's content: the content attributes, the content events, and the content
 /// attributes of its other events and links.
 fn withhold(span: &mut Span, rules: &SpanRules) {
-    let content = |key: &str| rules.content.iter().any(|n| n.matches(key));
+    let content = |key: &str| rules.is_content(key);
     span.attributes.retain(|kv| !content(&kv.key));
     span.events.retain(|event| !content(&event.name));
     for event in &mut span.events {

@@ -338,7 +338,11 @@ fn each_span_is_decided_on_its_subject() {
 fn subject_attributes_carry_the_reference_and_the_stamp_is_lethes_alone() {
     let governed = govern(
         request(
-            &[("user.id", "alice"), ("service.name", "agent")],
+            &[
+                ("user.id", "alice"),
+                ("service.name", "agent"),
+                ("input.value", "shared"),
+            ],
             vec![span(
                 1,
                 &[
@@ -364,6 +368,10 @@ fn subject_attributes_carry_the_reference_and_the_stamp_is_lethes_alone() {
     assert_eq!(
         get(&resource.attributes, "service.name").as_deref(),
         Some("agent")
+    );
+    assert!(
+        get(&resource.attributes, "input.value").is_none(),
+        "no content on a resource, even one whose spans may keep theirs"
     );
     let first = spans(&governed.request)[0];
     assert_eq!(
