@@ -1,6 +1,7 @@
 """Fixtures: a real Chroma server, a real PostgreSQL state store and the real `lethe` binary,
 started for the session, each waited for with a deadline."""
 
+import contextlib
 import json
 import os
 import shutil
@@ -126,6 +127,20 @@ def chroma():
     shutil.rmtree(path, ignore_errors=True)
 
 
+@contextlib.contextmanager
+def served(what, argv, folder, ready, deadline, **popen):
+    """A server of the tests' own, started from `argv` (its output in `folder`/server.log) and
+    ready once `ready()` is; stopped when the block ends."""
+    with open(folder / "server.log", "w") as log:
+        process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, **popen)
+        try:
+            wait_for(what, ready, deadline=deadline)
+            yield
+        finally:
+            process.terminate()
+            process.wait(timeout=15)
+
+
 @pytest.fixture(scope="session")
 def phoenix(tmp_path_factory):
     """Arize Phoenix (its own venv, .cache/phoenix-venv), on SQLite in a folder of its own;
@@ -137,14 +152,10 @@ def phoenix(tmp_path_factory):
            "PHOENIX_TELEMETRY_ENABLED": "false", "PHOENIX_ALLOW_EXTERNAL_RESOURCES": "false",
            "PHOENIX_LOG_MIGRATIONS": "false"}
     phoenix_bin = Path(__file__).resolve().parents[2] / ".cache" / "phoenix-venv" / "bin" / "phoenix"
-    log = open(work / "server.log", "w")
-    process = subprocess.Popen([str(phoenix_bin), "serve"], env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
-    wait_for("phoenix", lambda: http("GET", f"{url}/readyz")[0] == 200, deadline=120.0)
-    yield url
-    process.terminate()
-    process.wait(timeout=15)
-    log.close()
+    with served("phoenix", [str(phoenix_bin), "serve"], work,
+                lambda: http("GET", f"{url}/readyz")[0] == 200, 120.0, env=env):
+        yield url
 
 
 @pytest.fixture(scope="session")
@@ -156,18 +167,11 @@ def langgraph(tmp_path_factory):
     port = free_port()
     env = {**os.environ, "LANGGRAPH_CLI_NO_ANALYTICS": "1"}
     langgraph_bin = shutil.which("langgraph") or str(Path(os.sys.executable).parent / "langgraph")
-    log = open(app / "server.log", "w")
-    process = subprocess.Popen(
-        [langgraph_bin, "dev", "--no-browser", "--no-reload", "--port", str(port)],
-        cwd=app, env=env, stdout=log, stderr=subprocess.STDOUT,
-    )
     url = f"http://127.0.0.1:{port}"
     # It silently takes another port when this one is taken: only this one counts.
-    wait_for("langgraph", lambda: http("GET", f"{url}/ok")[0] == 200, deadline=60.0)
-    yield url
-    process.terminate()
-    process.wait(timeout=15)
-    log.close()
+    with served("langgraph", [langgraph_bin, "dev", "--no-browser", "--no-reload", "--port", str(port)], app,
+                lambda: http("GET", f"{url}/ok")[0] == 200, 60.0, cwd=app, env=env):
+        yield url
 
 
 @pytest.fixture(scope="session")
