@@ -7,6 +7,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 import urllib.error
@@ -432,7 +433,14 @@ class Lethe:
 
     def stop(self):
         self.process.terminate()
-        self.process.wait(timeout=15)
+        try:
+            self.process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            # Seen once at a module's end (2026-12-03, after the Redis tests): said, not hidden,
+            # and the next module is not kept waiting for it.
+            print("lethe did not stop within 15 s of SIGTERM; killed", file=sys.stderr)
+            self.process.kill()
+            self.process.wait(timeout=15)
 
 
 def own_lethe(chroma_url, workdir, erasure_toml, **kinds):
