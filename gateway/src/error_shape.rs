@@ -70,7 +70,7 @@ codes! {
     DerivedFromErased = "derived_from_erased", Data;
     InvalidJson = "invalid_json", Control;
     ValidationFailed = "validation_failed", Control;
-    UnsupportedMediaType = "unsupported_media_type", Control;
+    UnsupportedMediaType = "unsupported_media_type", Both;
     NotFound = "not_found", Control;
     MethodNotAllowed = "method_not_allowed", Control;
     AlreadyRevoked = "already_revoked", Control;

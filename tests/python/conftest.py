@@ -11,6 +11,7 @@ import sys
 import tempfile
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 import uuid
 from pathlib import Path
@@ -159,6 +160,59 @@ def phoenix(tmp_path_factory):
         yield url
 
 
+def traced_spans(spans, project="default"):
+    """Finished spans as an instrumented app's SDK makes them: each attribute dict of `spans` one
+    span of a trace of its own (in the Phoenix project `project`). Answers the spans and their
+    trace ids (lowercase hex)."""
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    memory = InMemorySpanExporter()
+    provider = TracerProvider(resource=Resource.create({"openinference.project.name": project}))
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    tracer = provider.get_tracer("lethe.tests")
+    ids = []
+    for attributes in spans:
+        with tracer.start_as_current_span("chat", attributes=attributes) as span:
+            ids.append(format(span.get_span_context().trace_id, "032x"))
+    provider.shutdown()
+    return memory.get_finished_spans(), ids
+
+
+def export_spans(endpoint, spans, token=None, project="default", gzip=False, headers=None, **exporter):
+    """`traced_spans(spans, project)` sent by the OpenTelemetry SDK's OTLP/HTTP exporter to
+    `endpoint` (its `/v1/traces` URL), with a bearer `token` if given and `headers`. Answers the
+    trace ids and whether the exporter counted the export a success."""
+    from opentelemetry.exporter.otlp.proto.http import Compression
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.trace.export import SpanExportResult
+    finished, ids = traced_spans(spans, project)
+    headers = {**({"Authorization": f"Bearer {token}"} if token else {}), **(headers or {})}
+    sender = OTLPSpanExporter(endpoint=endpoint, headers=headers,
+                              compression=Compression.Gzip if gzip else Compression.NoCompression, **exporter)
+    done = sender.export(finished)
+    sender.shutdown()
+    return ids, done == SpanExportResult.SUCCESS
+
+
+def phoenix_spans(phoenix, project, **query):
+    """The project's spans Phoenix answers for `query` (its REST filters), every page; none for
+    a project it does not have."""
+    found, cursor = [], None
+    while True:
+        params = [(k, v) for k, values in query.items() for v in ([values] if isinstance(values, str) else values)]
+        params += [("limit", "100")] + ([("cursor", cursor)] if cursor else [])
+        status, page = send(phoenix, "GET", f"/v1/projects/{project}/spans?{urllib.parse.urlencode(params)}")
+        if status == 404:
+            return []
+        assert status == 200, page
+        found += page["data"]
+        cursor = page.get("next_cursor")
+        if not cursor:
+            return found
+
+
 @pytest.fixture(scope="session")
 def langgraph(tmp_path_factory):
     """The LangGraph dev server (in-memory) with a graph that keeps the conversation in the
@@ -268,6 +322,7 @@ ROUTES = {
     "langgraph": "",
     "openai": ('timeout = "2s"\nretention_window = "30d"\n'
                'credential = { header = "authorization", value = { value = "Bearer sk-standin" } }\n'),
+    "otlp": 'trace_store = "phoenix"\n',
     "qdrant": "",
     # The first pattern that matches a key decides: the specific one first.
     "redis": ('listen = "{listen}"\nkeys = [{ pattern = "message_store:{tenant}:{subject}", purpose = "support", '

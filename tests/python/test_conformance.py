@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import LETHE, NOWHERE, TENANT, http, new_database, own_lethe, someone, wait_for
+from conftest import (LETHE, NOWHERE, TENANT, export_spans, http, new_database, own_lethe, phoenix_spans, someone,
+                      wait_for)
 
 DOWN = NOWHERE
 SEEDED = 3
@@ -122,6 +123,45 @@ class OpenAiCase(Case):
 
     def take_down(self, lethe):
         restart_with_env(lethe, "LETHE_UPSTREAM_OPENAI", DOWN)
+
+
+def grant_traces(lethe, subject, tenant=TENANT):
+    """Retention for spans of the OTLP route's default purpose and category, and the subject's
+    consent to have them stored."""
+    dpo = lethe.dpo if tenant == TENANT else lethe.token("compliance", tenant=tenant)
+    status, _ = lethe.call("PUT", "/v1/retention-rules", {"rules": [
+        {"purpose": "personalization", "category": "preference", "max_age": "30d"},
+        {"purpose": "observability", "category": "trace", "max_age": "30d"}]}, token=dpo)
+    assert status == 200
+    status, grant = lethe.call("POST", "/v1/consents", {
+        "tenant": tenant, "subject": subject, "purpose": "observability", "category": "trace",
+        "actions": ["store"], "source": "pytest", "policy_version": 1}, token=dpo)
+    assert status == 201, grant
+
+
+class OtlpCase(Case):
+    target = "otlp:otlp"
+
+    @property
+    def urls(self):
+        return {"otlp_url": self.stores["phoenix"]}
+
+    def seed(self, lethe, subject):
+        self.project = getattr(self, "project", f"conf-{uuid.uuid4().hex[:8]}")
+        self.traces = getattr(self, "traces", {})
+        grant_traces(lethe, subject)
+        spans = [{"user.id": subject, "input.value": f"fact {i}"} for i in range(SEEDED)]
+        self.traces[subject], done = export_spans(f"http://{lethe.data}/otlp/v1/traces", spans,
+                                                  token=lethe.token("agent"), project=self.project)
+        assert done
+        # Phoenix stores what it is sent in the background.
+        wait_for("the spans in Phoenix", lambda: self.count(subject) == SEEDED)
+
+    def count(self, subject):
+        return len(phoenix_spans(self.stores["phoenix"], self.project, trace_id=self.traces[subject]))
+
+    def take_down(self, lethe):
+        restart_with_env(lethe, "LETHE_UPSTREAM_OTLP", DOWN)
 
 
 class QdrantCase(Case):
@@ -254,13 +294,14 @@ lineage_store = "chroma"
         restart_with_config(lethe, str(self.path), str(self.tmp / "gone" / "history.db"))
 
 
-CASES = {"chroma": ChromaCase, "langgraph": LangGraphCase, "openai": OpenAiCase, "qdrant": QdrantCase,
+CASES = {"chroma": ChromaCase, "langgraph": LangGraphCase, "openai": OpenAiCase, "otlp": OtlpCase, "qdrant": QdrantCase,
          "postgres": PostgresCase, "redis": RedisCase, "sqlite": SqliteCase}
 
 
 @pytest.fixture(scope="module")
-def stores(chroma, langgraph, provider, direct, qdrant):
-    return {"chroma": chroma, "langgraph": langgraph, "provider": provider, "direct": direct, "qdrant": qdrant}
+def stores(chroma, langgraph, provider, direct, qdrant, phoenix):
+    return {"chroma": chroma, "langgraph": langgraph, "provider": provider, "direct": direct, "qdrant": qdrant,
+            "phoenix": phoenix}
 
 
 def test_every_store_kind_this_build_knows_has_a_conformance_case():

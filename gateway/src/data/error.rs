@@ -18,6 +18,8 @@ pub struct DataError {
     pub code: Code,
     pub message: String,
     pub details: Option<Value>,
+    /// Seconds the client is asked to wait before retrying (`Retry-After`).
+    pub retry_after: Option<u32>,
 }
 
 impl DataError {
@@ -27,6 +29,15 @@ impl DataError {
             code,
             message: message.into(),
             details: None,
+            retry_after: None,
+        }
+    }
+
+    /// The same failure, telling the client to retry after `seconds`.
+    pub fn retry_after(self, seconds: u32) -> Self {
+        DataError {
+            retry_after: Some(seconds),
+            ..self
         }
     }
 
@@ -49,7 +60,13 @@ impl DataError {
             request_id,
             self.details.as_ref(),
         );
-        json_response(self.status, &body)
+        let mut response = json_response(self.status, &body);
+        if let Some(seconds) = self.retry_after {
+            response
+                .headers_mut()
+                .insert(hyper::header::RETRY_AFTER, HeaderValue::from(seconds));
+        }
+        response
     }
 }
 

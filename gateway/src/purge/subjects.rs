@@ -5,7 +5,7 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use lethe_policy::audit::{FORGOTTEN, forgotten};
+use lethe_policy::audit::{FORGOTTEN, forgotten, subject_ref};
 
 #[derive(Debug, Clone)]
 pub struct Subjects {
@@ -39,6 +39,15 @@ impl Subjects {
             .iter()
             .filter(|n| !n.starts_with(FORGOTTEN))
             .cloned()
+            .collect()
+    }
+
+    /// The reference of every subject (`lethe_policy::audit::subject_ref`): what stores that
+    /// keep owners pseudonymised (trace stores) are searched by, whether or not the key is known.
+    pub fn references(&self) -> Vec<String> {
+        self.names
+            .iter()
+            .map(|n| subject_ref(&self.audit_key, &self.tenant, n))
             .collect()
     }
 
@@ -98,6 +107,9 @@ mod tests {
         let found = s.found_among(["u3", "u1", &name]);
         assert_eq!(found.keys(), vec!["u1".to_owned(), "u2".to_owned()]);
         assert!(found.include("u1") && !found.include("u3"));
+        // A forgotten name and its key have one reference.
+        assert_eq!(s.references()[0], subject_ref(b"k", "acme", "u1"));
+        assert_eq!(found.references()[0], found.references()[1]);
     }
 
     #[test]

@@ -32,6 +32,7 @@ pub const KINDS: &[Kind] = &[
     chroma::KIND,
     langgraph::KIND,
     openai::KIND,
+    otlp::KIND,
     qdrant::KIND,
     redis::KIND,
 ];

@@ -21,8 +21,6 @@ use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value};
 use opentelemetry_proto::tonic::trace::v1::Span;
 use prost::Message;
 
-use crate::data::records::AdapterError;
-
 /// The attributes of Lethe's stamp on a span.
 pub const TENANT: &str = "lethe.tenant";
 pub const SUBJECT_REF: &str = "lethe.subject_ref";
@@ -59,6 +57,14 @@ impl Encoding {
     }
 }
 
+/// Why an export request cannot be read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DecodeError {
+    /// It inflates past the limit (bytes).
+    TooLarge(usize),
+    Invalid(String),
+}
+
 /// The export request in `body`, gunzipped first when `gzip`; a body that inflates past `limit`
 /// bytes is refused before it is all inflated.
 pub fn decode(
@@ -66,18 +72,16 @@ pub fn decode(
     gzip: bool,
     encoding: Encoding,
     limit: usize,
-) -> Result<ExportTraceServiceRequest, AdapterError> {
+) -> Result<ExportTraceServiceRequest, DecodeError> {
     let inflated;
     let body = if gzip {
         let mut out = Vec::new();
         flate2::read::GzDecoder::new(body)
             .take(limit as u64 + 1)
             .read_to_end(&mut out)
-            .map_err(|_| AdapterError::Invalid("the body is not gzip".into()))?;
+            .map_err(|_| DecodeError::Invalid("the body is not gzip".into()))?;
         if out.len() > limit {
-            return Err(AdapterError::Invalid(format!(
-                "the body inflates past {limit} bytes"
-            )));
+            return Err(DecodeError::TooLarge(limit));
         }
         inflated = out;
         inflated.as_slice()
@@ -86,10 +90,10 @@ pub fn decode(
     };
     match encoding {
         Encoding::Protobuf => ExportTraceServiceRequest::decode(body).map_err(|_| {
-            AdapterError::Invalid("the body is not an OTLP ExportTraceServiceRequest".into())
+            DecodeError::Invalid("the body is not an OTLP ExportTraceServiceRequest".into())
         }),
         Encoding::Json => serde_json::from_slice(body).map_err(|e| {
-            AdapterError::Invalid(format!(
+            DecodeError::Invalid(format!(
                 "the body is not an OTLP/JSON ExportTraceServiceRequest (line {}, column {})",
                 e.line(),
                 e.column()
@@ -156,8 +160,10 @@ pub struct SpanRules {
     /// The attributes that name a span's subject (the span's, else its resource's); where
     /// several are present they must agree.
     pub subject_attributes: Vec<String>,
-    /// The attributes, and event names, that carry content.
-    pub content: Vec<Name>,
+    /// The attributes that carry content (the span's, its events' and links', its resource's).
+    pub content_attributes: Vec<Name>,
+    /// The events that carry content, by name.
+    pub content_events: Vec<Name>,
     pub purpose: String,
     pub category: String,
     /// Whether subject attributes are replaced by the subject's reference.
@@ -167,9 +173,14 @@ pub struct SpanRules {
 }
 
 impl SpanRules {
-    /// Whether an attribute (or event) of this name carries content.
-    fn is_content(&self, name: &str) -> bool {
-        self.content.iter().any(|n| n.matches(name))
+    /// Whether an attribute of this name carries content.
+    fn is_content(&self, key: &str) -> bool {
+        self.content_attributes.iter().any(|n| n.matches(key))
+    }
+
+    /// Whether an event of this name carries content.
+    fn is_content_event(&self, name: &str) -> bool {
+        self.content_events.iter().any(|n| n.matches(name))
     }
 }
 
@@ -401,14 +412,14 @@ fn pseudonymise(attributes: &mut [KeyValue], rules: &SpanRules, reference: &str)
 /// Removes a span's content: the content attributes, the content events, and the content
 /// attributes of its other events and links.
 fn withhold(span: &mut Span, rules: &SpanRules) {
-    let content = |key: &str| rules.is_content(key);
-    span.attributes.retain(|kv| !content(&kv.key));
-    span.events.retain(|event| !content(&event.name));
+    span.attributes.retain(|kv| !rules.is_content(&kv.key));
+    span.events
+        .retain(|event| !rules.is_content_event(&event.name));
     for event in &mut span.events {
-        event.attributes.retain(|kv| !content(&kv.key));
+        event.attributes.retain(|kv| !rules.is_content(&kv.key));
     }
     for link in &mut span.links {
-        link.attributes.retain(|kv| !content(&kv.key));
+        link.attributes.retain(|kv| !rules.is_content(&kv.key));
     }
 }
 

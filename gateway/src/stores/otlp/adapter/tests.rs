@@ -7,18 +7,15 @@ use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans};
 use super::*;
 use crate::stores::kit::fixtures::{now, view};
 
+fn names(names: &[&str]) -> Vec<Name> {
+    names.iter().map(|n| Name::of(n).unwrap()).collect()
+}
+
 fn rules(keep_unattributed: bool) -> SpanRules {
     SpanRules {
         subject_attributes: vec!["user.id".into(), "enduser.id".into()],
-        content: [
-            "input.value",
-            "output.value",
-            "llm.input_messages.*",
-            "gen_ai.*",
-        ]
-        .iter()
-        .map(|n| Name::of(n).unwrap())
-        .collect(),
+        content_attributes: names(&["input.value", "output.value", "llm.input_messages.*"]),
+        content_events: names(&["gen_ai.*"]),
         purpose: "personalization".into(),
         category: "preference".into(),
         pseudonymise: true,
@@ -508,7 +505,7 @@ fn both_encodings_and_gzip_are_read_within_the_limit() {
     );
     assert!(matches!(
         decode(&gzipped, true, Encoding::Protobuf, protobuf.len() - 1),
-        Err(AdapterError::Invalid(_))
+        Err(DecodeError::TooLarge(_))
     ));
     // A small body that inflates far: refused before it is all inflated.
     let mut bomb = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
@@ -517,7 +514,7 @@ fn both_encodings_and_gzip_are_read_within_the_limit() {
     assert!(bomb.len() < 100 << 10);
     assert!(matches!(
         decode(&bomb, true, Encoding::Protobuf, 1 << 20),
-        Err(AdapterError::Invalid(_))
+        Err(DecodeError::TooLarge(_))
     ));
 
     for (body, gzip, encoding) in [
@@ -528,7 +525,7 @@ fn both_encodings_and_gzip_are_read_within_the_limit() {
         assert!(
             matches!(
                 decode(body, gzip, encoding, 1 << 20),
-                Err(AdapterError::Invalid(_))
+                Err(DecodeError::Invalid(_))
             ),
             "{body:?}"
         );

@@ -1,0 +1,257 @@
+//! Deleting a subject's traces from a trace store, whatever its API: the rules live here, each
+//! trace store's calls in a file of its own (`phoenix.rs`) behind [`TraceApi`].
+//!
+//! The stamp each span holds decides whose it is (lineage is only an index of trace ids): a
+//! span is the subject's when it carries Lethe's stamp of the subject's tenant and reference. A
+//! trace holding nothing but the subject's spans and content-free spans of the tenant is deleted
+//! whole; from any other (another subject's, another tenant's, spans Lethe never stamped), only
+//! the subject's spans are deleted. Spans naming the subject's key or reference in a subject
+//! attribute that are not Lethe's (written around it) are never deleted on a guess: the probe
+//! counts them, and the erasure goes to review.
+
+use std::collections::BTreeSet;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+
+use super::adapter::{EXPIRES_AT, SUBJECT_REF, TENANT};
+use super::route::TRACES;
+use crate::purge::{Connector, ConnectorError, Physical, PurgeReport, Subjects};
+use crate::state::ExpiredItem;
+
+/// A span as the trace store holds it: where it is, and the stamp it carries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct HeldSpan {
+    /// Lowercase hex.
+    pub trace_id: String,
+    /// The trace store's own id of the span (what deletes it).
+    pub span_id: String,
+    pub tenant: Option<String>,
+    pub subject_ref: Option<String>,
+    /// Present on spans kept with their content.
+    pub expires_at: Option<DateTime<Utc>>,
+}
+
+impl HeldSpan {
+    /// A span of the trace store's, from its attributes (`attribute` reads one as text).
+    pub fn new(
+        trace_id: String,
+        span_id: String,
+        attribute: impl Fn(&str) -> Option<String>,
+    ) -> HeldSpan {
+        HeldSpan {
+            trace_id,
+            span_id,
+            tenant: attribute(TENANT),
+            subject_ref: attribute(SUBJECT_REF),
+            expires_at: attribute(EXPIRES_AT)
+                .and_then(|t| DateTime::parse_from_rfc3339(&t).ok())
+                .map(|t| t.with_timezone(&Utc)),
+        }
+    }
+
+    fn of_tenant(&self, tenant: &str) -> bool {
+        self.tenant.as_deref() == Some(tenant)
+    }
+
+    /// Whether it is stamped as one of `references`' in `tenant`.
+    fn owned_by(&self, tenant: &str, references: &[String]) -> bool {
+        self.of_tenant(tenant)
+            && self
+                .subject_ref
+                .as_ref()
+                .is_some_and(|r| references.contains(r))
+    }
+
+    /// A span of the tenant's with neither a subject nor content.
+    fn nobodys(&self, tenant: &str) -> bool {
+        self.of_tenant(tenant) && self.subject_ref.is_none() && self.expires_at.is_none()
+    }
+}
+
+/// What a trace store's API does for the erasure.
+#[async_trait]
+pub(crate) trait TraceApi: Send + Sync {
+    /// The store's name, for messages.
+    fn name(&self) -> &str;
+
+    /// Every span whose attribute `key` is `value`.
+    async fn spans_with(&self, key: &str, value: &str) -> Result<Vec<HeldSpan>, ConnectorError>;
+
+    /// Every span of a trace.
+    async fn trace(&self, trace_id: &str) -> Result<Vec<HeldSpan>, ConnectorError>;
+
+    /// Deletes a whole trace (gone already: fine).
+    async fn delete_trace(&self, trace_id: &str) -> Result<(), ConnectorError>;
+
+    /// Deletes one span of a trace (gone already: fine).
+    async fn delete_span(&self, span: &HeldSpan) -> Result<(), ConnectorError>;
+
+    /// What the store keeps of deleted traces.
+    fn physical(&self) -> Physical;
+}
+
+pub(crate) struct TraceConnector<A> {
+    api: A,
+    /// The route's subject attributes, which the probe reads.
+    subject_attributes: Vec<String>,
+}
+
+impl<A: TraceApi> TraceConnector<A> {
+    pub fn new(api: A, subject_attributes: Vec<String>) -> Self {
+        TraceConnector {
+            api,
+            subject_attributes,
+        }
+    }
+
+    /// The traces that may hold the subjects' spans: those lineage names, and those of every
+    /// span stamped with their references.
+    async fn candidates(
+        &self,
+        references: &[String],
+        lineage: &[(String, String)],
+    ) -> Result<BTreeSet<String>, ConnectorError> {
+        let mut traces: BTreeSet<String> = lineage
+            .iter()
+            .filter(|(collection, _)| collection == TRACES)
+            .map(|(_, id)| id.clone())
+            .collect();
+        for reference in references {
+            let stamped = self.api.spans_with(SUBJECT_REF, reference).await?;
+            traces.extend(stamped.into_iter().map(|s| s.trace_id));
+        }
+        Ok(traces)
+    }
+
+    /// The subjects' spans in the candidate traces, with each trace's spans.
+    async fn held(
+        &self,
+        subjects: &Subjects,
+        lineage: &[(String, String)],
+    ) -> Result<Vec<(Vec<HeldSpan>, Vec<HeldSpan>)>, ConnectorError> {
+        let tenant = subjects.tenant();
+        let references = subjects.references();
+        let mut held = Vec::new();
+        for trace in self.candidates(&references, lineage).await? {
+            let spans = self.api.trace(&trace).await?;
+            let (mine, rest): (Vec<_>, Vec<_>) = spans
+                .into_iter()
+                .partition(|s| s.owned_by(tenant, &references));
+            if !mine.is_empty() {
+                held.push((mine, rest));
+            }
+        }
+        Ok(held)
+    }
+
+    /// Deletes `doomed` spans of a trace whose other spans are `rest`: the whole trace when the
+    /// rest is nobody's.
+    async fn delete(
+        &self,
+        tenant: &str,
+        doomed: &[HeldSpan],
+        rest: &[HeldSpan],
+    ) -> Result<(), ConnectorError> {
+        match (doomed.first(), rest.iter().all(|s| s.nobodys(tenant))) {
+            (None, _) => Ok(()),
+            (Some(span), true) => self.api.delete_trace(&span.trace_id).await,
+            (Some(_), false) => {
+                for span in doomed {
+                    self.api.delete_span(span).await?;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Spans naming the subjects in a subject attribute (by key or by reference) that Lethe did
+    /// not stamp as another tenant's: copies the purge did not take.
+    async fn probe(&self, subjects: &Subjects) -> Result<u64, ConnectorError> {
+        let tenant = subjects.tenant();
+        let names: BTreeSet<String> = subjects
+            .keys()
+            .into_iter()
+            .chain(subjects.references())
+            .collect();
+        let mut hits = BTreeSet::new();
+        for key in &self.subject_attributes {
+            for name in &names {
+                for span in self.api.spans_with(key, name).await? {
+                    if span.tenant.as_deref().is_none_or(|t| t == tenant) {
+                        hits.insert((span.trace_id, span.span_id));
+                    }
+                }
+            }
+        }
+        Ok(hits.len() as u64)
+    }
+}
+
+#[async_trait]
+impl<A: TraceApi> Connector for TraceConnector<A> {
+    async fn purge(
+        &self,
+        subjects: &Subjects,
+        lineage: &[(String, String)],
+    ) -> Result<PurgeReport, ConnectorError> {
+        let tenant = subjects.tenant();
+        let held = self.held(subjects, lineage).await?;
+        let before = held.iter().map(|(mine, _)| mine.len() as u64).sum();
+        for (mine, rest) in &held {
+            self.delete(tenant, mine, rest).await?;
+        }
+        let remaining = self
+            .held(subjects, lineage)
+            .await?
+            .iter()
+            .map(|(mine, _)| mine.len() as u64)
+            .sum();
+        Ok(PurgeReport {
+            before,
+            deleted: before.saturating_sub(remaining),
+            remaining,
+            physical: self.api.physical(),
+            probe_hits: Some(self.probe(subjects).await?),
+        })
+    }
+
+    async fn count(
+        &self,
+        subjects: &Subjects,
+        lineage: &[(String, String)],
+    ) -> Result<u64, ConnectorError> {
+        let held = self.held(subjects, lineage).await?;
+        Ok(held.iter().map(|(mine, _)| mine.len() as u64).sum())
+    }
+
+    /// Deletes the spans of each trace whose own deadline has passed (any subject's of the
+    /// item's tenant: past its deadline, a span is no one's to keep); the whole trace when
+    /// nothing else of anyone's is left in it.
+    async fn delete_items(
+        &self,
+        collection: &str,
+        items: &[ExpiredItem],
+    ) -> Result<u64, ConnectorError> {
+        if collection != TRACES {
+            return Err(ConnectorError::Misconfigured(format!(
+                "{}: {collection}: traces are the only items of a trace store",
+                self.api.name()
+            )));
+        }
+        let now = crate::now();
+        let mut deleted = 0;
+        for item in items {
+            let spans = self.api.trace(&item.item_id).await?;
+            let (doomed, rest): (Vec<_>, Vec<_>) = spans.into_iter().partition(|s| {
+                s.of_tenant(&item.tenant) && s.expires_at.is_some_and(|at| at <= now)
+            });
+            self.delete(&item.tenant, &doomed, &rest).await?;
+            deleted += doomed.len() as u64;
+        }
+        Ok(deleted)
+    }
+}
+
+#[cfg(test)]
+mod tests;

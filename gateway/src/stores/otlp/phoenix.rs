@@ -1,0 +1,173 @@
+//! Arize Phoenix's REST API (`/v1`) for the trace connector: spans found by attribute and by
+//! trace in every project (`GET /v1/projects`, `GET /v1/projects/{id}/spans`, cursor paging),
+//! traces deleted by their OpenTelemetry id (`DELETE /v1/traces/{id}`) and spans by Phoenix's own
+//! id (`DELETE /v1/spans/{id}`: an OpenTelemetry span id is not unique across traces, and
+//! Phoenix would delete every span that has it).
+
+use async_trait::async_trait;
+use hyper::{Method, StatusCode};
+use serde_json::Value;
+
+use super::connector::{HeldSpan, TraceApi};
+use crate::purge::{ConnectorError, Copy, Physical};
+use crate::stores::http::StoreHttp;
+
+/// Spans and projects are read in pages of this many (Phoenix's largest), at most this many
+/// pages per search.
+const PAGE: usize = 1_000;
+const MAX_PAGES: usize = 1_000;
+
+pub(crate) struct Phoenix {
+    http: StoreHttp,
+}
+
+impl Phoenix {
+    pub fn new(http: StoreHttp) -> Self {
+        Phoenix { http }
+    }
+
+    /// Every item of a paged listing at `path` with `query` (Phoenix's `data` and
+    /// `next_cursor`); too many stop the purge for review rather than leave some unread.
+    async fn all(&self, path: &str, query: &[(&str, &str)]) -> Result<Vec<Value>, ConnectorError> {
+        let mut items = Vec::new();
+        let mut cursor: Option<String> = None;
+        let limit = PAGE.to_string();
+        for _ in 0..MAX_PAGES {
+            let query = {
+                let mut form = form_urlencoded::Serializer::new(String::new());
+                form.extend_pairs(query.iter().copied());
+                form.append_pair("limit", &limit);
+                if let Some(cursor) = &cursor {
+                    form.append_pair("cursor", cursor);
+                }
+                form.finish()
+            };
+            let (status, page) = self
+                .http
+                .call(Method::GET, path, Some(&query), None)
+                .await?;
+            if status == StatusCode::NOT_FOUND {
+                // A project deleted while it was being read holds nothing any more.
+                return Ok(items);
+            }
+            items.extend(
+                page.get("data")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .cloned(),
+            );
+            match page.get("next_cursor").and_then(Value::as_str) {
+                Some(next) if !next.is_empty() => cursor = Some(next.to_owned()),
+                _ => return Ok(items),
+            }
+        }
+        Err(format!(
+            "{} ({path}): more than {} results; purge stopped for review",
+            self.name(),
+            PAGE * MAX_PAGES
+        )
+        .into())
+    }
+
+    /// The id of every project, experiments' and evaluators' included.
+    async fn projects(&self) -> Result<Vec<String>, ConnectorError> {
+        let every = [
+            ("include_experiment_projects", "true"),
+            ("include_dataset_evaluator_projects", "true"),
+        ];
+        let projects = self.all("/v1/projects", &every).await?;
+        Ok(projects
+            .iter()
+            .filter_map(|p| p.get("id")?.as_str().map(str::to_owned))
+            .collect())
+    }
+
+    /// Every span of every project that `query` selects.
+    async fn spans(&self, query: &[(&str, &str)]) -> Result<Vec<HeldSpan>, ConnectorError> {
+        let mut spans = Vec::new();
+        for project in self.projects().await? {
+            let path = format!("/v1/projects/{project}/spans");
+            for span in self.all(&path, query).await? {
+                spans.push(held(&span).ok_or_else(|| {
+                    ConnectorError::Unavailable(format!(
+                        "{} answered a span without its ids",
+                        self.name()
+                    ))
+                })?);
+            }
+        }
+        Ok(spans)
+    }
+
+    /// A delete by id: gone now or gone before are both done.
+    async fn delete(&self, path: &str) -> Result<(), ConnectorError> {
+        self.http
+            .call(Method::DELETE, path, None, None)
+            .await
+            .map(|_| ())
+    }
+}
+
+/// A span as Phoenix answers it: flat dotted attributes.
+fn held(span: &Value) -> Option<HeldSpan> {
+    let context = span.get("context")?;
+    let attributes = span.get("attributes");
+    Some(HeldSpan::new(
+        context.get("trace_id")?.as_str()?.to_ascii_lowercase(),
+        span.get("id")?.as_str()?.to_owned(),
+        |key| {
+            attributes
+                .and_then(|a| a.get(key))
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+        },
+    ))
+}
+
+/// Only ids Lethe read or recorded reach a path: lowercase hex trace ids, Phoenix's base64 ids.
+fn path_safe(id: &str) -> Result<&str, ConnectorError> {
+    if !id.is_empty() && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'=') {
+        Ok(id)
+    } else {
+        Err(ConnectorError::Misconfigured(format!(
+            "{id:?} is not a trace or span id"
+        )))
+    }
+}
+
+#[async_trait]
+impl TraceApi for Phoenix {
+    fn name(&self) -> &str {
+        &self.http.route().name
+    }
+
+    async fn spans_with(&self, key: &str, value: &str) -> Result<Vec<HeldSpan>, ConnectorError> {
+        // JSON-quoted: Phoenix reads an unquoted value as a number or a boolean when it can.
+        let filter = format!("{key}:{}", Value::from(value));
+        self.spans(&[("attribute", &filter)]).await
+    }
+
+    async fn trace(&self, trace_id: &str) -> Result<Vec<HeldSpan>, ConnectorError> {
+        self.spans(&[("trace_id", path_safe(trace_id)?)]).await
+    }
+
+    async fn delete_trace(&self, trace_id: &str) -> Result<(), ConnectorError> {
+        self.delete(&format!("/v1/traces/{}", path_safe(trace_id)?))
+            .await
+    }
+
+    async fn delete_span(&self, span: &HeldSpan) -> Result<(), ConnectorError> {
+        self.delete(&format!("/v1/spans/{}", path_safe(&span.span_id)?))
+            .await
+    }
+
+    fn physical(&self) -> Physical {
+        Physical::default().with(Copy::unknown(
+            "Phoenix's database (phoenix.db and phoenix.db-wal in its working directory on SQLite; its tables and WAL on PostgreSQL)",
+            "the deleted spans' attributes and events: their text where it was kept, the subject's reference",
+            "Phoenix deletes rows without secure_delete and never vacuums: their bytes stay in free pages and in the write-ahead log until reused",
+            "no setting of Phoenix's removes them; only its operator can (VACUUM, a checkpoint, a new database)",
+        ))
+    }
+}

@@ -1,0 +1,190 @@
+//! The OTLP/HTTP traces route: the I/O around the pure adapter in
+//! `crate::stores::otlp::adapter`. One endpoint, `POST /v1/traces`: the export request read
+//! (either encoding, gzip or not, within the route's limit), every span governed, what is left
+//! sent to the trace store in protobuf with the route's credential, each trace kept with content
+//! recorded for its subject, and the exporter answered in its own encoding (a partial success
+//! counts the refused spans).
+
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::header::{self, HeaderValue};
+use hyper::{Method, Response, StatusCode};
+
+use super::Rules;
+use super::adapter::{self, Caller, DecodeError, Encoding};
+use crate::data::error::DataError;
+use crate::data::overtaken::{Recording, keep_unless_overtaken};
+use crate::data::{Body, RequestContext, Upstream, whole};
+use crate::error_shape::Code;
+use crate::state::ItemRecord;
+
+/// The lineage collection of traces: one row per trace and subject.
+pub(crate) const TRACES: &str = "traces";
+/// How long an exporter is asked to wait before retrying when the trace store is unavailable.
+const RETRY_AFTER_SECONDS: u32 = 5;
+
+pub(crate) async fn handle(
+    rules: &Rules,
+    limit: usize,
+    upstream: &Upstream<'_>,
+    ctx: &RequestContext,
+    path: &str,
+    body: Bytes,
+) -> Result<Response<Body>, DataError> {
+    if upstream.parts.method != Method::POST || path != "/v1/traces" {
+        return Err(DataError::unknown_endpoint());
+    }
+    let (encoding, gzip) = how_sent(&upstream.parts.headers)?;
+    if body.len() > limit {
+        return Err(too_large(limit));
+    }
+    let request = adapter::decode(&body, gzip, encoding, limit).map_err(|e| match e {
+        DecodeError::TooLarge(limit) => too_large(limit),
+        DecodeError::Invalid(why) => {
+            DataError::new(StatusCode::BAD_REQUEST, Code::InvalidRequest, why)
+        }
+    })?;
+    let state = upstream.state;
+    let tenant = ctx.tenant();
+    let rules = rules.for_request(ctx);
+    let caller = Caller {
+        tenant,
+        bound: ctx.subject.as_deref(),
+        fold: ctx.fold,
+    };
+    let subjects = adapter::subjects(&request, &rules, caller);
+    let view = state
+        .policy
+        .view(tenant, subjects.iter().map(String::as_str))
+        .await?;
+    let refer = |subject: &str| lethe_policy::audit::subject_ref(&state.audit_key, tenant, subject);
+    let now = crate::now();
+    let governed = adapter::govern(request, &rules, caller, &view, now, &refer);
+    let refused = governed.refusal.unwrap_or_default();
+    if !governed.request.resource_spans.is_empty() {
+        sent(upstream, adapter::encode(&governed.request)).await?;
+        // One row per trace and subject: a batch holds many spans of few traces.
+        let traced: BTreeMap<(String, String), lethe_policy::Stamp> = governed
+            .traced
+            .into_iter()
+            .map(|(trace, stamp)| ((trace, stamp.subject.clone()), stamp))
+            .collect();
+        let rows = traced
+            .into_iter()
+            .map(|((trace, _), stamp)| {
+                let route = &upstream.route.name;
+                ItemRecord::stamped(route, TRACES, trace, stamp, now, ctx.source.clone())
+            })
+            .collect();
+        // The trace store took the spans; those a flip overtook stay recorded for its purge,
+        // which finds them by their stamp too (a trace store ingests in the background: one
+        // deleted now could land after).
+        let undo = |overtaken: Vec<ItemRecord>| async move { overtaken };
+        keep_unless_overtaken(state, tenant, rows, Recording::AtOnce, None, undo).await?;
+    }
+    let answer = adapter::answer(governed.rejected, &refused, encoding);
+    let mut response = Response::new(Full::new(Bytes::from(answer)));
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(encoding.content_type()),
+    );
+    Ok(whole(response))
+}
+
+/// The encoding of the export request, and whether it is gzipped; refused (415) when OTLP has
+/// neither.
+fn how_sent(headers: &hyper::HeaderMap) -> Result<(Encoding, bool), DataError> {
+    let unsupported = |message: &str| {
+        DataError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            Code::UnsupportedMediaType,
+            message,
+        )
+    };
+    let text = |name: header::HeaderName| {
+        crate::data::context::single(headers, name.as_str())
+            .map(|v| v.map(|v| v.to_str().unwrap_or("?")))
+    };
+    let content_type = text(header::CONTENT_TYPE)?.unwrap_or_default();
+    let encoding = Encoding::of(content_type).ok_or_else(|| {
+        unsupported("OTLP/HTTP is sent as application/x-protobuf or application/json")
+    })?;
+    let gzip = match text(header::CONTENT_ENCODING)? {
+        None | Some("identity") => false,
+        Some(coding) if coding.eq_ignore_ascii_case("gzip") => true,
+        Some(_) => {
+            return Err(unsupported(
+                "OTLP/HTTP bodies are sent as they are or gzipped",
+            ));
+        }
+    };
+    Ok((encoding, gzip))
+}
+
+fn too_large(limit: usize) -> DataError {
+    DataError::new(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        Code::BodyTooLarge,
+        format!("the export request is larger than {limit} bytes"),
+    )
+}
+
+/// Sends the governed spans to the trace store, in protobuf (what every OTLP receiver takes),
+/// with the client's other headers (a project's name). A trace store that is down, overloaded
+/// or slow is `503` with `Retry-After`, which OTLP exporters retry; one that refuses the spans
+/// is `upstream_invalid`.
+async fn sent(upstream: &Upstream<'_>, body: Vec<u8>) -> Result<(), DataError> {
+    let mut headers = upstream.parts.headers.clone();
+    headers.remove(header::CONTENT_ENCODING);
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(Encoding::Protobuf.content_type()),
+    );
+    let route = upstream.route;
+    let answer = upstream
+        .state
+        .upstreams
+        .send(
+            route,
+            Method::POST,
+            "/v1/traces",
+            None,
+            &headers,
+            Bytes::from(body),
+        )
+        .await;
+    let retry = |why: String| {
+        DataError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            Code::UpstreamUnavailable,
+            why,
+        )
+        .retry_after(RETRY_AFTER_SECONDS)
+    };
+    match answer {
+        Ok(answer) if answer.is_success() => Ok(()),
+        Ok(answer)
+            if answer.status == StatusCode::TOO_MANY_REQUESTS
+                || answer.status.is_server_error() =>
+        {
+            Err(retry(format!(
+                "the trace store answered {}; retry",
+                answer.status
+            )))
+        }
+        Ok(answer) => {
+            // The route's credential or Lethe's encoding is wrong: an operator must look.
+            tracing::warn!(route = %route.name, status = %answer.status, "the trace store refused the spans");
+            Err(DataError::new(
+                StatusCode::BAD_GATEWAY,
+                Code::UpstreamInvalid,
+                format!("the trace store refused the spans ({})", answer.status),
+            ))
+        }
+        Err(e) if e.code == Code::UpstreamUnavailable => Err(retry(e.message)),
+        Err(e) => Err(e),
+    }
+}
