@@ -297,3 +297,22 @@ def test_an_erasure_takes_every_trace_of_the_subject_from_phoenix_and_leaves_the
     certified = next(s for s in document["certificate"]["stores"] if s["target"] == ROUTE)
     assert (certified["before"], certified["deleted"], certified["remaining"]) == (5, 5, 0), certified
     assert "phoenix.db" in json.dumps(certified), "the certificate names what Phoenix keeps on disk"
+
+
+def test_the_sweeper_deletes_spans_past_their_deadline_and_no_others(gate, phoenix):
+    project, carol, dave = f"p-{uuid.uuid4().hex[:8]}", someone(GLOBEX), someone(GLOBEX)
+    rules(gate, GLOBEX, max_age="3s")
+    try:
+        consent(gate, carol, GLOBEX)
+        consent(gate, dave, GLOBEX, purpose="debugging")
+        token = gate.token("agent", tenant=GLOBEX)
+        short, _ = export_spans(endpoint(gate), [{"user.id": carol, "input.value": "short-lived"}] * 2, token=token,
+                                project=project)
+        long, _ = export_spans(endpoint(gate), [{"user.id": dave, "input.value": "kept a month"}], token=token,
+                               project=project, headers={"X-Lethe-Purpose": "debugging"})
+        stored(phoenix, project, short + long)
+        wait_for("the sweeper to delete carol's spans", lambda: phoenix_spans(phoenix, project, trace_id=short) == [],
+                 deadline=20)
+        assert by_trace(phoenix_spans(phoenix, project, trace_id=long))[long[0]]["input.value"] == "kept a month"
+    finally:
+        rules(gate, GLOBEX)
