@@ -316,3 +316,64 @@ def test_the_sweeper_deletes_spans_past_their_deadline_and_no_others(gate, phoen
         assert by_trace(phoenix_spans(phoenix, project, trace_id=long))[long[0]]["input.value"] == "kept a month"
     finally:
         rules(gate, GLOBEX)
+
+
+def test_two_users_agent_runs_instrumented_by_openinference_reach_phoenix_governed_and_one_is_erased(
+        chroma, phoenix, provider, tmp_path):
+    """The issue's end-to-end case: an app instruments the official OpenAI client (which talks to
+    Lethe's provider route) with OpenInference and exports its spans with the SDK's exporter
+    through Lethe's OTLP route into Phoenix."""
+    from openinference.instrumentation import using_user
+    from openinference.instrumentation.openai import OpenAIInstrumentor
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+
+    lethe = own_lethe(chroma, tmp_path, '[erasure]\nretry_backoff = "200ms"\nsettle = "100ms"\n',
+                      openai_url=provider, otlp_url=phoenix)
+    try:
+        rules(lethe)
+        project, alice, bob = f"p-{uuid.uuid4().hex[:8]}", someone(), someone()
+        for subject in (alice, bob):
+            lethe.grant_provider(subject)
+        consent(lethe, alice)   # alice lets her traces be kept; bob does not
+        tracing = TracerProvider(resource=Resource.create({"openinference.project.name": project}))
+        tracing.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(
+            endpoint=endpoint(lethe), headers={"Authorization": f"Bearer {lethe.token('agent')}"})))
+        instrumentor = OpenAIInstrumentor()
+        instrumentor.instrument(tracer_provider=tracing)
+        tracer = tracing.get_tracer("agent")
+        runs = {}
+        try:
+            for subject in (alice, bob):
+                with using_user(subject), tracer.start_as_current_span("agent-run", attributes={"user.id": subject}) as run:
+                    lethe.openai(subject).chat.completions.create(
+                        model="gpt-test", messages=[{"role": "user", "content": f"{subject} asks about her blood test"}])
+                    runs[subject] = format(run.get_span_context().trace_id, "032x")
+        finally:
+            instrumentor.uninstrument()
+            tracing.shutdown()
+
+        spans = stored(phoenix, project, list(runs.values()), count=4)
+        llm = {s["context"]["trace_id"]: s["attributes"] for s in spans if s["name"] != "agent-run"}
+        alices, bobs = llm[runs[alice]], llm[runs[bob]]
+        assert alices["llm.input_messages.0.message.content"] == f"{alice} asks about her blood test", alices
+        assert alices["user.id"] == alices["lethe.subject_ref"] != alice
+        assert not any(k.startswith(("llm.input_messages", "llm.output_messages"))
+                       or k in ("input.value", "output.value") for k in bobs), bobs
+        assert bobs["lethe.content_withheld"] == "consent_required"
+        assert bobs["llm.model_name"] and bobs["user.id"] == bobs["lethe.subject_ref"] != bob, "operators keep the rest"
+        assert phoenix_spans(phoenix, project, attribute=f'user.id:"{alice}"') == []
+
+        done, results = lethe.erase_to_completion(alice)
+        assert (results[ROUTE]["before"], results[ROUTE]["remaining"]) == (2, 0), results[ROUTE]
+        assert phoenix_spans(phoenix, project, trace_id=runs[alice]) == []
+        assert len(phoenix_spans(phoenix, project, trace_id=runs[bob])) == 2, "bob keeps all of his"
+        status, document = lethe.call("GET", f"/v1/erasures/{done['id']}/certificate")
+        stores = {s["target"]: s for s in document["certificate"]["stores"]}
+        assert (stores[ROUTE]["deleted"], stores[ROUTE]["remaining"]) == (2, 0)
+        assert stores["openai:openai"]["remaining"] == 0
+        assert "phoenix.db" in json.dumps(stores[ROUTE])
+    finally:
+        lethe.stop()
