@@ -171,6 +171,10 @@ pub struct Schedule {
     /// The wait after the flip before a request's jobs are claimed.
     pub settle: Duration,
     pub lease: Duration,
+    /// How long jobs under way get to finish once the worker is told to stop; those still
+    /// running then are abandoned, as a crash would leave them (their lease runs out and they
+    /// run again), so that a store that hangs cannot hold the process up.
+    pub stop_grace: Duration,
 }
 
 impl Schedule {
@@ -180,6 +184,7 @@ impl Schedule {
             first_backoff: config.erasure.retry_backoff.0,
             settle: config.erasure.settle.0,
             lease: config.erasure.job_lease.0,
+            stop_grace: STOP_GRACE,
         }
     }
 }
@@ -187,6 +192,10 @@ impl Schedule {
 fn delta(d: Duration) -> TimeDelta {
     TimeDelta::from_std(d).unwrap_or(TimeDelta::MAX)
 }
+
+/// How long purge jobs under way get to finish when Lethe stops: within the 15-30 s that
+/// service managers wait after SIGTERM, with room for the rest of the shutdown.
+const STOP_GRACE: Duration = Duration::from_secs(10);
 
 /// How many purge jobs a worker runs at once: an erasure's targets (Chroma, Qdrant, ...) are
 /// purged side by side, so it takes as long as its slowest store rather than their sum.
@@ -248,7 +257,8 @@ impl Worker {
     }
 
     /// Claims and runs jobs until `stop` resolves, up to [`PARALLEL_JOBS`] at once; idles briefly
-    /// when there is nothing to do. Jobs under way when `stop` resolves are finished first.
+    /// when there is nothing to do. Jobs under way when `stop` resolves get the schedule's
+    /// `stop_grace` to finish.
     pub async fn run(self, stop: impl Future<Output = ()>) {
         let worker = Arc::new(self);
         let mut stop = std::pin::pin!(stop);
@@ -277,7 +287,17 @@ impl Worker {
                 () = &mut stop => break,
             }
         }
-        while running.join_next().await.is_some() {}
+        let finished = async { while running.join_next().await.is_some() {} };
+        if tokio::time::timeout(worker.schedule.stop_grace, finished)
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                jobs = running.len(),
+                "purge jobs still running at shutdown abandoned; their leases run out and they run again"
+            );
+            running.shutdown().await;
+        }
     }
 
     /// Runs one due job, if any; answers whether there was one.

@@ -42,36 +42,45 @@ impl Sweeper {
         })
     }
 
+    /// Sweeps every `interval` until `stop`, which also ends a pass under way: an interrupted
+    /// pass leaves its rows live, and the next one (after a restart) deletes them again.
     pub async fn run(self, stop: impl Future<Output = ()>) {
         let mut stop = std::pin::pin!(stop);
         let mut to_upgrade: Vec<&String> = self.connectors.keys().collect();
         loop {
-            for route in std::mem::take(&mut to_upgrade) {
-                match self.connectors[route].upgrade().await {
-                    Ok(0) => {}
-                    // Again until a pass finds nothing: one that ran beside deletes may have
-                    // skipped records.
-                    Ok(n) => {
-                        tracing::info!(route = %route, items = n, "items written by an earlier Lethe brought up to date");
-                        to_upgrade.push(route);
-                    }
-                    Err(e) => {
-                        tracing::warn!(route = %route, error = %e, "items written by an earlier Lethe not brought up to date yet; retrying at the next sweep");
-                        to_upgrade.push(route);
-                    }
-                }
-            }
-            match self.sweep_once().await {
-                Ok(0) => {}
-                Ok(n) => tracing::info!(items = n, "retention sweep deleted expired items"),
-                Err(e) => {
-                    tracing::warn!(error = %e, "retention sweep could not reach the state store")
-                }
+            tokio::select! {
+                () = self.pass(&mut to_upgrade) => {}
+                () = &mut stop => return,
             }
             tokio::select! {
                 () = tokio::time::sleep(self.interval) => {}
                 () = &mut stop => return,
             }
+        }
+    }
+
+    /// One pass: items of an earlier Lethe brought up to date (`to_upgrade`: the routes whose
+    /// last upgrade changed something or failed), then expired items deleted.
+    async fn pass<'a>(&'a self, to_upgrade: &mut Vec<&'a String>) {
+        for route in std::mem::take(to_upgrade) {
+            match self.connectors[route].upgrade().await {
+                Ok(0) => {}
+                // Again until a pass finds nothing: one that ran beside deletes may have
+                // skipped records.
+                Ok(n) => {
+                    tracing::info!(route = %route, items = n, "items written by an earlier Lethe brought up to date");
+                    to_upgrade.push(route);
+                }
+                Err(e) => {
+                    tracing::warn!(route = %route, error = %e, "items written by an earlier Lethe not brought up to date yet; retrying at the next sweep");
+                    to_upgrade.push(route);
+                }
+            }
+        }
+        match self.sweep_once().await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(items = n, "retention sweep deleted expired items"),
+            Err(e) => tracing::warn!(error = %e, "retention sweep could not reach the state store"),
         }
     }
 

@@ -151,6 +151,7 @@ fn worker_of(
         first_backoff: Duration::from_millis(1),
         settle: Duration::ZERO,
         lease: Duration::from_secs(60),
+        stop_grace: Duration::from_millis(200),
     };
     Worker::new(
         Arc::clone(store),
@@ -464,4 +465,70 @@ async fn an_erasures_stores_are_purged_side_by_side() {
     );
     let _ = stop.send(());
     running.await.unwrap();
+}
+
+/// A store that never answers.
+struct Hanging;
+
+#[async_trait]
+impl Connector for Hanging {
+    async fn purge(
+        &self,
+        _: &crate::purge::Subjects,
+        _: &[(String, String)],
+    ) -> Result<PurgeReport, ConnectorError> {
+        std::future::pending().await
+    }
+    async fn count(
+        &self,
+        _: &crate::purge::Subjects,
+        _: &[(String, String)],
+    ) -> Result<u64, ConnectorError> {
+        Ok(0)
+    }
+}
+
+#[tokio::test]
+async fn a_purge_that_never_ends_does_not_hold_the_worker_past_its_grace_at_stop() {
+    let store = migrated(&fresh_sqlite_url()).await;
+    let now = crate::now();
+    let targets = ["chroma:chroma".to_owned()];
+    store
+        .create_erasure(&erasure_request("er1", "u1", now), &targets, audit())
+        .await
+        .unwrap();
+    store
+        .approve_erasure("er1", "dpo", 1, now, audit())
+        .await
+        .unwrap();
+    let connector: Arc<dyn Connector> = Arc::new(Hanging);
+    let connectors = HashMap::from([(targets[0].clone(), Target::own("chroma", connector))]);
+    let worker = worker_of(&store, connectors, 1);
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(worker.run(async {
+        let _ = stopped.await;
+    }));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while store.purge_jobs("er1").await.unwrap()[0].attempts == 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the job was never claimed"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let _ = stop.send(());
+    // The grace is 200 ms: well before 5 s the worker has abandoned the job and returned.
+    tokio::time::timeout(Duration::from_secs(5), running)
+        .await
+        .expect("the worker stopped")
+        .unwrap();
+    let job = &store.purge_jobs("er1").await.unwrap()[0];
+    assert_ne!(
+        job.state, "done",
+        "nothing was claimed of the abandoned job"
+    );
+    assert_ne!(
+        store.erasure("er1").await.unwrap().state,
+        ErasureState::Completed
+    );
 }
