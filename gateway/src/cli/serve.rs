@@ -49,6 +49,7 @@ pub(super) async fn serve(config: Config) -> Result<(), Failure> {
             &routes,
             &governed_targets,
             crate::stores::TARGET_KINDS,
+            &audit_key,
         )
         .map_err(|e| Failure(e, 2))?,
         Arc::clone(&audit_key),
@@ -118,14 +119,19 @@ pub(super) async fn serve(config: Config) -> Result<(), Failure> {
         &governed_targets,
         crate::stores::TARGET_KINDS,
         Arc::clone(&purge_store),
-        audit_key,
+        Arc::clone(&audit_key),
     )
     .map_err(|e| Failure(e, 2))?
     .certifying(Arc::clone(&certifier));
     let anchor_certifier = certifier;
     let purge = worker.run(until_stopped(stopped.clone()));
-    let sweeper = crate::erasure::Sweeper::from_config(&config, &routes, Arc::clone(&purge_store))
-        .map_err(|e| Failure(e, 2))?;
+    let sweeper = crate::erasure::Sweeper::from_config(
+        &config,
+        &routes,
+        Arc::clone(&purge_store),
+        &audit_key,
+    )
+    .map_err(|e| Failure(e, 2))?;
     let sweep = sweeper.run(until_stopped(stopped.clone()));
     let anchor = sign_heads(
         Arc::clone(&anchor_certifier),

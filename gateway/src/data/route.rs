@@ -86,12 +86,14 @@ pub trait RouteStore: Send + Sync + fmt::Debug {
         Isolation::Shared
     }
 
-    /// The connector that purges the store (and deletes expired items for the sweeper).
+    /// The connector that purges the store (and deletes expired items for the sweeper);
+    /// `audit_key` keys subject references (stores that hold owners pseudonymised).
     fn connector(
         &self,
         route: Route,
         upstreams: Arc<Upstreams>,
         erasure: &ErasureConfig,
+        audit_key: &Arc<[u8]>,
     ) -> Arc<dyn Connector>;
 }
 

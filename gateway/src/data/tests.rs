@@ -1098,6 +1098,7 @@ impl route::RouteStore for Echo {
         _: Route,
         _: Arc<Upstreams>,
         _: &crate::config::ErasureConfig,
+        _: &Arc<[u8]>,
     ) -> Arc<dyn crate::purge::Connector> {
         Arc::new(crate::testing::Holding { extra: 0 })
     }

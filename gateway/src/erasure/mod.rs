@@ -36,7 +36,11 @@ pub struct RouteConnector {
 }
 
 /// The connector of each of `routes` (a configuration's, built by `stores::routes`).
-pub fn route_connectors(config: &Config, routes: &[Route]) -> Result<Vec<RouteConnector>, String> {
+pub fn route_connectors(
+    config: &Config,
+    routes: &[Route],
+    audit_key: &Arc<[u8]>,
+) -> Result<Vec<RouteConnector>, String> {
     let upstreams = Arc::new(Upstreams::from_config(config, 64 * 1024 * 1024)?);
     let mut connectors = Vec::new();
     for route in routes {
@@ -44,10 +48,12 @@ pub fn route_connectors(config: &Config, routes: &[Route]) -> Result<Vec<RouteCo
         let mut route = route.clone();
         // A store that never answers must not hold a purge (and its lease) forever.
         route.timeout.get_or_insert(Duration::from_secs(30));
-        let connector =
-            route
-                .store
-                .connector(route.clone(), Arc::clone(&upstreams), &config.erasure);
+        let connector = route.store.connector(
+            route.clone(),
+            Arc::clone(&upstreams),
+            &config.erasure,
+            audit_key,
+        );
         connectors.push(RouteConnector {
             route: route.name,
             target,
@@ -140,9 +146,10 @@ pub fn targets(
     routes: &[Route],
     governed: &[PostgresTarget],
     kinds: &[TargetKind],
+    audit_key: &Arc<[u8]>,
 ) -> Result<Vec<(String, Target)>, String> {
     let mut targets = Vec::new();
-    for c in route_connectors(config, routes)? {
+    for c in route_connectors(config, routes, audit_key)? {
         targets.push((c.target, Target::own(&c.route, c.connector)));
     }
     for table in &config.erasure.targets {
@@ -224,7 +231,7 @@ impl Worker {
     ) -> Result<Worker, String> {
         Ok(Worker::new(
             store,
-            targets(config, routes, governed, kinds)?
+            targets(config, routes, governed, kinds, &audit_key)?
                 .into_iter()
                 .collect(),
             Schedule::from_config(config),

@@ -29,8 +29,9 @@ impl Sweeper {
         config: &Config,
         routes: &[Route],
         store: Arc<dyn Store>,
+        audit_key: &Arc<[u8]>,
     ) -> Result<Sweeper, String> {
-        let connectors = route_connectors(config, routes)?
+        let connectors = route_connectors(config, routes, audit_key)?
             .into_iter()
             .map(|c| (c.route, c.connector))
             .collect();

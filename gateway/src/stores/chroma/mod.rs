@@ -210,6 +210,7 @@ impl RouteStore for Chroma {
         route: Route,
         upstreams: Arc<Upstreams>,
         erasure: &ErasureConfig,
+        _audit_key: &Arc<[u8]>,
     ) -> Arc<dyn Connector> {
         Arc::new(connector::ChromaConnector::new(
             route,

@@ -75,6 +75,7 @@ impl RouteStore for LangGraph {
         route: Route,
         upstreams: Arc<Upstreams>,
         erasure: &ErasureConfig,
+        _audit_key: &Arc<[u8]>,
     ) -> Arc<dyn Connector> {
         let probe = connector::Probe {
             queries: erasure.probes.clone(),

@@ -66,6 +66,7 @@ impl RouteStore for OpenAi {
         route: Route,
         upstreams: Arc<Upstreams>,
         _erasure: &ErasureConfig,
+        _audit_key: &Arc<[u8]>,
     ) -> Arc<dyn Connector> {
         Arc::new(connector::OpenAiConnector::new(
             route,

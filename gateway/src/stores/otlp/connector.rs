@@ -10,9 +10,11 @@
 //! counts them, and the erasure goes to review.
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
+use lethe_policy::audit::subject_ref;
 
 use super::adapter::{EXPIRES_AT, SUBJECT_REF, TENANT};
 use super::route::TRACES;
@@ -95,13 +97,38 @@ pub(crate) struct TraceConnector<A> {
     api: A,
     /// The route's subject attributes, which the probe reads.
     subject_attributes: Vec<String>,
+    /// The key of subject references: the owner lineage names is found by its reference.
+    audit_key: Arc<[u8]>,
 }
 
 impl<A: TraceApi> TraceConnector<A> {
-    pub fn new(api: A, subject_attributes: Vec<String>) -> Self {
+    pub fn new(api: A, subject_attributes: Vec<String>, audit_key: Arc<[u8]>) -> Self {
         TraceConnector {
             api,
             subject_attributes,
+            audit_key,
+        }
+    }
+
+    /// The spans of `item`'s trace, split into its owner's (by their stamp) and the rest.
+    async fn owners(
+        &self,
+        item: &ExpiredItem,
+    ) -> Result<(Vec<HeldSpan>, Vec<HeldSpan>), ConnectorError> {
+        let reference = [subject_ref(&self.audit_key, &item.tenant, &item.subject)];
+        let spans = self.api.trace(&item.item_id).await?;
+        Ok(spans
+            .into_iter()
+            .partition(|s| s.owned_by(&item.tenant, &reference)))
+    }
+
+    fn traces_only(&self, collection: &str) -> Result<(), ConnectorError> {
+        match collection == TRACES {
+            true => Ok(()),
+            false => Err(ConnectorError::Misconfigured(format!(
+                "{}: {collection}: traces are the only items of a trace store",
+                self.api.name()
+            ))),
         }
     }
 
@@ -225,31 +252,37 @@ impl<A: TraceApi> Connector for TraceConnector<A> {
         Ok(held.iter().map(|(mine, _)| mine.len() as u64).sum())
     }
 
-    /// Deletes the spans of each trace whose own deadline has passed (any subject's of the
-    /// item's tenant: past its deadline, a span is no one's to keep); the whole trace when
-    /// nothing else of anyone's is left in it.
+    /// Deletes the spans each item's owner holds in its trace (by their stamp: another
+    /// owner's stay), the whole trace when nothing else of anyone's is in it. The sweeper gives
+    /// the traces whose deadline has passed (a trace's row carries that of the last spans
+    /// recorded: a trace lasts seconds to minutes); an erasure, the derivatives decided for it.
     async fn delete_items(
         &self,
         collection: &str,
         items: &[ExpiredItem],
     ) -> Result<u64, ConnectorError> {
-        if collection != TRACES {
-            return Err(ConnectorError::Misconfigured(format!(
-                "{}: {collection}: traces are the only items of a trace store",
-                self.api.name()
-            )));
-        }
-        let now = crate::now();
+        self.traces_only(collection)?;
         let mut deleted = 0;
         for item in items {
-            let spans = self.api.trace(&item.item_id).await?;
-            let (doomed, rest): (Vec<_>, Vec<_>) = spans.into_iter().partition(|s| {
-                s.of_tenant(&item.tenant) && s.expires_at.is_some_and(|at| at <= now)
-            });
+            let (doomed, rest) = self.owners(item).await?;
             self.delete(&item.tenant, &doomed, &rest).await?;
             deleted += doomed.len() as u64;
         }
         Ok(deleted)
+    }
+
+    /// The spans each item's owner still holds in its trace.
+    async fn held_items(
+        &self,
+        collection: &str,
+        items: &[ExpiredItem],
+    ) -> Result<u64, ConnectorError> {
+        self.traces_only(collection)?;
+        let mut held = 0;
+        for item in items {
+            held += self.owners(item).await?.0.len() as u64;
+        }
+        Ok(held)
     }
 }
 

@@ -198,12 +198,16 @@ impl RouteStore for Otlp {
         route: Route,
         upstreams: Arc<Upstreams>,
         _erasure: &ErasureConfig,
+        audit_key: &Arc<[u8]>,
     ) -> Arc<dyn Connector> {
         let http = crate::stores::http::StoreHttp::new(route, upstreams);
+        let attributes = self.rules.subject_attributes.clone();
+        let key = Arc::clone(audit_key);
         match self.trace_store {
             TraceStore::Phoenix => Arc::new(connector::TraceConnector::new(
                 phoenix::Phoenix::new(http),
-                self.rules.subject_attributes.clone(),
+                attributes,
+                key,
             )),
         }
     }

@@ -113,6 +113,7 @@ impl RouteStore for Qdrant {
         route: Route,
         upstreams: Arc<Upstreams>,
         erasure: &ErasureConfig,
+        _audit_key: &Arc<[u8]>,
     ) -> Arc<dyn Connector> {
         let target = format!("{}:{}", KIND.name, route.name);
         let backups = erasure

@@ -109,6 +109,7 @@ impl RouteStore for Redis {
         route: Route,
         upstreams: Arc<Upstreams>,
         _erasure: &ErasureConfig,
+        _audit_key: &Arc<[u8]>,
     ) -> Arc<dyn Connector> {
         let patterns = self.patterns.iter().map(|p| p.text.clone()).collect();
         // A route's upstream was checked when the configuration was read (upstream_problem);

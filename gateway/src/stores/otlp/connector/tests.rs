@@ -108,7 +108,8 @@ fn store(spans: Vec<Stored>) -> (Arc<Memory>, TraceConnector<Arc<Memory>>) {
         spans: Mutex::new(spans),
         ..Memory::default()
     });
-    let connector = TraceConnector::new(Arc::clone(&memory), vec!["user.id".into()]);
+    let connector =
+        TraceConnector::new(Arc::clone(&memory), vec!["user.id".into()], Arc::from(KEY));
     (memory, connector)
 }
 
@@ -210,13 +211,13 @@ async fn the_probe_counts_spans_naming_the_subject_that_lethe_did_not_stamp_and_
 }
 
 #[tokio::test]
-async fn the_sweeper_deletes_spans_past_their_deadline_only() {
+async fn the_items_lineage_names_lose_their_owners_spans_and_no_one_elses() {
     let acme = Some("acme");
     let (memory, connector) = store(vec![
-        span("e1", "t1", acme, Some("alice"), Some(-1)),
+        span("a1", "t1", acme, Some("alice"), Some(-1)),
         span("n1", "t1", acme, None, None),
-        span("e2", "t2", acme, Some("alice"), Some(-1)),
-        span("l2", "t2", acme, Some("alice"), Some(30)),
+        span("a2", "t2", acme, Some("alice"), Some(-1)),
+        span("b2", "t2", acme, Some("bob"), Some(-1)),
         span("g2", "t2", Some("globex"), Some("alice"), Some(-1)),
     ]);
     let item = |trace: &str| ExpiredItem {
@@ -226,21 +227,15 @@ async fn the_sweeper_deletes_spans_past_their_deadline_only() {
         tenant: "acme".into(),
         subject: "alice".into(),
     };
-    let deleted = connector
-        .delete_items(TRACES, &[item("t1"), item("t2")])
-        .await
-        .unwrap();
-    assert_eq!(deleted, 2);
+    let items = [item("t1"), item("t2")];
+    assert_eq!(connector.held_items(TRACES, &items).await.unwrap(), 2);
+    assert_eq!(connector.delete_items(TRACES, &items).await.unwrap(), 2);
     assert_eq!(
         left(&memory),
-        ["g2", "l2"],
-        "a later deadline, and another tenant's, stay"
+        ["b2", "g2"],
+        "bob's and globex's alice's stay"
     );
-    assert_eq!(deletes(&memory), ["trace t1", "span e2"]);
-    assert!(
-        connector
-            .delete_items("other", &[item("t2")])
-            .await
-            .is_err()
-    );
+    assert_eq!(deletes(&memory), ["trace t1", "span a2"]);
+    assert_eq!(connector.held_items(TRACES, &items).await.unwrap(), 0);
+    assert!(connector.delete_items("other", &items).await.is_err());
 }
