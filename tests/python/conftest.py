@@ -160,10 +160,11 @@ def phoenix(tmp_path_factory):
         yield url
 
 
-def traced_spans(spans, project="default"):
+def traced_spans(spans, project="default", trace_id=None):
     """Finished spans as an instrumented app's SDK makes them: each attribute dict of `spans` one
-    span of a trace of its own (in the Phoenix project `project`). Answers the spans and their
-    trace ids (lowercase hex)."""
+    span of a trace of its own (in the Phoenix project `project`), or of the trace `trace_id`
+    (hex: a trace a request to Lethe belonged to, as its `traceparent` said). Answers the spans
+    and their trace ids (lowercase hex)."""
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -172,22 +173,29 @@ def traced_spans(spans, project="default"):
     provider = TracerProvider(resource=Resource.create({"openinference.project.name": project}))
     provider.add_span_processor(SimpleSpanProcessor(memory))
     tracer = provider.get_tracer("lethe.tests")
+    from opentelemetry import trace
+    parent = None
+    if trace_id:
+        remote = trace.SpanContext(trace_id=int(trace_id, 16), span_id=0x1234, is_remote=True,
+                                   trace_flags=trace.TraceFlags(trace.TraceFlags.SAMPLED))
+        parent = trace.set_span_in_context(trace.NonRecordingSpan(remote))
     ids = []
     for attributes in spans:
-        with tracer.start_as_current_span("chat", attributes=attributes) as span:
+        with tracer.start_as_current_span("chat", context=parent, attributes=attributes) as span:
             ids.append(format(span.get_span_context().trace_id, "032x"))
     provider.shutdown()
     return memory.get_finished_spans(), ids
 
 
-def export_spans(endpoint, spans, token=None, project="default", gzip=False, headers=None, **exporter):
+def export_spans(endpoint, spans, token=None, project="default", gzip=False, headers=None, trace_id=None,
+                 **exporter):
     """`traced_spans(spans, project)` sent by the OpenTelemetry SDK's OTLP/HTTP exporter to
     `endpoint` (its `/v1/traces` URL), with a bearer `token` if given and `headers`. Answers the
     trace ids and whether the exporter counted the export a success."""
     from opentelemetry.exporter.otlp.proto.http import Compression
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     from opentelemetry.sdk.trace.export import SpanExportResult
-    finished, ids = traced_spans(spans, project)
+    finished, ids = traced_spans(spans, project, trace_id)
     headers = {**({"Authorization": f"Bearer {token}"} if token else {}), **(headers or {})}
     sender = OTLPSpanExporter(endpoint=endpoint, headers=headers,
                               compression=Compression.Gzip if gzip else Compression.NoCompression, **exporter)

@@ -377,3 +377,56 @@ def test_two_users_agent_runs_instrumented_by_openinference_reach_phoenix_govern
         assert "phoenix.db" in json.dumps(stores[ROUTE])
     finally:
         lethe.stop()
+
+
+ALLERGY = ("alice told the assistant that she is severely allergic to peanuts and carries an "
+           "epipen in her bag wherever she travels for work")
+
+
+def test_a_trace_that_read_or_quotes_a_subjects_memory_goes_with_her_erasure(chroma, phoenix, tmp_path):
+    """Trace content is served text for derivative lineage: bob's trace that read alice's memory
+    through Lethe (same trace id), and bob's trace quoting it, derive from her; her erasure
+    (other subjects' derivatives erased) takes them from Phoenix and leaves bob's others."""
+    lethe = own_lethe(chroma, tmp_path, '[erasure]\nretry_backoff = "200ms"\nsettle = "100ms"\n'
+                                        '[lineage]\ncross_subject = "erase"\n', otlp_url=phoenix)
+    try:
+        rules(lethe)
+        project, alice, bob = f"p-{uuid.uuid4().hex[:8]}", someone(), someone()
+        lethe.grant(alice)
+        consent(lethe, bob)
+        name, cid = lethe.new_collection()
+        lethe.agent(alice).get_collection(name).add(ids=["a-1"], embeddings=[[0.1, 0.2, 0.3]], documents=[ALLERGY])
+        # Bob's agent reads alice's memory under its trace, then exports that trace's spans.
+        read_under = uuid.uuid4().hex
+        service = lethe.agent(traceparent=f"00-{read_under}-00f067aa0ba902b7-01").get_collection(name)
+        assert service.get(ids=["a-1"], include=["documents"])["documents"] == [ALLERGY]
+        agent = lethe.token("agent")
+        read, _ = export_spans(endpoint(lethe), [{"user.id": bob, "input.value": "what should bob cook tonight"}],
+                               token=agent, project=project, trace_id=read_under)
+        quoting, _ = export_spans(endpoint(lethe), [{"user.id": bob, "output.value": "noted: " + " ".join(ALLERGY.split()[:20])}],
+                                  token=agent, project=project)
+        unrelated, _ = export_spans(endpoint(lethe), [{"user.id": bob, "input.value": "the weather in lyon"}],
+                                    token=agent, project=project)
+        stored(phoenix, project, read + quoting + unrelated)
+
+        def parents(trace):
+            status, body = lethe.call("GET", f"/v1/lineage/otlp/traces/{trace}")
+            assert status == 200, body
+            return {(p["store"], p["collection"], p["item"], p["how"]) for p in body["parents"]}
+        assert parents(read[0]) == {("chroma", cid, "a-1", "trace")}
+        assert parents(quoting[0]) == {("chroma", cid, "a-1", "quote")}
+        assert parents(unrelated[0]) == set()
+
+        done, results = lethe.erase_to_completion(alice)
+        assert phoenix_spans(phoenix, project, trace_id=read + quoting) == [], "bob's derivatives went with her"
+        assert len(phoenix_spans(phoenix, project, trace_id=unrelated)) == 1, "bob keeps the rest"
+        status, certificate = lethe.call("GET", f"/v1/erasures/{done['id']}/certificate")
+        counted = {d["store"]: d for d in certificate["certificate"]["derivatives"]}
+        assert (counted["otlp"]["found"], counted["otlp"]["erased"]) == (2, 2), counted
+        # Within the window, a span of the trace that read her memory keeps no content.
+        again, _ = export_spans(endpoint(lethe), [{"user.id": bob, "input.value": "she had peanuts again"}],
+                                token=agent, project=project, trace_id=read_under)
+        span = by_trace(stored(phoenix, project, again))[again[0]]
+        assert "input.value" not in span and span["lethe.content_withheld"] == "derived_from_erased", span
+    finally:
+        lethe.stop()

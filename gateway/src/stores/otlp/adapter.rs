@@ -360,6 +360,76 @@ fn one_span(
     Ok(traced)
 }
 
+/// The content each trace of a governed request carries (lowercase hex trace id -> its spans'
+/// content attributes' and content events' text, joined): what derivative lineage reads.
+pub fn contents(
+    request: &ExportTraceServiceRequest,
+    rules: &SpanRules,
+) -> std::collections::BTreeMap<String, String> {
+    let mut contents = std::collections::BTreeMap::<String, String>::new();
+    for span in request
+        .resource_spans
+        .iter()
+        .flat_map(|r| &r.scope_spans)
+        .flat_map(|s| &s.spans)
+    {
+        let content = span
+            .attributes
+            .iter()
+            .filter(|kv| rules.is_content(&kv.key));
+        let events = span.events.iter().flat_map(|event| {
+            let whole = rules.is_content_event(&event.name);
+            event
+                .attributes
+                .iter()
+                .filter(move |kv| whole || rules.is_content(&kv.key))
+        });
+        let links = span
+            .links
+            .iter()
+            .flat_map(|l| &l.attributes)
+            .filter(|kv| rules.is_content(&kv.key));
+        let texts: Vec<String> = content
+            .chain(events)
+            .chain(links)
+            .filter_map(string_of)
+            .collect();
+        if !texts.is_empty() {
+            let text = contents.entry(hex::encode(&span.trace_id)).or_default();
+            for t in texts {
+                if !text.is_empty() {
+                    text.push('\n');
+                }
+                text.push_str(&t);
+            }
+        }
+    }
+    contents
+}
+
+/// Withholds the content of every span of `traces` (lowercase hex ids) kept with it, saying why
+/// (`code`): what derives from a subject under erasure is not kept.
+pub fn withhold_traces(
+    request: &mut ExportTraceServiceRequest,
+    traces: &std::collections::BTreeSet<String>,
+    rules: &SpanRules,
+    code: &str,
+) {
+    for span in request
+        .resource_spans
+        .iter_mut()
+        .flat_map(|r| &mut r.scope_spans)
+        .flat_map(|s| &mut s.spans)
+        .filter(|span| traces.contains(&hex::encode(&span.trace_id)))
+    {
+        if span.attributes.iter().any(|kv| kv.key == EXPIRES_AT) {
+            withhold(span, rules);
+            span.attributes.retain(|kv| kv.key != EXPIRES_AT);
+            span.attributes.push(text(WITHHELD, code));
+        }
+    }
+}
+
 /// Drops the client's own `lethe.*` attributes; answers the tenant one claimed, if any.
 fn unstamped(attributes: &mut Vec<KeyValue>) -> Option<String> {
     let claimed = attributes

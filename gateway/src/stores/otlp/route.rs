@@ -2,21 +2,25 @@
 //! `crate::stores::otlp::adapter`. One endpoint, `POST /v1/traces`: the export request read
 //! (either encoding, gzip or not, within the route's limit), every span governed, what is left
 //! sent to the trace store in protobuf with the route's credential, each trace kept with content
-//! recorded for its subject, and the exporter answered in its own encoding (a partial success
-//! counts the refused spans).
+//! recorded for its subject with what it derives from, and the exporter answered in its own
+//! encoding (a partial success counts the refused spans).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::header::{self, HeaderValue};
 use hyper::{Method, Response, StatusCode};
 
+use lethe_policy::{Layer, Refusal, Stamp, TraceId};
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+
 use super::Rules;
 use super::adapter::{self, Caller, DecodeError, Encoding};
+use crate::data::derivation::{Derivations, Writing};
 use crate::data::error::DataError;
 use crate::data::overtaken::{Recording, keep_unless_overtaken};
-use crate::data::{Body, RequestContext, Upstream, whole};
+use crate::data::{Body, DataState, RequestContext, Upstream, whole};
 use crate::error_shape::Code;
 use crate::state::ItemRecord;
 
@@ -61,28 +65,38 @@ pub(crate) async fn handle(
         .await?;
     let refer = |subject: &str| lethe_policy::audit::subject_ref(&state.audit_key, tenant, subject);
     let now = crate::now();
-    let governed = adapter::govern(request, &rules, caller, &view, now, &refer);
-    let refused = governed.refusal.unwrap_or_default();
+    let mut governed = adapter::govern(request, &rules, caller, &view, now, &refer);
+    let refused = governed.refusal.take().unwrap_or_default();
     if !governed.request.resource_spans.is_empty() {
+        // One row per trace: a batch holds many spans of few traces. A trace naming two subjects
+        // is recorded for the first; the purge finds the other's spans by their stamp.
+        let mut traced: BTreeMap<String, Stamp> = BTreeMap::new();
+        for (trace, stamp) in std::mem::take(&mut governed.traced) {
+            traced.entry(trace).or_insert(stamp);
+        }
+        let derivations = derived(state, ctx, &rules, &mut governed.request, &mut traced).await?;
         sent(upstream, adapter::encode(&governed.request)).await?;
-        // One row per trace and subject: a batch holds many spans of few traces.
-        let traced: BTreeMap<(String, String), lethe_policy::Stamp> = governed
-            .traced
-            .into_iter()
-            .map(|(trace, stamp)| ((trace, stamp.subject.clone()), stamp))
-            .collect();
         let rows = traced
             .into_iter()
-            .map(|((trace, _), stamp)| {
+            .map(|(trace, stamp)| {
                 let route = &upstream.route.name;
-                ItemRecord::stamped(route, TRACES, trace, stamp, now, ctx.source.clone())
+                let derives = derivations
+                    .of(&trace)
+                    .is_some_and(|d| !d.parents.is_empty());
+                let mut row =
+                    ItemRecord::stamped(route, TRACES, trace, stamp, now, ctx.source.clone());
+                if derives {
+                    row.layer = Layer::Derived;
+                }
+                row
             })
             .collect();
         // The trace store took the spans; those a flip overtook stay recorded for its purge,
         // which finds them by their stamp too (a trace store ingests in the background: one
         // deleted now could land after).
         let undo = |overtaken: Vec<ItemRecord>| async move { overtaken };
-        keep_unless_overtaken(state, tenant, rows, Recording::AtOnce, None, undo).await?;
+        let derived = Some(&derivations);
+        keep_unless_overtaken(state, tenant, rows, Recording::AtOnce, derived, undo).await?;
     }
     let answer = adapter::answer(governed.rejected, &refused, encoding);
     let mut response = Response::new(Full::new(Bytes::from(answer)));
@@ -92,6 +106,61 @@ pub(crate) async fn handle(
         HeaderValue::from_static(encoding.content_type()),
     );
     Ok(whole(response))
+}
+
+/// What each trace kept with content derives from: the items read through Lethe under the same
+/// trace, and the memories and model answers its content quotes. A trace that derives from a
+/// subject under erasure goes without its content (`derived_from_erased`), as a write would be
+/// refused; the others' edges are recorded before the spans leave, so that a flip from then on
+/// reaches them.
+async fn derived(
+    state: &DataState,
+    ctx: &RequestContext,
+    rules: &adapter::SpanRules,
+    request: &mut ExportTraceServiceRequest,
+    traced: &mut BTreeMap<String, Stamp>,
+) -> Result<Derivations, DataError> {
+    if !state.derivation.enabled() || traced.is_empty() {
+        return Ok(Derivations::default());
+    }
+    let contents = adapter::contents(request, rules);
+    let mut derivations = Derivations::default();
+    for (trace, stamp) in traced.iter() {
+        // The span's own trace, as a request's traceparent names the trace it belongs to.
+        let mut under = ctx.clone();
+        under.trace = hex::decode(trace)
+            .ok()
+            .and_then(|bytes| <[u8; 16]>::try_from(bytes).ok())
+            .filter(|bytes| *bytes != [0; 16])
+            .map(TraceId);
+        let writing = Writing {
+            collection: TRACES,
+            id: trace,
+            owner: &stamp.subject,
+            text: contents.get(trace).map_or("", String::as_str),
+        };
+        let parents = state.derivation.parents(&under, &[writing]).await?;
+        derivations = derivations.and(parents);
+    }
+    let tenant = ctx.tenant();
+    let view = state.policy.view(tenant, derivations.owners()).await?;
+    let erased: BTreeSet<String> = derivations
+        .records
+        .iter()
+        .filter(|r| r.check(&view, tenant).is_err())
+        .map(|r| r.item.item.clone())
+        .collect();
+    if !erased.is_empty() {
+        let code = Refusal::DerivedFromErased.code();
+        adapter::withhold_traces(request, &erased, rules, code);
+        traced.retain(|trace, _| !erased.contains(trace));
+        derivations
+            .records
+            .retain(|r| !erased.contains(&r.item.item));
+    }
+    let written: Vec<String> = traced.keys().cloned().collect();
+    state.derivation.record(ctx, &derivations, &written).await?;
+    Ok(derivations)
 }
 
 /// The encoding of the export request, and whether it is gzipped; refused (415) when OTLP has

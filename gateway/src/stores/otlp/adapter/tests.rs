@@ -443,6 +443,77 @@ fn unattributed_spans_keep_their_content_only_when_the_route_says_so() {
 }
 
 #[test]
+fn a_traces_content_is_read_for_lineage_and_withheld_when_it_derives_from_an_erasure() {
+    let mut governed = govern(
+        request(
+            &[],
+            vec![
+                span(1, &[("user.id", "alice")]),
+                span(1, &[("user.id", "alice"), ("output.value", "the answer")]),
+                span(2, &[("user.id", "alice")]),
+                // Carol's erasure is under way: no content, nothing read.
+                span(3, &[("user.id", "carol")]),
+            ],
+        ),
+        &rules(false),
+        caller(None),
+        &view(),
+        now(),
+        &refer,
+    );
+    let rules = rules(false);
+    let contents = contents(&governed.request, &rules);
+    let one = hex::encode([1u8; 16]);
+    let two = hex::encode([2u8; 16]);
+    assert_eq!(contents.keys().collect::<Vec<_>>(), [&one, &two]);
+    // Attributes, the content event's attributes, other events' and links' content attributes.
+    for text in ["my card is 4111", "the answer", "bye"] {
+        assert!(
+            contents[&one].contains(text),
+            "{text} in {:?}",
+            contents[&one]
+        );
+    }
+    assert!(
+        !contents[&one].contains("gpt"),
+        "not content: the model's name"
+    );
+
+    adapter_withhold(&mut governed.request, &one, &rules);
+    let after = spans(&governed.request);
+    for span in after.iter().filter(|s| s.trace_id == vec![1u8; 16]) {
+        assert_eq!(
+            get(&span.attributes, WITHHELD).as_deref(),
+            Some("derived_from_erased")
+        );
+        assert!(
+            get(&span.attributes, "input.value").is_none()
+                && get(&span.attributes, EXPIRES_AT).is_none()
+        );
+        assert!(
+            get(&span.attributes, SUBJECT_REF).is_some(),
+            "still the subject's, by its stamp"
+        );
+    }
+    let kept = after.iter().find(|s| s.trace_id == vec![2u8; 16]).unwrap();
+    assert!(
+        get(&kept.attributes, "input.value").is_some()
+            && get(&kept.attributes, EXPIRES_AT).is_some()
+    );
+    let carols = after.iter().find(|s| s.trace_id == vec![3u8; 16]).unwrap();
+    assert_eq!(
+        get(&carols.attributes, WITHHELD).as_deref(),
+        Some("subject_suppressed"),
+        "its own reason stays"
+    );
+}
+
+fn adapter_withhold(request: &mut ExportTraceServiceRequest, trace: &str, rules: &SpanRules) {
+    let traces = std::collections::BTreeSet::from([trace.to_owned()]);
+    withhold_traces(request, &traces, rules, "derived_from_erased");
+}
+
+#[test]
 fn refused_spans_are_counted_and_the_rest_pass_without_empty_shells() {
     let mut two = request(
         &[],
