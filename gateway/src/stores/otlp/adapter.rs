@@ -275,10 +275,18 @@ pub fn govern(
         if resource_spans.scope_spans.is_empty() {
             continue;
         }
-        if rules.pseudonymise
-            && let Ok(Some(subject)) = &named
-        {
-            pseudonymise(&mut resource.attributes, rules, &refer(subject));
+        if let Ok(Some(subject)) = &named {
+            let active = view
+                .subject(caller.tenant, subject)
+                .is_none_or(|p| p.state.is_active());
+            if !active {
+                // Under erasure: nothing new may name it, not even by its reference.
+                resource
+                    .attributes
+                    .retain(|kv| !rules.subject_attributes.contains(&kv.key));
+            } else if rules.pseudonymise {
+                pseudonymise(&mut resource.attributes, rules, &refer(subject));
+            }
         }
         // A resource is every one of its spans': content there would reach the store with
         // spans that may not keep it.
@@ -325,8 +333,6 @@ fn one_span(
         span.attributes.extend(stamp);
         return Ok(None);
     };
-    stamp.push(text(SUBJECT_REF, &refer(subject)));
-    stamp.push(text(PURPOSE, &rules.purpose));
     let facts = WriteFacts {
         tenant: caller.tenant,
         subject,
@@ -337,7 +343,19 @@ fn one_span(
         authorised_epoch: None,
         requested_expires_at: None,
     };
-    let traced = match decide_write(view, &facts, now) {
+    let decided = decide_write(view, &facts, now);
+    if decided == Err(Refusal::SubjectSuppressed) {
+        // A subject under erasure: nothing new may name it, not even by its reference.
+        withhold(span, rules);
+        span.attributes
+            .retain(|kv| !rules.subject_attributes.contains(&kv.key));
+        stamp.push(text(WITHHELD, Refusal::SubjectSuppressed.code()));
+        span.attributes.extend(stamp);
+        return Ok(None);
+    }
+    stamp.push(text(SUBJECT_REF, &refer(subject)));
+    stamp.push(text(PURPOSE, &rules.purpose));
+    let traced = match decided {
         Ok(decided) => {
             stamp.push(text(
                 EXPIRES_AT,

@@ -269,7 +269,8 @@ fn each_span_is_decided_on_its_subject() {
             None,
             &[],
             &[("user.id", "carol")],
-            withheld(Some("carol"), "subject_suppressed"),
+            // Nothing new names a subject under erasure, not even its reference.
+            withheld(None, "subject_suppressed"),
         ),
         (
             "no consent",
@@ -514,6 +515,39 @@ fn adapter_withhold(request: &mut ExportTraceServiceRequest, trace: &str, rules:
 }
 
 #[test]
+fn a_subject_under_erasure_is_named_nowhere_in_what_is_forwarded() {
+    let governed = govern(
+        request(
+            &[("user.id", "carol"), ("service.name", "agent")],
+            vec![span(1, &[]), span(2, &[("enduser.id", "carol")])],
+        ),
+        &rules(false),
+        caller(None),
+        &view(),
+        now(),
+        &refer,
+    );
+    let resource = governed.request.resource_spans[0]
+        .resource
+        .as_ref()
+        .unwrap();
+    assert_eq!(get(&resource.attributes, "user.id"), None);
+    assert_eq!(
+        get(&resource.attributes, "service.name").as_deref(),
+        Some("agent")
+    );
+    for span in spans(&governed.request) {
+        for key in ["user.id", "enduser.id", SUBJECT_REF, "input.value"] {
+            assert_eq!(get(&span.attributes, key), None, "{key}");
+        }
+        assert_eq!(
+            get(&span.attributes, WITHHELD).as_deref(),
+            Some("subject_suppressed")
+        );
+    }
+}
+
+#[test]
 fn refused_spans_are_counted_and_the_rest_pass_without_empty_shells() {
     let mut two = request(
         &[],
@@ -682,8 +716,11 @@ proptest::proptest! {
             proptest::prop_assert_eq!(tenants.len(), 1);
             proptest::prop_assert_eq!(string_of(tenants[0]), Some("acme".to_owned()));
             let reference = get(&span.attributes, SUBJECT_REF);
-            if let Some(bound) = bound {
-                proptest::prop_assert_eq!(reference.clone(), Some(refer(bound)));
+            // A bound subject's reference, unless it is under erasure: then none at all.
+            match bound {
+                Some("carol") => proptest::prop_assert_eq!(reference.clone(), None),
+                Some(bound) => proptest::prop_assert_eq!(reference.clone(), Some(refer(bound))),
+                None => proptest::prop_assert_ne!(reference.as_deref(), Some("ref-carol")),
             }
             let content = get(&span.attributes, "input.value").is_some();
             let may_keep = matches!(reference.as_deref(), Some("ref-alice" | "ref-bob"));
