@@ -1,7 +1,8 @@
 //! A minimal, fast upstream for load tests, so that a load test through Lethe shows Lethe's own
 //! overhead. As Chroma it answers every record operation at once with a canned answer; as an
 //! OpenAI-compatible provider it answers `/v1/chat/completions` at once, or with `"stream": true`
-//! sends 10 events 20 ms apart (so that the time to the first byte can be measured).
+//! sends 10 events 20 ms apart (so that the time to the first byte can be measured); as an OTLP
+//! receiver it takes every `/v1/traces` export.
 //!
 //! `cargo run --release --example fast_upstream -- PORT SUBJECT` (records are stamped for tenant
 //! `acme` and SUBJECT, so that Lethe serves them; a read Lethe narrowed to another subject is
@@ -44,6 +45,9 @@ async fn main() -> std::io::Result<()> {
                     if path == "/v1/chat/completions" {
                         return Ok::<_, Infallible>(chat(&sent));
                     }
+                    if path == "/v1/traces" {
+                        return Ok::<_, Infallible>(traces_taken());
+                    }
                     if let Some(asked) = asked_subject(&sent).filter(|s| *s != subject) {
                         (query, get) = answers(asked);
                     }
@@ -72,6 +76,17 @@ async fn main() -> std::io::Result<()> {
                 .await;
         });
     }
+}
+
+/// What an OTLP/HTTP receiver answers an export it took whole: an empty
+/// `ExportTraceServiceResponse`.
+fn traces_taken() -> Answer {
+    let mut response = Response::new(Either::Left(Full::new(Bytes::new())));
+    response.headers_mut().insert(
+        "content-type",
+        "application/x-protobuf".parse().expect("static"),
+    );
+    response
 }
 
 /// A `query` answer (5 records, nested) and a `get` answer of `subject`'s records.

@@ -379,12 +379,15 @@ fn one_span(
 }
 
 /// The content each trace of a governed request carries (lowercase hex trace id -> its spans'
-/// content attributes' and content events' text, joined): what derivative lineage reads.
+/// content attributes' and content events' text, each text once, joined): what derivative
+/// lineage reads. OpenInference writes a prompt twice (`input.value` and the messages): it is
+/// read once.
 pub fn contents(
     request: &ExportTraceServiceRequest,
     rules: &SpanRules,
 ) -> std::collections::BTreeMap<String, String> {
     let mut contents = std::collections::BTreeMap::<String, String>::new();
+    let mut seen = std::collections::HashSet::<(&[u8], &str)>::new();
     for span in request
         .resource_spans
         .iter()
@@ -407,22 +410,26 @@ pub fn contents(
             .iter()
             .flat_map(|l| &l.attributes)
             .filter(|kv| rules.is_content(&kv.key));
-        let texts: Vec<String> = content
-            .chain(events)
-            .chain(links)
-            .filter_map(string_of)
-            .collect();
-        if !texts.is_empty() {
-            let text = contents.entry(hex::encode(&span.trace_id)).or_default();
-            for t in texts {
-                if !text.is_empty() {
-                    text.push('\n');
-                }
-                text.push_str(&t);
+        for t in content.chain(events).chain(links).filter_map(text_of) {
+            if t.is_empty() || !seen.insert((&span.trace_id, t)) {
+                continue;
             }
+            let text = contents.entry(hex::encode(&span.trace_id)).or_default();
+            if !text.is_empty() {
+                text.push('\n');
+            }
+            text.push_str(t);
         }
     }
     contents
+}
+
+/// A string attribute's text, borrowed.
+fn text_of(kv: &KeyValue) -> Option<&str> {
+    match kv.value.as_ref()?.value.as_ref()? {
+        any_value::Value::StringValue(s) => Some(s),
+        _ => None,
+    }
 }
 
 /// Withholds the content of every span of `traces` (lowercase hex ids) kept with it, saying why

@@ -91,12 +91,13 @@ pub(crate) async fn handle(
                 row
             })
             .collect();
-        // The trace store took the spans; those a flip overtook stay recorded for its purge,
-        // which finds them by their stamp too (a trace store ingests in the background: one
-        // deleted now could land after).
+        // The trace store took the spans, stamped: their rows go in the lineage writer's next
+        // batch (a derived trace's before the answer). Those a flip overtook stay recorded for
+        // its purge, which finds them by their stamp too (a trace store ingests in the
+        // background: one deleted now could land after).
         let undo = |overtaken: Vec<ItemRecord>| async move { overtaken };
         let derived = Some(&derivations);
-        keep_unless_overtaken(state, tenant, rows, Recording::AtOnce, derived, undo).await?;
+        keep_unless_overtaken(state, tenant, rows, Recording::Batched, derived, undo).await?;
     }
     let answer = adapter::answer(governed.rejected, &refused, encoding);
     let mut response = Response::new(Full::new(Bytes::from(answer)));

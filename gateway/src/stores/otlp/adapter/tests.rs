@@ -479,6 +479,11 @@ fn a_traces_content_is_read_for_lineage_and_withheld_when_it_derives_from_an_era
         !contents[&one].contains("gpt"),
         "not content: the model's name"
     );
+    assert_eq!(
+        contents[&one].matches("my card is 4111").count(),
+        1,
+        "a text the trace carries twice is read once"
+    );
 
     adapter_withhold(&mut governed.request, &one, &rules);
     let after = spans(&governed.request);
