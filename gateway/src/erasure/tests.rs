@@ -397,6 +397,19 @@ async fn a_job_waits_for_the_flip_to_settle_is_claimed_once_and_a_lost_lease_is_
     assert_eq!(again.attempts, 2, "w1 died holding it; w2 takes it over");
 }
 
+/// Erasure `er1` of `u1`, filed for `targets` and approved.
+async fn approved(store: &Arc<dyn Store>, targets: &[String]) {
+    let now = crate::now();
+    store
+        .create_erasure(&erasure_request("er1", "u1", now), targets, audit())
+        .await
+        .unwrap();
+    store
+        .approve_erasure("er1", "dpo", 1, now, audit())
+        .await
+        .unwrap();
+}
+
 /// Purges only once every store of the barrier is being purged at the same time.
 struct Together(Arc<tokio::sync::Barrier>);
 
@@ -424,16 +437,8 @@ async fn an_erasures_stores_are_purged_side_by_side() {
     // Each store's purge returns only while the other's runs too: one after the other, neither
     // would ever finish.
     let store = migrated(&fresh_sqlite_url()).await;
-    let now = crate::now();
     let targets = ["chroma:chroma".to_owned(), "qdrant:qdrant".to_owned()];
-    store
-        .create_erasure(&erasure_request("er1", "u1", now), &targets, audit())
-        .await
-        .unwrap();
-    store
-        .approve_erasure("er1", "dpo", 1, now, audit())
-        .await
-        .unwrap();
+    approved(&store, &targets).await;
     let barrier = Arc::new(tokio::sync::Barrier::new(2));
     let connectors = targets
         .iter()
@@ -467,41 +472,13 @@ async fn an_erasures_stores_are_purged_side_by_side() {
     running.await.unwrap();
 }
 
-/// A store that never answers.
-struct Hanging;
-
-#[async_trait]
-impl Connector for Hanging {
-    async fn purge(
-        &self,
-        _: &crate::purge::Subjects,
-        _: &[(String, String)],
-    ) -> Result<PurgeReport, ConnectorError> {
-        std::future::pending().await
-    }
-    async fn count(
-        &self,
-        _: &crate::purge::Subjects,
-        _: &[(String, String)],
-    ) -> Result<u64, ConnectorError> {
-        Ok(0)
-    }
-}
-
 #[tokio::test]
 async fn a_purge_that_never_ends_does_not_hold_the_worker_past_its_grace_at_stop() {
     let store = migrated(&fresh_sqlite_url()).await;
-    let now = crate::now();
     let targets = ["chroma:chroma".to_owned()];
-    store
-        .create_erasure(&erasure_request("er1", "u1", now), &targets, audit())
-        .await
-        .unwrap();
-    store
-        .approve_erasure("er1", "dpo", 1, now, audit())
-        .await
-        .unwrap();
-    let connector: Arc<dyn Connector> = Arc::new(Hanging);
+    approved(&store, &targets).await;
+    // A barrier of two that only one purge reaches: it never returns.
+    let connector: Arc<dyn Connector> = Arc::new(Together(Arc::new(tokio::sync::Barrier::new(2))));
     let connectors = HashMap::from([(targets[0].clone(), Target::own("chroma", connector))]);
     let worker = worker_of(&store, connectors, 1);
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();

@@ -7,6 +7,11 @@ use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans};
 use super::*;
 use crate::stores::kit::fixtures::{now, view};
 
+/// `sent` governed by the route's rules (unattributed spans withheld) for a caller of acme.
+fn governed_as(sent: ExportTraceServiceRequest, bound: Option<&'static str>) -> Governed {
+    govern(sent, &rules(false), caller(bound), &view(), now(), &refer)
+}
+
 fn names(names: &[&str]) -> Vec<Name> {
     names.iter().map(|n| Name::of(n).unwrap()).collect()
 }
@@ -119,14 +124,7 @@ enum Became {
 }
 
 fn became(bound: Option<&'static str>, resource: &[(&str, &str)], own: &[(&str, &str)]) -> Became {
-    let governed = govern(
-        request(resource, vec![span(7, own)]),
-        &rules(false),
-        caller(bound),
-        &view(),
-        now(),
-        &refer,
-    );
+    let governed = governed_as(request(resource, vec![span(7, own)]), bound);
     let Some(span) = spans(&governed.request).first().copied() else {
         assert_eq!(governed.rejected, 1);
         assert!(governed.traced.is_empty());
@@ -334,7 +332,7 @@ fn each_span_is_decided_on_its_subject() {
 
 #[test]
 fn subject_attributes_carry_the_reference_and_the_stamp_is_lethes_alone() {
-    let governed = govern(
+    let governed = governed_as(
         request(
             &[
                 ("user.id", "alice"),
@@ -349,11 +347,7 @@ fn subject_attributes_carry_the_reference_and_the_stamp_is_lethes_alone() {
                 ],
             )],
         ),
-        &rules(false),
-        caller(None),
-        &view(),
-        now(),
-        &refer,
+        None,
     );
     let resource = governed.request.resource_spans[0]
         .resource
@@ -445,7 +439,7 @@ fn unattributed_spans_keep_their_content_only_when_the_route_says_so() {
 
 #[test]
 fn a_traces_content_is_read_for_lineage_and_withheld_when_it_derives_from_an_erasure() {
-    let mut governed = govern(
+    let mut governed = governed_as(
         request(
             &[],
             vec![
@@ -456,11 +450,7 @@ fn a_traces_content_is_read_for_lineage_and_withheld_when_it_derives_from_an_era
                 span(3, &[("user.id", "carol")]),
             ],
         ),
-        &rules(false),
-        caller(None),
-        &view(),
-        now(),
-        &refer,
+        None,
     );
     let rules = rules(false);
     let contents = contents(&governed.request, &rules);
@@ -521,16 +511,12 @@ fn adapter_withhold(request: &mut ExportTraceServiceRequest, trace: &str, rules:
 
 #[test]
 fn a_subject_under_erasure_is_named_nowhere_in_what_is_forwarded() {
-    let governed = govern(
+    let governed = governed_as(
         request(
             &[("user.id", "carol"), ("service.name", "agent")],
             vec![span(1, &[]), span(2, &[("enduser.id", "carol")])],
         ),
-        &rules(false),
-        caller(None),
-        &view(),
-        now(),
-        &refer,
+        None,
     );
     let resource = governed.request.resource_spans[0]
         .resource
@@ -566,14 +552,7 @@ fn refused_spans_are_counted_and_the_rest_pass_without_empty_shells() {
             .resource_spans
             .remove(0),
     );
-    let governed = govern(
-        two,
-        &rules(false),
-        caller(Some("alice")),
-        &view(),
-        now(),
-        &refer,
-    );
+    let governed = governed_as(two, Some("alice"));
     assert_eq!(governed.rejected, 2);
     assert!(governed.refusal.unwrap().starts_with("scope_violation"));
     assert_eq!(
@@ -713,7 +692,7 @@ proptest::proptest! {
             total += spans_of.len() as i64;
             sent.resource_spans.push(request(resource, spans_of).resource_spans.remove(0));
         }
-        let governed = govern(sent, &rules(false), caller(bound), &view(), now(), &refer);
+        let governed = governed_as(sent, bound);
         let forwarded = spans(&governed.request);
         proptest::prop_assert_eq!(forwarded.len() as i64 + governed.rejected, total);
         for span in forwarded {
