@@ -119,6 +119,7 @@ fn adapter(c: &mut Criterion) {
         category: "preference".into(),
         pseudonymise: true,
         keep_unattributed: false,
+        metadata_prefix: None,
     };
     let caller = Caller {
         tenant: "acme",

@@ -221,6 +221,23 @@ def phoenix_spans(phoenix, project, **query):
             return found
 
 
+LANGSMITH_KEY = "ls-test-key"
+
+
+@pytest.fixture(scope="session")
+def langsmith():
+    """The local LangSmith stand-in (`langsmith_standin.py`): its base URL. Its API key is
+    LANGSMITH_KEY; a trace delete is carried out 1 s after it is queued."""
+    port = free_port()
+    process = subprocess.Popen([os.sys.executable, str(Path(__file__).parent / "langsmith_standin.py"), str(port),
+                                LANGSMITH_KEY, "1.0"])
+    url = f"http://127.0.0.1:{port}"
+    wait_for("the LangSmith stand-in", lambda: http("GET", f"{url}/api/v1/info")[0] == 200)
+    yield url
+    process.terminate()
+    process.wait(timeout=10)
+
+
 @pytest.fixture(scope="session")
 def langgraph(tmp_path_factory):
     """The LangGraph dev server (in-memory) with a graph that keeps the conversation in the
@@ -506,6 +523,16 @@ class Lethe:
             self.process.wait(timeout=15)
 
 
+def merged(keys, settings):
+    """A route's `ROUTES` keys with `settings` (one `key = value` per line) added, a key given in
+    both taking the settings' value."""
+    lines = {}
+    for line in (keys + settings).splitlines():
+        if line.strip():
+            lines[line.split("=", 1)[0].strip()] = line
+    return "".join(line + "\n" for line in lines.values())
+
+
 def own_lethe(chroma_url, workdir, erasure_toml, **kinds):
     """A Lethe of the test's own, on a fresh state database: the chroma route (its upstream
     given by `chroma_url`), a route of each other kind whose `<kind>_url=` is given, each with the
@@ -524,7 +551,7 @@ def own_lethe(chroma_url, workdir, erasure_toml, **kinds):
             else:
                 reach = f'prefix = "/{kind}"\n'
             routes += (f'\n[[routes]]\nname = "{kind}"\n{reach}upstream = "{NOWHERE}"\n'
-                       f'adapter = "{kind}"\n{keys}{settings.get(f"{kind}_settings", "")}')
+                       f'adapter = "{kind}"\n{merged(keys, settings.get(f"{kind}_settings", ""))}')
     config = Path(workdir) / "lethe.toml"
     config.write_text(erasure_toml + routes)
     instance = Lethe(new_database(), chroma_url, workdir, config=config, **kinds)

@@ -15,8 +15,8 @@ from http.client import HTTPConnection
 import pytest
 import requests
 
-from conftest import (GLOBEX, TENANT, export_spans, free_port, own_lethe, phoenix_spans, someone, traced_spans,
-                      wait_for)
+from conftest import (GLOBEX, TENANT, export_spans, free_port, own_lethe, phoenix_spans, send, someone,
+                      traced_spans, wait_for)
 
 ROUTE = "otlp:otlp"
 LIMIT = 256 * 1024
@@ -428,5 +428,80 @@ def test_a_trace_that_read_or_quotes_a_subjects_memory_goes_with_her_erasure(chr
                                 token=agent, project=project, trace_id=read_under)
         span = by_trace(stored(phoenix, project, again))[again[0]]
         assert "input.value" not in span and span["lethe.content_withheld"] == "derived_from_erased", span
+    finally:
+        lethe.stop()
+
+
+def langsmith_runs(langsmith, filter_):
+    """The runs the LangSmith stand-in answers for a filter, in every project, every page."""
+    from conftest import LANGSMITH_KEY
+    headers = {"x-api-key": LANGSMITH_KEY}
+    _, sessions = send(langsmith, "GET", "/api/v1/sessions?limit=100", headers=headers)
+    runs = []
+    for session in sessions:
+        cursor = None
+        while True:
+            status, page = send(langsmith, "POST", "/api/v1/runs/query", {"session": [session["id"]], "filter": filter_,
+                                                                         "limit": 100, "cursor": cursor}, headers=headers)
+            assert status == 200, page
+            runs += page["runs"]
+            cursor = page["cursors"]["next"]
+            if cursor is None:
+                break
+    return runs
+
+
+def of_trace(langsmith, trace):
+    return langsmith_runs(langsmith, f'and(eq(metadata_key, "lethe_trace"), eq(metadata_value, "{trace}"))')
+
+
+def test_langsmith_runs_carry_the_stamp_in_their_metadata_and_an_erasure_deletes_her_traces(chroma, langsmith, tmp_path):
+    """A route whose trace store is LangSmith (its stand-in): the stamp goes where LangSmith keeps
+    attributes (run metadata); the erasure finds her runs there, deletes her traces, and waits for
+    LangSmith's queued delete before it counts them gone."""
+    from conftest import LANGSMITH_KEY
+    lethe = own_lethe(chroma, tmp_path, '[erasure]\nretry_backoff = "200ms"\nsettle = "100ms"\n',
+                      otlp_url=f"{langsmith}/otel",
+                      otlp_settings=f'trace_store = "langsmith"\ncredential = {{ header = "x-api-key", value = '
+                                    f'{{ value = "{LANGSMITH_KEY}" }} }}\n')
+    try:
+        rules(lethe)
+        alice, bob = someone(), someone()
+        for subject in (alice, bob):
+            consent(lethe, subject)
+        agent = lethe.token("agent")
+        project = {"Langsmith-Project": f"p-{uuid.uuid4().hex[:8]}"}
+        alices, done = export_spans(endpoint(lethe), [{"user.id": alice, "input.value": f"alice {i}"} for i in range(3)],
+                                    token=agent, headers=project)
+        assert done
+        bobs, _ = export_spans(endpoint(lethe), [{"user.id": bob, "input.value": "bob's"}], token=agent, headers=project)
+        # A stamp forged in LangSmith's metadata is Lethe's own by the time it lands; one claiming
+        # another tenant there is refused, as in lethe.tenant.
+        forged, _ = export_spans(endpoint(lethe), [{"user.id": bob, "langsmith.metadata.lethe_subject_ref": "x",
+                                                    "langsmith.metadata.lethe_expires_at": "2999-01-01T00:00:00Z"}],
+                                 token=agent, headers=project)
+        body, claimed = protobuf([{"user.id": bob, "langsmith.metadata.lethe_tenant": GLOBEX}], "p")
+        status, _, raw = post(lethe, body, **project)
+        assert (status, answered(raw).partial_success.rejected_spans) == (200, 1)
+        runs = {t: wait_for(f"the run of {t}", lambda t=t: of_trace(langsmith, t)) for t in alices + bobs + forged}
+        mine = runs[alices[0]][0]
+        assert mine["inputs"] == {"input": "alice 0"}
+        metadata = mine["extra"]["metadata"]
+        assert metadata["lethe_tenant"] == TENANT and re.fullmatch(r"[0-9a-f]{64}", metadata["lethe_subject_ref"])
+        assert metadata["lethe_purpose"] == "observability" and metadata["lethe_expires_at"].startswith("20")
+        forged_metadata = runs[forged[0]][0]["extra"]["metadata"]
+        assert forged_metadata["lethe_subject_ref"] not in ("x", metadata["lethe_subject_ref"])
+        assert not forged_metadata["lethe_expires_at"].startswith("2999")
+        assert of_trace(langsmith, claimed[0]) == []
+        assert lethe.dry_run(alice)[ROUTE] == 3
+
+        done, results = lethe.erase_to_completion(alice, deadline=60)
+        result = results[ROUTE]
+        assert (result["before"], result["deleted"], result["remaining"]) == (3, 3, 0), result
+        assert all(of_trace(langsmith, t) == [] for t in alices), "gone from LangSmith"
+        assert all(len(of_trace(langsmith, t)) == 1 for t in bobs + forged), "bob keeps his"
+        status, certificate = lethe.call("GET", f"/v1/erasures/{done['id']}/certificate")
+        certified = next(s for s in certificate["certificate"]["stores"] if s["target"] == ROUTE)
+        assert "LangSmith" in json.dumps(certified["physical"]), certified
     finally:
         lethe.stop()

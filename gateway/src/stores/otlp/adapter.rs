@@ -28,6 +28,9 @@ pub const EXPIRES_AT: &str = "lethe.expires_at";
 pub const PURPOSE: &str = "lethe.purpose";
 /// Why a span's content was withheld (a refusal's code, or `unattributed`).
 pub const WITHHELD: &str = "lethe.content_withheld";
+/// The span's trace id (lowercase hex), written only in a store's metadata (see
+/// [`SpanRules::metadata_prefix`]): a store that names traces its own way is searched by it.
+pub const TRACE: &str = "lethe.trace";
 /// Every attribute Lethe writes begins so; a client's own are dropped.
 const STAMP_PREFIX: &str = "lethe.";
 
@@ -170,9 +173,29 @@ pub struct SpanRules {
     pub pseudonymise: bool,
     /// Whether a span with no subject keeps its content.
     pub keep_unattributed: bool,
+    /// Where the trace store keeps span attributes it can search by (LangSmith keeps only
+    /// `langsmith.metadata.<key>`, as the run's metadata `<key>`): the stamp is written there too,
+    /// as `<prefix>lethe_tenant`, ..., with the span's trace id (`<prefix>lethe_trace`).
+    pub metadata_prefix: Option<String>,
 }
 
 impl SpanRules {
+    /// The name of a stamp attribute (`lethe.x`) in the store's metadata, if it keeps one.
+    fn mirrored(&self, key: &str) -> Option<String> {
+        let prefix = self.metadata_prefix.as_deref()?;
+        Some(format!("{prefix}{}", key.replacen('.', "_", 1)))
+    }
+
+    /// Whether an attribute is Lethe's stamp, in either place: a client's own are dropped.
+    fn is_stamp(&self, key: &str) -> bool {
+        key.starts_with(STAMP_PREFIX)
+            || self
+                .metadata_prefix
+                .as_deref()
+                .and_then(|p| key.strip_prefix(p))
+                .is_some_and(|k| k.starts_with("lethe_"))
+    }
+
     /// Whether an attribute of this name carries content.
     fn is_content(&self, key: &str) -> bool {
         self.content_attributes.iter().any(|n| n.matches(key))
@@ -246,7 +269,7 @@ pub fn govern(
     };
     for mut resource_spans in std::mem::take(&mut request.resource_spans) {
         let mut resource = resource_spans.resource.take().unwrap_or_default();
-        let claimed = unstamped(&mut resource.attributes);
+        let claimed = unstamped(&mut resource.attributes, rules);
         let named = subject_named(&resource.attributes, rules, caller);
         for scope_spans in &mut resource_spans.scope_spans {
             let mut kept = Vec::with_capacity(scope_spans.spans.len());
@@ -315,7 +338,7 @@ fn one_span(
     now: DateTime<Utc>,
     refer: &dyn Fn(&str) -> String,
 ) -> Result<Option<(String, Stamp)>, String> {
-    if unstamped(&mut span.attributes).is_some_and(|tenant| tenant != caller.tenant) {
+    if unstamped(&mut span.attributes, rules).is_some_and(|tenant| tenant != caller.tenant) {
         return Err(scope_violation());
     }
     let named = subject_named(&span.attributes, rules, caller)?;
@@ -330,7 +353,7 @@ fn one_span(
             withhold(span, rules);
             stamp.push(text(WITHHELD, "unattributed"));
         }
-        span.attributes.extend(stamp);
+        apply_stamp(span, stamp, rules);
         return Ok(None);
     };
     let facts = WriteFacts {
@@ -350,7 +373,7 @@ fn one_span(
         span.attributes
             .retain(|kv| !rules.subject_attributes.contains(&kv.key));
         stamp.push(text(WITHHELD, Refusal::SubjectSuppressed.code()));
-        span.attributes.extend(stamp);
+        apply_stamp(span, stamp, rules);
         return Ok(None);
     }
     stamp.push(text(SUBJECT_REF, &refer(subject)));
@@ -374,7 +397,7 @@ fn one_span(
     if rules.pseudonymise {
         pseudonymise(&mut span.attributes, rules, &refer(subject));
     }
-    span.attributes.extend(stamp);
+    apply_stamp(span, stamp, rules);
     Ok(traced)
 }
 
@@ -449,20 +472,47 @@ pub fn withhold_traces(
     {
         if span.attributes.iter().any(|kv| kv.key == EXPIRES_AT) {
             withhold(span, rules);
-            span.attributes.retain(|kv| kv.key != EXPIRES_AT);
+            let mirrored = rules.mirrored(EXPIRES_AT);
+            span.attributes
+                .retain(|kv| kv.key != EXPIRES_AT && Some(&kv.key) != mirrored.as_ref());
             span.attributes.push(text(WITHHELD, code));
+            if let Some(key) = rules.mirrored(WITHHELD) {
+                span.attributes.push(text(&key, code));
+            }
         }
     }
 }
 
-/// Drops the client's own `lethe.*` attributes; answers the tenant one claimed, if any.
-fn unstamped(attributes: &mut Vec<KeyValue>) -> Option<String> {
+/// Drops the client's own stamp attributes; answers the tenant one claimed, if any.
+fn unstamped(attributes: &mut Vec<KeyValue>, rules: &SpanRules) -> Option<String> {
+    let mirrored = rules.mirrored(TENANT);
     let claimed = attributes
         .iter()
-        .find(|kv| kv.key == TENANT)
+        .find(|kv| kv.key == TENANT || Some(&kv.key) == mirrored.as_ref())
         .map(|kv| string_of(kv).unwrap_or_default());
-    attributes.retain(|kv| !kv.key.starts_with(STAMP_PREFIX));
+    attributes.retain(|kv| !rules.is_stamp(&kv.key));
     claimed
+}
+
+/// Writes Lethe's `stamp` on a span, and in the store's metadata too when it keeps some.
+fn apply_stamp(span: &mut Span, stamp: Vec<KeyValue>, rules: &SpanRules) {
+    if rules.metadata_prefix.is_some() {
+        let mirrored: Vec<KeyValue> = stamp
+            .iter()
+            .filter_map(|kv| {
+                Some(KeyValue {
+                    key: rules.mirrored(&kv.key)?,
+                    ..kv.clone()
+                })
+            })
+            .collect();
+        span.attributes.extend(mirrored);
+        if let Some(key) = rules.mirrored(TRACE) {
+            span.attributes
+                .push(text(&key, &hex::encode(&span.trace_id)));
+        }
+    }
+    span.attributes.extend(stamp);
 }
 
 /// The subject the subject attributes name, in its one spelling. `Err` (refused, with why) when

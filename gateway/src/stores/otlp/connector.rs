@@ -1,5 +1,5 @@
 //! Deleting a subject's traces from a trace store, whatever its API: the rules live here, each
-//! trace store's calls in a file of its own (`phoenix.rs`) behind [`TraceApi`].
+//! trace store's calls in a file of its own (`phoenix.rs`, `langsmith.rs`) behind [`TraceApi`].
 //!
 //! The stamp each span holds decides whose it is (lineage is only an index of trace ids): a
 //! span is the subject's when it carries Lethe's stamp of the subject's tenant and reference. A
@@ -11,6 +11,7 @@
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -88,6 +89,12 @@ pub(crate) trait TraceApi: Send + Sync {
 
     /// Deletes one span of a trace (gone already: fine).
     async fn delete_span(&self, span: &HeldSpan) -> Result<(), ConnectorError>;
+
+    /// How long deleted spans may still be read after the store took the delete (a store that
+    /// queues its deletes); zero for one that deletes before it answers.
+    fn deletes_within(&self) -> Duration {
+        Duration::ZERO
+    }
 
     /// What the store keeps of deleted traces.
     fn physical(&self) -> Physical;
@@ -192,6 +199,24 @@ impl<A: TraceApi> TraceConnector<A> {
         }
     }
 
+    /// The subjects' spans still held, read again until none is or the store's
+    /// [`TraceApi::deletes_within`] has passed.
+    async fn left_after_deletes(
+        &self,
+        subjects: &Subjects,
+        lineage: &[(String, String)],
+    ) -> Result<u64, ConnectorError> {
+        let until = tokio::time::Instant::now() + self.api.deletes_within();
+        loop {
+            let held = self.held(subjects, lineage).await?;
+            let left = held.iter().map(|(mine, _)| mine.len() as u64).sum();
+            if left == 0 || tokio::time::Instant::now() >= until {
+                return Ok(left);
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+
     /// Spans naming the subjects in a subject attribute (by key or by reference) that Lethe did
     /// not stamp as another tenant's: copies the purge did not take.
     async fn probe(&self, subjects: &Subjects) -> Result<u64, ConnectorError> {
@@ -228,12 +253,7 @@ impl<A: TraceApi> Connector for TraceConnector<A> {
         for (mine, rest) in &held {
             self.delete(tenant, mine, rest).await?;
         }
-        let remaining = self
-            .held(subjects, lineage)
-            .await?
-            .iter()
-            .map(|(mine, _)| mine.len() as u64)
-            .sum();
+        let remaining = self.left_after_deletes(subjects, lineage).await?;
         Ok(PurgeReport {
             before,
             deleted: before.saturating_sub(remaining),

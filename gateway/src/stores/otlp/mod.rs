@@ -1,10 +1,11 @@
 //! OpenTelemetry traces (`adapter = "otlp"`): what agents export to their trace store over
 //! OTLP/HTTP, governed span by span (`adapter.rs`, `route.rs`); a subject's traces deleted from
 //! the trace store on erasure and past their deadline (`connector.rs`, with one file per trace
-//! store's API: `phoenix.rs`).
+//! store's API: `phoenix.rs`, `langsmith.rs`).
 
 pub mod adapter;
 pub(crate) mod connector;
+mod langsmith;
 mod phoenix;
 pub(crate) mod route;
 
@@ -57,6 +58,18 @@ const CATEGORY: &str = "trace";
 pub enum TraceStore {
     /// Arize Phoenix (REST API `/v1`).
     Phoenix,
+    /// LangSmith (OTLP at `<upstream>/v1/traces`, its REST API `/api/v1` on the same host).
+    Langsmith,
+}
+
+impl TraceStore {
+    /// Where the store keeps span attributes it can search by, if only under a prefix.
+    fn metadata_prefix(self) -> Option<String> {
+        match self {
+            TraceStore::Phoenix => None,
+            TraceStore::Langsmith => Some(langsmith::METADATA.to_owned()),
+        }
+    }
 }
 
 /// What a span without a subject keeps.
@@ -146,6 +159,7 @@ impl Settings for OtlpSettings {
                 content_events,
                 pseudonymise: self.pseudonymise.unwrap_or(true),
                 keep_unattributed: self.unattributed.unwrap_or_default() == Unattributed::Keep,
+                metadata_prefix: self.trace_store.metadata_prefix(),
             },
             max_body_bytes: self.max_body_bytes,
         }))
@@ -160,6 +174,7 @@ pub(crate) struct Rules {
     content_events: Vec<Name>,
     pseudonymise: bool,
     keep_unattributed: bool,
+    metadata_prefix: Option<String>,
 }
 
 impl Rules {
@@ -173,6 +188,7 @@ impl Rules {
             category: ctx.category.clone().unwrap_or_else(|| CATEGORY.to_owned()),
             pseudonymise: self.pseudonymise,
             keep_unattributed: self.keep_unattributed,
+            metadata_prefix: self.metadata_prefix.clone(),
         }
     }
 }
@@ -200,15 +216,18 @@ impl RouteStore for Otlp {
         _erasure: &ErasureConfig,
         audit_key: &Arc<[u8]>,
     ) -> Arc<dyn Connector> {
-        let http = crate::stores::http::StoreHttp::new(route, upstreams);
         let attributes = self.rules.subject_attributes.clone();
         let key = Arc::clone(audit_key);
         match self.trace_store {
-            TraceStore::Phoenix => Arc::new(connector::TraceConnector::new(
-                phoenix::Phoenix::new(http),
-                attributes,
-                key,
-            )),
+            TraceStore::Phoenix => {
+                let http = crate::stores::http::StoreHttp::new(route, upstreams);
+                let api = phoenix::Phoenix::new(http);
+                Arc::new(connector::TraceConnector::new(api, attributes, key))
+            }
+            TraceStore::Langsmith => {
+                let api = langsmith::LangSmith::new(route, upstreams);
+                Arc::new(connector::TraceConnector::new(api, attributes, key))
+            }
         }
     }
 }
@@ -239,6 +258,7 @@ mod tests {
     fn a_route_names_its_trace_store_and_every_problem_is_said_at_once() {
         let store = read(r#"trace_store = "phoenix""#).unwrap();
         assert_eq!(store.kind(), "otlp");
+        assert!(read(r#"trace_store = "langsmith""#).is_ok());
         let problems = read(
             r#"trace_store = "phoenix"
             subject_attributes = ["lethe.subject"]

@@ -24,7 +24,7 @@ use crate::data::{Body, DataState, RequestContext, Upstream, whole};
 use crate::error_shape::Code;
 use crate::state::ItemRecord;
 
-/// The lineage collection of traces: one row per trace and subject.
+/// The lineage collection of traces: one row per trace.
 pub(crate) const TRACES: &str = "traces";
 /// How long an exporter is asked to wait before retrying when the trace store is unavailable.
 const RETRY_AFTER_SECONDS: u32 = 5;

@@ -25,6 +25,7 @@ fn rules(keep_unattributed: bool) -> SpanRules {
         category: "preference".into(),
         pseudonymise: true,
         keep_unattributed,
+        metadata_prefix: None,
     }
 }
 
@@ -536,6 +537,70 @@ fn a_subject_under_erasure_is_named_nowhere_in_what_is_forwarded() {
             Some("subject_suppressed")
         );
     }
+}
+
+#[test]
+fn a_store_that_keeps_metadata_only_under_a_prefix_gets_the_stamp_there_too() {
+    let mut langsmith = rules(false);
+    langsmith.metadata_prefix = Some("langsmith.metadata.".into());
+    let sent = request(
+        &[],
+        vec![
+            span(
+                1,
+                &[
+                    ("user.id", "alice"),
+                    ("langsmith.metadata.lethe_subject_ref", "forged"),
+                    ("langsmith.metadata.team", "a"),
+                ],
+            ),
+            span(
+                2,
+                &[
+                    ("user.id", "bob"),
+                    ("langsmith.metadata.lethe_tenant", "globex"),
+                ],
+            ),
+        ],
+    );
+    let mut governed = govern(sent, &langsmith, caller(None), &view(), now(), &refer);
+    assert_eq!(
+        governed.rejected, 1,
+        "another tenant claimed in the store's metadata"
+    );
+    let one = hex::encode([1u8; 16]);
+    let span = spans(&governed.request)[0];
+    let metadata = |key: &str| get(&span.attributes, &format!("langsmith.metadata.{key}"));
+    assert_eq!(metadata("lethe_subject_ref"), Some(refer("alice")));
+    assert_eq!(metadata("lethe_tenant").as_deref(), Some("acme"));
+    assert_eq!(metadata("lethe_trace"), Some(one.clone()));
+    assert!(metadata("lethe_expires_at").is_some() && metadata("lethe_purpose").is_some());
+    assert_eq!(
+        metadata("team").as_deref(),
+        Some("a"),
+        "the app's own metadata stays"
+    );
+    let stamps = span
+        .attributes
+        .iter()
+        .filter(|kv| kv.key.ends_with("lethe_subject_ref"))
+        .count();
+    assert_eq!(stamps, 1, "the forged one is gone");
+
+    let traces = std::collections::BTreeSet::from([one]);
+    withhold_traces(
+        &mut governed.request,
+        &traces,
+        &langsmith,
+        "derived_from_erased",
+    );
+    let span = spans(&governed.request)[0];
+    let metadata = |key: &str| get(&span.attributes, &format!("langsmith.metadata.{key}"));
+    assert_eq!(metadata("lethe_expires_at"), None);
+    assert_eq!(
+        metadata("lethe_content_withheld").as_deref(),
+        Some("derived_from_erased")
+    );
 }
 
 #[test]
