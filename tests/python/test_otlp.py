@@ -383,7 +383,7 @@ ALLERGY = ("alice told the assistant that she is severely allergic to peanuts an
            "epipen in her bag wherever she travels for work")
 
 
-def test_a_trace_that_read_or_quotes_a_subjects_memory_goes_with_her_erasure(chroma, phoenix, tmp_path):
+def test_a_trace_that_read_or_quotes_a_subjects_memory_goes_with_her_erasure(chroma, phoenix, tmp_path, traced):
     """Trace content is served text for derivative lineage: bob's trace that read alice's memory
     through Lethe (same trace id), and bob's trace quoting it, derive from her; her erasure
     (other subjects' derivatives erased) takes them from Phoenix and leaves bob's others."""
@@ -396,10 +396,12 @@ def test_a_trace_that_read_or_quotes_a_subjects_memory_goes_with_her_erasure(chr
         consent(lethe, bob)
         name, cid = lethe.new_collection()
         lethe.agent(alice).get_collection(name).add(ids=["a-1"], embeddings=[[0.1, 0.2, 0.3]], documents=[ALLERGY])
-        # Bob's agent reads alice's memory under its trace, then exports that trace's spans.
-        read_under = uuid.uuid4().hex
-        service = lethe.agent(traceparent=f"00-{read_under}-00f067aa0ba902b7-01").get_collection(name)
-        assert service.get(ids=["a-1"], include=["documents"])["documents"] == [ALLERGY]
+        # Bob's agent, instrumented (its httpx requests carry the W3C traceparent of the current
+        # span), reads alice's memory in its run, then exports that run's spans.
+        service = lethe.agent().get_collection(name)
+        with traced.start_as_current_span("bob's run") as run:
+            assert service.get(ids=["a-1"], include=["documents"])["documents"] == [ALLERGY]
+        read_under = format(run.get_span_context().trace_id, "032x")
         agent = lethe.token("agent")
         read, _ = export_spans(endpoint(lethe), [{"user.id": bob, "input.value": "what should bob cook tonight"}],
                                token=agent, project=project, trace_id=read_under)
