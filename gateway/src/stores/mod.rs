@@ -7,6 +7,7 @@
 //! (`adapter = "..."` and the kind's own keys), dispatch, erasure targets, the conformance suite
 //! and `lethe stores` all follow from that line.
 
+pub mod azure_search;
 pub mod chroma;
 pub(crate) mod http;
 pub mod kit;
