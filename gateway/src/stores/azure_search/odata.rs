@@ -2,7 +2,8 @@
 //! (`eq ne gt ge lt le`), `and` / `or` / `not` and parentheses, literals (strings in single quotes
 //! with `''` for a quote, numbers, `true` / `false` / `null`, `NaN` / `INF` / `-INF`, date-times,
 //! `geography'...'`), `search.in`, `search.ismatch`, `search.ismatchscoring`, `geo.distance`,
-//! `geo.intersects`, and `any` / `all` over collections.
+//! `geo.intersects`, and `any` / `all` over collections; `not` before comparisons, then `and`,
+//! then `or` (Microsoft's published grammar).
 //!
 //! A client's filter is parsed here and written again from what was parsed: the service is sent
 //! text Lethe understood, never the client's own, so an escape, an unbalanced parenthesis or
@@ -303,8 +304,13 @@ impl Parser {
         if self.keyword("not") {
             self.at += 1;
             self.deeper()?;
+            let parenthesised = self.peek() == Some(&Token::Open);
             let inner = self.unary()?;
             self.depth -= 1;
+            // `not` binds tighter than a comparison: Azure refuses `not rating gt 5`.
+            if !parenthesised && matches!(inner, Expr::Compare(..)) {
+                return error("not applies to a condition in parentheses: not (a eq 1)");
+            }
             return Ok(Expr::Not(Box::new(inner)));
         }
         if self.peek() == Some(&Token::Open) {
@@ -332,6 +338,10 @@ impl Parser {
                 let right = self.operand()?;
                 if matches!((&left, &right), (Operand::Literal(_), Operand::Literal(_))) {
                     return error("a comparison names a field or geo.distance");
+                }
+                let null = |o: &Operand| matches!(o, Operand::Literal(Literal::Null));
+                if !matches!(op, Op::Eq | Op::Ne) && (null(&left) || null(&right)) {
+                    return error("null is compared with eq or ne only");
                 }
                 Ok(Expr::Compare(left, op, right))
             }

@@ -32,7 +32,10 @@ fn the_documented_forms_parse_and_are_written_again_unambiguously() {
             "(a eq 1 or b eq 2) and c eq 3",
             "((a eq 1) or (b eq 2)) and (c eq 3)",
         ),
-        ("not a eq 1 and b eq null", "(not (a eq 1)) and (b eq null)"),
+        (
+            "not (a eq 1) and b eq null",
+            "(not (a eq 1)) and (b eq null)",
+        ),
         ("address/city eq 'Lyon'", "address/city eq 'Lyon'"),
         ("tags/any()", "tags/any()"),
         ("tags/any(t: t eq 'wifi')", "tags/any(t: t eq 'wifi')"),
@@ -103,6 +106,8 @@ fn what_does_not_parse_is_refused() {
         "a eq 1 and",
         "eq eq 1",
         "rating gt 4 $and",
+        "not rating gt 5",
+        "rating gt null",
     ] {
         assert!(parse(refused).is_err(), "{refused:?} was taken");
     }
