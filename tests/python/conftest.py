@@ -221,6 +221,23 @@ def phoenix_spans(phoenix, project, **query):
             return found
 
 
+AZURE_SEARCH_KEY = "azure-admin-key"
+
+
+@pytest.fixture(scope="session")
+def azure_search():
+    """The local Azure AI Search stand-in (`azure_search_standin.py`): its endpoint. Its admin
+    key is AZURE_SEARCH_KEY."""
+    port = free_port()
+    process = subprocess.Popen([os.sys.executable, str(Path(__file__).parent / "azure_search_standin.py"), str(port),
+                                AZURE_SEARCH_KEY])
+    url = f"http://127.0.0.1:{port}"
+    wait_for("the Azure AI Search stand-in", lambda: http("GET", f"{url}/indexes")[0] == 403)
+    yield url
+    process.terminate()
+    process.wait(timeout=10)
+
+
 LANGSMITH_KEY = "ls-test-key"
 
 
