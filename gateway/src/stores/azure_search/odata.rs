@@ -146,24 +146,14 @@ fn lex(text: &str) -> Result<Vec<Token>, ODataError> {
     while let Some(&c) = chars.get(i) {
         match c {
             ' ' | '\t' | '\r' | '\n' => i += 1,
-            '(' => {
-                tokens.push(Token::Open);
-                i += 1;
-            }
-            ')' => {
-                tokens.push(Token::Close);
-                i += 1;
-            }
-            ',' => {
-                tokens.push(Token::Comma);
-                i += 1;
-            }
-            ':' => {
-                tokens.push(Token::Colon);
-                i += 1;
-            }
-            '/' => {
-                tokens.push(Token::Slash);
+            '(' | ')' | ',' | ':' | '/' => {
+                tokens.push(match c {
+                    '(' => Token::Open,
+                    ')' => Token::Close,
+                    ',' => Token::Comma,
+                    ':' => Token::Colon,
+                    _ => Token::Slash,
+                });
                 i += 1;
             }
             '\'' => {
