@@ -1,5 +1,5 @@
-//! The Azure AI Search adapter, pure (issue 26, being built): what Lethe sends Azure in place of
-//! a client's `$filter`. The client's filter is parsed and written again (`odata`), refused when
+//! The Azure AI Search adapter, pure (issue 26, being built): the stamp fields an index is created
+//! with, and what Lethe sends Azure in place of a client's `$filter`. The client's filter is parsed and written again (`odata`), refused when
 //! it reads Lethe's stamp fields (`lethe_*`: a client may not select by, or probe, another
 //! owner's stamp), and ANDed, in parentheses, with the caller's scope and "not expired": whatever
 //! the client wrote, Azure answers no document outside it.
@@ -7,6 +7,7 @@
 use chrono::{DateTime, SecondsFormat, Utc};
 
 use super::odata::{self, Literal, ODataError};
+use crate::data::records::AdapterError;
 
 /// Lethe's stamp fields on every document (filterable, never searchable). No field of a
 /// client's, at any depth, may be named so.
@@ -14,6 +15,51 @@ pub const TENANT: &str = "lethe_tenant";
 pub const SUBJECT: &str = "lethe_subject";
 pub const EXPIRES_AT: &str = "lethe_expires_at";
 const STAMP_PREFIX: &str = "lethe_";
+
+/// The stamp fields an index is created with, and their types: filterable (the scope is a
+/// filter on them), retrievable (answers are decided again on them), never searchable (no text
+/// query or `search.ismatch` reaches them), sortable or facetable.
+const STAMP_FIELDS: &[(&str, &str)] = &[
+    (TENANT, "Edm.String"),
+    (SUBJECT, "Edm.String"),
+    ("lethe_purpose", "Edm.String"),
+    ("lethe_category", "Edm.String"),
+    ("lethe_layer", "Edm.String"),
+    (EXPIRES_AT, "Edm.DateTimeOffset"),
+    ("lethe_epoch", "Edm.Int64"),
+];
+
+/// A client's index definition with Lethe's stamp fields added; refused when it is not one, or
+/// names a field (at any depth) as Lethe's own.
+pub fn with_stamp_fields(
+    mut definition: serde_json::Value,
+) -> Result<serde_json::Value, AdapterError> {
+    fn named_as_stamp(fields: &[serde_json::Value]) -> Option<String> {
+        fields.iter().find_map(|f| {
+            let name = f.get("name")?.as_str()?;
+            match name.starts_with(STAMP_PREFIX) {
+                true => Some(name.to_owned()),
+                false => named_as_stamp(f.get("fields")?.as_array()?),
+            }
+        })
+    }
+    let fields = definition
+        .get_mut("fields")
+        .and_then(serde_json::Value::as_array_mut)
+        .ok_or_else(|| AdapterError::Invalid("an index definition has fields".to_owned()))?;
+    if let Some(name) = named_as_stamp(fields) {
+        return Err(AdapterError::Invalid(format!(
+            "field {name}: names beginning lethe_ are Lethe's stamp"
+        )));
+    }
+    fields.extend(STAMP_FIELDS.iter().map(|(name, kind)| {
+        serde_json::json!({
+            "name": name, "type": kind, "key": false, "searchable": false, "filterable": true,
+            "sortable": false, "facetable": false, "retrievable": true,
+        })
+    }));
+    Ok(definition)
+}
 
 /// Whose documents a caller may be answered with.
 #[derive(Debug, Clone, Copy)]
@@ -106,6 +152,34 @@ mod tests {
             narrowed(None, service, now()).unwrap(),
             "(lethe_tenant eq 'ac''me') and (lethe_expires_at gt 2027-01-15T08:00:00Z)"
         );
+    }
+
+    #[test]
+    fn an_index_is_created_with_the_stamp_fields_and_none_of_a_clients_own() {
+        let definition = serde_json::json!({"name": "episodes", "fields": [
+            {"name": "id", "type": "Edm.String", "key": true},
+            {"name": "text", "type": "Edm.String", "searchable": true},
+        ]});
+        let stamped = with_stamp_fields(definition).unwrap();
+        let fields = stamped["fields"].as_array().unwrap();
+        assert_eq!(fields.len(), 2 + STAMP_FIELDS.len());
+        for (name, kind) in STAMP_FIELDS {
+            let field = fields.iter().find(|f| f["name"] == *name).unwrap();
+            assert_eq!(field["type"], *kind);
+            assert_eq!(
+                (field["filterable"].as_bool(), field["searchable"].as_bool()),
+                (Some(true), Some(false))
+            );
+        }
+        for hostile in [
+            serde_json::json!({"name": "x", "fields": [{"name": "lethe_subject", "type": "Edm.String"}]}),
+            serde_json::json!({"name": "x", "fields": [{"name": "meta", "type": "Edm.ComplexType",
+                "fields": [{"name": "lethe_tenant", "type": "Edm.String"}]}]}),
+            serde_json::json!({"name": "x"}),
+            serde_json::json!(["not", "an", "index"]),
+        ] {
+            assert!(with_stamp_fields(hostile.clone()).is_err(), "{hostile}");
+        }
     }
 
     #[test]
