@@ -300,17 +300,22 @@ def test_an_erasure_takes_every_trace_of_the_subject_from_phoenix_and_leaves_the
 
 
 def test_the_sweeper_deletes_spans_past_their_deadline_and_no_others(gate, phoenix):
-    project, carol, dave = f"p-{uuid.uuid4().hex[:8]}", someone(GLOBEX), someone(GLOBEX)
+    project, carol, erin, dave = f"p-{uuid.uuid4().hex[:8]}", someone(GLOBEX), someone(GLOBEX), someone(GLOBEX)
     rules(gate, GLOBEX, max_age="3s")
     try:
-        consent(gate, carol, GLOBEX)
+        for subject in (carol, erin):
+            consent(gate, subject, GLOBEX)
         consent(gate, dave, GLOBEX, purpose="debugging")
         token = gate.token("agent", tenant=GLOBEX)
         short, _ = export_spans(endpoint(gate), [{"user.id": carol, "input.value": "short-lived"}] * 2, token=token,
                                 project=project)
+        # A second subject in carol's trace, exported after her: swept at its own deadline too.
+        shared, _ = export_spans(endpoint(gate), [{"user.id": erin, "input.value": "also short-lived"}], token=token,
+                                 project=project, trace_id=short[0])
+        assert shared == short[:1]
         long, _ = export_spans(endpoint(gate), [{"user.id": dave, "input.value": "kept a month"}], token=token,
                                project=project, headers={"X-Lethe-Purpose": "debugging"})
-        stored(phoenix, project, short + long)
+        stored(phoenix, project, short + long, count=4)
         wait_for("the sweeper to delete carol's spans", lambda: phoenix_spans(phoenix, project, trace_id=short) == [],
                  deadline=20)
         assert by_trace(phoenix_spans(phoenix, project, trace_id=long))[long[0]]["input.value"] == "kept a month"
@@ -411,8 +416,12 @@ def test_a_trace_that_read_or_quotes_a_subjects_memory_goes_with_her_erasure(chr
                                     token=agent, project=project)
         stored(phoenix, project, read + quoting + unrelated)
 
+        spans = by_trace(phoenix_spans(phoenix, project, trace_id=read + quoting + unrelated))
+
         def parents(trace):
-            status, body = lethe.call("GET", f"/v1/lineage/otlp/traces/{trace}")
+            # Lineage keeps a trace's row per subject: `<trace>:<subject reference>`.
+            item = f"{trace}:{spans[trace]['lethe.subject_ref']}"
+            status, body = lethe.call("GET", f"/v1/lineage/otlp/traces/{item}")
             assert status == 200, body
             return {(p["store"], p["collection"], p["item"], p["how"]) for p in body["parents"]}
         assert parents(read[0]) == {("chroma", cid, "a-1", "trace")}

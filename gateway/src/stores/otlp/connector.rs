@@ -14,11 +14,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use chrono::{DateTime, Utc};
 use lethe_policy::audit::subject_ref;
 
 use super::adapter::{EXPIRES_AT, SUBJECT_REF, TENANT};
-use super::route::TRACES;
+use super::route::{TRACES, trace_of};
 use crate::purge::{Connector, ConnectorError, Physical, PurgeReport, Subjects};
 use crate::state::ExpiredItem;
 
@@ -31,8 +30,8 @@ pub(crate) struct HeldSpan {
     pub span_id: String,
     pub tenant: Option<String>,
     pub subject_ref: Option<String>,
-    /// Present on spans kept with their content.
-    pub expires_at: Option<DateTime<Utc>>,
+    /// Whether it was kept with its content (it carries a deadline).
+    pub content: bool,
 }
 
 impl HeldSpan {
@@ -47,9 +46,7 @@ impl HeldSpan {
             span_id,
             tenant: attribute(TENANT),
             subject_ref: attribute(SUBJECT_REF),
-            expires_at: attribute(EXPIRES_AT)
-                .and_then(|t| DateTime::parse_from_rfc3339(&t).ok())
-                .map(|t| t.with_timezone(&Utc)),
+            content: attribute(EXPIRES_AT).is_some(),
         }
     }
 
@@ -68,7 +65,7 @@ impl HeldSpan {
 
     /// A span of the tenant's with neither a subject nor content.
     fn nobodys(&self, tenant: &str) -> bool {
-        self.of_tenant(tenant) && self.subject_ref.is_none() && self.expires_at.is_none()
+        self.of_tenant(tenant) && self.subject_ref.is_none() && !self.content
     }
 }
 
@@ -123,7 +120,7 @@ impl<A: TraceApi> TraceConnector<A> {
         item: &ExpiredItem,
     ) -> Result<(Vec<HeldSpan>, Vec<HeldSpan>), ConnectorError> {
         let reference = [subject_ref(&self.audit_key, &item.tenant, &item.subject)];
-        let spans = self.api.trace(&item.item_id).await?;
+        let spans = self.api.trace(trace_of(&item.item_id)).await?;
         Ok(spans
             .into_iter()
             .partition(|s| s.owned_by(&item.tenant, &reference)))
@@ -149,7 +146,7 @@ impl<A: TraceApi> TraceConnector<A> {
         let mut traces: BTreeSet<String> = lineage
             .iter()
             .filter(|(collection, _)| collection == TRACES)
-            .map(|(_, id)| id.clone())
+            .map(|(_, item)| trace_of(item).to_owned())
             .collect();
         for reference in references {
             let stamped = self.api.spans_with(SUBJECT_REF, reference).await?;

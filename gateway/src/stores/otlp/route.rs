@@ -24,8 +24,21 @@ use crate::data::{Body, DataState, RequestContext, Upstream, whole};
 use crate::error_shape::Code;
 use crate::state::ItemRecord;
 
-/// The lineage collection of traces: one row per trace.
+/// The lineage collection of traces: one row per trace and subject (see [`trace_item`]).
 pub(crate) const TRACES: &str = "traces";
+
+/// The lineage item of a subject's spans in a trace: `<trace id>:<subject reference>`. A row of
+/// each subject's own, so that no owner's row (the first subject's of a shared trace, another
+/// tenant's under the same client-chosen trace id) keeps another's from being recorded, and
+/// swept at its deadline.
+pub(crate) fn trace_item(trace: &str, reference: &str) -> String {
+    format!("{trace}:{reference}")
+}
+
+/// The trace id of a lineage item.
+pub(crate) fn trace_of(item: &str) -> &str {
+    item.split_once(':').map_or(item, |(trace, _)| trace)
+}
 /// How long an exporter is asked to wait before retrying when the trace store is unavailable.
 const RETRY_AFTER_SECONDS: u32 = 5;
 
@@ -68,23 +81,21 @@ pub(crate) async fn handle(
     let mut governed = adapter::govern(request, &rules, caller, &view, now, &refer);
     let refused = governed.refusal.take().unwrap_or_default();
     if !governed.request.resource_spans.is_empty() {
-        // One row per trace: a batch holds many spans of few traces. A trace naming two subjects
-        // is recorded for the first; the purge finds the other's spans by their stamp.
+        // One row per trace and subject: a batch holds many spans of few traces.
         let mut traced: BTreeMap<String, Stamp> = BTreeMap::new();
         for (trace, stamp) in std::mem::take(&mut governed.traced) {
-            traced.entry(trace).or_insert(stamp);
+            let item = trace_item(&trace, &refer(&stamp.subject));
+            traced.entry(item).or_insert(stamp);
         }
         let derivations = derived(state, ctx, &rules, &mut governed.request, &mut traced).await?;
         sent(upstream, adapter::encode(&governed.request)).await?;
         let rows = traced
             .into_iter()
-            .map(|(trace, stamp)| {
+            .map(|(item, stamp)| {
                 let route = &upstream.route.name;
-                let derives = derivations
-                    .of(&trace)
-                    .is_some_and(|d| !d.parents.is_empty());
+                let derives = derivations.of(&item).is_some_and(|d| !d.parents.is_empty());
                 let mut row =
-                    ItemRecord::stamped(route, TRACES, trace, stamp, now, ctx.source.clone());
+                    ItemRecord::stamped(route, TRACES, item, stamp, now, ctx.source.clone());
                 if derives {
                     row.layer = Layer::Derived;
                 }
@@ -126,7 +137,8 @@ async fn derived(
     }
     let contents = adapter::contents(request, rules);
     let mut derivations = Derivations::default();
-    for (trace, stamp) in traced.iter() {
+    for (item, stamp) in traced.iter() {
+        let trace = trace_of(item);
         // The span's own trace, as a request's traceparent names the trace it belongs to.
         let mut under = ctx.clone();
         under.trace = hex::decode(trace)
@@ -136,7 +148,7 @@ async fn derived(
             .map(TraceId);
         let writing = Writing {
             collection: TRACES,
-            id: trace,
+            id: item,
             owner: &stamp.subject,
             text: contents.get(trace).map_or("", String::as_str),
         };
@@ -145,19 +157,20 @@ async fn derived(
     }
     let tenant = ctx.tenant();
     let view = state.policy.view(tenant, derivations.owners()).await?;
+    // A trace's content goes whole or not at all: every subject's of it is withheld.
     let erased: BTreeSet<String> = derivations
         .records
         .iter()
         .filter(|r| r.check(&view, tenant).is_err())
-        .map(|r| r.item.item.clone())
+        .map(|r| trace_of(&r.item.item).to_owned())
         .collect();
     if !erased.is_empty() {
         let code = Refusal::DerivedFromErased.code();
         adapter::withhold_traces(request, &erased, rules, code);
-        traced.retain(|trace, _| !erased.contains(trace));
+        traced.retain(|item, _| !erased.contains(trace_of(item)));
         derivations
             .records
-            .retain(|r| !erased.contains(&r.item.item));
+            .retain(|r| !erased.contains(trace_of(&r.item.item)));
     }
     let written: Vec<String> = traced.keys().cloned().collect();
     state.derivation.record(ctx, &derivations, &written).await?;

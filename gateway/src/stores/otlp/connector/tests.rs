@@ -4,9 +4,8 @@
 
 use std::sync::{Arc, Mutex};
 
-use chrono::TimeDelta;
-
 use super::*;
+use crate::stores::otlp::route::trace_item;
 use lethe_policy::audit::{forgotten, subject_ref};
 
 const KEY: &[u8] = b"audit-key";
@@ -83,13 +82,13 @@ impl TraceApi for Arc<Memory> {
 }
 
 /// A span of `trace` stamped for `subject` of `tenant` (none: unattributed), kept with its
-/// content until `expires` when given.
+/// content when `content`.
 fn span(
     id: &str,
     trace: &str,
     tenant: Option<&str>,
     subject: Option<&str>,
-    expires: Option<i64>,
+    content: bool,
 ) -> Stored {
     Stored {
         span: HeldSpan {
@@ -97,7 +96,7 @@ fn span(
             span_id: id.into(),
             tenant: tenant.map(str::to_owned),
             subject_ref: subject.map(|s| subject_ref(KEY, tenant.unwrap_or("acme"), s)),
-            expires_at: expires.map(|days| crate::now() + TimeDelta::days(days)),
+            content,
         },
         user_id: subject.map(|s| subject_ref(KEY, tenant.unwrap_or("acme"), s)),
     }
@@ -142,26 +141,32 @@ async fn a_trace_of_the_subject_alone_goes_whole_and_a_shared_one_loses_only_the
     let acme = Some("acme");
     let (memory, connector) = store(vec![
         // t1: alice's, with a content-free span of the tenant's (no subject).
-        span("a1", "t1", acme, Some("alice"), Some(30)),
-        span("a2", "t1", acme, Some("alice"), None),
-        span("n1", "t1", acme, None, None),
+        span("a1", "t1", acme, Some("alice"), true),
+        span("a2", "t1", acme, Some("alice"), false),
+        span("n1", "t1", acme, None, false),
         // t2: alice's and bob's.
-        span("a3", "t2", acme, Some("alice"), Some(30)),
-        span("b1", "t2", acme, Some("bob"), Some(30)),
+        span("a3", "t2", acme, Some("alice"), true),
+        span("b1", "t2", acme, Some("bob"), true),
         // t3: alice's, and another tenant's span under the same trace id.
-        span("a4", "t3", acme, Some("alice"), Some(30)),
-        span("g1", "t3", Some("globex"), Some("alice"), Some(30)),
+        span("a4", "t3", acme, Some("alice"), true),
+        span("g1", "t3", Some("globex"), Some("alice"), true),
         // t4: a span Lethe never stamped, in alice's trace.
-        span("a5", "t4", acme, Some("alice"), Some(30)),
-        span("x1", "t4", None, None, None),
+        span("a5", "t4", acme, Some("alice"), true),
+        span("x1", "t4", None, None, false),
         // t5: bob's only.
-        span("b2", "t5", acme, Some("bob"), Some(30)),
+        span("b2", "t5", acme, Some("bob"), true),
     ]);
     let alice = subjects(&["alice"]);
     // Lineage names t5 for alice: an index, not an owner; t5's stamps are bob's.
     let lineage = [
-        (TRACES.to_owned(), "t5".to_owned()),
-        (TRACES.to_owned(), "t1".to_owned()),
+        (
+            TRACES.to_owned(),
+            trace_item("t5", &subject_ref(KEY, "acme", "alice")),
+        ),
+        (
+            TRACES.to_owned(),
+            trace_item("t1", &subject_ref(KEY, "acme", "alice")),
+        ),
     ];
     assert_eq!(connector.count(&alice, &lineage).await.unwrap(), 5);
     let report = connector.purge(&alice, &lineage).await.unwrap();
@@ -179,8 +184,8 @@ async fn a_trace_of_the_subject_alone_goes_whole_and_a_shared_one_loses_only_the
 #[tokio::test]
 async fn a_subject_known_only_by_reference_is_found_by_its_stamp() {
     let (memory, connector) = store(vec![
-        span("a1", "t1", Some("acme"), Some("alice"), Some(30)),
-        span("b1", "t2", Some("acme"), Some("bob"), Some(30)),
+        span("a1", "t1", Some("acme"), Some("alice"), true),
+        span("b1", "t2", Some("acme"), Some("bob"), true),
     ]);
     let forgotten = forgotten(KEY, "acme", "alice");
     let report = connector
@@ -193,11 +198,11 @@ async fn a_subject_known_only_by_reference_is_found_by_its_stamp() {
 
 #[tokio::test]
 async fn the_probe_counts_spans_naming_the_subject_that_lethe_did_not_stamp_and_deletes_none() {
-    let mut around = span("r1", "t9", None, None, None);
+    let mut around = span("r1", "t9", None, None, false);
     around.user_id = Some("alice".into());
-    let mut pseudonymised = span("r2", "t8", None, None, None);
+    let mut pseudonymised = span("r2", "t8", None, None, false);
     pseudonymised.user_id = Some(subject_ref(KEY, "acme", "alice"));
-    let mut globex = span("g1", "t7", Some("globex"), None, None);
+    let mut globex = span("g1", "t7", Some("globex"), None, false);
     globex.user_id = Some("alice".into());
     let (memory, connector) = store(vec![around, pseudonymised, globex]);
     let report = connector.purge(&subjects(&["alice"]), &[]).await.unwrap();
@@ -214,16 +219,16 @@ async fn the_probe_counts_spans_naming_the_subject_that_lethe_did_not_stamp_and_
 async fn the_items_lineage_names_lose_their_owners_spans_and_no_one_elses() {
     let acme = Some("acme");
     let (memory, connector) = store(vec![
-        span("a1", "t1", acme, Some("alice"), Some(-1)),
-        span("n1", "t1", acme, None, None),
-        span("a2", "t2", acme, Some("alice"), Some(-1)),
-        span("b2", "t2", acme, Some("bob"), Some(-1)),
-        span("g2", "t2", Some("globex"), Some("alice"), Some(-1)),
+        span("a1", "t1", acme, Some("alice"), true),
+        span("n1", "t1", acme, None, false),
+        span("a2", "t2", acme, Some("alice"), true),
+        span("b2", "t2", acme, Some("bob"), true),
+        span("g2", "t2", Some("globex"), Some("alice"), true),
     ]);
     let item = |trace: &str| ExpiredItem {
         store: "traces-route".into(),
         collection: TRACES.into(),
-        item_id: trace.into(),
+        item_id: trace_item(trace, &subject_ref(KEY, "acme", "alice")),
         tenant: "acme".into(),
         subject: "alice".into(),
     };
