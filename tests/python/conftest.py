@@ -143,6 +143,21 @@ def served(what, argv, folder, ready, deadline, **popen):
             process.wait(timeout=15)
 
 
+@contextlib.contextmanager
+def stand_in(script, ready, *args):
+    """A stand-in of the tests' own (`script`, beside this file, run with the tests' Python) on a
+    free port, given `args` after it: its base URL once `ready(url)`; stopped when the block ends."""
+    port = free_port()
+    process = subprocess.Popen([os.sys.executable, str(Path(__file__).parent / script), str(port), *args])
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_for(script, lambda: ready(url))
+        yield url
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
 @pytest.fixture(scope="session")
 def phoenix(tmp_path_factory):
     """Arize Phoenix (its own venv, .cache/phoenix-venv), on SQLite in a folder of its own;
@@ -228,14 +243,9 @@ AZURE_SEARCH_KEY = "azure-admin-key"
 def azure_search():
     """The local Azure AI Search stand-in (`azure_search_standin.py`): its endpoint. Its admin
     key is AZURE_SEARCH_KEY."""
-    port = free_port()
-    process = subprocess.Popen([os.sys.executable, str(Path(__file__).parent / "azure_search_standin.py"), str(port),
-                                AZURE_SEARCH_KEY])
-    url = f"http://127.0.0.1:{port}"
-    wait_for("the Azure AI Search stand-in", lambda: http("GET", f"{url}/indexes")[0] == 403)
-    yield url
-    process.terminate()
-    process.wait(timeout=10)
+    with stand_in("azure_search_standin.py", lambda url: http("GET", f"{url}/indexes")[0] == 403,
+                  AZURE_SEARCH_KEY) as url:
+        yield url
 
 
 LANGSMITH_KEY = "ls-test-key"
@@ -245,14 +255,9 @@ LANGSMITH_KEY = "ls-test-key"
 def langsmith():
     """The local LangSmith stand-in (`langsmith_standin.py`): its base URL. Its API key is
     LANGSMITH_KEY; a trace delete is carried out 1 s after it is queued."""
-    port = free_port()
-    process = subprocess.Popen([os.sys.executable, str(Path(__file__).parent / "langsmith_standin.py"), str(port),
-                                LANGSMITH_KEY, "1.0"])
-    url = f"http://127.0.0.1:{port}"
-    wait_for("the LangSmith stand-in", lambda: http("GET", f"{url}/api/v1/info")[0] == 200)
-    yield url
-    process.terminate()
-    process.wait(timeout=10)
+    with stand_in("langsmith_standin.py", lambda url: http("GET", f"{url}/api/v1/info")[0] == 200,
+                  LANGSMITH_KEY, "1.0") as url:
+        yield url
 
 
 @pytest.fixture(scope="session")
@@ -335,13 +340,8 @@ def qdrant(tmp_path_factory):
 @pytest.fixture(scope="session")
 def provider():
     """The local OpenAI-compatible stand-in (`openai_standin.py`)."""
-    port = free_port()
-    process = subprocess.Popen([os.sys.executable, str(Path(__file__).parent / "openai_standin.py"), str(port)])
-    url = f"http://127.0.0.1:{port}"
-    wait_for("the provider stand-in", lambda: http("GET", f"{url}/v1/models")[0] == 200)
-    yield url
-    process.terminate()
-    process.wait(timeout=10)
+    with stand_in("openai_standin.py", lambda url: http("GET", f"{url}/v1/models")[0] == 200) as url:
+        yield url
 
 
 def new_database():
