@@ -1,20 +1,140 @@
-//! The Azure AI Search adapter, pure (issue 26, being built): the stamp fields an index is created
-//! with, and what Lethe sends Azure in place of a client's `$filter`. The client's filter is parsed and written again (`odata`), refused when
-//! it reads Lethe's stamp fields (`lethe_*`: a client may not select by, or probe, another
-//! owner's stamp), and ANDed, in parentheses, with the caller's scope and "not expired": whatever
-//! the client wrote, Azure answers no document outside it.
+//! The Azure AI Search adapter, pure: which endpoint a request is (`endpoint`), the stamp fields
+//! an index is created with and every document carries, what Lethe sends Azure in place of a
+//! client's `$filter`, how an indexing batch is decided and stamped (`write`), and how reads are
+//! narrowed and their answers decided again (`read`).
+//!
+//! The client's filter is parsed and written again (`odata`), refused when it reads Lethe's
+//! stamp fields (`lethe_*`: a client may not select by, or probe, another owner's stamp), and
+//! ANDed, in parentheses, with the caller's scope and "not expired": whatever the client wrote,
+//! Azure answers no document outside it.
+
+pub mod endpoint;
+pub mod read;
+pub mod write;
 
 use chrono::{DateTime, SecondsFormat, Utc};
+use lethe_policy::{Layer, Stamp};
+use serde_json::{Map, Value, json};
 
 use super::odata::{self, Literal, ODataError};
 use crate::data::records::AdapterError;
+use crate::stores::kit::stamp::{CATEGORY, EPOCH, LAYER, PURPOSE, STAMP_KEYS};
+pub use crate::stores::kit::stamp::{EXPIRES_AT, SUBJECT, TENANT};
 
-/// Lethe's stamp fields on every document (filterable, never searchable). No field of a
-/// client's, at any depth, may be named so.
-pub const TENANT: &str = "lethe_tenant";
-pub const SUBJECT: &str = "lethe_subject";
-pub const EXPIRES_AT: &str = "lethe_expires_at";
-const STAMP_PREFIX: &str = "lethe_";
+/// Every stamp field begins so. No field of a client's, at any depth, may.
+pub const STAMP_PREFIX: &str = "lethe_";
+
+/// Whether a field name (or a path's segment) is Lethe's.
+pub fn is_stamp_field(name: &str) -> bool {
+    name.starts_with(STAMP_PREFIX)
+}
+
+/// The stamp fields of a document, as an index created through Lethe types them (the deadline
+/// an `Edm.DateTimeOffset` in UTC).
+pub fn stamp_fields(stamp: &Stamp) -> Map<String, Value> {
+    let mut fields = Map::new();
+    fields.insert(TENANT.into(), json!(stamp.tenant));
+    fields.insert(SUBJECT.into(), json!(stamp.subject));
+    fields.insert(PURPOSE.into(), json!(stamp.purpose));
+    fields.insert(CATEGORY.into(), json!(stamp.category));
+    fields.insert(LAYER.into(), json!(stamp.layer.as_str()));
+    fields.insert(EXPIRES_AT.into(), json!(date_time(stamp.expires_at)));
+    fields.insert(EPOCH.into(), json!(stamp.epoch));
+    fields
+}
+
+/// A date-time as Lethe writes it to Azure: UTC, whole seconds (as every store holds a deadline).
+pub fn date_time(at: DateTime<Utc>) -> String {
+    at.to_rfc3339_opts(SecondsFormat::Secs, true)
+}
+
+/// The stamp a document Azure answered carries, if it carries a whole one.
+pub fn read_stamp(doc: &Value) -> Option<Stamp> {
+    let text = |k: &str| doc.get(k)?.as_str().map(str::to_owned);
+    let layer = match doc.get(LAYER) {
+        None | Some(Value::Null) => Layer::Raw,
+        Some(layer) => layer.as_str()?.parse().ok()?,
+    };
+    Some(Stamp {
+        tenant: text(TENANT)?,
+        subject: text(SUBJECT)?,
+        purpose: text(PURPOSE)?,
+        category: text(CATEGORY)?,
+        layer,
+        expires_at: DateTime::parse_from_rfc3339(doc.get(EXPIRES_AT)?.as_str()?)
+            .ok()?
+            .with_timezone(&Utc),
+        epoch: doc.get(EPOCH)?.as_i64()?,
+    })
+}
+
+/// Whether a document key is one Azure takes: letters, digits, `_`, `-` and `=`, not beginning
+/// with `_`, at most 1 024 characters. Nothing else is passed on, or built into a filter.
+pub fn canonical_key(key: &str) -> bool {
+    !key.is_empty()
+        && key.len() <= 1024
+        && !key.starts_with('_')
+        && key
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'='))
+}
+
+/// Whether a field name is one Azure takes: a letter first, then letters, digits and `_`.
+pub fn canonical_field(name: &str) -> bool {
+    name.len() <= 128
+        && name.starts_with(|c: char| c.is_ascii_alphabetic())
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+}
+
+/// The filter that selects the documents under `keys` (canonical keys: no quote or comma can
+/// reach it), in `key_field`.
+pub fn keys_filter(key_field: &str, keys: &[String]) -> String {
+    format!("search.in({key_field}, '{}', ',')", keys.join(","))
+}
+
+/// What Lethe reads of every document besides what the client asked for: its key and stamp.
+pub fn stamp_select(key_field: &str) -> Vec<String> {
+    std::iter::once(key_field.to_owned())
+        .chain(STAMP_KEYS.iter().map(|k| (*k).to_owned()))
+        .collect()
+}
+
+/// A client's index definition as the client sees it: Lethe's stamp fields left out (they are
+/// added again to whatever definition it sends back).
+pub fn without_stamp_fields(mut definition: Value) -> Value {
+    if let Some(Value::Array(fields)) = definition.get_mut("fields") {
+        fields.retain(|f| !f["name"].as_str().is_some_and(is_stamp_field));
+    }
+    definition
+}
+
+/// What Lethe needs of an index to serve it: its key field, and whether it was made with the
+/// stamp fields (an index made around Lethe cannot be governed).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IndexInfo {
+    pub key: String,
+    pub stamped: bool,
+}
+
+/// An index definition Azure answered, read.
+pub fn index_info(definition: &Value) -> Result<IndexInfo, AdapterError> {
+    let fields = definition["fields"]
+        .as_array()
+        .ok_or_else(|| AdapterError::UpstreamInvalid("an index without fields".into()))?;
+    let key = fields
+        .iter()
+        .find(|f| f["key"] == true)
+        .and_then(|f| f["name"].as_str())
+        .filter(|k| canonical_field(k))
+        .ok_or_else(|| AdapterError::UpstreamInvalid("an index without a key field".into()))?;
+    let stamped = STAMP_FIELDS
+        .iter()
+        .all(|(name, _)| fields.iter().any(|f| f["name"] == *name));
+    Ok(IndexInfo {
+        key: key.to_owned(),
+        stamped,
+    })
+}
 
 /// The stamp fields an index is created with, and their types: filterable (the scope is a
 /// filter on them), retrievable (answers are decided again on them), never searchable (no text
@@ -22,11 +142,11 @@ const STAMP_PREFIX: &str = "lethe_";
 const STAMP_FIELDS: &[(&str, &str)] = &[
     (TENANT, "Edm.String"),
     (SUBJECT, "Edm.String"),
-    ("lethe_purpose", "Edm.String"),
-    ("lethe_category", "Edm.String"),
-    ("lethe_layer", "Edm.String"),
+    (PURPOSE, "Edm.String"),
+    (CATEGORY, "Edm.String"),
+    (LAYER, "Edm.String"),
     (EXPIRES_AT, "Edm.DateTimeOffset"),
-    ("lethe_epoch", "Edm.Int64"),
+    (EPOCH, "Edm.Int64"),
 ];
 
 /// A client's index definition with Lethe's stamp fields added; refused when it is not one, or
@@ -37,7 +157,7 @@ pub fn with_stamp_fields(
     fn named_as_stamp(fields: &[serde_json::Value]) -> Option<String> {
         fields.iter().find_map(|f| {
             let name = f.get("name")?.as_str()?;
-            match name.starts_with(STAMP_PREFIX) {
+            match is_stamp_field(name) {
                 true => Some(name.to_owned()),
                 false => named_as_stamp(f.get("fields")?.as_array()?),
             }
@@ -68,6 +188,8 @@ pub struct Reader<'a> {
     /// The subject a bound token (or `X-Lethe-Subject`) names; none: any of the tenant's, each
     /// document decided again on its stamp.
     pub subject: Option<&'a str>,
+    /// The purpose the caller reads for (`X-Lethe-Purpose` or the route's), if it names one.
+    pub purpose: Option<&'a str>,
 }
 
 /// The filter Azure is sent for a read by `reader` at `now`, given the client's own (if any).
@@ -81,7 +203,10 @@ pub fn narrowed(
     if let Some(subject) = reader.subject {
         scope = format!("({scope}) and ({SUBJECT} eq {})", text(subject));
     }
-    let deadline = now.to_rfc3339_opts(SecondsFormat::Secs, true);
+    if let Some(purpose) = reader.purpose {
+        scope = format!("({scope}) and ({PURPOSE} eq {})", text(purpose));
+    }
+    let deadline = date_time(now);
     scope = format!("({scope}) and ({EXPIRES_AT} gt {deadline})");
     let Some(client) = client.filter(|c| !c.trim().is_empty()) else {
         return Ok(scope);
@@ -90,7 +215,7 @@ pub fn narrowed(
     if let Some(field) = parsed
         .fields()
         .into_iter()
-        .find(|f| f.split('/').any(|part| part.starts_with(STAMP_PREFIX)))
+        .find(|f| f.split('/').any(is_stamp_field))
     {
         return Err(ODataError(format!(
             "{field} is Lethe's stamp: filters may not read it"
@@ -111,6 +236,7 @@ mod tests {
     const ALICE: Reader<'static> = Reader {
         tenant: "acme",
         subject: Some("alice"),
+        purpose: None,
     };
 
     #[test]
@@ -147,10 +273,11 @@ mod tests {
         let service = Reader {
             tenant: "ac'me",
             subject: None,
+            purpose: Some("support"),
         };
         assert_eq!(
             narrowed(None, service, now()).unwrap(),
-            "(lethe_tenant eq 'ac''me') and (lethe_expires_at gt 2027-01-15T08:00:00Z)"
+            "((lethe_tenant eq 'ac''me') and (lethe_purpose eq 'support')) and (lethe_expires_at gt 2027-01-15T08:00:00Z)"
         );
     }
 
