@@ -71,7 +71,7 @@ pub enum AuthError {
     WrongIssuerOrAudience,
     #[error("the token lacks a required claim or has an invalid one")]
     BadClaims,
-    #[error("the Authorization header must be sent once")]
+    #[error("the token must be sent once, in one header")]
     Repeated,
 }
 

@@ -10,7 +10,8 @@ What it implements, in both URL forms (`/indexes('x')/docs/search.post.search` a
 `/indexes/x/docs/search` as the docs write):
 - `api-key` must be the admin key (403 otherwise); `api-version` one of the three above (400).
 - Indexes: `POST /indexes` (201 with the index, omitted attributes true where the type allows;
-  400 `ResourceNameAlreadyInUse` for a duplicate), `GET /indexes` (`{"value": [...]}`),
+  400 `ResourceNameAlreadyInUse` for a duplicate), `PUT /indexes('x')` (create 201, or update
+  200 adding fields; dropping or retyping one is 400), `GET /indexes` (`{"value": [...]}`),
   `GET` / `DELETE /indexes('x')` (404 / 204).
 - `POST .../docs/search.index`: `upload`, `merge`, `mergeOrUpload`, `delete`; at most 1 000 actions
   (400); per item `{"key", "status", "errorMessage", "statusCode"}` (201 created, 200 replaced or
@@ -32,6 +33,8 @@ What it implements, in both URL forms (`/indexes('x')/docs/search.post.search` a
 - Deleted documents: `$count` and searches drop them at once; `GET /indexes('x')/search.stats`
   reports `storageSize` that still counts them until a simulated merge (`POST /_merge`), as
   Microsoft documents deleted documents staying in segments until background merges (24-72 h).
+- For the tests (no key needed, not Azure's): `GET /_batches` answers the number of actions of
+  each indexing batch it carried out, by index, in order.
 
     python azure_search_standin.py PORT ADMIN_KEY
 """
@@ -47,6 +50,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 VERSIONS = {"2024-07-01", "2025-09-01", "2026-04-01"}
 LOCK = threading.Lock()
 INDEXES = {}     # name -> {"definition", "docs": {key: doc}, "deleted_bytes": int}
+BATCHES = {}     # name -> [number of actions of each batch carried out]
 PAGE, MAX_TOP, MAX_SKIP, MAX_BATCH = 50, 1000, 100_000, 1000
 
 
@@ -433,6 +437,9 @@ class Handler(BaseHTTPRequestHandler):
         url = urlsplit(self.path)
         query = parse_qs(url.query)
         try:
+            if url.path == "/_batches" and method == "GET":
+                with LOCK:
+                    return self.send(200, BATCHES)
             if url.path == "/_merge" and method == "POST":
                 with LOCK:
                     for index in INDEXES.values():
@@ -461,6 +468,8 @@ class Handler(BaseHTTPRequestHandler):
             if path == "/indexes" and method == "GET":
                 return 200, {"value": [i.definition for i in INDEXES.values()]}, "application/json"
             raise Refused(404, "", "Not found.")
+        if rest == "" and method == "PUT":
+            return put_index(name, body)
         index = INDEXES.get(name)
         if index is None:
             raise Refused(404, "", f"The index '{name}' for service 'standin' was not found.")
@@ -471,6 +480,7 @@ class Handler(BaseHTTPRequestHandler):
             return 204, None, "application/json"
         if rest in ("/docs/search.index", "/docs/index") and method == "POST":
             status, answer = index_batch(index, body.get("value") or [])
+            BATCHES.setdefault(name, []).append(len(body.get("value") or []))
             return status, answer, "application/json"
         if rest in ("/docs/search.post.search", "/docs/search") and method == "POST":
             return 200, search(index, body or {}), "application/json"
@@ -497,8 +507,28 @@ class Handler(BaseHTTPRequestHandler):
     def do_POST(self):
         self.handle_any("POST")
 
+    def do_PUT(self):
+        self.handle_any("PUT")
+
     def do_DELETE(self):
         self.handle_any("DELETE")
+
+
+def put_index(name, body):
+    """Create or update: an update may add fields, never drop or retype one (Azure's 400)."""
+    if body.get("name") != name:
+        raise Refused(400, "InvalidRequestParameter", "The index name in the body does not match the URL.")
+    held = INDEXES.get(name)
+    if held is None:
+        INDEXES[name] = Index(with_defaults(body))
+        return 201, body, "application/json"
+    new = {f["name"]: f["type"] for f in body.get("fields", [])}
+    for field in held.definition["fields"]:
+        if new.get(field["name"]) != field["type"]:
+            raise Refused(400, "OperationNotAllowed",
+                          f"Existing field '{field['name']}' cannot be changed or removed.")
+    held.definition = with_defaults(body)
+    return 200, body, "application/json"
 
 
 def suggestions(index, body, autocomplete):

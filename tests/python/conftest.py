@@ -360,6 +360,7 @@ def state_url():
 # prefix, `/<kind>`, and its `LETHE_UPSTREAM_<KIND>`) and the keys the route needs besides its
 # upstream. A test names a kind's upstream as `<kind>_url=`, and more keys as `<kind>_settings=`.
 ROUTES = {
+    "azure_search": 'credential = { header = "api-key", value = { value = "azure-admin-key" } }\n',
     "chroma": "",
     "langgraph": "",
     "openai": ('timeout = "2s"\nretention_window = "30d"\n'
@@ -499,6 +500,23 @@ class Lethe:
         from qdrant_client import QdrantClient
         return QdrantClient(url=f"http://{self.data}", prefix="qdrant",
                             metadata={"Authorization": f"Bearer {token}", **headers})
+
+    def azure(self, token, index, **headers):
+        """The official azure-search-documents SearchClient, pointed at Lethe's /azure_search
+        route; Lethe's token is the api-key (`AzureKeyCredential`)."""
+        from azure.core.credentials import AzureKeyCredential
+        from azure.search.documents import SearchClient
+        return SearchClient(f"http://{self.data}/azure_search", index, AzureKeyCredential(token), headers=headers)
+
+    def azure_agent(self, index, subject=None, purpose="personalization", category="preference", tenant=TENANT):
+        return self.azure(self.token("agent", subject, tenant=tenant), index,
+                          **{"X-Lethe-Purpose": purpose, "X-Lethe-Category": category})
+
+    def azure_indexes(self, token):
+        """The official SearchIndexClient, pointed at Lethe's /azure_search route."""
+        from azure.core.credentials import AzureKeyCredential
+        from azure.search.documents.indexes import SearchIndexClient
+        return SearchIndexClient(f"http://{self.data}/azure_search", AzureKeyCredential(token))
 
     def qdrant_agent(self, subject=None, purpose="personalization", category="preference"):
         return self.qdrant(self.token("agent", subject),

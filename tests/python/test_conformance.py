@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import (LETHE, NOWHERE, TENANT, export_spans, http, new_database, own_lethe, phoenix_spans, someone,
+from conftest import (AZURE_SEARCH_KEY, LETHE, NOWHERE, TENANT, export_spans, http, new_database, own_lethe, phoenix_spans, someone,
                       wait_for)
 
 DOWN = NOWHERE
@@ -61,6 +61,34 @@ def chroma_records(lethe, subject, collection):
     lethe.agent(subject).get_collection(collection, embedding_function=None).add(
         ids=ids, embeddings=[[float(i), 1.0] for i in range(SEEDED)], documents=[f"fact {i}" for i in ids])
     return ids
+
+
+class AzureSearchCase(Case):
+    target = "azure_search:azure_search"
+
+    @property
+    def urls(self):
+        return {"azure_search_url": self.stores["azure_search"]}
+
+    def seed(self, lethe, subject):
+        from azure.search.documents.indexes.models import SearchFieldDataType, SearchIndex, SearchableField, SimpleField
+        if not hasattr(self, "index"):
+            self.index = f"conf-{uuid.uuid4().hex[:8]}"
+            lethe.azure_indexes(lethe.token("admin")).create_index(SearchIndex(name=self.index, fields=[
+                SimpleField(name="id", type=SearchFieldDataType.String, key=True), SearchableField(name="text")]))
+        lethe.grant(subject)
+        results = lethe.azure_agent(self.index, subject).upload_documents(
+            [{"id": f"{subject}-{i}", "text": f"fact {i}"} for i in range(SEEDED)])
+        assert all(r.succeeded for r in results)
+
+    def count(self, subject):
+        from azure.core.credentials import AzureKeyCredential
+        from azure.search.documents import SearchClient
+        stored = SearchClient(self.stores["azure_search"], self.index, AzureKeyCredential(AZURE_SEARCH_KEY))
+        return stored.search("*", filter=f"lethe_subject eq '{subject}'", include_total_count=True, top=0).get_count()
+
+    def take_down(self, lethe):
+        restart_with_env(lethe, "LETHE_UPSTREAM_AZURE_SEARCH", DOWN)
 
 
 class ChromaCase(Case):
@@ -294,14 +322,14 @@ lineage_store = "chroma"
         restart_with_config(lethe, str(self.path), str(self.tmp / "gone" / "history.db"))
 
 
-CASES = {"chroma": ChromaCase, "langgraph": LangGraphCase, "openai": OpenAiCase, "otlp": OtlpCase, "qdrant": QdrantCase,
+CASES = {"azure_search": AzureSearchCase, "chroma": ChromaCase, "langgraph": LangGraphCase, "openai": OpenAiCase, "otlp": OtlpCase, "qdrant": QdrantCase,
          "postgres": PostgresCase, "redis": RedisCase, "sqlite": SqliteCase}
 
 
 @pytest.fixture(scope="module")
-def stores(chroma, langgraph, provider, direct, qdrant, phoenix):
+def stores(chroma, langgraph, provider, direct, qdrant, phoenix, azure_search):
     return {"chroma": chroma, "langgraph": langgraph, "provider": provider, "direct": direct, "qdrant": qdrant,
-            "phoenix": phoenix}
+            "phoenix": phoenix, "azure_search": azure_search}
 
 
 def test_every_store_kind_this_build_knows_has_a_conformance_case():

@@ -199,7 +199,7 @@ fn what_cannot_work_is_refused_up_front() {
     let joined = crate::cli::check(text).unwrap_err().problems.join("\n");
     for needle in [
         "state.url: \"sqlite:relative.db\"",
-        "[[routes]] #1 (vectors): adapter \"weaviate\": no such store (known: chroma, langgraph, openai, otlp, qdrant, redis)",
+        "[[routes]] #1 (vectors): adapter \"weaviate\": no such store (known: azure_search, chroma, langgraph, openai, otlp, qdrant, redis)",
         "[[erasure.redis]] #1 (cache): urls: rediss://cache.internal:port: the port is not a number",
         "[[routes]] #2 (mem0): purpose: must be 1 to 200 bytes without control characters or '/'",
         "[[routes]] #2 (mem0): subject_field \"lethe_subject\": name a payload key of the app's own",

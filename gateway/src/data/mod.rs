@@ -235,7 +235,16 @@ async fn run(
     seen: &mut Seen,
 ) -> Result<Response<Body>, DataError> {
     let (parts, body) = request.into_parts();
-    let token = crate::auth::bearer_token(&parts.headers).map_err(|e| {
+    let path = parts.uri.path();
+    let found = state
+        .routes
+        .iter()
+        .find_map(|r| r.strip(path).map(|rest| (r, rest)));
+    let http = found.and_then(|(route, _)| match route.store.serving() {
+        route::Serving::Http(http) => Some(http),
+        route::Serving::Connections(_) => None,
+    });
+    let token = token(&parts.headers, http.and_then(|h| h.token_header())).map_err(|e| {
         DataError::new(
             StatusCode::UNAUTHORIZED,
             Code::Unauthenticated,
@@ -265,18 +274,13 @@ async fn run(
                 "whether the token was revoked cannot be known",
             ),
         })?;
-    let path = parts.uri.path();
-    let (route, rest) = state
-        .routes
-        .iter()
-        .find_map(|r| r.strip(path).map(|rest| (r, rest)))
-        .ok_or_else(|| {
-            DataError::new(
-                StatusCode::NOT_FOUND,
-                Code::UnknownRoute,
-                "no route has this path prefix",
-            )
-        })?;
+    let (route, rest) = found.ok_or_else(|| {
+        DataError::new(
+            StatusCode::NOT_FOUND,
+            Code::UnknownRoute,
+            "no route has this path prefix",
+        )
+    })?;
     seen.route = Some(route.name.clone());
     let mut ctx = RequestContext::new(
         id.to_owned(),
@@ -286,7 +290,7 @@ async fn run(
         &state.folding,
     )?;
     seen.subject = ctx.subject.clone().map(|s| (ctx.tenant().to_owned(), s));
-    let rest = canonical_path(rest)?.to_owned();
+    let rest = canonical_path(rest, http.is_some_and(|h| h.decodes_path()))?.to_owned();
     single_parameters(parts.uri.query())?;
     // A route's defaults stand in for the headers a client cannot send.
     if ctx.purpose.is_none() {
@@ -345,10 +349,10 @@ async fn run(
 
 /// The path after a route's prefix, when it names what it means one way only: no
 /// percent-encoded bytes (the stores decode them, so `%61dd` would be `add` to them and not to
-/// Lethe), no empty, `.` or `..` segments, no backslashes. Anything else is refused rather than
-/// guessed at.
-fn canonical_path(rest: &str) -> Result<&str, DataError> {
-    let plain = !rest.contains(['%', '\\']);
+/// Lethe) unless the route `decodes` its path itself, no empty, `.` or `..` segments, no
+/// backslashes. Anything else is refused rather than guessed at.
+fn canonical_path(rest: &str, decodes: bool) -> Result<&str, DataError> {
+    let plain = !rest.contains('\\') && (decodes || !rest.contains('%'));
     let segments = rest.is_empty()
         || rest == "/"
         || rest
@@ -414,6 +418,28 @@ impl Upstream<'_> {
             .upstreams
             .send(self.route, method, path, query, &self.parts.headers, body)
             .await
+    }
+}
+
+/// The caller's token: `Authorization: Bearer ...`, or, for a route whose clients send their key
+/// in a header of their protocol's own (`api-key`), that header; never both (a proxy in front
+/// of Lethe might authorise the other).
+fn token<'h>(
+    headers: &'h hyper::HeaderMap,
+    own: Option<&'static str>,
+) -> Result<&'h str, crate::auth::AuthError> {
+    let bearer = crate::auth::bearer_token(headers);
+    let Some(own) = own else { return bearer };
+    let mut sent = headers.get_all(own).iter();
+    match (bearer, sent.next(), sent.next()) {
+        (Err(crate::auth::AuthError::Missing), Some(key), None) => key
+            .to_str()
+            .map(str::trim)
+            .map_err(|_| crate::auth::AuthError::Malformed),
+        (Err(crate::auth::AuthError::Missing), None, _) => Err(crate::auth::AuthError::Missing),
+        (Ok(bearer), None, _) => Ok(bearer),
+        (Err(e), None, _) => Err(e),
+        _ => Err(crate::auth::AuthError::Repeated),
     }
 }
 

@@ -106,6 +106,18 @@ pub trait HttpRoute: Send + Sync {
         &[]
     }
 
+    /// The header its clients send their key in when they cannot send `Authorization: Bearer`
+    /// (Azure's `api-key`): Lethe's token is read from it.
+    fn token_header(&self) -> Option<&'static str> {
+        None
+    }
+
+    /// Whether it reads percent-encoded names in its paths itself, to one canonical name each
+    /// (Azure's SDK encodes a document key whole): then Lethe lets `%` through to it.
+    fn decodes_path(&self) -> bool {
+        false
+    }
+
     /// One data-plane request (`path` is what follows the route's prefix), decided and
     /// answered.
     async fn handle(

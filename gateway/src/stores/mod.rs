@@ -30,6 +30,7 @@ use crate::data::route::{RouteStore, Serving};
 
 /// Every kind of store a route can front.
 pub const KINDS: &[Kind] = &[
+    azure_search::KIND,
     chroma::KIND,
     langgraph::KIND,
     openai::KIND,

@@ -109,7 +109,7 @@ pub fn without_stamp_fields(mut definition: Value) -> Value {
 }
 
 /// What Lethe needs of an index to serve it: its key field, and whether it was made with the
-/// stamp fields (an index made around Lethe cannot be governed).
+/// stamp fields and a filterable key (an index made around Lethe cannot be governed).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IndexInfo {
     pub key: String,
@@ -124,14 +124,17 @@ pub fn index_info(definition: &Value) -> Result<IndexInfo, AdapterError> {
     let key = fields
         .iter()
         .find(|f| f["key"] == true)
-        .and_then(|f| f["name"].as_str())
-        .filter(|k| canonical_field(k))
         .ok_or_else(|| AdapterError::UpstreamInvalid("an index without a key field".into()))?;
-    let stamped = STAMP_FIELDS
-        .iter()
-        .all(|(name, _)| fields.iter().any(|f| f["name"] == *name));
+    let name = key["name"]
+        .as_str()
+        .filter(|k| canonical_field(k))
+        .ok_or_else(|| AdapterError::UpstreamInvalid("a key field without a name".into()))?;
+    let stamped = key["filterable"] != false
+        && STAMP_FIELDS
+            .iter()
+            .all(|(name, _)| fields.iter().any(|f| f["name"] == *name));
     Ok(IndexInfo {
-        key: key.to_owned(),
+        key: name.to_owned(),
         stamped,
     })
 }
@@ -149,8 +152,9 @@ const STAMP_FIELDS: &[(&str, &str)] = &[
     (EPOCH, "Edm.Int64"),
 ];
 
-/// A client's index definition with Lethe's stamp fields added; refused when it is not one, or
-/// names a field (at any depth) as Lethe's own.
+/// A client's index definition with Lethe's stamp fields added, and its key field made
+/// filterable (Lethe reads what Azure holds under a batch's keys, and leaves hidden documents
+/// out by key); refused when it is not one, or names a field (at any depth) as Lethe's own.
 pub fn with_stamp_fields(
     mut definition: serde_json::Value,
 ) -> Result<serde_json::Value, AdapterError> {
@@ -171,6 +175,9 @@ pub fn with_stamp_fields(
         return Err(AdapterError::Invalid(format!(
             "field {name}: names beginning lethe_ are Lethe's stamp"
         )));
+    }
+    for field in fields.iter_mut().filter(|f| f["key"] == true) {
+        field["filterable"] = json!(true);
     }
     fields.extend(STAMP_FIELDS.iter().map(|(name, kind)| {
         serde_json::json!({
@@ -284,12 +291,20 @@ mod tests {
     #[test]
     fn an_index_is_created_with_the_stamp_fields_and_none_of_a_clients_own() {
         let definition = serde_json::json!({"name": "episodes", "fields": [
-            {"name": "id", "type": "Edm.String", "key": true},
+            {"name": "id", "type": "Edm.String", "key": true, "filterable": false},
             {"name": "text", "type": "Edm.String", "searchable": true},
         ]});
         let stamped = with_stamp_fields(definition).unwrap();
         let fields = stamped["fields"].as_array().unwrap();
         assert_eq!(fields.len(), 2 + STAMP_FIELDS.len());
+        assert_eq!(fields[0]["filterable"], true, "the key is filtered on");
+        assert_eq!(
+            index_info(&stamped).unwrap(),
+            IndexInfo {
+                key: "id".into(),
+                stamped: true
+            }
+        );
         for (name, kind) in STAMP_FIELDS {
             let field = fields.iter().find(|f| f["name"] == *name).unwrap();
             assert_eq!(field["type"], *kind);
