@@ -524,6 +524,9 @@ impl Call<'_, '_> {
         let scope = self.ctx.scope();
         let mut planned = write::plan_batch(body, &info.key, &scope, self.fields.subject)?;
         let keys = planned.keys();
+        if !planned.refused.is_empty() {
+            return Ok(refused_batch(&keys, &planned.refused));
+        }
         let texts = planned.texts(self.fields.text);
         let texts: Vec<&str> = texts.iter().map(String::as_str).collect();
         let derivations = state

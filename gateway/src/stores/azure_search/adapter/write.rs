@@ -55,6 +55,9 @@ pub struct PlannedBatch {
     actions: Vec<Action>,
     /// The facts of every writing action (`index`: its position in the batch; `id`: its key).
     pub facts: Vec<RecordFacts<String>>,
+    /// The actions refused already for what they name (another subject than the token's, say):
+    /// the batch is answered with them, per item, and nothing of it is sent.
+    pub refused: Vec<RecordRefusal>,
 }
 
 impl PlannedBatch {
@@ -109,6 +112,7 @@ pub fn plan_batch(
         key_field: key_field.to_owned(),
         actions: Vec::with_capacity(actions.len()),
         facts: Vec::new(),
+        refused: Vec::new(),
     };
     let mut seen = BTreeSet::new();
     for (index, action) in actions.iter().enumerate() {
@@ -154,9 +158,11 @@ pub fn plan_batch(
                 Some(field) => string_field(Some(doc), field, index)?,
                 None => None,
             };
-            planned
-                .facts
-                .push(record_facts(index, key.clone(), scope, Some(&meta), named)?);
+            match record_facts(index, key.clone(), scope, Some(&meta), named) {
+                Ok(facts) => planned.facts.push(facts),
+                Err(AdapterError::Refused(refused)) => planned.refused.extend(refused),
+                Err(e) => return Err(e),
+            }
         }
         planned.actions.push(Action { kind, key, fields });
     }
