@@ -92,18 +92,23 @@ fn the_subject_comes_from_the_request_the_stamp_fields_or_the_subject_field() {
         planned.facts[1].requested_expires_at.unwrap().to_rfc3339(),
         "2027-01-20T00:00:00+00:00"
     );
-    // A bound token's batch naming another subject, in either place, is a scope violation.
+    // A bound token's batch naming another subject, in either place, is a scope violation,
+    // answered per action.
     for other in [
         json!({"id": "e1", "user_id": "bob"}),
         json!({"id": "e1", "lethe_subject": "bob"}),
     ] {
         let planned = plan_batch(
-            &batch(json!([other])),
+            &batch(json!([{"id": "e0"}, other])),
             "id",
             &scope(Some("alice")),
             Some("user_id"),
         );
-        assert_eq!(planned.map_err(code).unwrap_err(), "scope_violation");
+        let refused = planned.unwrap().refused;
+        assert_eq!(
+            (refused[0].index, refused[0].refusal.code()),
+            (1, "scope_violation")
+        );
     }
     let missing = plan_batch(
         &batch(json!([{"id": "e1"}])),
