@@ -221,3 +221,39 @@ def test_the_sweeper_deletes_documents_past_their_deadline_and_no_others(gate, a
         assert held(azure_search, index, long) == 2
     finally:
         assert rules("30d")[0] == 200
+
+
+def test_the_lexical_probe_stops_an_erasure_that_left_an_unattributed_document(chroma, azure_search, tmp_path):
+    """A batch job wrote a summary about the subject straight into Azure, without a stamp: the
+    purge cannot attribute it, the probe finds the subject's key through `search=` in the route's
+    text field, and the erasure goes to exception for a person to review; once the copy is removed
+    at its source and the erasure resumed, it completes. Another subject's document that mentions
+    the erased one is that subject's, and stays."""
+    instance = own_lethe(chroma, tmp_path, '[erasure]\nretry_backoff = "100ms"\nmax_attempts = 2\nprobes = ["{subject}"]\n',
+                         azure_search_url=azure_search, azure_search_settings='text_fields = ["text"]\n')
+    try:
+        name = f"episodes-{uuid.uuid4().hex[:8]}"
+        instance.azure_indexes(instance.token("admin")).create_index(definition(name))
+        gone, other = someone(), someone()
+        for s in (gone, other):
+            instance.grant(s)
+        upload(instance, name, gone, 2)
+        mention = {"id": "mention1", "user_id": other, "text": f"met {gone} at the station"}
+        assert instance.azure_agent(name, other).upload_documents([mention])[0].succeeded
+        direct(azure_search, name).upload_documents([{"id": "copy1", "text": f"summary of {gone}: likes tea"}])
+
+        status, filed = instance.call("POST", "/v1/erasures", {"subject": gone, "ticket": "DSR-P", "reason": "art. 17"})
+        assert status == 201
+        assert instance.call("POST", f"/v1/erasures/{filed['id']}/approve")[0] == 200
+        request = lambda: instance.call("GET", f"/v1/erasures/{filed['id']}")[1]
+        wait_for("the erasure to stop for review", lambda: request()["state"] == "exception", deadline=30)
+        target = next(t for t in request()["targets"] if t["target"] == ROUTE)
+        assert "verification probe found 1 records" in target["last_error"], target
+        assert held(azure_search, name, gone) == 0
+        assert instance.cli("erase", "--tenant", "acme", "--review", filed["id"]).returncode == 0
+        direct(azure_search, name).delete_documents([{"id": "copy1"}])
+        assert instance.cli("erase", "--tenant", "acme", "--resume", filed["id"]).returncode == 0
+        wait_for("the resumed erasure to complete", lambda: request()["state"] == "completed", deadline=30)
+        assert direct(azure_search, name).get_document("mention1")["text"] == mention["text"]
+    finally:
+        instance.stop()
