@@ -2,7 +2,9 @@
 //! overhead. As Chroma it answers every record operation at once with a canned answer; as an
 //! OpenAI-compatible provider it answers `/v1/chat/completions` at once, or with `"stream": true`
 //! sends 10 events 20 ms apart (so that the time to the first byte can be measured); as an OTLP
-//! receiver it takes every `/v1/traces` export.
+//! receiver it takes every `/v1/traces` export; as Azure AI Search it serves the index `bench`
+//! (made through Lethe): 5 documents for every search, nothing held under a batch's keys, and
+//! every indexing action carried out.
 //!
 //! `cargo run --release --example fast_upstream -- PORT SUBJECT` (records are stamped for tenant
 //! `acme` and SUBJECT, so that Lethe serves them; a read Lethe narrowed to another subject is
@@ -48,6 +50,9 @@ async fn main() -> std::io::Result<()> {
                     if path == "/v1/traces" {
                         return Ok::<_, Infallible>(traces_taken());
                     }
+                    if let Some(rest) = path.strip_prefix("/indexes('bench')") {
+                        return Ok::<_, Infallible>(azure_search(rest, &sent, &subject));
+                    }
                     if let Some(asked) = asked_subject(&sent).filter(|s| *s != subject) {
                         (query, get) = answers(asked);
                     }
@@ -86,6 +91,52 @@ fn traces_taken() -> Answer {
         "content-type",
         "application/x-protobuf".parse().expect("static"),
     );
+    response
+}
+
+/// Azure AI Search's answers for the index `bench`: its definition (with Lethe's stamp fields),
+/// 5 documents of `subject` for a search, none for a search by keys (what Lethe reads before a
+/// batch), and every action of a batch carried out.
+fn azure_search(rest: &str, sent: &[u8], subject: &str) -> Answer {
+    let stamp = |name: &str, kind: &str| json!({"name": name, "type": kind, "filterable": true});
+    let body = match rest {
+        "" => json!({"name": "bench", "fields": [
+            {"name": "id", "type": "Edm.String", "key": true, "filterable": true},
+            {"name": "text", "type": "Edm.String", "searchable": true},
+            stamp("lethe_tenant", "Edm.String"), stamp("lethe_subject", "Edm.String"),
+            stamp("lethe_purpose", "Edm.String"), stamp("lethe_category", "Edm.String"),
+            stamp("lethe_layer", "Edm.String"), stamp("lethe_expires_at", "Edm.DateTimeOffset"),
+            stamp("lethe_epoch", "Edm.Int64")]}),
+        "/docs/search.post.search" if sent.windows(10).any(|w| w == b"search.in(") => {
+            json!({"value": []})
+        }
+        "/docs/search.post.search" => {
+            let (_, get) = answers(subject);
+            let get: serde_json::Value = serde_json::from_slice(&get).unwrap_or_default();
+            let docs: Vec<serde_json::Value> = (0..5u8)
+                .map(|i| json!({"@search.score": 1.0 - f64::from(i) / 10.0, "id": format!("m{i}"),
+                    "text": get["documents"][usize::from(i)], "lethe_subject": subject, "lethe_tenant": "acme",
+                    "lethe_purpose": "personalization", "lethe_category": "preference", "lethe_layer": "raw",
+                    "lethe_expires_at": "2100-01-01T00:00:00Z", "lethe_epoch": 0}))
+                .collect();
+            json!({ "value": docs })
+        }
+        "/docs/search.index" => {
+            let batch: serde_json::Value = serde_json::from_slice(sent).unwrap_or_default();
+            let results: Vec<serde_json::Value> = batch["value"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|a| json!({"key": a["id"], "status": true, "errorMessage": null, "statusCode": 201}))
+                .collect();
+            json!({ "value": results })
+        }
+        _ => json!({}),
+    };
+    let mut response = Response::new(Either::Left(Full::new(Bytes::from(body.to_string()))));
+    response
+        .headers_mut()
+        .insert("content-type", "application/json".parse().expect("static"));
     response
 }
 

@@ -116,24 +116,17 @@ pub(crate) async fn handle(
                 listed
             })
         }
-        Endpoint::GetIndex(_) => {
-            let answer = upstream.send(Method::GET, path, body).await?;
-            definitions(answer, without_stamp_fields)
-        }
-        Endpoint::CreateIndex | Endpoint::PutIndex(_) => {
-            let definition = Value::Object(parse_object(&body)?);
-            let stamped = with_stamp_fields(definition)?;
-            if let Some(name) = stamped["name"].as_str() {
-                indexes.invalidate(name);
-            }
+        // An index is named to Azure in one spelling, whatever the client's.
+        Endpoint::GetIndex(index) => {
             let answer = upstream
-                .send(
-                    parts.method.clone(),
-                    path,
-                    Bytes::from(serde_json::to_vec(&stamped).unwrap_or_default()),
-                )
+                .send(Method::GET, &format!("/indexes('{index}')"), body)
                 .await?;
             definitions(answer, without_stamp_fields)
+        }
+        Endpoint::CreateIndex => define(upstream, "/indexes", &body).await,
+        Endpoint::PutIndex(index) => {
+            indexes.invalidate(&index);
+            define(upstream, &format!("/indexes('{index}')"), &body).await
         }
         Endpoint::Docs(index, op) => {
             let info = match call.index(&index, indexes).await? {
@@ -143,6 +136,23 @@ pub(crate) async fn handle(
             call.docs(&index, &info, op, body).await
         }
     }
+}
+
+/// Creates or updates an index (the client's method, to `path`) with the stamp fields added.
+async fn define(
+    upstream: &Upstream<'_>,
+    path: &str,
+    body: &[u8],
+) -> Result<Response<Full<Bytes>>, DataError> {
+    let stamped = with_stamp_fields(Value::Object(parse_object(body)?))?;
+    let answer = upstream
+        .send(
+            upstream.parts.method.clone(),
+            path,
+            Bytes::from(serde_json::to_vec(&stamped).unwrap_or_default()),
+        )
+        .await?;
+    definitions(answer, without_stamp_fields)
 }
 
 /// An answer holding index definitions, as the client sees them (`rewrite`: the stamp fields
