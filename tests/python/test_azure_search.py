@@ -125,6 +125,9 @@ def test_two_users_each_see_only_their_own_in_every_read(gate, azure_search, ind
     vector = client.search(None, vector_queries=[VectorizedQuery(vector=[1.0, 5.0], k_nearest_neighbors=10,
                                                                   fields="vec")])
     assert keys(vector) == [f"{alice}-{i}" for i in range(3)]
+    hybrid = client.search("trip", vector_filter_mode="postFilter",
+                           vector_queries=[VectorizedQuery(vector=[1.0, 5.0], k_nearest_neighbors=50, fields="vec")])
+    assert keys(hybrid) == [f"{alice}-{i}" for i in range(3)]
     suggested = client.suggest("tal", "sg")
     assert sorted(s["id"] for s in suggested) == [f"{alice}-{i}" for i in range(3)]
     assert client.autocomplete(alice.split("-")[1][:4], "sg") != []
@@ -166,6 +169,8 @@ def test_the_flip_hides_the_subject_at_once_and_refuses_late_writes(gate, azure_
     assert keys(service.search("*")) == [f"{kept}-0", f"{kept}-1"], "the very next read"
     assert service.search("*", include_total_count=True).get_count() == 2
     assert service.get_document_count() == 2
+    facets = service.search("*", facets=["mood"]).get_facets()
+    assert sorted((f["value"], f["count"]) for f in facets["mood"]) == [("calm", 1), ("tense", 1)]
     assert service.autocomplete(kept.split("-")[1][:4], "sg") != []
     assert service.autocomplete(gone.split("-")[1][:4], "sg") == [], "no term of the subject's documents"
     assert list(gate.azure_agent(index, gone).search("*")) == []
@@ -257,3 +262,63 @@ def test_the_lexical_probe_stops_an_erasure_that_left_an_unattributed_document(c
         assert direct(azure_search, name).get_document("mention1")["text"] == mention["text"]
     finally:
         instance.stop()
+
+
+def test_the_runbooks_app_needs_no_lethe_header(chroma, azure_search, tmp_path):
+    """The runbook's app, unchanged but for the endpoint and key: no Lethe header; the route names
+    the subject field (`user_id`) and a default purpose and category. Its own erasure query
+    (`search_text="", filter=user_id eq ..., select=["id"]`) answers within the token's tenant."""
+    settings = 'subject_field = "user_id"\npurpose = "personalization"\ncategory = "preference"\n'
+    instance = own_lethe(chroma, tmp_path, "", azure_search_url=azure_search, azure_search_settings=settings)
+    try:
+        name = f"episodes-{uuid.uuid4().hex[:8]}"
+        instance.azure_indexes(instance.token("admin")).create_index(definition(name))
+        u1, u2 = someone(), someone()
+        instance.grant(u1)
+        app = SearchClient(f"http://{instance.data}/azure_search", name, AzureKeyCredential(instance.token("agent")))
+        assert all(r.succeeded for r in app.upload_documents(episodes(u1, 3)))
+        refused = app.upload_documents(episodes(u2, 1))
+        assert (refused[0].succeeded, refused[0].status_code) == (False, 403), "u2 never consented"
+        assert held(azure_search, name, u1) == 3 and held(azure_search, name, u2) == 0
+        found = app.search(search_text="", filter=f"user_id eq '{u1}'", select=["id"])
+        assert keys(found) == [f"{u1}-{i}" for i in range(3)]
+        globex = SearchClient(f"http://{instance.data}/azure_search", name,
+                              AzureKeyCredential(instance.token("agent", tenant=GLOBEX)))
+        assert list(globex.search(search_text="", filter=f"user_id eq '{u1}'", select=["id"])) == []
+    finally:
+        instance.stop()
+
+
+# Long enough to be quoted (a quote is 12 consecutive words).
+ALLERGY = ("alice told the assistant that she is severely allergic to peanuts and carries an "
+           "epipen in her bag wherever she travels for work")
+
+
+def test_a_document_quoting_another_subjects_derives_from_it_and_is_refused_after_her_flip(gate, azure_search, index):
+    alice, bob = someone(), someone()
+    for s in (alice, bob):
+        gate.grant(s)
+    assert gate.azure_agent(index, alice).upload_documents([{"id": "a1", "text": ALLERGY}])[0].succeeded
+    bobs = gate.azure_agent(index, bob)
+    assert bobs.upload_documents([{"id": "b1", "text": "bob heard that " + ALLERGY}])[0].succeeded
+    assert direct(azure_search, index).get_document("b1")["lethe_layer"] == "derived"
+    status, lineage = gate.call("GET", f"/v1/lineage/azure_search/{index}/b1")
+    assert status == 200 and [(p["store"], p["item"], p["how"]) for p in lineage["parents"]] == \
+        [("azure_search", "a1", "quote")], lineage
+
+    erasure = gate.flip(alice)
+    assert keys(bobs.search("*")) == [], "bob's derivative is hidden at the flip"
+    late = bobs.upload_documents([{"id": "b2", "text": "again: " + ALLERGY}])
+    assert (late[0].succeeded, late[0].status_code) == (False, 403) and "derived_from_erased" in late[0].error_message
+    assert stored_key(azure_search, index, "b2") is None, "nothing of the refused batch is written"
+    status, listed = gate.call("GET", f"/v1/erasures/{erasure}/derivatives")
+    assert status == 200, listed
+    assert [(d["item"], d["decision"]) for d in listed["derivatives"] if d["store"] == "azure_search"] == \
+        [("b1", "undecided")]
+
+
+def stored_key(azure_search, index, key):
+    try:
+        return direct(azure_search, index).get_document(key)
+    except ResourceNotFoundError:
+        return None
