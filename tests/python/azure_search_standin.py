@@ -23,7 +23,7 @@ What it implements, in both URL forms (`/indexes('x')/docs/search.post.search` a
   1 000), `skip` (at most 100 000), `count`, `facets` (value counts), `vectorQueries` (`kind:
   vector`, cosine, `k`; `vectorFilterMode` preFilter or postFilter). Pages: with `top` omitted and
   more matches than the 50 returned, `@search.nextPageParameters` is the request with `skip`
-  moved on (the SDK posts it as the next body).
+  moved on (the SDK posts it as the next body) and `@odata.nextLink` the URL to post it to.
 - `GET .../docs('key')` (with `$select`), `GET .../docs/$count` (plain text), `POST
   .../docs/search.post.suggest` and `.../search.post.autocomplete` (prefix matches in the
   suggester's source fields).
@@ -483,7 +483,13 @@ class Handler(BaseHTTPRequestHandler):
             BATCHES.setdefault(name, []).append(len(body.get("value") or []))
             return status, answer, "application/json"
         if rest in ("/docs/search.post.search", "/docs/search") and method == "POST":
-            return 200, search(index, body or {}), "application/json"
+            answer = search(index, body or {})
+            if "@search.nextPageParameters" in answer:
+                # As Azure answers a POST: where to send the next page's parameters.
+                version = query["api-version"][0]
+                answer["@odata.nextLink"] = (f"http://{self.headers.get('Host')}/indexes('{name}')"
+                                             f"/docs/search.post.search?api-version={version}")
+            return 200, answer, "application/json"
         if rest == "/docs/$count" and method == "GET":
             return 200, str(len(index.docs)), "text/plain"
         if rest in ("/search.stats", "/stats") and method == "GET":

@@ -17,7 +17,7 @@ from azure.search.documents.indexes.models import (HnswAlgorithmConfiguration, S
                                                    VectorSearch, VectorSearchProfile)
 from azure.search.documents.models import VectorizedQuery
 
-from conftest import AZURE_SEARCH_KEY, GLOBEX, http, own_lethe, someone, wait_for
+from conftest import AZURE_SEARCH_KEY, GLOBEX, http, own_lethe, send, someone, wait_for
 
 ROUTE = "azure_search:azure_search"
 
@@ -156,6 +156,14 @@ def test_paging_follows_the_next_page_narrowed_again(gate, azure_search, index):
     # No top: Azure pages by 50 and the SDK posts @search.nextPageParameters back.
     seen = keys(gate.azure_agent(index, alice).search("*"))
     assert seen == sorted(f"{alice}-{i}" for i in range(120))
+    # On the wire: the next page is the client's own request; Azure's link is not passed on.
+    asked = {"search": "*", "filter": "mood eq 'calm'"}
+    status, page = send(f"http://{gate.data}/azure_search", "POST",
+                        f"/indexes('{index}')/docs/search.post.search?api-version=2026-04-01", asked,
+                        {"api-key": gate.token("agent", alice), "X-Lethe-Purpose": "personalization"})
+    assert status == 200 and len(page["value"]) == 50, page
+    assert page["@search.nextPageParameters"] == {**asked, "skip": 50}
+    assert "@odata.nextLink" not in page
 
 
 def test_the_flip_hides_the_subject_at_once_and_refuses_late_writes(gate, azure_search, index):

@@ -81,13 +81,19 @@ def test_filters_select_what_they_say_and_refuse_what_azure_refuses(episodes):
             list(episodes.search(filter=refused))
 
 
-def test_results_page_with_next_page_parameters_and_count_facets_get_suggest(episodes):
+def test_results_page_with_next_page_parameters_and_count_facets_get_suggest(episodes, azure_search, name):
     seed(episodes, "alice", 70)
     seed(episodes, "bob", 5)
     results = episodes.search(filter="user eq 'alice'", include_total_count=True, facets=["user"])
     assert results.get_count() == 70
     assert len({r["id"] for r in results}) == 70, "the SDK followed @search.nextPageParameters"
     assert len(list(episodes.search(filter="user eq 'alice'", top=20))) == 20
+    # On the wire: a POST's next page is its parameters, and the URL to post them to.
+    status, page = send(azure_search, "POST", f"/indexes('{name}')/docs/search.post.search?{VERSION}",
+                        {"search": "*", "filter": "user eq 'alice'"}, {"api-key": AZURE_SEARCH_KEY})
+    assert status == 200 and len(page["value"]) == 50, page
+    assert page["@search.nextPageParameters"] == {"search": "*", "filter": "user eq 'alice'", "skip": 50}
+    assert page["@odata.nextLink"].endswith(f"/docs/search.post.search?{VERSION}")
     assert episodes.get_document("alice-3", selected_fields=["id", "n"]) == {"id": "alice-3", "n": 3}
     with pytest.raises(ResourceNotFoundError):
         episodes.get_document("nobody")
