@@ -330,3 +330,47 @@ def stored_key(azure_search, index, key):
         return direct(azure_search, index).get_document(key)
     except ResourceNotFoundError:
         return None
+
+
+def test_writers_racing_the_erasure_never_leave_a_document_behind_or_readable(gate, azure_search, index):
+    import threading
+    rounds, accepted_in_all = 4, 0
+    for round_ in range(rounds):
+        subject = someone()
+        gate.grant(subject)
+        accepted, refusals, unexpected = [], [], []
+
+        def writer(w):
+            client = gate.azure_agent(index, subject)
+            for i in range(10_000):
+                key = f"{subject}-w{w}-{i}"
+                try:
+                    result = client.upload_documents([{"id": key, "user_id": subject, "text": f"memory {i}"}])[0]
+                except Exception as e:
+                    unexpected.append(str(e))
+                    return
+                if result.succeeded:
+                    accepted.append(key)
+                    continue
+                message = result.error_message or ""
+                (refusals if "subject_suppressed" in message or "stale_epoch" in message else unexpected).append(message)
+                return
+
+        writers = [threading.Thread(target=writer, args=(w,)) for w in range(3)]
+        for t in writers:
+            t.start()
+        wait_for("writes before the flip", lambda: len(accepted) >= 5, deadline=20)
+        request = gate.flip(subject)
+        service = gate.azure(gate.token("agent"), index, **{"X-Lethe-Purpose": "personalization"})
+        assert list(service.search("*", filter=f"user_id eq '{subject}'")) == [], "readable by nobody at once"
+        for t in writers:
+            t.join(timeout=30)
+        assert not unexpected, unexpected[:3]
+        assert len(refusals) == 3, "every writer was refused once the subject was suppressed"
+        wait_for("the erasure to complete",
+                 lambda: gate.call("GET", f"/v1/erasures/{request}")[1]["state"] == "completed", deadline=60)
+        # Counted straight in the store: nothing of the subject, whatever was accepted.
+        assert held(azure_search, index, subject) == 0
+        assert [k for k in accepted if stored_key(azure_search, index, k)] == []
+        accepted_in_all += len(accepted)
+    print(f"\nracing writers: {rounds} rounds, {accepted_in_all} documents accepted before the flips, 0 left")

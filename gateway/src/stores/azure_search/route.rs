@@ -616,8 +616,28 @@ impl Call<'_, '_> {
                 .mark_items_deleted(&self.upstream.route.name, index, &deleted, now)
                 .await?;
         }
-        self.record_written(index, info, stamps, now, Some(&derivations))
-            .await?;
+        let recorded = self
+            .record_written(index, info, stamps, now, Some(&derivations))
+            .await;
+        let (status, answer, kept) = match recorded {
+            Ok(()) => (status, answer, kept),
+            // A flip overtook the batch in flight and what it wrote of the subject was deleted
+            // again: those actions are answered as refused, the others as Azure did them.
+            Err(e) if e.status.is_client_error() => {
+                let Ok(held) = self.held(index, info, &kept).await? else {
+                    return Err(e);
+                };
+                let gone: Vec<String> = kept
+                    .iter()
+                    .filter(|k| !held.contains_key(*k))
+                    .cloned()
+                    .collect();
+                let kept = kept.into_iter().filter(|k| held.contains_key(k)).collect();
+                let (status, answer) = write::overtaken(answer, &gone, e.code.as_str(), &e.message);
+                (status, answer, kept)
+            }
+            Err(e) => return Err(e),
+        };
         state
             .derivation
             .accepted(self.ctx, derivations, &kept, &rewritten)

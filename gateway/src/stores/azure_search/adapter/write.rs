@@ -326,6 +326,23 @@ pub fn batch_answer(
     Ok((if all { 200 } else { 207 }, json!({ "value": value })))
 }
 
+/// An allowed batch's answer once a flip overtook it in flight: the actions whose documents
+/// were deleted again (`gone`) answered as refused with the flip's `code`; 207.
+pub fn overtaken(mut answer: Value, gone: &[String], code: &str, message: &str) -> (u16, Value) {
+    for result in answer["value"].as_array_mut().into_iter().flatten() {
+        if let Some(key) = result["key"]
+            .as_str()
+            .filter(|k| gone.iter().any(|g| g == k))
+        {
+            *result = item(key, 403, Some(format!("lethe {code}: {message}")));
+        }
+    }
+    let all = answer["value"]
+        .as_array()
+        .is_some_and(|v| v.iter().all(|r| r["status"] == true));
+    (if all { 200 } else { 207 }, answer)
+}
+
 /// The answer to a refused batch, in Azure's per-item shape (its status 207): each refused
 /// action with 403 and Lethe's code, every other one with 400, not indexed because of them.
 pub fn refused_answer(keys: &[String], refused: &[RecordRefusal]) -> Value {

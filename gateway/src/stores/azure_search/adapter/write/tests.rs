@@ -243,3 +243,26 @@ fn malformed_batches_are_refused_whole() {
         "Azure must answer every key sent"
     );
 }
+
+#[test]
+fn an_overtaken_batch_answers_what_was_undone_as_refused() {
+    let answer = json!({"value": [
+        {"key": "a", "status": true, "errorMessage": null, "statusCode": 201},
+        {"key": "b", "status": true, "errorMessage": null, "statusCode": 201},
+    ]});
+    let (status, answer) = overtaken(
+        answer,
+        &["b".to_owned()],
+        "subject_suppressed",
+        "the subject is under erasure",
+    );
+    assert_eq!(status, 207);
+    assert_eq!(answer["value"][0]["statusCode"], 201);
+    assert_eq!(answer["value"][1]["statusCode"], 403);
+    assert!(
+        answer["value"][1]["errorMessage"]
+            .as_str()
+            .unwrap()
+            .starts_with("lethe subject_suppressed")
+    );
+}
