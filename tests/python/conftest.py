@@ -248,6 +248,22 @@ def azure_search():
         yield url
 
 
+def azure_store(url, index):
+    """The stand-in's index itself (its admin key, bypassing Lethe): what the store really holds."""
+    from azure.core.credentials import AzureKeyCredential
+    from azure.search.documents import SearchClient
+    return SearchClient(url, index, AzureKeyCredential(AZURE_SEARCH_KEY))
+
+
+def azure_document(url, index, key):
+    """The document the stand-in holds under a key, or None."""
+    from azure.core.exceptions import ResourceNotFoundError
+    try:
+        return azure_store(url, index).get_document(key)
+    except ResourceNotFoundError:
+        return None
+
+
 LANGSMITH_KEY = "ls-test-key"
 
 

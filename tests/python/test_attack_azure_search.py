@@ -10,12 +10,11 @@ import uuid
 from datetime import datetime, timedelta, timezone
 
 import pytest
-from azure.core.credentials import AzureKeyCredential
 from azure.core.exceptions import HttpResponseError, ResourceNotFoundError
-from azure.search.documents import SearchClient
 from azure.search.documents.indexes.models import SearchableField, SearchFieldDataType, SearchIndex, SimpleField
 
-from conftest import AZURE_SEARCH_KEY, GLOBEX, send, someone, two_tenant_lethe, wait_for
+from conftest import (AZURE_SEARCH_KEY, GLOBEX, azure_document, azure_store, send, someone, two_tenant_lethe,
+                      wait_for)
 
 VERSION = "api-version=2026-04-01"
 
@@ -40,20 +39,8 @@ def shared(gate):
     return name
 
 
-def store(azure_search, index):
-    return SearchClient(azure_search, index, AzureKeyCredential(AZURE_SEARCH_KEY))
-
-
-def stored(azure_search, index, key):
-    """What the stand-in holds under a key, or None."""
-    try:
-        return store(azure_search, index).get_document(key)
-    except ResourceNotFoundError:
-        return None
-
-
 def owner(azure_search, index, key):
-    doc = stored(azure_search, index, key) or {}
+    doc = azure_document(azure_search, index, key) or {}
     return doc.get("lethe_tenant"), doc.get("lethe_subject")
 
 
@@ -118,7 +105,7 @@ def test_widening_filters_reach_nothing_of_another_tenant_or_subject(gate, azure
     # Counts and facets are never of what the caller may not see.
     assert thief.get_document_count() == 3
     assert thief.search("*", include_total_count=True, facets=["n"]).get_count() == 3
-    assert store(azure_search, shared).get_document_count() == 6, "nothing changed in the store"
+    assert azure_store(azure_search, shared).get_document_count() == 6, "nothing changed in the store"
     assert {owner(azure_search, shared, k) for k in victims} == {("acme", victim)}
 
 
@@ -142,12 +129,12 @@ def test_keys_of_another_owner_are_never_taken_overwritten_merged_or_deleted(gat
     other = agent(gate, shared, "acme", neighbour)
     assert [r.status_code for r in other.merge_documents([{"id": key, "text": "pwned"}])] == [403]
     other.delete_documents([{"id": key}])
-    doc = stored(azure_search, shared, key)
+    doc = azure_document(azure_search, shared, key)
     assert doc["text"].startswith("secret of") and owner(azure_search, shared, key) == ("acme", victim)
     # A batch mixing an allowed write with a refused one writes nothing.
     mixed = thief.upload_documents([{"id": "fresh1", "text": "mine"}, {"id": key, "text": "pwned"}])
     assert [(r.succeeded, r.status_code) for r in mixed] == [(False, 400), (False, 403)]
-    assert stored(azure_search, shared, "fresh1") is None
+    assert azure_document(azure_search, shared, "fresh1") is None
 
 
 def test_forged_stamps_are_replaced_or_refused(gate, azure_search, shared):
@@ -157,18 +144,18 @@ def test_forged_stamps_are_replaced_or_refused(gate, azure_search, shared):
     results = thief.upload_documents([{"id": "forged1", "text": "x", "lethe_tenant": "acme", "lethe_epoch": 99,
                                        "lethe_layer": "raw", "lethe_expires_at": "2999-01-01T00:00:00Z"}])
     assert results[0].succeeded
-    doc = stored(azure_search, shared, "forged1")
+    doc = azure_document(azure_search, shared, "forged1")
     assert (doc["lethe_tenant"], doc["lethe_subject"], doc["lethe_epoch"]) == (GLOBEX, attacker, 0)
     deadline = datetime.fromisoformat(doc["lethe_expires_at"].replace("Z", "+00:00"))
     assert deadline < datetime.now(timezone.utc) + timedelta(days=31), "a later deadline is never granted"
     # A bound token naming another subject in the stamp: refused, nothing stored.
     other = thief.upload_documents([{"id": "forged2", "text": "x", "lethe_subject": someone(GLOBEX)}])
     assert (other[0].succeeded, other[0].status_code) == (False, 403) and "scope_violation" in other[0].error_message
-    assert stored(azure_search, shared, "forged2") is None
+    assert azure_document(azure_search, shared, "forged2") is None
 
 
 def test_unstamped_and_expired_documents_are_never_read_claimed_or_deleted(gate, azure_search, shared):
-    store(azure_search, shared).upload_documents([{"id": "unstamped1", "text": "written around Lethe"}])
+    azure_store(azure_search, shared).upload_documents([{"id": "unstamped1", "text": "written around Lethe"}])
     subject = someone()
     gate.grant(subject)
     client = agent(gate, shared, "acme", subject)
@@ -179,7 +166,7 @@ def test_unstamped_and_expired_documents_are_never_read_claimed_or_deleted(gate,
     claim = client.upload_documents([{"id": "unstamped1", "text": "mine now"}])
     assert (claim[0].succeeded, claim[0].status_code) == (False, 403)
     client.delete_documents([{"id": "unstamped1"}])
-    assert stored(azure_search, shared, "unstamped1")["text"] == "written around Lethe"
+    assert azure_document(azure_search, shared, "unstamped1")["text"] == "written around Lethe"
     # A document asking for an early deadline is dead once it passes, to every read.
     soon = (datetime.now(timezone.utc) + timedelta(seconds=2)).strftime("%Y-%m-%dT%H:%M:%SZ")
     assert client.upload_documents([{"id": "brief1", "text": "brief", "lethe_expires_at": soon}])[0].succeeded
@@ -191,7 +178,7 @@ def test_unstamped_and_expired_documents_are_never_read_claimed_or_deleted(gate,
         client.get_document("brief1")
     revived = client.merge_documents([{"id": "brief1", "text": "revived"}])
     assert not revived[0].succeeded, "an expired document is not brought back by a merge"
-    wait_for("the sweeper to delete it", lambda: stored(azure_search, shared, "brief1") is None, deadline=20)
+    wait_for("the sweeper to delete it", lambda: azure_document(azure_search, shared, "brief1") is None, deadline=20)
 
 
 def test_other_spellings_and_other_apis_reach_nothing(gate, azure_search, shared):
@@ -211,7 +198,7 @@ def test_other_spellings_and_other_apis_reach_nothing(gate, azure_search, shared
         assert status == 404 and answer["error"]["code"] == "unknown_endpoint", (path, answer)
     status, answer = raw(gate, admin, "DELETE", f"/indexes('{shared}')?{VERSION}")
     assert status == 403, answer
-    assert store(azure_search, shared).get_document_count() == 3, "the index and its documents are there"
+    assert azure_store(azure_search, shared).get_document_count() == 3, "the index and its documents are there"
     assert raw(gate, token, "GET", f"/indexes('{shared}')/docs/$count?api-version=2019-05-06")[0] == 400
     assert raw(gate, token, "GET", f"/indexes('{shared}')/docs/$count")[0] == 400
 
@@ -227,4 +214,4 @@ def test_azures_own_key_is_not_a_lethe_token_and_a_token_is_sent_once(gate, azur
     status, count = raw(gate, token, "GET", f"/indexes('{shared}')/docs/$count?{VERSION}")
     assert status == 200 and int(count) == 3
     # Azure is sent the route's key: the client's token (its api-key) never reaches it.
-    assert store(azure_search, shared).get_document_count() == 3
+    assert azure_store(azure_search, shared).get_document_count() == 3

@@ -17,7 +17,8 @@ from azure.search.documents.indexes.models import (HnswAlgorithmConfiguration, S
                                                    VectorSearch, VectorSearchProfile)
 from azure.search.documents.models import VectorizedQuery
 
-from conftest import AZURE_SEARCH_KEY, GLOBEX, http, own_lethe, send, someone, wait_for
+from conftest import (AZURE_SEARCH_KEY, GLOBEX, azure_document, azure_store, http, own_lethe, send, someone,
+                      wait_for)
 
 ROUTE = "azure_search:azure_search"
 
@@ -54,14 +55,9 @@ def index(gate):
     return name
 
 
-def direct(azure_search, index):
-    """The stand-in itself, with its admin key: what the store really holds."""
-    return SearchClient(azure_search, index, AzureKeyCredential(AZURE_SEARCH_KEY))
-
-
 def held(azure_search, index, subject):
     """How many documents the store holds stamped as the subject's."""
-    return direct(azure_search, index).search("*", filter=f"lethe_subject eq '{subject}'",
+    return azure_store(azure_search, index).search("*", filter=f"lethe_subject eq '{subject}'",
                                               include_total_count=True, top=0).get_count()
 
 
@@ -253,7 +249,7 @@ def test_the_lexical_probe_stops_an_erasure_that_left_an_unattributed_document(c
         upload(instance, name, gone, 2)
         mention = {"id": "mention1", "user_id": other, "text": f"met {gone} at the station"}
         assert instance.azure_agent(name, other).upload_documents([mention])[0].succeeded
-        direct(azure_search, name).upload_documents([{"id": "copy1", "text": f"summary of {gone}: likes tea"}])
+        azure_store(azure_search, name).upload_documents([{"id": "copy1", "text": f"summary of {gone}: likes tea"}])
 
         status, filed = instance.call("POST", "/v1/erasures", {"subject": gone, "ticket": "DSR-P", "reason": "art. 17"})
         assert status == 201
@@ -264,10 +260,10 @@ def test_the_lexical_probe_stops_an_erasure_that_left_an_unattributed_document(c
         assert "verification probe found 1 records" in target["last_error"], target
         assert held(azure_search, name, gone) == 0
         assert instance.cli("erase", "--tenant", "acme", "--review", filed["id"]).returncode == 0
-        direct(azure_search, name).delete_documents([{"id": "copy1"}])
+        azure_store(azure_search, name).delete_documents([{"id": "copy1"}])
         assert instance.cli("erase", "--tenant", "acme", "--resume", filed["id"]).returncode == 0
         wait_for("the resumed erasure to complete", lambda: request()["state"] == "completed", deadline=30)
-        assert direct(azure_search, name).get_document("mention1")["text"] == mention["text"]
+        assert azure_store(azure_search, name).get_document("mention1")["text"] == mention["text"]
     finally:
         instance.stop()
 
@@ -309,7 +305,7 @@ def test_a_document_quoting_another_subjects_derives_from_it_and_is_refused_afte
     assert gate.azure_agent(index, alice).upload_documents([{"id": "a1", "text": ALLERGY}])[0].succeeded
     bobs = gate.azure_agent(index, bob)
     assert bobs.upload_documents([{"id": "b1", "text": "bob heard that " + ALLERGY}])[0].succeeded
-    assert direct(azure_search, index).get_document("b1")["lethe_layer"] == "derived"
+    assert azure_store(azure_search, index).get_document("b1")["lethe_layer"] == "derived"
     status, lineage = gate.call("GET", f"/v1/lineage/azure_search/{index}/b1")
     assert status == 200 and [(p["store"], p["item"], p["how"]) for p in lineage["parents"]] == \
         [("azure_search", "a1", "quote")], lineage
@@ -318,18 +314,11 @@ def test_a_document_quoting_another_subjects_derives_from_it_and_is_refused_afte
     assert keys(bobs.search("*")) == [], "bob's derivative is hidden at the flip"
     late = bobs.upload_documents([{"id": "b2", "text": "again: " + ALLERGY}])
     assert (late[0].succeeded, late[0].status_code) == (False, 403) and "derived_from_erased" in late[0].error_message
-    assert stored_key(azure_search, index, "b2") is None, "nothing of the refused batch is written"
+    assert azure_document(azure_search, index, "b2") is None, "nothing of the refused batch is written"
     status, listed = gate.call("GET", f"/v1/erasures/{erasure}/derivatives")
     assert status == 200, listed
     assert [(d["item"], d["decision"]) for d in listed["derivatives"] if d["store"] == "azure_search"] == \
         [("b1", "undecided")]
-
-
-def stored_key(azure_search, index, key):
-    try:
-        return direct(azure_search, index).get_document(key)
-    except ResourceNotFoundError:
-        return None
 
 
 def test_writers_racing_the_erasure_never_leave_a_document_behind_or_readable(gate, azure_search, index):
@@ -371,6 +360,6 @@ def test_writers_racing_the_erasure_never_leave_a_document_behind_or_readable(ga
                  lambda: gate.call("GET", f"/v1/erasures/{request}")[1]["state"] == "completed", deadline=60)
         # Counted straight in the store: nothing of the subject, whatever was accepted.
         assert held(azure_search, index, subject) == 0
-        assert [k for k in accepted if stored_key(azure_search, index, k)] == []
+        assert [k for k in accepted if azure_document(azure_search, index, k)] == []
         accepted_in_all += len(accepted)
     print(f"\nracing writers: {rounds} rounds, {accepted_in_all} documents accepted before the flips, 0 left")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import (AZURE_SEARCH_KEY, LETHE, NOWHERE, TENANT, export_spans, http, new_database, own_lethe, phoenix_spans, someone,
+from conftest import (LETHE, NOWHERE, TENANT, azure_store, export_spans, http, new_database, own_lethe, phoenix_spans, someone,
                       wait_for)
 
 DOWN = NOWHERE
@@ -82,9 +82,7 @@ class AzureSearchCase(Case):
         assert all(r.succeeded for r in results)
 
     def count(self, subject):
-        from azure.core.credentials import AzureKeyCredential
-        from azure.search.documents import SearchClient
-        stored = SearchClient(self.stores["azure_search"], self.index, AzureKeyCredential(AZURE_SEARCH_KEY))
+        stored = azure_store(self.stores["azure_search"], self.index)
         return stored.search("*", filter=f"lethe_subject eq '{subject}'", include_total_count=True, top=0).get_count()
 
     def take_down(self, lethe):

@@ -13,12 +13,12 @@ pub mod read;
 pub mod write;
 
 use chrono::{DateTime, SecondsFormat, Utc};
-use lethe_policy::{Layer, Stamp};
+use lethe_policy::Stamp;
 use serde_json::{Map, Value, json};
 
 use super::odata::{self, Literal, ODataError};
 use crate::data::records::AdapterError;
-use crate::stores::kit::stamp::{CATEGORY, EPOCH, LAYER, PURPOSE, STAMP_KEYS};
+use crate::stores::kit::stamp::{CATEGORY, EPOCH, LAYER, PURPOSE, STAMP_KEYS, read_stamp_with};
 pub use crate::stores::kit::stamp::{EXPIRES_AT, SUBJECT, TENANT};
 
 /// Every stamp field begins so. No field of a client's, at any depth, may.
@@ -48,23 +48,13 @@ pub fn date_time(at: DateTime<Utc>) -> String {
     at.to_rfc3339_opts(SecondsFormat::Secs, true)
 }
 
-/// The stamp a document Azure answered carries, if it carries a whole one.
+/// The stamp a document Azure answered carries, if it carries a whole one (its deadline an
+/// `Edm.DateTimeOffset`).
 pub fn read_stamp(doc: &Value) -> Option<Stamp> {
-    let text = |k: &str| doc.get(k)?.as_str().map(str::to_owned);
-    let layer = match doc.get(LAYER) {
-        None | Some(Value::Null) => Layer::Raw,
-        Some(layer) => layer.as_str()?.parse().ok()?,
-    };
-    Some(Stamp {
-        tenant: text(TENANT)?,
-        subject: text(SUBJECT)?,
-        purpose: text(PURPOSE)?,
-        category: text(CATEGORY)?,
-        layer,
-        expires_at: DateTime::parse_from_rfc3339(doc.get(EXPIRES_AT)?.as_str()?)
-            .ok()?
-            .with_timezone(&Utc),
-        epoch: doc.get(EPOCH)?.as_i64()?,
+    read_stamp_with(doc, |at| {
+        DateTime::parse_from_rfc3339(at.as_str()?)
+            .ok()
+            .map(|at| at.with_timezone(&Utc))
     })
 }
 

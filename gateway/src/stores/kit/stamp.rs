@@ -102,6 +102,14 @@ pub fn write_stamp(meta: &mut Map<String, Value>, stamp: &Stamp) {
 /// The stamp in an item's metadata, if it carries a whole one (one written before layers were
 /// stamped is raw).
 pub fn read_stamp(meta: &Value) -> Option<Stamp> {
+    read_stamp_with(meta, |at| Utc.timestamp_opt(at.as_i64()?, 0).single())
+}
+
+/// [`read_stamp`] of a store that holds the deadline in a type of its own, read by `deadline`.
+pub fn read_stamp_with(
+    meta: &Value,
+    deadline: impl Fn(&Value) -> Option<DateTime<Utc>>,
+) -> Option<Stamp> {
     let m = meta.as_object()?;
     let text = |k: &str| m.get(k)?.as_str().map(str::to_owned);
     let layer = match m.get(LAYER) {
@@ -114,9 +122,7 @@ pub fn read_stamp(meta: &Value) -> Option<Stamp> {
         purpose: text(PURPOSE)?,
         category: text(CATEGORY)?,
         layer,
-        expires_at: Utc
-            .timestamp_opt(m.get(EXPIRES_AT)?.as_i64()?, 0)
-            .single()?,
+        expires_at: deadline(m.get(EXPIRES_AT)?)?,
         epoch: m.get(EPOCH)?.as_i64()?,
     })
 }
