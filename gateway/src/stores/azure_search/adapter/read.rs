@@ -296,7 +296,7 @@ impl Read {
 
     /// Azure's answer with every document the caller may not see dropped (`@search.score`
     /// order kept), what the client did not select cut away, the next page given as the
-    /// client's own request, and no link to Azure.
+    /// client's own request, and no link to Azure (`@odata.nextLink`, `@odata.context`).
     pub fn decide(
         &self,
         mut answer: Value,
@@ -309,7 +309,9 @@ impl Read {
         let Some(map) = answer.as_object_mut() else {
             return Err(AdapterError::UpstreamInvalid("not an object".into()));
         };
+        // Azure's own address is not the client's to learn.
         map.remove("@odata.nextLink");
+        map.remove("@odata.context");
         if let Some(next) = map.remove("@search.nextPageParameters") {
             let mut again = self.client.clone();
             for key in ["skip", "top"] {
@@ -431,6 +433,7 @@ pub fn cut_document(mut doc: Value, select: Option<&[String]>) -> Value {
     if let Value::Object(map) = &mut doc {
         map.retain(|k, _| {
             !is_stamp_field(k)
+                && k != "@odata.context"
                 && select.is_none_or(|s| s.iter().any(|n| n == k) || k.starts_with('@'))
         });
     }

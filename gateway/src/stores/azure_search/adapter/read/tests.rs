@@ -57,6 +57,7 @@ fn a_search_is_narrowed_and_its_answer_decided_again_in_score_order() {
     assert!(!read.computes_over_documents());
     let answer = json!({"value": [doc("a1", "alice", "x"), doc("c1", "carol", "y"), doc("a2", "alice", "z")],
         "@odata.nextLink": "https://azure/indexes('e')/docs?skip=2",
+        "@odata.context": "https://azure/indexes('e')/$metadata#docs(*)",
         "@search.nextPageParameters": {"search": "tea", "filter": "(whatever Azure was sent)", "skip": 2, "top": 2}});
     let decided = read
         .decide(answer, "episodes", "id", &view(), &ctx(None), now())
@@ -67,6 +68,7 @@ fn a_search_is_narrowed_and_its_answer_decided_again_in_score_order() {
         "carol (suppressed) dropped; the stamp and the key, not selected, cut"
     );
     assert!(decided.get("@odata.nextLink").is_none());
+    assert!(decided.get("@odata.context").is_none());
     assert_eq!(
         decided["@search.nextPageParameters"],
         json!({"search": "tea", "filter": "n gt 1 or true", "select": "text", "top": 2, "skip": 2}),
