@@ -215,3 +215,19 @@ def test_azures_own_key_is_not_a_lethe_token_and_a_token_is_sent_once(gate, azur
     assert status == 200 and int(count) == 3
     # Azure is sent the route's key: the client's token (its api-key) never reaches it.
     assert azure_store(azure_search, shared).get_document_count() == 3
+
+
+def test_an_index_made_around_lethe_is_never_read_or_written_through_it(gate, azure_search):
+    from azure.core.credentials import AzureKeyCredential
+    from azure.search.documents.indexes import SearchIndexClient
+    name = f"around-{uuid.uuid4().hex[:8]}"
+    SearchIndexClient(azure_search, AzureKeyCredential(AZURE_SEARCH_KEY)).create_index(SearchIndex(name=name, fields=[
+        SimpleField(name="id", type=SearchFieldDataType.String, key=True, filterable=True), SearchableField(name="text")]))
+    azure_store(azure_search, name).upload_documents([{"id": "x1", "text": "nobody's"}])
+    subject = someone()
+    gate.grant(subject)
+    client = agent(gate, name, "acme", subject)
+    for call in (lambda: list(client.search("*")), lambda: client.get_document_count(),
+                 lambda: client.upload_documents([{"id": "x2", "text": "mine"}]), lambda: client.get_document("x1")):
+        assert refused(call) == (400, "invalid_request")
+    assert azure_store(azure_search, name).get_document_count() == 1

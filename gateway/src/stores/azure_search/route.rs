@@ -229,13 +229,9 @@ impl Call<'_, '_> {
             }
         };
         if !info.stamped {
-            return Err(DataError::new(
-                StatusCode::CONFLICT,
-                Code::InvalidRequest,
-                format!(
-                    "index {index} has no lethe_* fields: create it through Lethe, which adds them"
-                ),
-            ));
+            return Err(invalid(format!(
+                "index {index} was not made through Lethe (no lethe_* fields, or a key that is not filterable): Lethe cannot govern it"
+            )));
         }
         Ok(Ok(info))
     }
