@@ -1210,3 +1210,35 @@ async fn a_route_with_a_listener_of_its_own_gets_each_connection_whole_until_let
     let refused = tokio::net::TcpStream::connect(addr).await;
     assert!(refused.is_err(), "nothing listens after the stop");
 }
+
+#[test]
+fn a_token_is_read_from_one_header_only() {
+    use crate::auth::AuthError::{Missing, Repeated};
+    let headers = |pairs: &[(&'static str, &'static str)]| {
+        let mut map = HeaderMap::new();
+        for (name, value) in pairs {
+            map.append(*name, HeaderValue::from_static(value));
+        }
+        map
+    };
+    let bearer = ("authorization", "Bearer t1");
+    let key = ("api-key", "t2");
+    let cases: &[(&[(&str, &str)], Option<&str>, Result<&str, String>)] = &[
+        (&[bearer], None, Ok("t1")),
+        (&[key], None, Err(Missing.to_string())),
+        (&[bearer], Some("api-key"), Ok("t1")),
+        (&[key], Some("api-key"), Ok("t2")),
+        (&[], Some("api-key"), Err(Missing.to_string())),
+        (&[bearer, key], Some("api-key"), Err(Repeated.to_string())),
+        (
+            &[key, ("api-key", "t3")],
+            Some("api-key"),
+            Err(Repeated.to_string()),
+        ),
+    ];
+    for (sent, own, expected) in cases {
+        let sent_headers = headers(sent);
+        let found = super::token(&sent_headers, *own).map_err(|e| e.to_string());
+        assert_eq!(&found, expected, "{sent:?} {own:?}");
+    }
+}
