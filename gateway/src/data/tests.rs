@@ -1223,7 +1223,13 @@ fn a_token_is_read_from_one_header_only() {
     };
     let bearer = ("authorization", "Bearer t1");
     let key = ("api-key", "t2");
-    let cases: &[(&[(&str, &str)], Option<&str>, Result<&str, String>)] = &[
+    // The headers sent, the route's own token header, the token read.
+    type Case = (
+        &'static [(&'static str, &'static str)],
+        Option<&'static str>,
+        Result<&'static str, String>,
+    );
+    let cases: &[Case] = &[
         (&[bearer], None, Ok("t1")),
         (&[key], None, Err(Missing.to_string())),
         (&[bearer], Some("api-key"), Ok("t1")),
