@@ -1221,8 +1221,8 @@ fn a_token_is_read_from_one_header_only() {
         }
         map
     };
-    let bearer = ("authorization", "Bearer t1");
-    let key = ("api-key", "t2");
+    const BEARER: (&str, &str) = ("authorization", "Bearer t1");
+    const KEY: (&str, &str) = ("api-key", "t2");
     // The headers sent, the route's own token header, the token read.
     type Case = (
         &'static [(&'static str, &'static str)],
@@ -1230,14 +1230,14 @@ fn a_token_is_read_from_one_header_only() {
         Result<&'static str, String>,
     );
     let cases: &[Case] = &[
-        (&[bearer], None, Ok("t1")),
-        (&[key], None, Err(Missing.to_string())),
-        (&[bearer], Some("api-key"), Ok("t1")),
-        (&[key], Some("api-key"), Ok("t2")),
+        (&[BEARER], None, Ok("t1")),
+        (&[KEY], None, Err(Missing.to_string())),
+        (&[BEARER], Some("api-key"), Ok("t1")),
+        (&[KEY], Some("api-key"), Ok("t2")),
         (&[], Some("api-key"), Err(Missing.to_string())),
-        (&[bearer, key], Some("api-key"), Err(Repeated.to_string())),
+        (&[BEARER, KEY], Some("api-key"), Err(Repeated.to_string())),
         (
-            &[key, ("api-key", "t3")],
+            &[KEY, ("api-key", "t3")],
             Some("api-key"),
             Err(Repeated.to_string()),
         ),
