@@ -33,6 +33,8 @@ What it implements, in both URL forms (`/indexes('x')/docs/search.post.search` a
 - Deleted documents: `$count` and searches drop them at once; `GET /indexes('x')/search.stats`
   reports `storageSize` that still counts them until a simulated merge (`POST /_merge`), as
   Microsoft documents deleted documents staying in segments until background merges (24-72 h).
+- Indexers: `POST /indexers` keeps a definition (`name`, `dataSourceName`, `targetIndexName`;
+  never run), `GET /indexers` lists them.
 - For the tests (no key needed, not Azure's): `GET /_batches` answers the number of actions of
   each indexing batch it carried out, by index, in order.
 
@@ -51,6 +53,7 @@ VERSIONS = {"2024-07-01", "2025-09-01", "2026-04-01"}
 LOCK = threading.Lock()
 INDEXES = {}     # name -> {"definition", "docs": {key: doc}, "deleted_bytes": int}
 BATCHES = {}     # name -> [number of actions of each batch carried out]
+INDEXERS = {}    # name -> definition (kept, never run)
 PAGE, MAX_TOP, MAX_SKIP, MAX_BATCH = 50, 1000, 100_000, 1000
 
 
@@ -467,6 +470,11 @@ class Handler(BaseHTTPRequestHandler):
                 return 201, body, "application/json"
             if path == "/indexes" and method == "GET":
                 return 200, {"value": [i.definition for i in INDEXES.values()]}, "application/json"
+            if path == "/indexers" and method == "POST":
+                INDEXERS[body["name"]] = body
+                return 201, body, "application/json"
+            if path == "/indexers" and method == "GET":
+                return 200, {"value": list(INDEXERS.values())}, "application/json"
             raise Refused(404, "", "Not found.")
         if rest == "" and method == "PUT":
             return put_index(name, body)

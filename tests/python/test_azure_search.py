@@ -193,6 +193,10 @@ def test_the_erasure_deletes_2500_documents_by_key_in_batches_of_at_most_1000(ga
         upload(gate, index, gone, min(1000, 2500 - start), start=start)
     upload(gate, index, kept, 7)
     assert (held(azure_search, index, gone), held(azure_search, index, kept)) == (2500, 7)
+    status, _ = send(azure_search, "POST", "/indexers?api-version=2026-04-01",
+                     {"name": f"feed-{index}", "dataSourceName": "episodes-blob", "targetIndexName": index},
+                     {"api-key": AZURE_SEARCH_KEY})
+    assert status == 201
     assert gate.dry_run(gone)[ROUTE] == 2500
     before = len(http("GET", f"{azure_search}/_batches")[1].get(index, []))
     done, results = gate.erase_to_completion(gone, deadline=120)
@@ -207,6 +211,9 @@ def test_the_erasure_deletes_2500_documents_by_key_in_batches_of_at_most_1000(ga
     assert (certified["before"], certified["deleted"], certified["remaining"]) == (2500, 2500, 0), certified
     segments = [c for c in result["physical"]["remaining"] if c["place"] == f"index {index}: its segments"]
     assert segments and segments[0]["unknown"] and "merge" in segments[0]["why"], result["physical"]
+    # An indexer feeding the index (made straight on the service): its data source is named.
+    fed = [c for c in result["physical"]["remaining"] if c["place"].startswith("data source episodes-blob")]
+    assert fed and fed[0]["unknown"] and f"feeds index {index}" in fed[0]["place"], result["physical"]
 
 
 def test_the_sweeper_deletes_documents_past_their_deadline_and_no_others(gate, azure_search, index):

@@ -37,6 +37,17 @@ fn segments(index: &str) -> Copy {
     )
 }
 
+/// The data source an indexer feeds an index from: it still holds what the purge deleted from
+/// the index, and the indexer's next run brings it back unless it is deleted there too.
+fn fed_by(index: &str, indexer: &str, source: &str) -> Copy {
+    Copy::unknown(
+        &format!("data source {source} (indexer {indexer} feeds index {index})"),
+        "the documents the indexer reads into the index, the subject's among them if it read them",
+        "Lethe deletes from the index, not from an indexer's source; the next run indexes again what the source still holds",
+        "the source is the app's to purge (its own store, or an [[erasure.*]] target); Lethe cannot date it",
+    )
+}
+
 /// The lexical verification probe: the `texts` (with `{subject}` and `{tenant}`) searched for
 /// in the `fields` that hold the documents' text (every searchable field when none is named).
 #[derive(Debug, Clone)]
@@ -101,6 +112,27 @@ impl AzureSearchConnector {
             }
         }
         Ok(found)
+    }
+
+    /// Every indexer, as (name, data source, target index).
+    async fn indexers(&self) -> Result<Vec<(String, String, String)>, ConnectorError> {
+        let (_, listed) = self
+            .http
+            .call(Method::GET, "/indexers", Some(API), None)
+            .await?;
+        Ok(listed["value"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|i| {
+                let text = |k: &str| i[k].as_str().map(str::to_owned);
+                Some((
+                    text("name")?,
+                    text("dataSourceName")?,
+                    text("targetIndexName")?,
+                ))
+            })
+            .collect())
     }
 
     async fn search(&self, index: &str, body: Value) -> Result<Value, ConnectorError> {
@@ -364,6 +396,7 @@ impl Connector for AzureSearchConnector {
             physical: Physical::default(),
             probe_hits: (!self.probe.texts.is_empty()).then_some(0),
         };
+        let indexers = self.indexers().await?;
         for (index, info) in self.indexes().await? {
             let known = known_in(&index, lineage);
             let subjects = &self.found_again(&index, &info, subjects).await?;
@@ -401,6 +434,14 @@ impl Connector for AzureSearchConnector {
             }
             if !deleted_here.is_empty() {
                 report.physical.remaining.push(segments(&index));
+                for (indexer, source, _) in
+                    indexers.iter().filter(|(_, _, target)| *target == index)
+                {
+                    report
+                        .physical
+                        .remaining
+                        .push(fed_by(&index, indexer, source));
+                }
             }
         }
         Ok(report)
