@@ -57,6 +57,20 @@ impl Subjects {
         self.names.iter().any(|n| n.starts_with(FORGOTTEN))
     }
 
+    /// The verification probes' texts: each of `templates` (`[erasure] probes`) built from each
+    /// of the subjects' keys (`{subject}`) and the tenant (`{tenant}`).
+    pub fn probes(&self, templates: &[String]) -> Vec<String> {
+        self.keys()
+            .iter()
+            .flat_map(|key| {
+                templates.iter().map(move |t| {
+                    t.replace("{subject}", key)
+                        .replace("{tenant}", &self.tenant)
+                })
+            })
+            .collect()
+    }
+
     /// Whether `owner`, a subject key a store holds in this tenant, is one of these subjects.
     pub fn include(&self, owner: &str) -> bool {
         self.names
@@ -118,5 +132,19 @@ mod tests {
         assert!(!s.any_forgotten());
         assert_eq!(s.keys(), vec!["u1".to_owned()]);
         assert_eq!(s.found_among(["u2"]).keys(), vec!["u1".to_owned()]);
+    }
+
+    #[test]
+    fn probes_are_built_from_every_key_known_and_the_tenant() {
+        let s = subjects(&[&forgotten(b"k", "acme", "u0"), "u1", "u1@mail"]);
+        let templates = [
+            "{subject}".to_owned(),
+            "user {subject} of {tenant}".to_owned(),
+        ];
+        assert_eq!(
+            s.probes(&templates),
+            ["u1", "user u1 of acme", "u1@mail", "user u1@mail of acme"],
+            "a forgotten subject's key is no longer known: nothing is built from it"
+        );
     }
 }

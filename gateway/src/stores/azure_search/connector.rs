@@ -320,20 +320,17 @@ impl AzureSearchConnector {
     ) -> Result<u64, ConnectorError> {
         let tenant = subjects.tenant();
         let mut hits = BTreeSet::new();
-        for key in subjects.keys() {
-            for probe in &self.probe.texts {
-                let probe = probe.replace("{subject}", &key).replace("{tenant}", tenant);
-                // A phrase in the simple syntax: its own quotes and escapes dropped.
-                let phrase = format!("\"{}\"", probe.replace(['"', '\\'], " "));
-                let (docs, _) = self
-                    .documents(index, info, None, Some((&phrase, &self.probe.fields)))
-                    .await?;
-                hits.extend(
-                    docs.iter()
-                        .filter(|d| may_be_subjects(d, tenant, |s| subjects.include(s)))
-                        .filter_map(|d| Self::key_of(info, d)),
-                );
-            }
+        for probe in subjects.probes(&self.probe.texts) {
+            // A phrase in the simple syntax: its own quotes and escapes dropped.
+            let phrase = format!("\"{}\"", probe.replace(['"', '\\'], " "));
+            let (docs, _) = self
+                .documents(index, info, None, Some((&phrase, &self.probe.fields)))
+                .await?;
+            hits.extend(
+                docs.iter()
+                    .filter(|d| may_be_subjects(d, tenant, |s| subjects.include(s)))
+                    .filter_map(|d| Self::key_of(info, d)),
+            );
         }
         Ok(hits.len() as u64)
     }

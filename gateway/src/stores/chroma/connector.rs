@@ -124,22 +124,19 @@ impl ChromaConnector {
     async fn probe(&self, place: &Place, subjects: &Subjects) -> Result<u64, ConnectorError> {
         let tenant = subjects.tenant();
         let mut hits = BTreeSet::new();
-        for key in &subjects.keys() {
-            for probe in &self.probes {
-                let text = probe.replace("{subject}", key).replace("{tenant}", tenant);
-                let answer = self
-                    .call(
-                        Method::POST,
-                        &place.op("get"),
-                        Some(json!({"where_document": {"$contains": text}, "include": ["metadatas"]})),
-                    )
-                    .await?;
-                let metadatas = answer.get("metadatas").and_then(Value::as_array);
-                for (i, id) in ids(&answer).into_iter().enumerate() {
-                    let meta = metadatas.and_then(|m| m.get(i)).unwrap_or(&Value::Null);
-                    if may_be_subjects(meta, tenant, |s| subjects.include(s)) {
-                        hits.insert(id);
-                    }
+        for text in subjects.probes(&self.probes) {
+            let answer = self
+                .call(
+                    Method::POST,
+                    &place.op("get"),
+                    Some(json!({"where_document": {"$contains": text}, "include": ["metadatas"]})),
+                )
+                .await?;
+            let metadatas = answer.get("metadatas").and_then(Value::as_array);
+            for (i, id) in ids(&answer).into_iter().enumerate() {
+                let meta = metadatas.and_then(|m| m.get(i)).unwrap_or(&Value::Null);
+                if may_be_subjects(meta, tenant, |s| subjects.include(s)) {
+                    hits.insert(id);
                 }
             }
         }

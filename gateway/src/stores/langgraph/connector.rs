@@ -83,42 +83,39 @@ impl LangGraphConnector {
     async fn probe(&self, subjects: &Subjects) -> Result<u64, ConnectorError> {
         let tenant = subjects.tenant();
         let mut hits = BTreeSet::new();
-        for key in &subjects.keys() {
-            for query in &self.probe.queries {
-                let text = query.replace("{subject}", key).replace("{tenant}", tenant);
-                let search = json!({ "namespace_prefix": [], "query": text, "limit": 50 });
-                let (_, answer) = self
-                    .call(Method::POST, "/store/items/search", None, Some(search))
-                    .await?;
-                for item in answer
-                    .get("items")
+        for text in subjects.probes(&self.probe.queries) {
+            let search = json!({ "namespace_prefix": [], "query": text, "limit": 50 });
+            let (_, answer) = self
+                .call(Method::POST, "/store/items/search", None, Some(search))
+                .await?;
+            for item in answer
+                .get("items")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                let close = item
+                    .get("score")
+                    .and_then(Value::as_f64)
+                    .is_some_and(|s| s >= self.probe.min_score);
+                let namespace: Vec<String> = item
+                    .get("namespace")
                     .and_then(Value::as_array)
-                    .into_iter()
-                    .flatten()
-                {
-                    let close = item
-                        .get("score")
-                        .and_then(Value::as_f64)
-                        .is_some_and(|s| s >= self.probe.min_score);
-                    let namespace: Vec<String> = item
-                        .get("namespace")
-                        .and_then(Value::as_array)
-                        .map(|a| {
-                            a.iter()
-                                .filter_map(|l| l.as_str().map(str::to_owned))
-                                .collect()
-                        })
-                        .unwrap_or_default();
-                    let owner = item
-                        .get("value")
-                        .and_then(|v| Some((v.get(TENANT)?.as_str()?, v.get(SUBJECT)?.as_str()?)));
-                    let placed = self.namespace.place(tenant, &namespace);
-                    let belongs = owner.is_none_or(|(t, s)| t == tenant && subjects.include(s))
-                        || matches!(placed, Placement::Subject(s) if subjects.include(&s));
-                    if close && belongs {
-                        let key = item.get("key").and_then(Value::as_str).unwrap_or_default();
-                        hits.insert((namespace, key.to_owned()));
-                    }
+                    .map(|a| {
+                        a.iter()
+                            .filter_map(|l| l.as_str().map(str::to_owned))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                let owner = item
+                    .get("value")
+                    .and_then(|v| Some((v.get(TENANT)?.as_str()?, v.get(SUBJECT)?.as_str()?)));
+                let placed = self.namespace.place(tenant, &namespace);
+                let belongs = owner.is_none_or(|(t, s)| t == tenant && subjects.include(s))
+                    || matches!(placed, Placement::Subject(s) if subjects.include(&s));
+                if close && belongs {
+                    let key = item.get("key").and_then(Value::as_str).unwrap_or_default();
+                    hits.insert((namespace, key.to_owned()));
                 }
             }
         }

@@ -96,15 +96,12 @@ impl QdrantConnector {
     ) -> Result<u64, ConnectorError> {
         let tenant = subjects.tenant();
         let mut hits = BTreeSet::new();
-        for key in &subjects.keys() {
-            for text in &self.probe.texts {
-                let text = text.replace("{subject}", key).replace("{tenant}", tenant);
-                for field in &self.probe.fields {
-                    let filter = json!({ "must": [{ "key": field, "match": { "text": text } }] });
-                    for p in self.scroll(collection, filter, json!(true)).await? {
-                        if may_be_subjects(&p["payload"], tenant, |s| subjects.include(s)) {
-                            hits.extend(PointId::parse(&p["id"]));
-                        }
+        for text in subjects.probes(&self.probe.texts) {
+            for field in &self.probe.fields {
+                let filter = json!({ "must": [{ "key": field, "match": { "text": text } }] });
+                for p in self.scroll(collection, filter, json!(true)).await? {
+                    if may_be_subjects(&p["payload"], tenant, |s| subjects.include(s)) {
+                        hits.extend(PointId::parse(&p["id"]));
                     }
                 }
             }
