@@ -169,6 +169,14 @@ fn definitions(
     Ok(answer.into_response(Bytes::from(body)))
 }
 
+/// A document's key and the subject its stamp names.
+fn owner(doc: &Value, key_field: &str) -> Option<(String, String)> {
+    Some((
+        doc[key_field].as_str()?.to_owned(),
+        adapter::read_stamp(doc)?.subject,
+    ))
+}
+
 /// Azure's answer to a lookup of a key it does not hold, for one the caller may not see too:
 /// the two are not told apart.
 fn no_document() -> Response<Full<Bytes>> {
@@ -373,49 +381,54 @@ impl Call<'_, '_> {
         }
         let (value, view) = self.answer_and_view(&answer).await?;
         let (ctx, now) = (self.ctx.read_context(), crate::now());
-        let served: Vec<Value> = value["value"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter(|doc| read::readable(doc, index, &info.key, &view, &ctx, now))
-            .cloned()
-            .collect();
+        // Whose each served document is, read before the answer is cut to what the client
+        // asked for; only when lineage remembers what is served (autocomplete serves terms).
+        let remembered = self.upstream.state.derivation.enabled() && kind != Kind::Autocomplete;
+        let owners: Vec<Option<(String, String)>> = match remembered {
+            true => value["value"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|doc| read::readable(doc, index, &info.key, &view, &ctx, now))
+                .map(|doc| owner(doc, &info.key))
+                .collect(),
+            false => Vec::new(),
+        };
         let decided = plan.decide(value, index, &info.key, &view, &ctx, now)?;
-        if kind != Kind::Autocomplete {
-            let reached = decided["value"].as_array().cloned().unwrap_or_default();
-            self.remember_served(index, info, &served, &reached).await?;
+        if remembered {
+            let reached = decided["value"].as_array().map_or(&[][..], Vec::as_slice);
+            self.remember_served(index, owners, reached).await?;
         }
         Ok(json_response(answer.status, &decided))
     }
 
-    /// Remembers the documents an answer serves (`served`, as Azure answered them, and
-    /// `reached`, as they reached the client, in the same order), for what the caller derives
-    /// from them.
+    /// Remembers the documents an answer serves (each one's key and owner, and the document as
+    /// it reached the client, in the same order), for what the caller derives from them.
     async fn remember_served(
         &self,
         index: &str,
-        info: &IndexInfo,
-        served: &[Value],
+        owners: Vec<Option<(String, String)>>,
         reached: &[Value],
     ) -> Result<(), DataError> {
-        let derivation = &self.upstream.state.derivation;
-        if !derivation.enabled() {
-            return Ok(());
-        }
-        let served = served
-            .iter()
+        let served = owners
+            .into_iter()
             .zip(reached)
-            .filter_map(|(doc, reached)| {
+            .filter_map(|(owner, reached)| {
+                let (id, owner) = owner?;
                 Some(Served {
                     collection: index.to_owned(),
-                    id: doc[&info.key].as_str()?.to_owned(),
-                    owner: adapter::read_stamp(doc)?.subject,
+                    id,
+                    owner,
                     text: text_of_fields(reached.as_object(), self.fields.text),
                     answer: false,
                 })
             })
             .collect();
-        derivation.served(self.ctx, served).await
+        self.upstream
+            .state
+            .derivation
+            .served(self.ctx, served)
+            .await
     }
 
     /// `$count`: how many documents the caller may see, never how many the index holds.
@@ -471,14 +484,10 @@ impl Call<'_, '_> {
         if !read::readable(&doc, index, &info.key, &view, &ctx, now) {
             return Ok(no_document());
         }
-        let reached = read::cut_document(doc.clone(), select.as_deref());
-        self.remember_served(
-            index,
-            info,
-            std::slice::from_ref(&doc),
-            std::slice::from_ref(&reached),
-        )
-        .await?;
+        let owners = vec![owner(&doc, &info.key)];
+        let reached = read::cut_document(doc, select.as_deref());
+        self.remember_served(index, owners, std::slice::from_ref(&reached))
+            .await?;
         Ok(json_response(StatusCode::OK, &reached))
     }
 
