@@ -1529,6 +1529,7 @@ async fn the_console_takes_a_failed_erasure_for_review_and_resumes_it() {
             crate::state::JobOutcome::Failed {
                 error: "chroma: unreachable".into(),
                 retry_at: None,
+                tally: None,
             },
             now,
             gave_up,

@@ -22,9 +22,8 @@ impl TokenCache {
     }
 
     pub fn verify(&self, token: &str) -> Result<Arc<Claims>, AuthError> {
-        let now = jsonwebtoken::get_current_timestamp();
         if let Some(claims) = self.verified.get(token) {
-            if claims.exp > now {
+            if !Self::expired(&claims) {
                 return Ok(claims);
             }
             self.verified.invalidate(token);
@@ -33,5 +32,11 @@ impl TokenCache {
         let claims = Arc::new(self.verifier.verify(token)?);
         self.verified.insert(token.to_owned(), Arc::clone(&claims));
         Ok(claims)
+    }
+
+    /// Whether a token verified earlier has expired since, as a cached token is judged: a
+    /// long-lived connection asks before each command it serves.
+    pub fn expired(claims: &Claims) -> bool {
+        claims.exp <= jsonwebtoken::get_current_timestamp()
     }
 }

@@ -254,6 +254,12 @@ pub fn issue(evidence: &Evidence<'_>, signer: &Signer) -> Vec<u8> {
                 exceptions.push(format!("{}: purge {}", job.target, job.state));
             }
             let result = job.result.clone().unwrap_or(Value::Null);
+            if let Some(n) = result.get("uncounted_attempts").and_then(Value::as_u64) {
+                exceptions.push(format!(
+                    "{}: {n} purge attempts ended before they could count; what they deleted is in neither before nor deleted",
+                    job.target
+                ));
+            }
             let physical: Physical = result
                 .get("physical")
                 .and_then(|p| serde_json::from_value(p.clone()).ok())

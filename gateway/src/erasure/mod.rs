@@ -8,6 +8,7 @@ pub mod inventory;
 pub(crate) mod postgres;
 pub(crate) mod sqlite_file;
 mod sweeper;
+mod tally;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -19,6 +20,7 @@ use serde::Serialize;
 
 pub use postgres::PostgresTarget;
 pub use sweeper::Sweeper;
+use tally::Tally;
 
 use crate::config::Config;
 use crate::data::forward::{Route, Upstreams};
@@ -381,7 +383,8 @@ impl Worker {
         job: &PurgeJob,
         record: Result<crate::state::ErasureRecord, String>,
     ) -> JobOutcome {
-        let failed = |error: String| {
+        let earlier = Tally::of(job.result.as_ref());
+        let failed = |error: String, tally: Tally| {
             let retry = job.attempts < i64::from(self.schedule.max_attempts);
             let delay = self
                 .schedule
@@ -389,17 +392,22 @@ impl Worker {
                 .saturating_mul(2u32.saturating_pow(u32::try_from(job.attempts - 1).unwrap_or(0)));
             let retry_at =
                 retry.then(|| crate::now() + TimeDelta::from_std(delay).unwrap_or(TimeDelta::MAX));
-            JobOutcome::Failed { error, retry_at }
+            JobOutcome::Failed {
+                error,
+                retry_at,
+                tally: Some(tally.value()),
+            }
         };
         let Some(target) = self.connectors.get(&job.target) else {
             return JobOutcome::Failed {
                 error: format!("no connector for {} in this configuration", job.target),
                 retry_at: None,
+                tally: Some(earlier.value()),
             };
         };
         let record = match record {
             Ok(record) => record,
-            Err(e) => return failed(e),
+            Err(e) => return failed(e, earlier),
         };
         let subjects = Subjects::new(
             &record.tenant,
@@ -408,55 +416,62 @@ impl Worker {
         );
         let lineage = match target.lineage(self.store.as_ref(), &subjects).await {
             Ok(items) => items,
-            Err(e) => return failed(e.to_string()),
+            Err(e) => return failed(e.to_string(), earlier),
         };
-        match target.connector.purge(&subjects, &lineage).await {
-            Ok(report) if report.probe_hits.is_some_and(|n| n > 0) => failed(format!(
-                "the verification probe found {} records of the subject the purge could not attribute; a person must review them",
-                report.probe_hits.unwrap_or(0)
-            )),
-            Ok(report) if report.remaining == 0 => {
-                if target.owns_lineage {
-                    let mut by_collection: HashMap<&str, Vec<String>> = HashMap::new();
-                    for (collection, id) in &lineage {
-                        by_collection
-                            .entry(collection)
-                            .or_default()
-                            .push(id.clone());
-                    }
-                    for (collection, ids) in by_collection {
-                        if let Err(e) = self
-                            .store
-                            .mark_items_deleted(
-                                &target.lineage_store,
-                                collection,
-                                &ids,
-                                crate::now(),
-                            )
-                            .await
-                        {
-                            return failed(e.to_string());
-                        }
-                    }
-                }
-                let mut result = serde_json::to_value(report).unwrap_or_default();
-                match self.purge_derivatives(&record, target).await {
-                    Ok(derivatives) => result["derivatives"] = derivatives,
-                    Err(e) => return failed(e),
-                }
-                JobOutcome::Done(result)
-            }
-            Ok(report) => failed(format!(
-                "{} records remain after deletion",
-                report.remaining
-            )),
+        let report = match target.connector.purge(&subjects, &lineage).await {
+            Ok(report) => report,
             // Retrying cannot mend a configuration: to a person at once, with the reason.
-            Err(e @ ConnectorError::Misconfigured(_)) => JobOutcome::Failed {
-                error: e.to_string(),
-                retry_at: None,
-            },
-            Err(ConnectorError::Unavailable(e)) => failed(e),
+            Err(e @ ConnectorError::Misconfigured(_)) => {
+                return JobOutcome::Failed {
+                    error: e.to_string(),
+                    retry_at: None,
+                    tally: Some(earlier.uncounted().value()),
+                };
+            }
+            Err(ConnectorError::Unavailable(e)) => return failed(e, earlier.uncounted()),
+        };
+        let tally = earlier.counted(&report);
+        if let Some(hits) = report.probe_hits.filter(|n| *n > 0) {
+            return failed(
+                format!(
+                    "the verification probe found {hits} records of the subject the purge could not attribute; a person must review them"
+                ),
+                tally,
+            );
         }
+        if report.remaining > 0 {
+            return failed(
+                format!("{} records remain after deletion", report.remaining),
+                tally,
+            );
+        }
+        if target.owns_lineage {
+            let mut by_collection: HashMap<&str, Vec<String>> = HashMap::new();
+            for (collection, id) in &lineage {
+                by_collection
+                    .entry(collection)
+                    .or_default()
+                    .push(id.clone());
+            }
+            for (collection, ids) in by_collection {
+                if let Err(e) = self
+                    .store
+                    .mark_items_deleted(&target.lineage_store, collection, &ids, crate::now())
+                    .await
+                {
+                    return failed(e.to_string(), tally);
+                }
+            }
+        }
+        let mut result = serde_json::to_value(tally.into_report(report)).unwrap_or_default();
+        if tally.uncounted_attempts > 0 {
+            result["uncounted_attempts"] = tally.uncounted_attempts.into();
+        }
+        match self.purge_derivatives(&record, target).await {
+            Ok(derivatives) => result["derivatives"] = derivatives,
+            Err(e) => return failed(e, tally),
+        }
+        JobOutcome::Done(result)
     }
 }
 

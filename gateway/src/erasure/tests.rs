@@ -254,6 +254,66 @@ async fn the_certificate_is_issued_once_at_completion_and_never_changes() {
     );
 }
 
+/// Holds five of the subject's records; its first attempt deletes them and then fails (the
+/// probe finds a record it cannot attribute), its second finds nothing left.
+struct FailsAfterDeleting {
+    held: std::sync::atomic::AtomicU64,
+    calls: AtomicU32,
+}
+
+#[async_trait]
+impl Connector for FailsAfterDeleting {
+    async fn purge(
+        &self,
+        _: &crate::purge::Subjects,
+        _: &[(String, String)],
+    ) -> Result<PurgeReport, ConnectorError> {
+        let before = self.held.swap(0, Ordering::SeqCst);
+        let first = self.calls.fetch_add(1, Ordering::SeqCst) == 0;
+        Ok(PurgeReport {
+            probe_hits: Some(u64::from(first)),
+            ..all_deleted(before)
+        })
+    }
+    async fn count(
+        &self,
+        _: &crate::purge::Subjects,
+        _: &[(String, String)],
+    ) -> Result<u64, ConnectorError> {
+        Ok(self.held.load(Ordering::SeqCst))
+    }
+}
+
+#[tokio::test]
+async fn the_certificate_counts_what_every_attempt_deleted() {
+    use super::certificate::Certifier;
+    let store = flipped().await;
+    let connector = Arc::new(FailsAfterDeleting {
+        held: 5.into(),
+        calls: AtomicU32::new(0),
+    });
+    let certifier = Certifier::new(
+        super::certificate::Signer::from_seed(&[9; 32]).unwrap(),
+        Default::default(),
+        Arc::from(&b"k"[..]),
+    );
+    let w = worker_with(&store, connector, 3).certifying(Arc::new(certifier));
+    drain(&w).await;
+    let job = &store.purge_jobs("er1").await.unwrap()[0];
+    assert_eq!((job.state.as_str(), job.attempts), ("done", 2));
+    let result = job.result.as_ref().unwrap();
+    assert_eq!(
+        (&result["before"], &result["deleted"], &result["remaining"]),
+        (&5.into(), &5.into(), &0.into()),
+        "{result}"
+    );
+    let issued = store.certificate("er1").await.unwrap().expect("issued");
+    let certificate: serde_json::Value = serde_json::from_str(&issued).unwrap();
+    let store = certificate.pointer("/certificate/stores/0");
+    let counted = store.map(|s| (s["before"].clone(), s["deleted"].clone()));
+    assert_eq!(counted, Some((5.into(), 5.into())), "{certificate}");
+}
+
 #[tokio::test]
 async fn a_misconfigured_store_sends_the_request_to_exception_at_once_with_its_reason() {
     let store = flipped().await;

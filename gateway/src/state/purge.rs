@@ -47,9 +47,11 @@ pub enum JobOutcome {
     /// The store holds nothing of the subject any more; `result` goes into the certificate.
     Done(serde_json::Value),
     /// Try again at `retry_at`, or, when `None`, give up: the request goes to `exception`.
+    /// `tally` counts what this attempt and the earlier ones found and deleted, for the next.
     Failed {
         error: String,
         retry_at: Option<DateTime<Utc>>,
+        tally: Option<serde_json::Value>,
     },
 }
 

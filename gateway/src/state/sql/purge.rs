@@ -257,21 +257,15 @@ macro_rules! purge_sql {
                     }
                     JobOutcome::Failed {
                         error,
-                        retry_at: Some(at),
+                        retry_at,
+                        tally,
                     } => (
-                        Attempt::Failed { again: true },
-                        None,
+                        Attempt::Failed {
+                            again: retry_at.is_some(),
+                        },
+                        tally.clone().map(Json),
                         Some(error.clone()),
-                        *at,
-                    ),
-                    JobOutcome::Failed {
-                        error,
-                        retry_at: None,
-                    } => (
-                        Attempt::Failed { again: false },
-                        None,
-                        Some(error.clone()),
-                        now,
+                        retry_at.unwrap_or(now),
                     ),
                 };
                 let (action, outcome_result) = match attempt {

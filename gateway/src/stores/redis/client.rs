@@ -9,7 +9,7 @@ use rustls::pki_types::ServerName;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use super::resp::{Frames, Proto, Reply, command_bytes};
+use super::resp::{Proto, Replies, Reply, command_bytes};
 
 /// The largest answer Lethe reads from Redis.
 const MAX_ANSWER_BYTES: usize = 64 * 1024 * 1024;
@@ -130,6 +130,11 @@ impl Server {
 impl Server {
     /// The server a route names: its upstream URL, with the route's credential (the ACL user
     /// in `header`, its password in `value`).
+    /// The database Lethe's connections to the server use.
+    pub fn db(&self) -> u32 {
+        self.db.unwrap_or(0)
+    }
+
     pub fn of_route(route: &crate::data::forward::Route) -> Result<Server, String> {
         let credential = route.credential.as_ref().map(|c| {
             (
@@ -176,7 +181,7 @@ impl<T: AsyncRead + AsyncWrite + Send + Sync + Unpin> Io for T {}
 /// A connection to Redis.
 pub struct Client {
     stream: Box<dyn Io>,
-    frames: Frames,
+    frames: Replies,
     proto: Proto,
     /// How long one exchange may take before the connection is given up.
     timeout: Duration,
@@ -227,7 +232,7 @@ impl Client {
         };
         let mut client = Client {
             stream,
-            frames: Frames::new(MAX_ANSWER_BYTES),
+            frames: Replies::new(MAX_ANSWER_BYTES),
             proto,
             timeout,
         };
@@ -294,7 +299,7 @@ impl Client {
                 .map_err(|e| e.to_string())?;
             let mut replies = Vec::with_capacity(commands.len());
             for _ in commands {
-                match self.frames.reply(&mut self.stream, self.proto).await {
+                match self.frames.next(&mut self.stream, self.proto).await {
                     Ok(Some(frame)) => replies.push(frame),
                     Ok(None) => return Err("Redis closed the connection".to_owned()),
                     Err(e) => return Err(e.to_string()),
@@ -334,7 +339,7 @@ impl Client {
     /// once Redis closed the connection.
     pub async fn next(&mut self) -> Result<Option<Reply>, ClientError> {
         self.frames
-            .reply(&mut self.stream, self.proto)
+            .next(&mut self.stream, self.proto)
             .await
             .map_err(|e| ClientError::Unavailable(e.to_string()))
     }

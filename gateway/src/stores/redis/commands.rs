@@ -230,6 +230,11 @@ pub fn classify(args: &[Vec<u8>]) -> Command {
             "the key it moves an element into needs its deadline in the same transaction, and a transaction does not wait; use LMOVE",
         ),
         "BLMPOP" | "BZMPOP" => Command::Refused("use BLPOP, BRPOP, BZPOPMIN or BZPOPMAX"),
+        // Its options follow the two keys: `DB` would write into a database the route does not
+        // serve, and the purge would have to find the copy there.
+        "COPY" if args.iter().skip(3).any(|a| a.eq_ignore_ascii_case(b"DB")) => Command::Refused(
+            "the route's database is set by its upstream URL; COPY into another database is not served",
+        ),
         "COPY" | "RENAME" | "RENAMENX" | "LMOVE" | "RPOPLPUSH" | "SMOVE" => keyed(Write, FirstTwo),
         "GETEX" | "GETDEL" => keyed(if name == "GETDEL" { Delete } else { Expire }, First),
         "EXPIRE" | "PEXPIRE" | "EXPIREAT" | "PEXPIREAT" | "PERSIST" => keyed(Expire, First),
@@ -467,6 +472,8 @@ mod tests {
             "dump k",
             "restore k 0 x",
             "migrate h 1 k 0 1",
+            "copy a b db 1",
+            "copy a b replace DB 2",
             "object encoding k",
             "wait 1 0",
             "psubscribe c*",

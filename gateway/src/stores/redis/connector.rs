@@ -1,6 +1,9 @@
-//! Purging a subject's keys from Redis: `SCAN MATCH` with the patterns and `UNLINK`, on every
-//! primary; the keys lineage names for the sweeper. Never `KEYS`: it blocks the server. It purges
-//! a Redis route's store, and the `[[erasure.redis]]` deployments no route fronts.
+//! Purging a subject's keys from Redis: `SCAN MATCH` with the patterns, in every database of
+//! every primary, and `UNLINK` of each key found that the patterns say is the subject's (the
+//! first pattern that matches a key names its owner, as the route decides it: `acme:frank:notes:1`
+//! is frank's, never the subject `frank:notes`'s); the keys lineage names for the sweeper. Never
+//! `KEYS`: it blocks the server. It purges a Redis route's store, and the `[[erasure.redis]]`
+//! deployments no route fronts.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -10,6 +13,7 @@ use async_trait::async_trait;
 use serde::Deserialize;
 
 use super::client::{Client, ClientError, Server};
+use super::keys::{KeyRule, Pattern, owner};
 use super::resp::{Proto, Reply};
 use crate::erasure::{Target, TargetKind};
 use crate::purge::{Connector, ConnectorError, Copy, Physical, PurgeReport, Subjects};
@@ -43,13 +47,33 @@ impl RedisTarget {
                 .filter_map(|url| Server::of_url(url, None).err())
                 .map(|e| format!("urls: {e}")),
         );
-        if self.patterns.is_empty() || self.patterns.iter().any(|p| !p.contains("{subject}")) {
-            problems.push(
-                "every pattern must contain {subject}, or it would match other subjects' keys"
-                    .to_owned(),
-            );
+        match key_patterns(&self.patterns) {
+            Ok(patterns) if patterns.is_empty() => {
+                problems.push("patterns: name at least one, e.g. {tenant}:{subject}:*".to_owned())
+            }
+            Ok(_) => {}
+            Err(bad) => problems.extend(bad.into_iter().map(|e| format!("patterns: {e}"))),
         }
         problems
+    }
+}
+
+/// Key patterns as a route's `[[routes.keys]]` are read, so that a key has one owner whichever
+/// reads it; every bad one reported.
+fn key_patterns(texts: &[String]) -> Result<Vec<Pattern>, Vec<String>> {
+    let (patterns, bad): (Vec<_>, Vec<_>) = texts
+        .iter()
+        .map(|text| {
+            Pattern::of(&KeyRule {
+                pattern: text.clone(),
+                purpose: String::new(),
+                category: String::new(),
+            })
+        })
+        .partition(Result::is_ok);
+    match bad.is_empty() {
+        true => Ok(patterns.into_iter().flatten().collect()),
+        false => Err(bad.into_iter().filter_map(Result::err).collect()),
     }
 }
 
@@ -66,7 +90,8 @@ pub const TARGET_KIND: TargetKind = TargetKind {
             .collect::<Result<_, _>>()?;
         let tls = crate::data::forward::tls_of(config)?;
         let name = format!("redis:{}", target.name);
-        let connector = RedisConnector::new(&target.name, servers, target.patterns, tls);
+        let patterns = key_patterns(&target.patterns).map_err(|bad| bad.join("; "))?;
+        let connector = RedisConnector::new(&target.name, servers, patterns, tls);
         Ok(Target::own(&name, Arc::new(connector)))
     },
 };
@@ -82,7 +107,7 @@ fn read(settings: &toml::Table) -> Result<RedisTarget, Vec<String>> {
 pub struct RedisConnector {
     name: String,
     servers: Vec<Server>,
-    patterns: Vec<String>,
+    patterns: Vec<Pattern>,
     tls: Arc<rustls::ClientConfig>,
 }
 
@@ -90,7 +115,7 @@ impl RedisConnector {
     pub fn new(
         name: &str,
         servers: Vec<Server>,
-        patterns: Vec<String>,
+        patterns: Vec<Pattern>,
         tls: Arc<rustls::ClientConfig>,
     ) -> Self {
         RedisConnector {
@@ -140,41 +165,24 @@ fn glob_escape(value: &str) -> String {
     out
 }
 
-fn patterns(patterns: &[String], tenant: &str, keys: &[String]) -> Vec<String> {
-    keys.iter()
-        .flat_map(|key| {
-            patterns.iter().map(move |p| {
-                p.replace("{tenant}", &glob_escape(tenant))
-                    .replace("{subject}", &glob_escape(key))
-            })
+/// The `MATCH` pattern of each pattern for the subject `key` (`*` for any subject).
+fn globs(patterns: &[Pattern], tenant: &str, key: Option<&str>) -> Vec<String> {
+    let subject = key.map_or_else(|| "*".to_owned(), glob_escape);
+    patterns
+        .iter()
+        .map(|p| {
+            p.text
+                .replace("{tenant}", &glob_escape(tenant))
+                .replace("{subject}", &subject)
         })
         .collect()
 }
 
-/// The owners a key may name under a pattern: for `{tenant}:{subject}:*`, every leading part of
-/// what follows `acme:` in `acme:u1:3` (`u`, `u1`, `u1:`, ...), since a subject may hold the
-/// separator.
-fn candidates<'a>(pattern: &str, tenant: &str, key: &'a str) -> Vec<&'a str> {
-    let Some((before, _)) = pattern.split_once("{subject}") else {
-        return Vec::new();
-    };
-    let prefix = before.replace("{tenant}", tenant);
-    let Some(rest) = key.strip_prefix(prefix.as_str()) else {
-        return Vec::new();
-    };
-    rest.char_indices()
-        .skip(1)
-        .map(|(i, _)| &rest[..i])
-        .chain(std::iter::once(rest))
-        .filter(|c| !c.is_empty())
-        .collect()
-}
-
-/// The subjects' keys, those Lethe knows only by reference found again among the keys the
-/// patterns could hold (every subject's, searched with `*` in its place).
+/// The subjects' keys, those Lethe knows only by reference found again among the owners of the
+/// keys the patterns could hold (every subject's, searched with `*` in its place).
 async fn keys_of(
     con: &mut Client,
-    patterns: &[String],
+    patterns: &[Pattern],
     subjects: &Subjects,
 ) -> Result<Vec<String>, ClientError> {
     if !subjects.any_forgotten() {
@@ -182,21 +190,47 @@ async fn keys_of(
     }
     let tenant = subjects.tenant();
     let mut owners = BTreeSet::new();
-    for pattern in patterns {
-        let anyone = pattern
-            .replace("{tenant}", &glob_escape(tenant))
-            .replace("{subject}", "*");
-        for key in scan(con, &anyone).await? {
-            owners.extend(
-                candidates(pattern, tenant, &key)
-                    .into_iter()
-                    .map(str::to_owned),
-            );
+    for glob in globs(patterns, tenant, None) {
+        for key in scan(con, &glob).await? {
+            if let Some(o) = owner(patterns, &key).filter(|o| o.tenant == tenant) {
+                owners.insert(o.subject.to_owned());
+            }
         }
     }
     Ok(subjects
         .found_among(owners.iter().map(String::as_str))
         .keys())
+}
+
+/// The keys of the subjects `keys` in the connection's database: found by the patterns, and
+/// kept only where the first pattern that matches names one of them as the owner.
+async fn subjects_keys(
+    con: &mut Client,
+    patterns: &[Pattern],
+    tenant: &str,
+    keys: &[String],
+) -> Result<Vec<String>, ClientError> {
+    let mut found = BTreeSet::new();
+    for key in keys {
+        for glob in globs(patterns, tenant, Some(key)) {
+            found.extend(scan(con, &glob).await?.into_iter().filter(|found| {
+                owner(patterns, found).is_some_and(|o| o.tenant == tenant && o.subject == key)
+            }));
+        }
+    }
+    Ok(found.into_iter().collect())
+}
+
+/// The databases of the server that hold keys (`INFO keyspace`), the connection's own first.
+async fn databases(con: &mut Client, own: u32) -> Result<Vec<u32>, ClientError> {
+    let info = text(con.one(&[b"INFO", b"keyspace"]).await?).unwrap_or_default();
+    let mut databases = vec![own];
+    databases.extend(
+        info.lines()
+            .filter_map(|line| line.strip_prefix("db")?.split_once(':')?.0.parse().ok())
+            .filter(|db: &u32| *db != own),
+    );
+    Ok(databases)
 }
 
 async fn scan(con: &mut Client, pattern: &str) -> Result<Vec<String>, ClientError> {
@@ -421,17 +455,70 @@ async fn physical(con: &mut Client, server: &Server) -> Physical {
 }
 
 impl RedisConnector {
-    /// A connection to one server, and the patterns of the subjects' keys there.
-    async fn patterns_at(
+    /// The databases of `server` that hold keys, the connection's own first. When Lethe's user
+    /// may not list them, its own only, and the others are a copy it cannot speak for.
+    async fn databases(
         &self,
+        con: &mut Client,
         server: &Server,
+        unreached: &mut Vec<Copy>,
+    ) -> Result<Vec<u32>, ConnectorError> {
+        match databases(con, server.db()).await {
+            Ok(databases) => Ok(databases),
+            Err(ClientError::Misconfigured(e)) => {
+                unreached.push(Copy::unknown(
+                    &format!(
+                        "redis:{} {server}: the databases but {}",
+                        self.name,
+                        server.db()
+                    ),
+                    "keys the patterns may name the subject in",
+                    "Lethe's Redis user may not list the databases (INFO keyspace)",
+                    &e,
+                ));
+                Ok(vec![server.db()])
+            }
+            Err(e) => Err(self.failed(e)),
+        }
+    }
+
+    /// Moves the connection into database `db`; `false`, and a copy it cannot speak for, when
+    /// Lethe's user may not.
+    async fn enter(
+        &self,
+        con: &mut Client,
+        server: &Server,
+        db: u32,
+        unreached: &mut Vec<Copy>,
+    ) -> Result<bool, ConnectorError> {
+        let db_text = db.to_string();
+        match con.one(&[b"SELECT", db_text.as_bytes()]).await {
+            Ok(_) => Ok(true),
+            Err(ClientError::Misconfigured(e)) => {
+                unreached.push(Copy::unknown(
+                    &format!("redis:{} {server} database {db}", self.name),
+                    "keys the patterns may name the subject in",
+                    "Lethe's Redis user may not enter the database (SELECT)",
+                    &e,
+                ));
+                Ok(false)
+            }
+            Err(e) => Err(self.failed(e)),
+        }
+    }
+
+    /// The subjects' keys in the connection's database.
+    async fn found(
+        &self,
+        con: &mut Client,
         subjects: &Subjects,
-    ) -> Result<(Client, Vec<String>), ConnectorError> {
-        let mut con = self.connect(server).await?;
-        let keys = keys_of(&mut con, &self.patterns, subjects)
+    ) -> Result<Vec<String>, ConnectorError> {
+        let keys = keys_of(con, &self.patterns, subjects)
             .await
             .map_err(|e| self.failed(e))?;
-        Ok((con, patterns(&self.patterns, subjects.tenant(), &keys)))
+        subjects_keys(con, &self.patterns, subjects.tenant(), &keys)
+            .await
+            .map_err(|e| self.failed(e))
     }
 
     /// `command` (`UNLINK`, `EXISTS`) on `keys` in batches; the sum of Redis' counts.
@@ -468,12 +555,11 @@ impl Connector for RedisConnector {
     ) -> Result<u64, ConnectorError> {
         let mut held = 0;
         for server in self.servers()? {
-            let (mut con, patterns) = self.patterns_at(server, subjects).await?;
-            for pattern in &patterns {
-                held += scan(&mut con, pattern)
-                    .await
-                    .map_err(|e| self.failed(e))?
-                    .len() as u64;
+            let mut con = self.connect(server).await?;
+            for db in self.databases(&mut con, server, &mut Vec::new()).await? {
+                if self.enter(&mut con, server, db, &mut Vec::new()).await? {
+                    held += self.found(&mut con, subjects).await?.len() as u64;
+                }
             }
         }
         Ok(held)
@@ -491,22 +577,24 @@ impl Connector for RedisConnector {
             remaining: 0,
             physical: Physical::default(),
         };
+        let mut unreached = Vec::new();
         for server in self.servers()? {
-            let (mut con, patterns) = self.patterns_at(server, subjects).await?;
-            for pattern in &patterns {
-                let found = scan(&mut con, pattern).await.map_err(|e| self.failed(e))?;
+            let mut con = self.connect(server).await?;
+            for db in self.databases(&mut con, server, &mut unreached).await? {
+                if !self.enter(&mut con, server, db, &mut unreached).await? {
+                    continue;
+                }
+                let found = self.found(&mut con, subjects).await?;
                 report.before += found.len() as u64;
                 let found: Vec<&str> = found.iter().map(String::as_str).collect();
                 report.deleted += self.each_batch(&mut con, "UNLINK", &found).await?;
-                report.remaining += scan(&mut con, pattern)
-                    .await
-                    .map_err(|e| self.failed(e))?
-                    .len() as u64;
+                report.remaining += self.each_batch(&mut con, "EXISTS", &found).await?;
             }
             let server = physical(&mut con, server).await;
             report.physical.done.extend(server.done);
             report.physical.remaining.extend(server.remaining);
         }
+        report.physical.remaining.extend(unreached);
         Ok(report)
     }
 
@@ -555,8 +643,8 @@ mod tests {
 
     fn connector(url: &str, patterns: &[&str]) -> RedisConnector {
         let server = Server::of_url(url, None).unwrap();
-        let patterns = patterns.iter().map(|p| p.to_string()).collect();
-        RedisConnector::new("cache", vec![server], patterns, tls())
+        let texts: Vec<String> = patterns.iter().map(|p| p.to_string()).collect();
+        RedisConnector::new("cache", vec![server], key_patterns(&texts).unwrap(), tls())
     }
 
     async fn connection(url: &str) -> Result<Client, ClientError> {
@@ -583,28 +671,60 @@ mod tests {
 
     #[test]
     fn glob_characters_in_names_match_only_themselves() {
-        assert_eq!(
-            patterns(
-                &["{tenant}:{subject}:*".into()],
-                "acme",
-                &["u*".into(), "a[1]".into()]
-            ),
-            ["acme:u\\*:*", "acme:a\\[1\\]:*"]
-        );
+        let patterns = key_patterns(&["{tenant}:{subject}:*".into()]).unwrap();
+        assert_eq!(globs(&patterns, "acme", Some("u*")), ["acme:u\\*:*"]);
+        assert_eq!(globs(&patterns, "acme", Some("a[1]")), ["acme:a\\[1\\]:*"]);
+        assert_eq!(globs(&patterns, "a?", None), ["a\\?:*:*"]);
     }
 
     #[test]
-    fn a_key_names_its_owner_somewhere_after_the_patterns_prefix() {
-        assert_eq!(
-            candidates("{tenant}:{subject}:*", "acme", "acme:u1:3"),
-            ["u", "u1", "u1:", "u1:3"]
-        );
-        assert_eq!(
-            candidates("cache:{tenant}:{subject}", "acme", "cache:acme:u1"),
-            ["u", "u1"]
-        );
-        assert!(candidates("{tenant}:{subject}:*", "acme", "globex:u1:3").is_empty());
-        assert!(candidates("{tenant}:sessions", "acme", "acme:sessions").is_empty());
+    fn erasure_patterns_are_read_as_a_routes_are() {
+        assert!(key_patterns(&["{tenant}:{subject}:*".into()]).is_ok());
+        let bad = key_patterns(&["{subject}:*".into(), "{tenant}:*:{subject}".into()]);
+        assert_eq!(bad.map_err(|bad| bad.len()).err(), Some(2));
+    }
+
+    /// A colon is allowed in a subject key: erasing `frank:notes` must not take frank's keys
+    /// `frank:notes:1` (the pattern says they are frank's), and a subject's keys in every
+    /// database go (a `COPY ... DB` made around Lethe, an app on another database).
+    #[tokio::test]
+    async fn the_purge_takes_only_what_the_patterns_say_is_the_subjects_in_every_database() {
+        let mut con = connection(URL).await.expect("Redis on 127.0.0.1:6379");
+        let tenant = format!("t{}", uuid::Uuid::new_v4().simple());
+        let franks = [
+            format!("{tenant}:frank:notes:1"),
+            format!("{tenant}:frank:notes:history"),
+        ];
+        set(&mut con, franks.clone(), "frank's").await;
+        let carols = format!("{tenant}:carol:k");
+        for db in ["0", "1", "2"] {
+            con.one(&[b"SELECT", db.as_bytes()]).await.unwrap();
+            set(&mut con, [carols.clone()], "carol's").await;
+        }
+        con.one(&[b"SELECT", b"0"]).await.unwrap();
+        let purge = async |subject: &str| {
+            connector(URL, &["{tenant}:{subject}:*"])
+                .purge(&crate::testing::subjects(&tenant, &[subject]), &[])
+                .await
+                .unwrap()
+        };
+        let notes = purge("frank:notes").await;
+        assert_eq!((notes.before, notes.deleted, notes.remaining), (0, 0, 0));
+        let exists = |key: &String| [b"EXISTS".to_vec(), key.clone().into_bytes()];
+        let held = con
+            .call(&franks.iter().map(exists).map(Vec::from).collect::<Vec<_>>())
+            .await
+            .unwrap();
+        assert_eq!(held, [Reply::Int(1), Reply::Int(1)], "frank's keys are his");
+        let carol = purge("carol").await;
+        assert_eq!((carol.before, carol.deleted, carol.remaining), (3, 3, 0));
+        for db in ["0", "1", "2"] {
+            con.one(&[b"SELECT", db.as_bytes()]).await.unwrap();
+            let left = con.one(&[b"EXISTS", carols.as_bytes()]).await.unwrap();
+            assert_eq!(left, Reply::Int(0), "carol's copy in database {db}");
+        }
+        con.one(&[b"SELECT", b"0"]).await.unwrap();
+        unlink(&mut con, &franks).await;
     }
 
     /// After a restore, a replay knows the subject only by reference: its keys are found again
@@ -621,7 +741,7 @@ mod tests {
         )
         .await;
         let forgotten = lethe_policy::audit::forgotten(crate::testing::AUDIT_KEY, &tenant, "u1");
-        let report = connector(URL, &["{tenant}:{subject}:*", "cache:{tenant}:{subject}"])
+        let report = connector(URL, &["cache:{tenant}:{subject}", "{tenant}:{subject}:*"])
             .purge(&crate::testing::subjects(&tenant, &[&forgotten]), &[])
             .await
             .unwrap();
@@ -650,7 +770,7 @@ mod tests {
             ]);
         set(&mut con, keys, "v").await;
 
-        let patterns = ["{tenant}:{subject}:*", "cache:{tenant}:{subject}"];
+        let patterns = ["cache:{tenant}:{subject}", "{tenant}:{subject}:*"];
         let purger = connector(URL, &patterns);
         let subjects = crate::testing::subjects(&tenant, &["u1", "u1-old"]);
         assert_eq!(

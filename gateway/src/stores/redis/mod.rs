@@ -111,14 +111,13 @@ impl RouteStore for Redis {
         _erasure: &ErasureConfig,
         _audit_key: &Arc<[u8]>,
     ) -> Arc<dyn Connector> {
-        let patterns = self.patterns.iter().map(|p| p.text.clone()).collect();
         // A route's upstream was checked when the configuration was read (upstream_problem);
         // were it not, the purge reaches no server and says so, never that it found nothing.
         let servers = client::Server::of_route(&route).into_iter().collect();
         Arc::new(connector::RedisConnector::new(
             &route.name,
             servers,
-            patterns,
+            self.patterns.clone(),
             upstreams.tls(),
         ))
     }

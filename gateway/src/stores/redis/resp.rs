@@ -3,9 +3,16 @@
 //! never grows a buffer without bound), in the protocol the client chose with `HELLO` (RESP2,
 //! or RESP3); and the replies Lethe makes or rewrites, written in that protocol.
 
+mod command;
+mod reply;
+
+use bytes::BytesMut;
 use redis_protocol::resp2::types::OwnedFrame as Frame2;
 use redis_protocol::resp3::types::{OwnedFrame as Frame3, Resp3Frame};
 use tokio::io::{AsyncRead, AsyncReadExt};
+
+pub use command::{Args, CommandDecoder};
+pub use reply::ReplyScanner;
 
 /// The protocol a client speaks (and Lethe speaks to Redis for it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -134,6 +141,15 @@ impl Reply {
     }
 }
 
+/// Why bytes are no frame.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DecodeError {
+    #[error("the frame is larger than {0} bytes")]
+    TooLarge(usize),
+    #[error("not RESP: {0}")]
+    Malformed(&'static str),
+}
+
 /// Why nothing could be read.
 #[derive(Debug, thiserror::Error)]
 pub enum ReadError {
@@ -147,118 +163,123 @@ pub enum ReadError {
     Io(#[from] std::io::Error),
 }
 
-/// A frame decoder: a frame and the bytes it used, nothing yet, or why the bytes are no frame.
-type Decode<T> = fn(&[u8]) -> Result<Option<(T, usize)>, String>;
-
-/// A command's arguments, `None` for a frame that is no command.
-type Args = Option<Vec<Vec<u8>>>;
-
-fn command(buf: &[u8]) -> Result<Option<(Args, usize)>, String> {
-    let decoded = redis_protocol::resp2::decode::decode(buf).map_err(|e| e.details().to_owned())?;
-    Ok(decoded.map(|(frame, used)| (args_of(frame), used)))
+impl From<DecodeError> for ReadError {
+    fn from(e: DecodeError) -> ReadError {
+        match e {
+            DecodeError::TooLarge(limit) => ReadError::TooLarge(limit),
+            DecodeError::Malformed(why) => ReadError::Malformed(why.to_owned()),
+        }
+    }
 }
 
-fn reply2(buf: &[u8]) -> Result<Option<(Reply, usize)>, String> {
-    let decoded = redis_protocol::resp2::decode::decode(buf).map_err(|e| e.details().to_owned())?;
-    Ok(decoded.map(|(frame, used)| (Reply::of2(frame), used)))
+/// How much room a read into a buffer is given at least.
+const READ_ROOM: usize = 16 * 1024;
+
+/// Reads more of `io` into `buf`; `Ok(false)` at the end of the stream.
+async fn read_more(io: &mut (impl AsyncRead + Unpin), buf: &mut BytesMut) -> std::io::Result<bool> {
+    // Into the buffer's spare room: no zeroed chunk per read, no copy.
+    buf.reserve(READ_ROOM);
+    Ok(io.read_buf(buf).await? > 0)
 }
 
-fn reply3(buf: &[u8]) -> Result<Option<(Reply, usize)>, String> {
-    // Redis does not stream its replies: a streamed frame is an error here.
-    let decoded =
-        redis_protocol::resp3::decode::complete::decode(buf).map_err(|e| e.details().to_owned())?;
-    Ok(decoded.map(|(frame, used)| (Reply::of3(frame), used)))
+/// A client's commands, read one at a time from its connection; at most `limit` bytes wait for
+/// a command to complete, and no command is larger.
+pub struct Commands {
+    buf: BytesMut,
+    decoder: CommandDecoder,
 }
 
-/// A command's arguments, when it is an array of bulk strings (as every client sends them).
-fn args_of(frame: Frame2) -> Option<Vec<Vec<u8>>> {
-    let Frame2::Array(parts) = frame else {
-        return None;
-    };
-    parts
-        .into_iter()
-        .map(|p| match p {
-            Frame2::BulkString(b) => Some(b),
-            _ => None,
-        })
-        .collect::<Option<Vec<_>>>()
-        .filter(|args| !args.is_empty())
-}
-
-/// Frames read one at a time from a byte stream; at most `limit` bytes wait for a frame to
-/// complete, and no frame is larger.
-pub struct Frames {
-    buf: Vec<u8>,
-    limit: usize,
-}
-
-impl Frames {
-    pub fn new(limit: usize) -> Frames {
-        Frames {
-            buf: Vec::new(),
-            limit,
+impl Commands {
+    pub fn new(limit: usize) -> Commands {
+        Commands {
+            buf: BytesMut::new(),
+            decoder: CommandDecoder::new(limit),
         }
     }
 
-    /// The next command: its arguments, or `None` for a frame that is no array of bulk
-    /// strings; `Ok(None)` at a clean end of the stream.
-    pub async fn command(
+    /// The next command; `Ok(None)` at a clean end of the stream.
+    pub async fn next(
         &mut self,
         io: &mut (impl AsyncRead + Unpin),
     ) -> Result<Option<Args>, ReadError> {
-        self.next(io, command).await
+        loop {
+            if let Some(args) = self.decoder.decode(&mut self.buf)? {
+                return Ok(Some(args));
+            }
+            if !read_more(io, &mut self.buf).await? {
+                return match self.buf.is_empty() && !self.decoder.in_command() {
+                    true => Ok(None),
+                    false => Err(ReadError::Truncated),
+                };
+            }
+        }
     }
 
     /// The next command if the bytes already read hold all of it (a pipeline's next), without
     /// waiting for more; `None` when they do not.
-    pub fn buffered_command(&mut self) -> Option<Result<Args, ReadError>> {
-        self.take(command).transpose()
+    pub fn buffered(&mut self) -> Option<Result<Args, ReadError>> {
+        self.decoder
+            .decode(&mut self.buf)
+            .map_err(ReadError::from)
+            .transpose()
     }
 
-    /// The next reply of Redis, in `proto`.
-    pub async fn reply(
+    /// Whether a command has begun to arrive and is not yet whole.
+    pub fn partial(&self) -> bool {
+        !self.buf.is_empty() || self.decoder.in_command()
+    }
+}
+
+/// Redis' replies, read one at a time from a connection in the protocol it speaks.
+pub struct Replies {
+    buf: BytesMut,
+    scanner: ReplyScanner,
+}
+
+impl Replies {
+    pub fn new(limit: usize) -> Replies {
+        Replies {
+            buf: BytesMut::new(),
+            scanner: ReplyScanner::new(limit),
+        }
+    }
+
+    /// The next reply, in `proto`; `Ok(None)` at a clean end of the stream.
+    pub async fn next(
         &mut self,
         io: &mut (impl AsyncRead + Unpin),
         proto: Proto,
     ) -> Result<Option<Reply>, ReadError> {
-        match proto {
-            Proto::Resp2 => self.next(io, reply2).await,
-            Proto::Resp3 => self.next(io, reply3).await,
-        }
-    }
-
-    /// The first frame of the bytes read so far, taken from them; `None` while it is incomplete.
-    fn take<T>(&mut self, decode: Decode<T>) -> Result<Option<T>, ReadError> {
-        match decode(&self.buf).map_err(ReadError::Malformed)? {
-            Some((_, used)) if used > self.limit => Err(ReadError::TooLarge(self.limit)),
-            Some((frame, used)) => {
-                self.buf.drain(..used);
-                Ok(Some(frame))
-            }
-            None if self.buf.len() > self.limit => Err(ReadError::TooLarge(self.limit)),
-            None => Ok(None),
-        }
-    }
-
-    async fn next<T>(
-        &mut self,
-        io: &mut (impl AsyncRead + Unpin),
-        decode: Decode<T>,
-    ) -> Result<Option<T>, ReadError> {
         loop {
-            if let Some(frame) = self.take(decode)? {
-                return Ok(Some(frame));
+            if let Some(len) = self.scanner.scan(&self.buf, proto)? {
+                let frame = self.buf.split_to(len);
+                return decode_reply(&frame, proto).map(Some);
             }
-            // Read into the buffer's spare room: no zeroed chunk per read, no copy.
-            self.buf.reserve(16 * 1024);
-            let n = io.read_buf(&mut self.buf).await?;
-            if n == 0 {
+            if !read_more(io, &mut self.buf).await? {
                 return match self.buf.is_empty() {
                     true => Ok(None),
                     false => Err(ReadError::Truncated),
                 };
             }
         }
+    }
+}
+
+/// A whole frame (its end found by the scanner, so nested at most `reply::MAX_DEPTH` deep)
+/// decoded into a reply.
+fn decode_reply(frame: &[u8], proto: Proto) -> Result<Reply, ReadError> {
+    let malformed = |details: &str| ReadError::Malformed(details.to_owned());
+    match proto {
+        Proto::Resp2 => match redis_protocol::resp2::decode::decode(frame) {
+            Ok(Some((decoded, used))) if used == frame.len() => Ok(Reply::of2(decoded)),
+            Ok(_) => Err(malformed("a reply's frame is not one whole frame")),
+            Err(e) => Err(malformed(e.details())),
+        },
+        Proto::Resp3 => match redis_protocol::resp3::decode::complete::decode(frame) {
+            Ok(Some((decoded, used))) if used == frame.len() => Ok(Reply::of3(decoded)),
+            Ok(_) => Err(malformed("a reply's frame is not one whole frame")),
+            Err(e) => Err(malformed(e.details())),
+        },
     }
 }
 
@@ -277,12 +298,12 @@ pub fn command_bytes(args: &[Vec<u8>], out: &mut Vec<u8>) {
 mod tests {
     use super::*;
 
-    async fn commands(input: &[u8], limit: usize) -> Vec<Result<Option<Vec<Vec<u8>>>, String>> {
-        let mut frames = Frames::new(limit);
+    async fn commands(input: &[u8], limit: usize) -> Vec<Result<Vec<Vec<u8>>, String>> {
+        let mut frames = Commands::new(limit);
         let mut io = input;
         let mut out = Vec::new();
         loop {
-            match frames.command(&mut io).await {
+            match frames.next(&mut io).await {
                 Ok(Some(args)) => out.push(Ok(args)),
                 Ok(None) => return out,
                 Err(e) => {
@@ -299,32 +320,38 @@ mod tests {
         assert_eq!(
             got,
             [
-                Ok(Some(vec![b"PING".to_vec()])),
-                Ok(Some(vec![b"GET".to_vec(), b"k".to_vec()]))
+                Ok(vec![b"PING".to_vec()]),
+                Ok(vec![b"GET".to_vec(), b"k".to_vec()])
             ]
         );
-        assert_eq!(commands(b"+OK\r\n", 1024).await, [Ok(None)], "no array");
+        assert_eq!(
+            commands(b"+OK\r\n", 1024).await,
+            [Err(
+                "not RESP: a command is an array of bulk strings".to_owned()
+            )]
+        );
     }
 
     #[tokio::test]
     async fn a_pipelines_next_commands_are_taken_from_what_was_read_without_waiting() {
-        let mut frames = Frames::new(1024);
+        let mut frames = Commands::new(1024);
         let mut io: &[u8] = b"*1\r\n$4\r\nPING\r\n*2\r\n$3\r\nGET\r\n$1\r\nk\r\n*2\r\n$3\r\nGET";
-        assert!(matches!(frames.command(&mut io).await, Ok(Some(Some(_)))));
-        let next = frames.buffered_command();
+        assert!(matches!(frames.next(&mut io).await, Ok(Some(_))));
+        let next = frames.buffered();
         assert!(
-            matches!(next, Some(Ok(Some(ref args))) if args[1] == b"k"),
+            matches!(next, Some(Ok(ref args)) if args[1] == b"k"),
             "{next:?}"
         );
         assert!(
-            frames.buffered_command().is_none(),
+            frames.buffered().is_none(),
             "half a command waits for the stream"
         );
-        let mut garbage = Frames::new(1024);
+        assert!(frames.partial());
+        let mut garbage = Commands::new(1024);
         let mut io: &[u8] = b"*1\r\n$4\r\nPING\r\n*x\r\n";
-        assert!(matches!(garbage.command(&mut io).await, Ok(Some(Some(_)))));
+        assert!(matches!(garbage.next(&mut io).await, Ok(Some(_))));
         assert!(matches!(
-            garbage.buffered_command(),
+            garbage.buffered(),
             Some(Err(ReadError::Malformed(_)))
         ));
     }
@@ -333,8 +360,8 @@ mod tests {
     async fn a_subscriptions_push_frames_pass_as_they_were_and_are_arrays_in_resp2() {
         let push: &[u8] = b">3\r\n$7\r\nmessage\r\n$1\r\nc\r\n$2\r\nhi\r\n";
         let mut io = push;
-        let reply = Frames::new(1024)
-            .reply(&mut io, Proto::Resp3)
+        let reply = Replies::new(1024)
+            .next(&mut io, Proto::Resp3)
             .await
             .unwrap()
             .unwrap();
@@ -368,11 +395,11 @@ mod tests {
     #[tokio::test]
     async fn replies_of_either_protocol_are_read_and_written_back_alike() {
         let resp3: &[u8] = b"%1\r\n+a\r\n,1.5\r\n*2\r\n_\r\n#t\r\n";
-        let mut frames = Frames::new(1024);
+        let mut frames = Replies::new(1024);
         let mut io = resp3;
         let mut out = Vec::new();
         for _ in 0..2 {
-            let reply = frames.reply(&mut io, Proto::Resp3).await.unwrap().unwrap();
+            let reply = frames.next(&mut io, Proto::Resp3).await.unwrap().unwrap();
             reply.write(Proto::Resp3, &mut out);
         }
         assert_eq!(
@@ -382,7 +409,7 @@ mod tests {
 
         let resp2: &[u8] = b"*3\r\n:3\r\n$-1\r\n$2\r\nab\r\n";
         let mut io = resp2;
-        let reply = frames.reply(&mut io, Proto::Resp2).await.unwrap().unwrap();
+        let reply = frames.next(&mut io, Proto::Resp2).await.unwrap().unwrap();
         let mut out = Vec::new();
         reply.write(Proto::Resp2, &mut out);
         assert_eq!(out, resp2);
