@@ -430,6 +430,15 @@ pub struct DataPlaneConfig {
     pub max_body_bytes: u64,
     pub request_timeout: ConfigDuration,
     pub max_concurrency: u32,
+    /// The most connections one listener (the data plane's, each route's own) holds at once.
+    pub max_connections: u32,
+    /// The most of them one client address holds.
+    pub max_connections_per_address: u32,
+    /// A connection of a route with its own listener (Redis) must authenticate within this.
+    pub auth_timeout: ConfigDuration,
+    /// A connection waiting this long for its next request or command is closed (not while a
+    /// subscription or a waiting command of its runs).
+    pub idle_timeout: ConfigDuration,
 }
 
 impl Default for DataPlaneConfig {
@@ -440,6 +449,10 @@ impl Default for DataPlaneConfig {
             max_body_bytes: 10 * 1024 * 1024,
             request_timeout: ConfigDuration(Duration::from_secs(30)),
             max_concurrency: 1024,
+            max_connections: 4096,
+            max_connections_per_address: 256,
+            auth_timeout: ConfigDuration(Duration::from_secs(10)),
+            idle_timeout: ConfigDuration(Duration::from_secs(300)),
         }
     }
 }
@@ -971,8 +984,29 @@ impl DataPlaneConfig {
         if self.max_body_bytes == 0 {
             problems.push("data_plane.max_body_bytes: must be greater than zero".to_owned());
         }
-        if self.max_concurrency == 0 {
-            problems.push("data_plane.max_concurrency: must be greater than zero".to_owned());
+        for (key, value) in [
+            ("max_concurrency", self.max_concurrency),
+            ("max_connections", self.max_connections),
+            (
+                "max_connections_per_address",
+                self.max_connections_per_address,
+            ),
+        ] {
+            if value == 0 {
+                problems.push(format!("data_plane.{key}: must be greater than zero"));
+            }
+        }
+        if self.max_connections_per_address > self.max_connections {
+            problems
+                .push("data_plane.max_connections_per_address: at most max_connections".to_owned());
+        }
+        for (key, value) in [
+            ("auth_timeout", self.auth_timeout),
+            ("idle_timeout", self.idle_timeout),
+        ] {
+            if value.0 < Duration::from_secs(1) {
+                problems.push(format!("data_plane.{key}: at least 1s"));
+            }
         }
         problems
     }

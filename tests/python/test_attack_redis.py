@@ -1,12 +1,17 @@
 """The Redis route under attack: what another tenant, another subject, an unauthenticated or
 malformed client, or a suppressed subject can reach through it, counted straight in Redis."""
 
+import base64
+import json
 import socket
+import subprocess
+import threading
+import time
 
 import pytest
 import redis
 
-from conftest import GLOBEX, TENANT, someone, wait_for
+from conftest import GLOBEX, LETHE, TENANT, someone, wait_for
 from test_redis import RETENTION_MS, agent, client, consent, direct, lethe, refused  # noqa: F401
 
 WEEK_MS = 7 * 24 * 3600 * 1000
@@ -369,3 +374,230 @@ def test_writers_racing_the_erasure_leave_none_of_the_subjects_keys(lethe, direc
     assert done["state"] == "completed" and results["redis:redis"]["remaining"] == 0
     assert remaining == 0, f"{remaining} keys of the erased subject in Redis at completion"
     assert not list(direct.scan_iter(match=f"{TENANT}:{alice}:*", count=1000)), "nothing landed after it"
+
+
+# The second outside attack (issue 38): each row's attempt, counted in Redis.
+
+def one_connection(lethe, token, protocol=None):
+    """redis-py on one connection the whole test long, as a long-lived worker holds it."""
+    host, port = lethe.listens["redis"].split(":")
+    return redis.Redis(host=host, port=int(port), username="agent", password=token, decode_responses=True,
+                       protocol=protocol, single_connection_client=True)
+
+
+def claims_of(token):
+    payload = token.split(".")[1]
+    return json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+
+
+def short_lived(lethe, subject, ttl):
+    """An agent token bound to `subject` that expires after `ttl`."""
+    return subprocess.run([str(LETHE), "token", "--role", "agent", "--tenant", TENANT, "--subject", subject,
+                           "--ttl", ttl], cwd=lethe.workdir, env=lethe.env, check=True, capture_output=True,
+                          text=True).stdout.strip()
+
+
+def test_twenty_thousand_nested_arrays_before_auth_are_one_refusal_not_a_crash(lethe, direct):
+    """Row 1: the decoder recursed once per level; 20 000 levels aborted the process."""
+    alice = someone()
+    consent(lethe, alice)
+    steady = agent(lethe, alice)
+    answer = raw(lethe, b"*1\r\n" * 20_000 + command("PING"))
+    assert b"lethe:invalid_request" in answer and b"not RESP" in answer, answer[:200]
+    # The process and every other connection go on.
+    assert b"+PONG" in raw(lethe, command("PING"))
+    steady.set(f"{TENANT}:{alice}:alive", "1")
+    assert direct.get(f"{TENANT}:{alice}:alive") == "1"
+
+
+def test_a_command_in_tiny_pieces_is_read_once(lethe, direct):
+    """Row 8: every read re-parsed the whole buffer. A 200 KB command in 256-byte pieces is
+    answered like one sent at once."""
+    alice = someone()
+    consent(lethe, alice)
+    key = f"{TENANT}:{alice}:pieces"
+    payload = command("AUTH", "agent", lethe.token("agent", alice)) + command("SET", key, "x" * 200_000)
+    host, port = lethe.listens["redis"].split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as s:
+        for i in range(0, len(payload), 256):
+            s.sendall(payload[i:i + 256])
+        got = b""
+        while got.count(b"+OK") < 2:
+            got += s.recv(4096)
+    assert direct.strlen(key) == 200_000
+
+
+def test_copy_into_another_database_is_refused(lethe, direct):
+    """Row 2: `COPY k k DB 1` put the subject's text where the purge never looked."""
+    carol = someone()
+    consent(lethe, carol)
+    r = agent(lethe, carol)
+    key = f"{TENANT}:{carol}:k"
+    r.set(key, "carol's")
+    for db in (1, 2):
+        refused("forbidden", lambda: r.copy(key, key, destination_db=db))
+        refused("forbidden", lambda: r.execute_command("COPY", key, key, "REPLACE", "db", db))
+    for db in (1, 2):
+        assert redis.Redis(host="127.0.0.1", port=6379, db=db).exists(key) == 0
+    lethe.erase_to_completion(carol)
+    assert direct.exists(key) == 0
+
+
+def test_a_token_revoked_or_expired_on_an_open_connection_is_refused_at_its_next_command(lethe, direct):
+    """Row 4: only new connections were refused; one authenticated before went on writing."""
+    alice = someone()
+    consent(lethe, alice)
+    token = lethe.token("agent", alice)
+    r = one_connection(lethe, token)
+    key = f"{TENANT}:{alice}:k"
+    r.set(key, "before")
+    subscriber = one_connection(lethe, token).pubsub()
+    subscriber.subscribe(key)
+    assert subscriber.get_message(timeout=5)["type"] == "subscribe"
+    status, body = lethe.call("POST", "/v1/tokens/revoke", {"jti": claims_of(token)["jti"]}, token=lethe.token("admin"))
+    assert status == 200, body
+    with pytest.raises(redis.exceptions.RedisError, match="lethe:unauthenticated|revoked|closed|invalid"):
+        r.set(key, "after")
+    assert direct.get(key) == "before"
+    # A message published on the channel reaches the revoked subscriber no more.
+    agent(lethe, alice).publish(key, "for a revoked reader")
+    delivered = []
+    try:
+        while (message := subscriber.get_message(timeout=2)) is not None:
+            delivered.append(message)
+    except redis.exceptions.RedisError:
+        pass  # refused, and the connection closed
+    assert not [m for m in delivered if m["type"] == "message"], delivered
+
+    short = short_lived(lethe, alice, "2s")
+    r = one_connection(lethe, short)
+    r.set(key, "short")
+    wait_for("the token to expire", lambda: time.time() >= claims_of(short)["exp"] + 1, deadline=10)
+    with pytest.raises(redis.exceptions.RedisError, match="lethe:unauthenticated|expired|closed"):
+        r.set(key, "expired")
+    assert direct.get(key) == "short"
+
+
+def test_reads_queued_in_multi_are_decided_at_exec(lethe, direct):
+    """Row 5: queue a subject's reads, flip her, EXEC answered her data."""
+    dora = someone()
+    consent(lethe, dora)
+    key, lst = f"{TENANT}:{dora}:s", f"{TENANT}:{dora}:l"
+    writer = agent(lethe, dora)
+    writer.set(key, "dora's")
+    writer.rpush(lst, "a", "b")
+    r = one_connection(lethe, lethe.token("agent"))
+    assert r.execute_command("MULTI") == "OK"
+    assert r.execute_command("GET", key) == "QUEUED"
+    assert r.execute_command("LRANGE", lst, 0, -1) == "QUEUED"
+    lethe.flip(dora)
+    assert r.execute_command("EXEC") == [None, []]
+    # A write queued before the flip is refused at EXEC, and nothing of the transaction is sent.
+    erin = someone()
+    consent(lethe, erin)
+    r.execute_command("MULTI")
+    r.execute_command("SET", f"{TENANT}:{erin}:first", "1")
+    r.execute_command("SET", f"{TENANT}:{erin}:second", "2")
+    lethe.flip(erin)
+    with pytest.raises(redis.exceptions.ResponseError, match="lethe:subject_suppressed"):
+        r.execute_command("EXEC")
+    assert direct.exists(f"{TENANT}:{erin}:first", f"{TENANT}:{erin}:second") == 0
+
+
+def test_a_wait_begun_before_a_flip_delivers_nothing_of_the_subject(lethe, direct):
+    """Row 6: BLPOP, BZPOPMIN and XREAD BLOCK begun before a flip delivered data written after it."""
+    fay = someone()
+    consent(lethe, fay)
+    lst, zset, stream = f"{TENANT}:{fay}:l", f"{TENANT}:{fay}:z", f"{TENANT}:{fay}:x"
+    writer = agent(lethe, fay)
+    writer.xadd(stream, {"f": "before"})
+    reader = agent(lethe)
+    got = {}
+    waits = {
+        "blpop": lambda: reader.blpop([lst], timeout=20),
+        "bzpopmin": lambda: reader.bzpopmin([zset], timeout=20),
+        "xread": lambda: reader.xread({stream: "$"}, block=20_000),
+    }
+    blocked_before = int(direct.info("clients")["blocked_clients"])
+    threads = [threading.Thread(target=lambda n=n, w=w: got.__setitem__(n, w())) for n, w in waits.items()]
+    for t in threads:
+        t.start()
+    wait_for("three waiting commands in Redis",
+             lambda: int(direct.info("clients")["blocked_clients"]) >= blocked_before + 3)
+    lethe.flip(fay)
+    # Written after the flip, around Lethe (Lethe refuses her writes now).
+    direct.rpush(lst, "after the flip")
+    direct.zadd(zset, {"after the flip": 1})
+    direct.xadd(stream, {"f": "after the flip"})
+    for t in threads:
+        t.join(timeout=30)
+    assert set(got) == set(waits), got
+    assert all(not answer for answer in got.values()), got
+    assert direct.llen(lst) == 0, "BLPOP took her element: hers, and being erased"
+
+
+@pytest.fixture(scope="module")
+def bounded(chroma, tmp_path_factory):
+    """A Lethe whose listeners hold 4 connections per address, give 1 s to authenticate, 2 s
+    to finish a command begun, and close a connection idle for 2 s."""
+    from conftest import own_lethe
+    from test_redis import REDIS
+    limits = ('[data_plane]\nmax_connections_per_address = 4\nauth_timeout = "1s"\nrequest_timeout = "2s"\n'
+              'idle_timeout = "2s"\n')
+    instance = own_lethe(chroma, tmp_path_factory.mktemp("lethe-redis-bounded"), limits, redis_url=REDIS)
+    rules = {"rules": [{"purpose": "support", "category": "conversation", "max_age": "30d"}]}
+    assert instance.call("PUT", "/v1/retention-rules", rules)[0] == 200
+    yield instance
+    instance.stop()
+
+
+def test_connections_are_bounded_per_address_and_in_time(bounded, direct):
+    """Row 7: no connection cap, no idle or pre-AUTH timeout: a half command was held 65 s, and
+    40 connections of ~1 MiB each took 87 MB."""
+    host, port = bounded.listens["redis"].split(":")
+    held = [socket.create_connection((host, int(port)), timeout=5) for _ in range(4)]
+    try:
+        # Each is admitted before the fifth comes: a PING answered on each says so.
+        for s in held:
+            s.sendall(command("PING"))
+            assert s.recv(100) == b"+PONG\r\n"
+        fifth = raw(bounded, command("PING"))
+        assert fifth.startswith(b"-ERR lethe:overloaded") and b"address" in fifth, fifth
+        # Never authenticated: given up after 1 s, with the reason.
+        s = held[0]
+        s.settimeout(10)
+        assert s.recv(200).startswith(b"-ERR lethe:timeout no command came in time")
+        assert s.recv(1) == b"", "and closed"
+    finally:
+        for s in held:
+            s.close()
+    # A closed connection gives its place back.
+    wait_for("a place on the listener", lambda: raw(bounded, command("PING")).startswith(b"+PONG\r\n"), deadline=10)
+
+    alice = someone()
+    consent(bounded, alice)
+    key = f"{TENANT}:{alice}:half"
+    auth = command("AUTH", "agent", bounded.token("agent", alice))
+    with socket.create_connection((host, int(port)), timeout=10) as s:
+        s.sendall(auth + command("SET", key, "v")[:-5])
+        answer = b""
+        while chunk := s.recv(200):
+            answer += chunk
+        assert answer.startswith(b"+OK\r\n-ERR lethe:timeout a command did not arrive whole in time"), answer
+    assert direct.exists(key) == 0
+    with socket.create_connection((host, int(port)), timeout=10) as s:
+        s.sendall(auth)
+        answer = b""
+        while chunk := s.recv(200):
+            answer += chunk
+        assert answer == b"+OK\r\n-ERR lethe:timeout no command came in time\r\n", answer
+    # A subscriber waits for its messages as long as it likes: it is not idle.
+    subscriber = one_connection(bounded, bounded.token("agent", alice)).pubsub()
+    subscriber.subscribe(key)
+    assert subscriber.get_message(timeout=5)["type"] == "subscribe"
+    deadline = time.monotonic() + 3
+    while time.monotonic() < deadline:
+        assert subscriber.get_message(timeout=0.5) is None
+    agent(bounded, alice).publish(key, "still there")
+    message = wait_for("the message", lambda: subscriber.get_message(timeout=1))
+    assert message["data"] == "still there"

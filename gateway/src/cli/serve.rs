@@ -103,10 +103,7 @@ pub(super) async fn serve(config: Config) -> Result<(), Failure> {
     let until_stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|stop| *stop).await;
     };
-    let limits = crate::data::Limits {
-        timeout: config.data_plane.request_timeout.0,
-        max_concurrency: usize::try_from(config.data_plane.max_concurrency).unwrap_or(usize::MAX),
-    };
+    let limits = crate::data::Limits::of(&config.data_plane);
     // The peer's address limits failed console sign-ins.
     let control = axum::serve(
         control_listener,
@@ -146,7 +143,7 @@ pub(super) async fn serve(config: Config) -> Result<(), Failure> {
             route,
             Arc::clone(&data_state),
             stopped.clone(),
-            limits.timeout,
+            limits,
         ));
     }
     let own_routes = async move { while own_routes.join_next().await.is_some() {} };

@@ -6,6 +6,7 @@
 //! the client before the whole answer is checked, so every failure can still become a proper
 //! JSON error.
 
+pub mod admission;
 pub mod context;
 pub mod derivation;
 pub mod error;
@@ -95,11 +96,37 @@ impl DataState {
     }
 }
 
-/// Limits applied around every request.
+/// Limits applied around every connection and every request.
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
     pub timeout: Duration,
     pub max_concurrency: usize,
+    /// Of each listener (the data plane's, each route's own).
+    pub connections: admission::ConnectionLimits,
+    pub auth_timeout: Duration,
+    pub idle_timeout: Duration,
+}
+
+impl Limits {
+    pub fn of(config: &crate::config::DataPlaneConfig) -> Limits {
+        let count = |n: u32| usize::try_from(n).unwrap_or(usize::MAX);
+        Limits {
+            timeout: config.request_timeout.0,
+            max_concurrency: count(config.max_concurrency),
+            connections: admission::ConnectionLimits {
+                max_connections: count(config.max_connections),
+                max_connections_per_address: count(config.max_connections_per_address),
+            },
+            auth_timeout: config.auth_timeout.0,
+            idle_timeout: config.idle_timeout.0,
+        }
+    }
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits::of(&crate::config::DataPlaneConfig::default())
+    }
 }
 
 /// Whole, checked answers; or server-sent events relayed one checked event at a time.
@@ -453,9 +480,10 @@ pub async fn serve(
 ) {
     let service = service(state, limits);
     let graceful = GracefulShutdown::new();
+    let gate = admission::Gate::new(limits.connections);
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
-        let (stream, _) = tokio::select! {
+        let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(accepted) => accepted,
                 Err(e) => {
@@ -464,6 +492,13 @@ pub async fn serve(
                 }
             },
             () = &mut shutdown => break,
+        };
+        let admitted = match gate.admit(peer.ip()) {
+            Ok(admitted) => admitted,
+            Err(refused) => {
+                tokio::spawn(refuse(stream, overloaded_response(&refused)));
+                continue;
+            }
         };
         let _ = stream.set_nodelay(true);
         let connection = hyper::server::conn::http1::Builder::new()
@@ -476,22 +511,52 @@ pub async fn serve(
         let watched = graceful.watch(connection);
         tokio::spawn(async move {
             let _ = watched.await;
+            drop(admitted);
         });
     }
     let _ = tokio::time::timeout(limits.timeout, graceful.shutdown()).await;
 }
 
+/// An HTTP answer to a connection the data plane's listener cannot admit.
+fn overloaded_response(refused: &admission::Refused) -> Vec<u8> {
+    let body =
+        crate::error_shape::error_body(Code::Overloaded.as_str(), &refused.to_string(), "", None)
+            .to_string();
+    format!(
+        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\nretry-after: 1\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
+}
+
+/// Tells a connection not admitted why, and closes it (without reading it).
+async fn refuse(mut stream: tokio::net::TcpStream, why: Vec<u8>) {
+    use tokio::io::AsyncWriteExt;
+    let told = async {
+        let _ = stream.write_all(&why).await;
+        let _ = stream.shutdown().await;
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(1), told).await;
+}
+
 /// Serves a route with a listener of its own: each client connection is handed whole to the
-/// route's store, until `stopping` turns true; the connections still open then get `grace` to
-/// end at a command boundary, and are closed after it.
+/// route's store, until `stopping` turns true; the connections still open then get the request
+/// timeout to end at a command boundary, and are closed after it.
 pub async fn serve_connections(
     listener: tokio::net::TcpListener,
     route: Route,
     state: Arc<DataState>,
     stopping: tokio::sync::watch::Receiver<bool>,
-    grace: Duration,
+    limits: Limits,
 ) {
     let route = Arc::new(route);
+    let gate = admission::Gate::new(limits.connections);
+    let timeouts = route::Timeouts {
+        authenticate: limits.auth_timeout,
+        idle: limits.idle_timeout,
+        command: limits.timeout,
+    };
+    let grace = limits.timeout;
     let mut open = tokio::task::JoinSet::new();
     let mut stop = stopping.clone();
     loop {
@@ -505,12 +570,25 @@ pub async fn serve_connections(
             },
             _ = stop.wait_for(|stop| *stop) => break,
         };
+        let route::Serving::Connections(store) = route.store.serving() else {
+            continue;
+        };
+        let admitted = match gate.admit(peer.ip()) {
+            Ok(admitted) => admitted,
+            Err(refused) => {
+                open.spawn(refuse(stream, store.refusal(&refused.to_string())));
+                continue;
+            }
+        };
         let _ = stream.set_nodelay(true);
         let (route, state, stopping) = (Arc::clone(&route), Arc::clone(&state), stopping.clone());
         open.spawn(async move {
             if let route::Serving::Connections(store) = route.store.serving() {
-                store.serve(&route, &state, stream, peer, stopping).await;
+                store
+                    .serve(&route, &state, stream, peer, timeouts, stopping)
+                    .await;
             }
+            drop(admitted);
         });
         // Connections that ended are not kept.
         while open.try_join_next().is_some() {}

@@ -11,6 +11,7 @@
 use std::fmt;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -133,14 +134,30 @@ pub trait HttpRoute: Send + Sync {
 /// the client, decides every command and answers it, in that protocol.
 #[async_trait]
 pub trait ConnectionRoute: Send + Sync {
-    /// Serves one client connection of `route` (from `peer`) until either side closes it or
-    /// `stopping` turns true, when it ends at the next command boundary.
+    /// Serves one client connection of `route` (from `peer`) until either side closes it,
+    /// `timeouts` run out, or `stopping` turns true, when it ends at the next command boundary.
     async fn serve(
         &self,
         route: &Route,
         state: &Arc<DataState>,
         connection: tokio::net::TcpStream,
         peer: SocketAddr,
+        timeouts: Timeouts,
         stopping: tokio::sync::watch::Receiver<bool>,
     );
+
+    /// What a client the listener cannot admit is told, in the route's protocol, before its
+    /// connection is closed.
+    fn refusal(&self, why: &str) -> Vec<u8>;
+}
+
+/// How long a connection of a route with a listener of its own may take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timeouts {
+    /// To authenticate, from the moment it is accepted.
+    pub authenticate: Duration,
+    /// To send its next command, once authenticated (not while it subscribes or waits).
+    pub idle: Duration,
+    /// To send the rest of a command it began.
+    pub command: Duration,
 }

@@ -193,6 +193,7 @@ async fn plane_with(answer: Answer, verifier: Verifier, max_body: usize) -> Plan
     let limits = Limits {
         timeout: std::time::Duration::from_secs(5),
         max_concurrency: 64,
+        ..Limits::default()
     };
     tokio::spawn(serve(listener, state, limits, std::future::pending()));
     Plane { addr, seen, store }
@@ -792,6 +793,7 @@ async fn an_unreachable_upstream_is_a_clear_502() {
         Limits {
             timeout: std::time::Duration::from_secs(5),
             max_concurrency: 8,
+            ..Limits::default()
         },
         std::future::pending(),
     ));
@@ -1038,6 +1040,7 @@ async fn an_upstream_500_does_not_cost_the_next_request_its_connection() {
         let limits = Limits {
             timeout: std::time::Duration::from_secs(5),
             max_concurrency: 8,
+            ..Limits::default()
         };
         tokio::spawn(serve(listener, state, limits, std::future::pending()));
         let p = Plane {
@@ -1112,6 +1115,7 @@ impl route::ConnectionRoute for Echo {
         _: &Arc<DataState>,
         connection: tokio::net::TcpStream,
         _: SocketAddr,
+        _: route::Timeouts,
         mut stopping: tokio::sync::watch::Receiver<bool>,
     ) {
         use tokio::io::AsyncBufReadExt;
@@ -1134,6 +1138,10 @@ impl route::ConnectionRoute for Echo {
                 }
             }
         }
+    }
+
+    fn refusal(&self, why: &str) -> Vec<u8> {
+        format!("refused: {why}\n").into_bytes()
     }
 }
 
@@ -1189,7 +1197,14 @@ async fn a_route_with_a_listener_of_its_own_gets_each_connection_whole_until_let
         route,
         state,
         stopping,
-        std::time::Duration::from_secs(5),
+        Limits {
+            timeout: std::time::Duration::from_secs(5),
+            connections: admission::ConnectionLimits {
+                max_connections: 8,
+                max_connections_per_address: 2,
+            },
+            ..Limits::default()
+        },
     ));
     let mut first = tokio::net::TcpStream::connect(addr).await.unwrap();
     let mut second = tokio::net::TcpStream::connect(addr).await.unwrap();
@@ -1199,6 +1214,13 @@ async fn a_route_with_a_listener_of_its_own_gets_each_connection_whole_until_let
     second.write_all(b"two\n").await.unwrap();
     assert_eq!(line_of(&mut second).await, "two", "each connection its own");
     assert_eq!(line_of(&mut first).await, "one");
+    // A third from the same address is told why, in the route's protocol, and closed.
+    let mut third = tokio::net::TcpStream::connect(addr).await.unwrap();
+    assert_eq!(
+        line_of(&mut third).await,
+        "refused: this address holds as many connections as one address may"
+    );
+    assert_eq!(third.read(&mut [0u8; 1]).await.unwrap(), 0, "and closed");
 
     stop.send(true).unwrap();
     assert_eq!(line_of(&mut first).await, "bye");
@@ -1247,4 +1269,48 @@ fn a_token_is_read_from_one_header_only() {
         let found = super::token(&sent_headers, *own).map_err(|e| e.to_string());
         assert_eq!(&found, expected, "{sent:?} {own:?}");
     }
+}
+
+/// The data plane's listener admits as many connections as it may, and tells the next one why
+/// in HTTP, with the stable code, before it reads a byte of it.
+#[tokio::test]
+async fn a_connection_past_the_listeners_limit_is_answered_overloaded() {
+    let store = migrated(&fresh_sqlite_url()).await;
+    let config = Config::check("").unwrap();
+    let (state, _lineage) = DataState::build(
+        &config,
+        Vec::new(),
+        store,
+        Arc::new(Verifier::hs256(SECRET, "lethe", 0).unwrap()),
+        Arc::from(&b"k"[..]),
+    )
+    .unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let limits = Limits {
+        connections: admission::ConnectionLimits {
+            max_connections: 1,
+            max_connections_per_address: 1,
+        },
+        ..Limits::default()
+    };
+    tokio::spawn(serve(listener, state, limits, std::future::pending()));
+    // Of two connections, the one accepted second is refused; the other waits for a request.
+    let mut first = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let mut second = tokio::net::TcpStream::connect(addr).await.unwrap();
+    async fn answer_of(stream: &mut tokio::net::TcpStream) -> String {
+        let mut answer = String::new();
+        let _ = stream.read_to_string(&mut answer).await;
+        answer
+    }
+    let answer = tokio::time::timeout(std::time::Duration::from_secs(5), async {
+        tokio::select! {
+            answer = answer_of(&mut first) => answer,
+            answer = answer_of(&mut second) => answer,
+        }
+    })
+    .await
+    .expect("an answer within 5 s");
+    assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+    assert!(answer.contains(r#""code":"overloaded""#), "{answer}");
 }

@@ -20,7 +20,7 @@ use super::{Kind, Settings};
 use crate::config::ErasureConfig;
 use crate::data::DataState;
 use crate::data::forward::{Route, Upstreams};
-use crate::data::route::{ConnectionRoute, RouteStore, Serving};
+use crate::data::route::{ConnectionRoute, RouteStore, Serving, Timeouts};
 use crate::purge::Connector;
 use keys::{KeyRule, Pattern};
 
@@ -131,6 +131,7 @@ impl ConnectionRoute for Redis {
         state: &Arc<DataState>,
         connection: tokio::net::TcpStream,
         _peer: SocketAddr,
+        timeouts: Timeouts,
         stopping: tokio::sync::watch::Receiver<bool>,
     ) {
         route::serve(
@@ -139,9 +140,17 @@ impl ConnectionRoute for Redis {
             &self.patterns,
             &self.recorded,
             self.limits,
+            timeouts,
             connection,
             stopping,
         )
         .await;
+    }
+
+    fn refusal(&self, why: &str) -> Vec<u8> {
+        let mut out = Vec::new();
+        resp::Reply::error(format!("ERR lethe:overloaded {why}"))
+            .write(resp::Proto::Resp2, &mut out);
+        out
     }
 }

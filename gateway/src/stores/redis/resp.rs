@@ -159,6 +159,9 @@ pub enum ReadError {
     Truncated,
     #[error("not RESP: {0}")]
     Malformed(String),
+    /// Nothing (or not all of a command) came in time: the reason.
+    #[error("{0}")]
+    TimedOut(&'static str),
     #[error("{0}")]
     Io(#[from] std::io::Error),
 }
@@ -197,20 +200,41 @@ impl Commands {
         }
     }
 
-    /// The next command; `Ok(None)` at a clean end of the stream.
+    /// The next command; `Ok(None)` at a clean end of the stream. Its first byte must come by
+    /// `first` (when given), and the rest of it within `whole` of the first: a client that
+    /// holds half a command holds a connection and its buffer no longer than that.
     pub async fn next(
         &mut self,
         io: &mut (impl AsyncRead + Unpin),
+        first: Option<tokio::time::Instant>,
+        whole: std::time::Duration,
     ) -> Result<Option<Args>, ReadError> {
+        let mut began = self.partial().then(tokio::time::Instant::now);
         loop {
             if let Some(args) = self.decoder.decode(&mut self.buf)? {
                 return Ok(Some(args));
             }
-            if !read_more(io, &mut self.buf).await? {
-                return match self.buf.is_empty() && !self.decoder.in_command() {
-                    true => Ok(None),
-                    false => Err(ReadError::Truncated),
+            let (deadline, why) = match began {
+                Some(at) => (
+                    at.checked_add(whole),
+                    "a command did not arrive whole in time",
+                ),
+                None => (first, "no command came in time"),
+            };
+            let more = match deadline {
+                Some(deadline) => tokio::time::timeout_at(deadline, read_more(io, &mut self.buf))
+                    .await
+                    .map_err(|_| ReadError::TimedOut(why))??,
+                None => read_more(io, &mut self.buf).await?,
+            };
+            if !more {
+                return match self.partial() {
+                    false => Ok(None),
+                    true => Err(ReadError::Truncated),
                 };
+            }
+            if began.is_none() && self.partial() {
+                began = Some(tokio::time::Instant::now());
             }
         }
     }
@@ -298,12 +322,46 @@ pub fn command_bytes(args: &[Vec<u8>], out: &mut Vec<u8>) {
 mod tests {
     use super::*;
 
+    const FOREVER: std::time::Duration = std::time::Duration::MAX;
+
+    #[tokio::test]
+    async fn a_client_that_sends_nothing_or_half_a_command_is_given_up_on() {
+        use tokio::io::AsyncWriteExt;
+        let short = std::time::Duration::from_millis(100);
+        let (mut client, mut server) = tokio::io::duplex(1024);
+        let mut commands = Commands::new(1024);
+        let soon = tokio::time::Instant::now() + short;
+        let idle = commands.next(&mut server, Some(soon), FOREVER).await;
+        assert!(
+            matches!(idle, Err(ReadError::TimedOut("no command came in time"))),
+            "{idle:?}"
+        );
+        client.write_all(b"*2\r\n$3\r\nGET\r\n$1\r").await.unwrap();
+        let half = commands.next(&mut server, None, short).await;
+        assert!(
+            matches!(
+                half,
+                Err(ReadError::TimedOut(
+                    "a command did not arrive whole in time"
+                ))
+            ),
+            "{half:?}"
+        );
+        // A whole command in time is read whatever the deadlines.
+        let (mut client, mut server) = tokio::io::duplex(1024);
+        client.write_all(b"*1\r\n$4\r\nPING\r\n").await.unwrap();
+        let mut commands = Commands::new(1024);
+        let soon = tokio::time::Instant::now() + short;
+        let ping = commands.next(&mut server, Some(soon), short).await.unwrap();
+        assert_eq!(ping, Some(vec![b"PING".to_vec()]));
+    }
+
     async fn commands(input: &[u8], limit: usize) -> Vec<Result<Vec<Vec<u8>>, String>> {
         let mut frames = Commands::new(limit);
         let mut io = input;
         let mut out = Vec::new();
         loop {
-            match frames.next(&mut io).await {
+            match frames.next(&mut io, None, FOREVER).await {
                 Ok(Some(args)) => out.push(Ok(args)),
                 Ok(None) => return out,
                 Err(e) => {
@@ -336,7 +394,10 @@ mod tests {
     async fn a_pipelines_next_commands_are_taken_from_what_was_read_without_waiting() {
         let mut frames = Commands::new(1024);
         let mut io: &[u8] = b"*1\r\n$4\r\nPING\r\n*2\r\n$3\r\nGET\r\n$1\r\nk\r\n*2\r\n$3\r\nGET";
-        assert!(matches!(frames.next(&mut io).await, Ok(Some(_))));
+        assert!(matches!(
+            frames.next(&mut io, None, FOREVER).await,
+            Ok(Some(_))
+        ));
         let next = frames.buffered();
         assert!(
             matches!(next, Some(Ok(ref args)) if args[1] == b"k"),
@@ -349,7 +410,10 @@ mod tests {
         assert!(frames.partial());
         let mut garbage = Commands::new(1024);
         let mut io: &[u8] = b"*1\r\n$4\r\nPING\r\n*x\r\n";
-        assert!(matches!(garbage.next(&mut io).await, Ok(Some(_))));
+        assert!(matches!(
+            garbage.next(&mut io, None, FOREVER).await,
+            Ok(Some(_))
+        ));
         assert!(matches!(
             garbage.buffered(),
             Some(Err(ReadError::Malformed(_)))

@@ -22,6 +22,7 @@ use super::keys::{Pattern, owner};
 use super::resp::{Args, Commands, Proto, ReadError, Reply};
 use crate::data::forward::Route;
 use crate::data::policy_cache::View;
+use crate::data::route::Timeouts;
 use crate::data::tokens::TokenCache;
 use crate::data::{DataState, RequestContext};
 
@@ -126,9 +127,11 @@ impl<'a> Connection<'a> {
         mut self,
         mut client: TcpStream,
         limit: usize,
+        timeouts: Timeouts,
         mut stopping: tokio::sync::watch::Receiver<bool>,
     ) {
         let mut commands = Commands::new(limit);
+        let authenticate_by = tokio::time::Instant::now() + timeouts.authenticate;
         // A command read with a pipeline's run that could not join it: served next.
         let mut carried = None;
         loop {
@@ -136,7 +139,7 @@ impl<'a> Connection<'a> {
                 Some(next) => next,
                 None => {
                     let heard = tokio::select! {
-                        next = commands.next(&mut client) => Heard::Client(next),
+                        next = commands.next(&mut client, self.next_command_by(authenticate_by, &timeouts), timeouts.command) => Heard::Client(next),
                         pushed = self.pushed() => Heard::Subscription(pushed),
                         _ = stopped(&mut stopping) => return,
                     };
@@ -184,6 +187,10 @@ impl<'a> Connection<'a> {
             let (answers, then) = match next {
                 Ok(None) => return,
                 // The stream cannot be read past this point: say why, and close.
+                Err(ReadError::TimedOut(why)) => (
+                    vec![Reply::error(format!("ERR lethe:timeout {why}"))],
+                    Then::Close,
+                ),
                 Err(e) => (vec![invalid(&e.to_string())], Then::Close),
                 Ok(Some(args)) if self.batchable(&args) => {
                     // The pipeline's next commands already read join this one, so that Redis
@@ -252,6 +259,21 @@ impl<'a> Connection<'a> {
             return false;
         }
         true
+    }
+
+    /// When the client's next command must have begun: within the time to authenticate from
+    /// its connection until it has, then within the idle timeout; any time while it subscribes
+    /// (its messages come when they come).
+    fn next_command_by(
+        &self,
+        authenticate_by: tokio::time::Instant,
+        timeouts: &Timeouts,
+    ) -> Option<tokio::time::Instant> {
+        match (&self.ctx, &self.subscriber) {
+            (None, _) => Some(authenticate_by),
+            (Some(_), Some(_)) => None,
+            (Some(_), None) => tokio::time::Instant::now().checked_add(timeouts.idle),
+        }
     }
 
     /// Whether a command is served only while the caller's token holds: every command once
@@ -872,17 +894,19 @@ pub(super) struct Limits {
 }
 
 /// Serves one client connection of `route`.
+#[allow(clippy::too_many_arguments)]
 pub(super) async fn serve(
     route: &Route,
     state: &Arc<DataState>,
     patterns: &[Pattern],
     recorded: &Recorded,
     limits: Limits,
+    timeouts: Timeouts,
     client: TcpStream,
     stopping: tokio::sync::watch::Receiver<bool>,
 ) {
     Connection::new(route, state, patterns, recorded, limits.queued)
-        .serve(client, limits.command_bytes, stopping)
+        .serve(client, limits.command_bytes, timeouts, stopping)
         .await;
 }
 
