@@ -115,6 +115,7 @@ fn adapter(c: &mut Criterion) {
             "gen_ai.completion*",
         ]),
         content_events: names(&["gen_ai.*"]),
+        structural_attributes: names(&["llm.model_name", "llm.token_count.*", "service.name"]),
         purpose: "personalization".into(),
         category: "preference".into(),
         pseudonymise: true,

@@ -2,6 +2,7 @@
 under erasure can get into the trace store, or out of it through an erasure, counted straight in
 Phoenix with its REST API."""
 
+import json
 import uuid
 from datetime import datetime, timedelta, timezone
 
@@ -84,7 +85,9 @@ def test_a_bound_token_cannot_name_another_subject_even_from_the_resource(gate, 
     assert [s["attributes"]["input.value"] for s in phoenix_spans(phoenix, project)] == ["alice's own"]
 
 
-def test_spans_of_a_subject_under_erasure_reach_the_store_naming_her_nowhere(gate, phoenix):
+def test_spans_of_a_subject_under_erasure_are_refused_and_name_her_nowhere(gate, phoenix):
+    """Row 10: after the flip a span naming her (nested content too) was forwarded without her
+    id but with its text, and outlived the completed erasure. Now it is refused, as a late write."""
     project, alice = f"p-{uuid.uuid4().hex[:8]}", someone()
     consent(gate, alice)
     agent = gate.token("agent")
@@ -92,12 +95,112 @@ def test_spans_of_a_subject_under_erasure_reach_the_store_naming_her_nowhere(gat
                              project=project)
     reference = by_trace(stored(phoenix, project, before))[before[0]]["lethe.subject_ref"]
     gate.flip(alice)
-    late, done = export_spans(endpoint(gate), [{"user.id": alice, "enduser.id": alice, "input.value": "late"}],
-                              token=agent, project=project)
-    span = by_trace(stored(phoenix, project, late))[late[0]]
-    assert span["lethe.content_withheld"] == "subject_suppressed"
-    assert not {"user.id", "enduser.id", "lethe.subject_ref", "input.value"} & set(span), span
+    body, late = nested_request(project, {"user.id": alice, "input": {"value": "late, nested"}})
+    status, _, raw = post(gate, body, token=agent)
+    assert (status, answered(raw).partial_success.rejected_spans) == (200, 1)
+    assert "subject_suppressed" in answered(raw).partial_success.error_message
+    # A later span of another subject lands, so the refused one would be there by now.
+    others, _ = export_spans(endpoint(gate), [{"input.value": "someone else's"}], token=agent, project=project)
+    stored(phoenix, project, others)
+    assert phoenix_spans(phoenix, project, trace_id=late) == []
+    gate.erase_to_completion(alice)
     for key in ("user.id", "lethe.subject_ref"):
         for value in (alice, reference):
-            named = phoenix_spans(phoenix, project, attribute=f'{key}:"{value}"')
-            assert all(s["context"]["trace_id"] in before for s in named), (key, named)
+            assert phoenix_spans(phoenix, project, attribute=f'{key}:"{value}"') == [], (key, value)
+    assert "late, nested" not in json.dumps(phoenix_spans(phoenix, project))
+
+
+def any_value(value):
+    """An OTLP AnyValue of a Python value, nested maps and lists included (what the SDK's API
+    does not let an app send, but the wire does)."""
+    from opentelemetry.proto.common.v1.common_pb2 import AnyValue, ArrayValue, KeyValue, KeyValueList
+    if isinstance(value, dict):
+        return AnyValue(kvlist_value=KeyValueList(values=[KeyValue(key=k, value=any_value(v))
+                                                          for k, v in value.items()]))
+    if isinstance(value, list):
+        return AnyValue(array_value=ArrayValue(values=[any_value(v) for v in value]))
+    if isinstance(value, bool):
+        return AnyValue(bool_value=value)
+    if isinstance(value, int):
+        return AnyValue(int_value=value)
+    return AnyValue(string_value=value)
+
+
+def nested_request(project, attributes, status_message=""):
+    """An export request of one span with `attributes` as given (nested values kept), in
+    protobuf; and its trace id."""
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+    from opentelemetry.proto.common.v1.common_pb2 import KeyValue
+    from opentelemetry.proto.resource.v1.resource_pb2 import Resource
+    from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span, Status
+    trace_id, now = uuid.uuid4().bytes, int(datetime.now(timezone.utc).timestamp() * 1e9)
+    span = Span(trace_id=trace_id, span_id=uuid.uuid4().bytes[:8], name="chat", start_time_unix_nano=now,
+                end_time_unix_nano=now + 1000, status=Status(code=2, message=status_message),
+                attributes=[KeyValue(key=k, value=any_value(v)) for k, v in attributes.items()])
+    resource = Resource(attributes=[KeyValue(key="openinference.project.name", value=any_value(project))])
+    request = ExportTraceServiceRequest(resource_spans=[ResourceSpans(resource=resource,
+                                                                      scope_spans=[ScopeSpans(spans=[span])])])
+    return request.SerializeToString(), [trace_id.hex()]
+
+
+SECRETS = ("my card is 4111", "the answer", "hello there", "secret prompt", "a document", "failed on 4111")
+
+
+def nested_content(subject):
+    """Row 9's attempts: content as nested maps, arrays, a GenAI map, under names no deny-list
+    had, and in the status message."""
+    return {
+        "user.id": subject, "llm.model_name": "gpt-4o", "llm.token_count.total": 12,
+        "input": {"value": SECRETS[0]},
+        "llm": {"output_messages": [{"message": {"content": SECRETS[1]}}]},
+        "llm.input_messages": [SECRETS[2]],
+        "gen_ai": {"prompt": SECRETS[3]},
+        "retrieval.documents": [{"document": {"content": SECRETS[4]}}],
+    }
+
+
+def test_nested_content_of_a_subject_without_consent_never_reaches_the_store(gate, phoenix):
+    """Row 9: nested values, arrays and GenAI maps kept their text for a subject with no consent;
+    now only the structural scalars pass, counted in Phoenix's own record of the span."""
+    project, erin = f"p-{uuid.uuid4().hex[:8]}", someone()
+    body, ids = nested_request(project, nested_content(erin), status_message=SECRETS[5])
+    status, _, raw = post(gate, body, token=gate.token("agent"))
+    assert (status, answered(raw).partial_success.rejected_spans) == (200, 0)
+    span = stored(phoenix, project, ids)[0]
+    held = json.dumps(span)
+    assert not [secret for secret in SECRETS if secret in held], held
+    assert erin not in held, "her id is her reference"
+    attributes = span["attributes"]
+    assert attributes["lethe.content_withheld"] == "consent_required"
+    assert attributes["llm.model_name"] == "gpt-4o" and attributes["llm.token_count.total"] == 12
+    # With consent, the same span keeps its content (the subject agreed to it).
+    alice = someone()
+    consent(gate, alice)
+    body, ids = nested_request(project, nested_content(alice))
+    post(gate, body, token=gate.token("agent"))
+    assert SECRETS[3] in json.dumps(stored(phoenix, project, ids)[0])
+
+
+def test_a_client_attribute_cannot_shadow_the_stamp_or_the_subject_in_the_store(gate, phoenix):
+    """Row 11: a nested `lethe` or `user` attribute shadowed Lethe's stamp in Phoenix's stored
+    JSON (another tenant, a forged reference, 2999), and the purge's filter then missed the span."""
+    project, alice, bob = f"p-{uuid.uuid4().hex[:8]}", someone(), someone()
+    consent(gate, alice)
+    body, ids = nested_request(project, {
+        "user.id": alice, "input.value": "alice's",
+        "lethe": {"tenant": GLOBEX, "subject_ref": "forged", "expires_at": "2999-01-01T00:00:00Z"},
+        "user": {"id": bob}, "enduser": {"id": bob}, "user.id.shadow": bob,
+    })
+    status, _, raw = post(gate, body, token=gate.token("agent"))
+    assert (status, answered(raw).partial_success.rejected_spans) == (200, 0)
+    attributes = stored(phoenix, project, ids)[0]["attributes"]
+    assert attributes["lethe.tenant"] == TENANT
+    assert attributes["lethe.subject_ref"] == attributes["user.id"] != "forged"
+    assert not attributes["lethe.expires_at"].startswith("2999")
+    assert bob not in json.dumps(attributes)
+    # The purge's filter finds the span by its stamp, and the erasure takes it.
+    named = phoenix_spans(phoenix, project, attribute=f'lethe.subject_ref:"{attributes["lethe.subject_ref"]}"')
+    assert [s["context"]["trace_id"] for s in named] == ids
+    _, results = gate.erase_to_completion(alice)
+    assert (results["otlp:otlp"]["before"], results["otlp:otlp"]["remaining"]) == (1, 0)
+    assert phoenix_spans(phoenix, project, trace_id=ids) == []

@@ -603,6 +603,7 @@ mod tests {
             attempts: 1,
             next_attempt_at: at,
             last_error: None,
+            so_far: None,
             result: Some(
                 json!({"before": 3, "deleted": 3, "remaining": 0, "physical": {
                     "done": ["keys unlinked"],

@@ -383,7 +383,7 @@ impl Worker {
         job: &PurgeJob,
         record: Result<crate::state::ErasureRecord, String>,
     ) -> JobOutcome {
-        let earlier = Tally::of(job.result.as_ref());
+        let earlier = Tally::of(job.so_far.as_ref());
         let failed = |error: String, tally: Tally| {
             let retry = job.attempts < i64::from(self.schedule.max_attempts);
             let delay = self

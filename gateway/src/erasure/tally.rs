@@ -10,6 +10,7 @@ use crate::purge::PurgeReport;
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Tally {
     /// The first count taken, before anything was deleted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub before: Option<u64>,
     /// Every attempt's deletions.
     pub deleted: u64,
@@ -24,7 +25,7 @@ fn is_zero(n: &u64) -> bool {
 }
 
 impl Tally {
-    /// The tally earlier attempts left in the job's result; none before the first.
+    /// The tally earlier attempts left with the job; none before the first.
     pub fn of(earlier: Option<&serde_json::Value>) -> Tally {
         earlier
             .and_then(|value| serde_json::from_value(value.clone()).ok())

@@ -13,7 +13,11 @@ pub struct PurgeJob {
     pub attempts: i64,
     pub next_attempt_at: DateTime<Utc>,
     pub last_error: Option<String>,
+    /// What the purge found and did, once the job is done.
     pub result: Option<serde_json::Value>,
+    /// Until then, what its attempts found and deleted so far (`erasure::Tally`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub so_far: Option<serde_json::Value>,
     pub updated_at: DateTime<Utc>,
 }
 

@@ -325,16 +325,23 @@ macro_rules! erasure_sql {
                 .await?;
                 rows.iter()
                     .map(|row| {
-                        let result: Option<Json<serde_json::Value>> = row.try_get("result")?;
+                        // One column: a done job's result, or a running one's tally.
+                        let stored: Option<Json<serde_json::Value>> = row.try_get("result")?;
+                        let state: String = row.try_get("state")?;
+                        let (result, so_far) = match state == "done" {
+                            true => (stored.map(|r| r.0), None),
+                            false => (None, stored.map(|r| r.0)),
+                        };
                         Ok(PurgeJob {
                             id: row.try_get("id")?,
                             request_id: row.try_get("request_id")?,
                             target: row.try_get("target")?,
-                            state: row.try_get("state")?,
+                            state,
                             attempts: row.try_get("attempts")?,
                             next_attempt_at: row.try_get("next_attempt_at")?,
                             last_error: row.try_get("last_error")?,
-                            result: result.map(|r| r.0),
+                            result,
+                            so_far,
                             updated_at: row.try_get("updated_at")?,
                         })
                     })

@@ -4,11 +4,15 @@
 //! A span's subject is the caller's bound subject, or the first of the route's subject
 //! attributes the span (else its resource) carries; a span naming another subject than a bound
 //! token, or another tenant in a `lethe.tenant` of its own, is refused (counted in OTLP's partial
-//! success), never forwarded. A span whose subject may have it stored (active, `store` consent,
-//! a retention rule) keeps its content; any other, and a span with no subject, is forwarded
-//! without it (the content attributes and events), so that operators keep latencies and errors
-//! but no personal text. Subject attributes are replaced by the subject's reference, and every
-//! span carries Lethe's stamp (`lethe.*`), which no client can set. Pure: no I/O.
+//! success), never forwarded; so is a span of a subject under erasure. A span whose subject may
+//! have it stored (active, `store` consent, a retention rule) keeps its content; any other, and a
+//! span with no subject, keeps only what is named structural (models, token counts, status), as
+//! scalars, at any depth of its attributes, events and links: content is kept by allow-list, so
+//! that operators keep latencies and errors but no personal text however it is nested. A
+//! resource keeps only its structural attributes. Subject attributes, and every value equal to
+//! the subject's key, are replaced by the subject's reference, and every span carries Lethe's
+//! stamp (`lethe.*`), which no client can set or shadow (`lethe`, `user` of `user.id`, ...).
+//! Pure: no I/O.
 
 use std::io::Read;
 
@@ -33,6 +37,10 @@ pub const WITHHELD: &str = "lethe.content_withheld";
 pub const TRACE: &str = "lethe.trace";
 /// Every attribute Lethe writes begins so; a client's own are dropped.
 const STAMP_PREFIX: &str = "lethe.";
+/// The longest text a structural attribute keeps without consent (a model's name, an id).
+pub const STRUCTURAL_TEXT: usize = 256;
+/// The most values a structural list keeps (`gen_ai.response.finish_reasons`).
+const STRUCTURAL_LIST: usize = 16;
 
 /// How an export request is encoded (OTLP/HTTP's two).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -167,6 +175,8 @@ pub struct SpanRules {
     pub content_attributes: Vec<Name>,
     /// The events that carry content, by name.
     pub content_events: Vec<Name>,
+    /// What a span, its events, links and resource keep without `store` consent.
+    pub structural_attributes: Vec<Name>,
     pub purpose: String,
     pub category: String,
     /// Whether subject attributes are replaced by the subject's reference.
@@ -186,14 +196,53 @@ impl SpanRules {
         Some(format!("{prefix}{}", key.replacen('.', "_", 1)))
     }
 
-    /// Whether an attribute is Lethe's stamp, in either place: a client's own are dropped.
+    /// Whether an attribute is Lethe's stamp, in either place, or could stand for it or for a
+    /// subject attribute where a store nests dotted names (Phoenix keeps `lethe.tenant` as
+    /// `{"lethe": {"tenant": ..}}`: a client's `lethe`, `user` or `user.id.x` would shadow
+    /// them): a client's own are dropped.
     fn is_stamp(&self, key: &str) -> bool {
+        let nests = |path: &str| {
+            path.strip_prefix(key)
+                .is_some_and(|rest| rest.starts_with('.'))
+                || key
+                    .strip_prefix(path)
+                    .is_some_and(|rest| rest.starts_with('.'))
+        };
         key.starts_with(STAMP_PREFIX)
+            || key == STAMP_PREFIX.trim_end_matches('.')
+            || self.subject_attributes.iter().any(|path| nests(path))
             || self
                 .metadata_prefix
                 .as_deref()
                 .and_then(|p| key.strip_prefix(p))
                 .is_some_and(|k| k.starts_with("lethe_"))
+    }
+
+    /// Whether an attribute is kept where content is not: a structural name holding a scalar
+    /// (or a short list of them) of a few characters, a subject attribute (it holds the
+    /// reference by then), or Lethe's stamp (a client's own was dropped before).
+    fn keeps_without_content(&self, kv: &KeyValue) -> bool {
+        if self.subject_attributes.contains(&kv.key) || self.is_stamp(&kv.key) {
+            return true;
+        }
+        let scalar = |value: &AnyValue| match &value.value {
+            Some(any_value::Value::StringValue(text)) => text.chars().count() <= STRUCTURAL_TEXT,
+            Some(
+                any_value::Value::BoolValue(_)
+                | any_value::Value::IntValue(_)
+                | any_value::Value::DoubleValue(_),
+            ) => true,
+            _ => false,
+        };
+        self.structural_attributes
+            .iter()
+            .any(|n| n.matches(&kv.key))
+            && kv.value.as_ref().is_some_and(|value| match &value.value {
+                Some(any_value::Value::ArrayValue(list)) => {
+                    list.values.len() <= STRUCTURAL_LIST && list.values.iter().all(scalar)
+                }
+                _ => scalar(value),
+            })
     }
 
     /// Whether an attribute of this name carries content.
@@ -298,22 +347,24 @@ pub fn govern(
         if resource_spans.scope_spans.is_empty() {
             continue;
         }
+        // A resource is every one of its spans': it keeps what any of them may keep without
+        // content, and the subject it names only where its spans may name it (each kept span
+        // of a subject under erasure was refused).
+        resource
+            .attributes
+            .retain(|kv| rules.keeps_without_content(kv));
         if let Ok(Some(subject)) = &named {
             let active = view
                 .subject(caller.tenant, subject)
                 .is_none_or(|p| p.state.is_active());
             if !active {
-                // Under erasure: nothing new may name it, not even by its reference.
                 resource
                     .attributes
                     .retain(|kv| !rules.subject_attributes.contains(&kv.key));
             } else if rules.pseudonymise {
-                pseudonymise(&mut resource.attributes, rules, &refer(subject));
+                pseudonymise(&mut resource.attributes, rules, subject, &refer(subject));
             }
         }
-        // A resource is every one of its spans': content there would reach the store with
-        // spans that may not keep it.
-        resource.attributes.retain(|kv| !rules.is_content(&kv.key));
         resource_spans.resource = Some(resource);
         governed.request.resource_spans.push(resource_spans);
     }
@@ -368,13 +419,12 @@ fn one_span(
     };
     let decided = decide_write(view, &facts, now);
     if decided == Err(Refusal::SubjectSuppressed) {
-        // A subject under erasure: nothing new may name it, not even by its reference.
-        withhold(span, rules);
-        span.attributes
-            .retain(|kv| !rules.subject_attributes.contains(&kv.key));
-        stamp.push(text(WITHHELD, Refusal::SubjectSuppressed.code()));
-        apply_stamp(span, stamp, rules);
-        return Ok(None);
+        // A subject under erasure: nothing new may be kept of it, as a late write is refused.
+        return Err(format!(
+            "{}: {}",
+            Refusal::SubjectSuppressed.code(),
+            Refusal::SubjectSuppressed
+        ));
     }
     stamp.push(text(SUBJECT_REF, &refer(subject)));
     stamp.push(text(PURPOSE, &rules.purpose));
@@ -395,7 +445,14 @@ fn one_span(
         }
     };
     if rules.pseudonymise {
-        pseudonymise(&mut span.attributes, rules, &refer(subject));
+        let reference = refer(subject);
+        pseudonymise(&mut span.attributes, rules, subject, &reference);
+        for event in &mut span.events {
+            pseudonymise(&mut event.attributes, rules, subject, &reference);
+        }
+        for link in &mut span.links {
+            pseudonymise(&mut link.attributes, rules, subject, &reference);
+        }
     }
     apply_stamp(span, stamp, rules);
     Ok(traced)
@@ -544,27 +601,51 @@ fn subject_named(
     Ok(named)
 }
 
-/// Replaces every subject attribute's value by the subject's `reference`.
-fn pseudonymise(attributes: &mut [KeyValue], rules: &SpanRules, reference: &str) {
-    for kv in attributes
-        .iter_mut()
-        .filter(|kv| rules.subject_attributes.contains(&kv.key))
-    {
-        kv.value = Some(string_value(reference));
+/// Replaces every subject attribute's value, and every text equal to the subject's key at any
+/// depth of the others (a list's, a map's), by the subject's `reference`.
+fn pseudonymise(attributes: &mut [KeyValue], rules: &SpanRules, subject: &str, reference: &str) {
+    for kv in attributes.iter_mut() {
+        if rules.subject_attributes.contains(&kv.key) {
+            kv.value = Some(string_value(reference));
+        } else if let Some(value) = kv.value.as_mut() {
+            replace_text(value, subject, reference);
+        }
     }
 }
 
-/// Removes a span's content: the content attributes, the content events, and the content
-/// attributes of its other events and links.
+/// Replaces every text equal to `from` in `value` by `to`. Iterative: a client's nesting is
+/// bounded by the decoder, not by this stack.
+fn replace_text(value: &mut AnyValue, from: &str, to: &str) {
+    let mut pending = vec![value];
+    while let Some(value) = pending.pop() {
+        match value.value.as_mut() {
+            Some(any_value::Value::StringValue(text)) if text == from => *text = to.to_owned(),
+            Some(any_value::Value::ArrayValue(list)) => pending.extend(list.values.iter_mut()),
+            Some(any_value::Value::KvlistValue(map)) => {
+                pending.extend(map.values.iter_mut().filter_map(|kv| kv.value.as_mut()))
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Keeps of a span what is kept where content is not (see
+/// [`SpanRules::keeps_without_content`]), in its attributes, its events' and its links'; the
+/// content events go whole, and the status keeps its code but not its message.
 fn withhold(span: &mut Span, rules: &SpanRules) {
-    span.attributes.retain(|kv| !rules.is_content(&kv.key));
+    span.attributes.retain(|kv| rules.keeps_without_content(kv));
     span.events
         .retain(|event| !rules.is_content_event(&event.name));
     for event in &mut span.events {
-        event.attributes.retain(|kv| !rules.is_content(&kv.key));
+        event
+            .attributes
+            .retain(|kv| rules.keeps_without_content(kv));
     }
     for link in &mut span.links {
-        link.attributes.retain(|kv| !rules.is_content(&kv.key));
+        link.attributes.retain(|kv| rules.keeps_without_content(kv));
+    }
+    if let Some(status) = span.status.as_mut() {
+        status.message.clear();
     }
 }
 

@@ -46,6 +46,59 @@ const CONTENT_ATTRIBUTES: &[&str] = &[
     "gen_ai.prompt*",
     "gen_ai.completion*",
 ];
+/// What a span keeps without `store` consent: the names of OpenInference's, OpenTelemetry's
+/// GenAI and general conventions' structural attributes (kinds, models, token counts, status,
+/// operations) and a resource's (service, SDK, host, deployment). Only a scalar (or a short
+/// list of them) of at most `adapter::STRUCTURAL_TEXT` characters is kept under them.
+const STRUCTURAL_ATTRIBUTES: &[&str] = &[
+    "openinference.span.kind",
+    "llm.model_name",
+    "llm.provider",
+    "llm.system",
+    "llm.token_count.*",
+    "embedding.model_name",
+    "reranker.model_name",
+    "tool.name",
+    "gen_ai.system",
+    "gen_ai.provider.name",
+    "gen_ai.operation.name",
+    "gen_ai.request.model",
+    "gen_ai.request.temperature",
+    "gen_ai.request.top_p",
+    "gen_ai.request.top_k",
+    "gen_ai.request.max_tokens",
+    "gen_ai.response.model",
+    "gen_ai.response.id",
+    "gen_ai.response.finish_reasons",
+    "gen_ai.usage.*",
+    "gen_ai.agent.name",
+    "gen_ai.tool.name",
+    "error.type",
+    "exception.type",
+    "http.request.method",
+    "http.response.status_code",
+    "http.route",
+    "rpc.system",
+    "rpc.service",
+    "rpc.method",
+    "db.system",
+    "server.address",
+    "server.port",
+    "otel.status_code",
+    "otel.scope.name",
+    "otel.scope.version",
+    "service.name",
+    "service.namespace",
+    "service.version",
+    "service.instance.id",
+    "telemetry.sdk.*",
+    "deployment.environment*",
+    "host.name",
+    "host.arch",
+    "os.type",
+    "process.runtime.*",
+    "openinference.project.name",
+];
 /// OpenTelemetry's GenAI events carry the messages.
 const CONTENT_EVENTS: &[&str] = &["gen_ai.*"];
 /// The purpose and category of spans when neither the request nor the route names one.
@@ -97,6 +150,10 @@ pub struct OtlpSettings {
     pub content_attributes: Option<Vec<String>>,
     /// The events carrying content, by name. Default `gen_ai.*`.
     pub content_events: Option<Vec<String>>,
+    /// The attributes a span (its events, links and resource) keeps without `store` consent,
+    /// a name or a name's beginning and `*`: everything else is withheld. Default the
+    /// conventions' structural attributes (models, token counts, status, service).
+    pub structural_attributes: Option<Vec<String>>,
     /// Whether subject attributes are replaced by the subject's reference. Default true.
     pub pseudonymise: Option<bool>,
     /// What a span naming no subject keeps. Default `withhold`.
@@ -140,23 +197,31 @@ impl Settings for OtlpSettings {
             CONTENT_ATTRIBUTES,
         );
         let events = names_of("content_events", self.content_events, CONTENT_EVENTS);
+        let structural = names_of(
+            "structural_attributes",
+            self.structural_attributes,
+            STRUCTURAL_ATTRIBUTES,
+        );
         if self.max_body_bytes == Some(0) {
             problems.push("max_body_bytes: more than 0".to_owned());
         }
-        let (content_attributes, content_events) = match (attributes, events) {
-            (Ok(a), Ok(e)) if problems.is_empty() => (a, e),
-            (a, e) => {
-                problems.extend(a.err().into_iter().flatten());
-                problems.extend(e.err().into_iter().flatten());
-                return Err(problems);
-            }
-        };
+        let (content_attributes, content_events, structural_attributes) =
+            match (attributes, events, structural) {
+                (Ok(a), Ok(e), Ok(s)) if problems.is_empty() => (a, e, s),
+                (a, e, s) => {
+                    problems.extend(a.err().into_iter().flatten());
+                    problems.extend(e.err().into_iter().flatten());
+                    problems.extend(s.err().into_iter().flatten());
+                    return Err(problems);
+                }
+            };
         Ok(Arc::new(Otlp {
             trace_store: self.trace_store,
             rules: Rules {
                 subject_attributes,
                 content_attributes,
                 content_events,
+                structural_attributes,
                 pseudonymise: self.pseudonymise.unwrap_or(true),
                 keep_unattributed: self.unattributed.unwrap_or_default() == Unattributed::Keep,
                 metadata_prefix: self.trace_store.metadata_prefix(),
@@ -172,6 +237,7 @@ pub(crate) struct Rules {
     subject_attributes: Vec<String>,
     content_attributes: Vec<Name>,
     content_events: Vec<Name>,
+    structural_attributes: Vec<Name>,
     pseudonymise: bool,
     keep_unattributed: bool,
     metadata_prefix: Option<String>,
@@ -184,6 +250,7 @@ impl Rules {
             subject_attributes: self.subject_attributes.clone(),
             content_attributes: self.content_attributes.clone(),
             content_events: self.content_events.clone(),
+            structural_attributes: self.structural_attributes.clone(),
             purpose: ctx.purpose.clone().unwrap_or_else(|| PURPOSE.to_owned()),
             category: ctx.category.clone().unwrap_or_else(|| CATEGORY.to_owned()),
             pseudonymise: self.pseudonymise,
@@ -264,10 +331,11 @@ mod tests {
             subject_attributes = ["lethe.subject"]
             content_attributes = ["input.*.value"]
             content_events = ["*"]
+            structural_attributes = ["*x"]
             max_body_bytes = 0"#,
         )
         .unwrap_err();
-        assert_eq!(problems.len(), 4, "{problems:?}");
+        assert_eq!(problems.len(), 5, "{problems:?}");
         assert!(read("").is_err(), "the trace store is required");
         assert!(read(r#"trace_store = "jaeger""#).is_err());
         assert!(read("trace_store = \"phoenix\"\nsampling = 1").is_err());

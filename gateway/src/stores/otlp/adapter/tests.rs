@@ -21,6 +21,13 @@ fn rules(keep_unattributed: bool) -> SpanRules {
         subject_attributes: vec!["user.id".into(), "enduser.id".into()],
         content_attributes: names(&["input.value", "output.value", "llm.input_messages.*"]),
         content_events: names(&["gen_ai.*"]),
+        structural_attributes: names(&[
+            "llm.model_name",
+            "llm.token_count.*",
+            "exception.type",
+            "service.name",
+            "gen_ai.response.finish_reasons",
+        ]),
         purpose: "personalization".into(),
         category: "preference".into(),
         pseudonymise: true,
@@ -268,8 +275,15 @@ fn each_span_is_decided_on_its_subject() {
             None,
             &[],
             &[("user.id", "carol")],
-            // Nothing new names a subject under erasure, not even its reference.
-            withheld(None, "subject_suppressed"),
+            // Nothing new is kept of a subject under erasure, as a late write is refused.
+            Became::Refused,
+        ),
+        (
+            "suppressed, by the resource",
+            None,
+            &[("user.id", "carol")],
+            &[],
+            Became::Refused,
         ),
         (
             "no consent",
@@ -447,8 +461,7 @@ fn a_traces_content_is_read_for_lineage_and_withheld_when_it_derives_from_an_era
                 span(1, &[("user.id", "alice")]),
                 span(1, &[("user.id", "alice"), ("output.value", "the answer")]),
                 span(2, &[("user.id", "alice")]),
-                // Carol's erasure is under way: no content, nothing read.
-                span(3, &[("user.id", "carol")]),
+                span(3, &[("user.id", "erin")]),
             ],
         ),
         None,
@@ -497,11 +510,11 @@ fn a_traces_content_is_read_for_lineage_and_withheld_when_it_derives_from_an_era
         get(&kept.attributes, "input.value").is_some()
             && get(&kept.attributes, EXPIRES_AT).is_some()
     );
-    let carols = after.iter().find(|s| s.trace_id == vec![3u8; 16]).unwrap();
+    // Erin gave no consent: no content, nothing read, and its own reason stays.
+    let erins = after.iter().find(|s| s.trace_id == vec![3u8; 16]).unwrap();
     assert_eq!(
-        get(&carols.attributes, WITHHELD).as_deref(),
-        Some("subject_suppressed"),
-        "its own reason stays"
+        get(&erins.attributes, WITHHELD).as_deref(),
+        Some("consent_required")
     );
 }
 
@@ -515,9 +528,20 @@ fn a_subject_under_erasure_is_named_nowhere_in_what_is_forwarded() {
     let governed = governed_as(
         request(
             &[("user.id", "carol"), ("service.name", "agent")],
-            vec![span(1, &[]), span(2, &[("enduser.id", "carol")])],
+            vec![
+                span(1, &[]),
+                span(2, &[("enduser.id", "carol")]),
+                span(3, &[("user.id", "alice")]),
+            ],
         ),
         None,
+    );
+    assert_eq!(governed.rejected, 2, "carol's spans are refused");
+    assert!(
+        governed
+            .refusal
+            .as_deref()
+            .is_some_and(|r| r.starts_with("subject_suppressed"))
     );
     let resource = governed.request.resource_spans[0]
         .resource
@@ -528,15 +552,177 @@ fn a_subject_under_erasure_is_named_nowhere_in_what_is_forwarded() {
         get(&resource.attributes, "service.name").as_deref(),
         Some("agent")
     );
-    for span in spans(&governed.request) {
-        for key in ["user.id", "enduser.id", SUBJECT_REF, "input.value"] {
-            assert_eq!(get(&span.attributes, key), None, "{key}");
-        }
+    let kept = spans(&governed.request);
+    assert_eq!(kept.len(), 1);
+    assert_eq!(
+        get(&kept[0].attributes, SUBJECT_REF).as_deref(),
+        Some("ref-alice")
+    );
+}
+
+fn kv(key: &str, value: any_value::Value) -> KeyValue {
+    KeyValue {
+        key: key.into(),
+        value: Some(AnyValue { value: Some(value) }),
+        ..Default::default()
+    }
+}
+
+fn nested(pairs: &[(&str, any_value::Value)]) -> any_value::Value {
+    any_value::Value::KvlistValue(opentelemetry_proto::tonic::common::v1::KeyValueList {
+        values: pairs.iter().map(|(k, v)| kv(k, v.clone())).collect(),
+    })
+}
+
+fn list(values: &[any_value::Value]) -> any_value::Value {
+    any_value::Value::ArrayValue(opentelemetry_proto::tonic::common::v1::ArrayValue {
+        values: values
+            .iter()
+            .map(|v| AnyValue {
+                value: Some(v.clone()),
+            })
+            .collect(),
+    })
+}
+
+fn string(text: &str) -> any_value::Value {
+    any_value::Value::StringValue(text.into())
+}
+
+/// Content sent the ways the outside attack sent it (row 9): nested maps, arrays, a GenAI map,
+/// a long text under a structural name, a status message. A span that may not keep content keeps
+/// only the structural scalars, whatever the nesting.
+fn nested_content_span(subject: &str) -> Span {
+    let mut span = span(5, &[("user.id", subject)]);
+    span.attributes.extend([
+        kv("input", nested(&[("value", string("my card is 4111"))])),
+        kv(
+            "llm",
+            nested(&[(
+                "output_messages",
+                list(&[nested(&[("content", string("the answer"))])]),
+            )]),
+        ),
+        kv(
+            "llm.input_messages",
+            list(&[string("hello"), string("again")]),
+        ),
+        kv("gen_ai", nested(&[("prompt", string("secret prompt"))])),
+        kv("retrieval.documents", list(&[string("a document")])),
+        kv(
+            "llm.token_count.prompt",
+            string(&"x".repeat(STRUCTURAL_TEXT + 1)),
+        ),
+        kv("llm.token_count.total", any_value::Value::IntValue(12)),
+        kv("gen_ai.response.finish_reasons", list(&[string("stop")])),
+    ]);
+    span.status = Some(opentelemetry_proto::tonic::trace::v1::Status {
+        message: "failed on my card is 4111".into(),
+        code: 2,
+    });
+    span
+}
+
+#[test]
+fn without_consent_a_span_keeps_only_its_structural_scalars_at_any_depth() {
+    let governed = governed_as(request(&[], vec![nested_content_span("erin")]), None);
+    let span = spans(&governed.request)[0];
+    let mut keys: Vec<&str> = span.attributes.iter().map(|kv| kv.key.as_str()).collect();
+    keys.sort();
+    assert_eq!(
+        keys,
+        [
+            "gen_ai.response.finish_reasons",
+            TENANT,
+            WITHHELD,
+            PURPOSE,
+            SUBJECT_REF,
+            "llm.model_name",
+            "llm.token_count.total",
+            "user.id",
+        ]
+        .iter()
+        .copied()
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect::<Vec<_>>(),
+        "{:?}",
+        span.attributes
+    );
+    assert_eq!(
+        get(&span.attributes, "llm.model_name").as_deref(),
+        Some("gpt")
+    );
+    assert_eq!(
+        get(&span.attributes, "user.id").as_deref(),
+        Some("ref-erin")
+    );
+    let status = span.status.as_ref().unwrap();
+    assert_eq!((status.code, status.message.as_str()), (2, ""));
+    let encoded = format!("{span:?}");
+    for text in ["4111", "the answer", "hello", "secret prompt", "a document"] {
+        assert!(!encoded.contains(text), "{text} passed");
+    }
+    // With consent, the same span keeps it all.
+    let governed = governed_as(request(&[], vec![nested_content_span("alice")]), None);
+    assert!(format!("{:?}", spans(&governed.request)[0]).contains("secret prompt"));
+}
+
+#[test]
+fn client_attributes_that_would_shadow_the_stamp_or_a_subject_attribute_are_dropped() {
+    let mut forged = span(6, &[("user.id", "alice")]);
+    forged.attributes.extend([
+        kv(
+            "lethe",
+            nested(&[
+                ("tenant", string("globex")),
+                ("subject_ref", string("ref-bob")),
+                ("expires_at", string("2999-01-01T00:00:00Z")),
+            ]),
+        ),
+        kv("user", nested(&[("id", string("bob"))])),
+        kv("user.id.x", string("bob")),
+        kv("enduser", nested(&[("id", string("bob"))])),
+        kv("user.name", string("kept: it shadows nothing")),
+    ]);
+    let governed = governed_as(request(&[("lethe", "globex")], vec![forged]), None);
+    assert_eq!(governed.rejected, 0);
+    let span = spans(&governed.request)[0];
+    for key in ["lethe", "user", "user.id.x", "enduser"] {
         assert_eq!(
-            get(&span.attributes, WITHHELD).as_deref(),
-            Some("subject_suppressed")
+            span.attributes.iter().filter(|kv| kv.key == key).count(),
+            0,
+            "{key}"
         );
     }
+    assert!(get(&span.attributes, "user.name").is_some());
+    assert_eq!(get(&span.attributes, TENANT).as_deref(), Some("acme"));
+    assert_eq!(
+        get(&span.attributes, SUBJECT_REF).as_deref(),
+        Some("ref-alice")
+    );
+    let resource = governed.request.resource_spans[0]
+        .resource
+        .as_ref()
+        .unwrap();
+    assert!(resource.attributes.iter().all(|kv| kv.key != "lethe"));
+}
+
+#[test]
+fn every_value_naming_the_subject_carries_the_reference_instead() {
+    let mut named = span(8, &[("user.id", "alice"), ("session.user", "alice")]);
+    named.attributes.push(kv(
+        "metadata",
+        nested(&[
+            ("who", string("alice")),
+            ("list", list(&[string("alice"), string("other")])),
+        ]),
+    ));
+    named.events[1].attributes.push(text("by", "alice"));
+    let governed = governed_as(request(&[], vec![named]), None);
+    let encoded = format!("{:?}", spans(&governed.request)[0]);
+    assert!(!encoded.contains("\"alice\""), "{encoded}");
+    assert_eq!(encoded.matches("ref-alice").count(), 6, "{encoded}");
 }
 
 #[test]
