@@ -1,0 +1,125 @@
+//! An OTLP/HTTP export request as an exporter sends it, protobuf or JSON, gzipped or not (the
+//! first byte says): decoded within the limit or refused, then governed for a caller of tenant
+//! acme (alice consented, carol under erasure), and what would be forwarded encodes and decodes
+//! again. No span forwarded names carol, and each carries one stamp, acme's.
+#![no_main]
+
+use std::collections::BTreeMap;
+
+use chrono::{TimeZone, Utc};
+use lethe_gateway::stores::otlp::adapter::{
+    self, Caller, Encoding, Name, SUBJECT_REF, SpanRules, TENANT,
+};
+use lethe_policy::{
+    Action, ConsentGrant, PolicySnapshot, RetentionPolicy, RetentionRule, SubjectPolicy,
+    SubjectState, SubjectStatus,
+};
+use libfuzzer_sys::fuzz_target;
+
+const LIMIT: usize = 1 << 20;
+
+fuzz_target!(|data: &[u8]| {
+    let Some((&how, body)) = data.split_first() else {
+        return;
+    };
+    let encoding = if how & 1 == 0 {
+        Encoding::Protobuf
+    } else {
+        Encoding::Json
+    };
+    let Ok(request) = adapter::decode(body, how & 2 != 0, encoding, LIMIT) else {
+        return;
+    };
+    let rules = rules();
+    let caller = Caller {
+        tenant: "acme",
+        bound: (how & 4 != 0).then_some("alice"),
+        fold: how & 8 != 0,
+    };
+    let _ = adapter::subjects(&request, &rules, caller);
+    let now = Utc
+        .timestamp_opt(1_800_000_000, 0)
+        .single()
+        .expect("a time");
+    let refer = |subject: &str| format!("ref-{subject}");
+    let governed = adapter::govern(request, &rules, caller, &view(), now, &refer);
+    let _ = adapter::contents(&governed.request, &rules);
+    let sent = adapter::encode(&governed.request);
+    let again = adapter::decode(&sent, false, Encoding::Protobuf, usize::MAX).expect("re-decoded");
+    for span in again
+        .resource_spans
+        .iter()
+        .flat_map(|r| &r.scope_spans)
+        .flat_map(|s| &s.spans)
+    {
+        let stamps: Vec<_> = span
+            .attributes
+            .iter()
+            .filter(|kv| kv.key == TENANT)
+            .collect();
+        assert_eq!(stamps.len(), 1);
+        assert!(
+            !span
+                .attributes
+                .iter()
+                .any(|kv| kv.key == SUBJECT_REF
+                    && format!("{:?}", kv.value).contains("\"ref-carol\""))
+        );
+    }
+});
+
+fn rules() -> SpanRules {
+    let names = |names: &[&str]| names.iter().map(|n| Name::of(n).expect("a name")).collect();
+    SpanRules {
+        subject_attributes: vec!["user.id".into(), "enduser.id".into()],
+        content_attributes: names(&["input.value", "output.value", "llm.input_messages.*"]),
+        content_events: names(&["gen_ai.*"]),
+        structural_attributes: names(&["llm.model_name", "llm.token_count.*", "service.name"]),
+        purpose: "personalization".into(),
+        category: "preference".into(),
+        pseudonymise: true,
+        keep_unattributed: false,
+        metadata_prefix: None,
+    }
+}
+
+fn view() -> PolicySnapshot {
+    let policy = |status| SubjectPolicy {
+        state: SubjectState { status, epoch: 0 },
+        grants: vec![ConsentGrant {
+            id: "g".into(),
+            tenant: "acme".into(),
+            subject: "any".into(),
+            purpose: "personalization".into(),
+            category: "preference".into(),
+            actions: [Action::Store, Action::Retrieve].into_iter().collect(),
+            granted_at: Utc
+                .timestamp_opt(1_700_000_000, 0)
+                .single()
+                .expect("a time"),
+            expires_at: None,
+            revoked_at: None,
+            policy_version: 1,
+            source: "fuzz".into(),
+        }],
+    };
+    let subjects = BTreeMap::from([
+        ("alice".to_owned(), policy(SubjectStatus::Active)),
+        ("carol".to_owned(), policy(SubjectStatus::Suppressed)),
+    ]);
+    let retention = RetentionPolicy {
+        rules: vec![RetentionRule {
+            purpose: "personalization".into(),
+            category: "preference".into(),
+            layer: None,
+            max_age: "30d".parse().expect("a duration"),
+            legal_end: None,
+        }],
+        purpose_ends: vec![],
+    };
+    PolicySnapshot {
+        subjects: BTreeMap::from([("acme".to_owned(), subjects)]),
+        retention: BTreeMap::from([("acme".to_owned(), retention)]),
+        hidden: Default::default(),
+    }
+}
