@@ -231,3 +231,38 @@ def test_an_index_made_around_lethe_is_never_read_or_written_through_it(gate, az
                  lambda: client.upload_documents([{"id": "x2", "text": "mine"}]), lambda: client.get_document("x1")):
         assert refused(call) == (400, "invalid_request")
     assert azure_store(azure_search, name).get_document_count() == 1
+
+
+def test_the_stamp_is_in_no_suggester_or_scoring_profile_and_a_shared_index_is_no_one_tenants(gate, azure_search,
+                                                                                              shared):
+    """Issue 38, row 13: a suggester on `lethe_subject` made `suggest` answer the stamp's values, and
+    a globex admin could PUT acme's shared index."""
+    from azure.core.credentials import AzureKeyCredential
+    from azure.search.documents.indexes import SearchIndexClient
+    from azure.search.documents.indexes.models import ScoringProfile, SearchSuggester, TextWeights
+    admin = gate.azure_indexes(gate.token("admin"))
+    fields = [SimpleField(name="id", type=SearchFieldDataType.String, key=True), SearchableField(name="text")]
+    for index in (
+        SearchIndex(name=f"sug-{uuid.uuid4().hex[:8]}", fields=fields,
+                    suggesters=[SearchSuggester(name="s", source_fields=["lethe_subject"])]),
+        SearchIndex(name=f"score-{uuid.uuid4().hex[:8]}", fields=fields,
+                    scoring_profiles=[ScoringProfile(name="p", text_weights=TextWeights(weights={"lethe_tenant": 5}))]),
+    ):
+        assert refused(lambda: admin.create_index(index)) == (400, "invalid_request")
+        assert refused(lambda: admin.create_or_update_index(index)) == (400, "invalid_request")
+    around = SearchIndexClient(azure_search, AzureKeyCredential(AZURE_SEARCH_KEY))
+    assert not [n for n in around.list_index_names() if n.startswith(("sug-", "score-"))]
+
+    seeded(gate, shared, "acme")
+    before = around.get_index(shared)
+    changed = admin.get_index(shared)
+    changed.fields.append(SearchableField(name="globex_note"))
+    globex_admin = gate.azure_indexes(gate.token("admin", tenant=GLOBEX))
+    assert refused(lambda: globex_admin.create_or_update_index(changed)) == (403, "forbidden")
+    assert [f.name for f in around.get_index(shared).fields] == [f.name for f in before.fields]
+    # Acme's admin, whose tenant alone has documents there, may change it.
+    mine = f"mine-{uuid.uuid4().hex[:8]}"
+    admin.create_index(SearchIndex(name=mine, fields=fields))
+    seeded_index = admin.get_index(mine)
+    seeded_index.fields.append(SearchableField(name="note"))
+    assert "note" in [f.name for f in admin.create_or_update_index(seeded_index).fields]

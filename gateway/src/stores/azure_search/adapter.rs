@@ -144,28 +144,21 @@ const STAMP_FIELDS: &[(&str, &str)] = &[
 
 /// A client's index definition with Lethe's stamp fields added, and its key field made
 /// filterable (Lethe reads what Azure holds under a batch's keys, and leaves hidden documents
-/// out by key); refused when it is not one, or names a field (at any depth) as Lethe's own.
+/// out by key); refused when it is not one, or names a `lethe_*` anything anywhere in it: a
+/// field (at any depth), or a suggester's, a scoring profile's or a semantic configuration's
+/// field (a suggester on `lethe_subject` would answer the stamp's values).
 pub fn with_stamp_fields(
     mut definition: serde_json::Value,
 ) -> Result<serde_json::Value, AdapterError> {
-    fn named_as_stamp(fields: &[serde_json::Value]) -> Option<String> {
-        fields.iter().find_map(|f| {
-            let name = f.get("name")?.as_str()?;
-            match is_stamp_field(name) {
-                true => Some(name.to_owned()),
-                false => named_as_stamp(f.get("fields")?.as_array()?),
-            }
-        })
+    if let Some(name) = names_stamp(&definition) {
+        return Err(AdapterError::Invalid(format!(
+            "{name}: names beginning lethe_ are Lethe's stamp"
+        )));
     }
     let fields = definition
         .get_mut("fields")
         .and_then(serde_json::Value::as_array_mut)
         .ok_or_else(|| AdapterError::Invalid("an index definition has fields".to_owned()))?;
-    if let Some(name) = named_as_stamp(fields) {
-        return Err(AdapterError::Invalid(format!(
-            "field {name}: names beginning lethe_ are Lethe's stamp"
-        )));
-    }
     for field in fields.iter_mut().filter(|f| f["key"] == true) {
         field["filterable"] = json!(true);
     }
@@ -176,6 +169,26 @@ pub fn with_stamp_fields(
         })
     }));
     Ok(definition)
+}
+
+/// The first key or text in `value`, at any depth, that names a stamp field. Iterative: a
+/// client's nesting is bounded by the JSON parser, not by this stack.
+fn names_stamp(value: &serde_json::Value) -> Option<String> {
+    let mut pending = vec![value];
+    while let Some(value) = pending.pop() {
+        match value {
+            serde_json::Value::String(text) if is_stamp_field(text) => return Some(text.clone()),
+            serde_json::Value::Array(items) => pending.extend(items),
+            serde_json::Value::Object(map) => {
+                if let Some(key) = map.keys().find(|key| is_stamp_field(key)) {
+                    return Some(key.clone());
+                }
+                pending.extend(map.values());
+            }
+            _ => {}
+        }
+    }
+    None
 }
 
 /// Whose documents a caller may be answered with.
@@ -309,6 +322,15 @@ mod tests {
                 "fields": [{"name": "lethe_tenant", "type": "Edm.String"}]}]}),
             serde_json::json!({"name": "x"}),
             serde_json::json!(["not", "an", "index"]),
+            // Row 13: a suggester or a scoring profile on the stamp answers its values.
+            serde_json::json!({"name": "x", "fields": [{"name": "id", "type": "Edm.String", "key": true}],
+                "suggesters": [{"name": "s", "searchMode": "analyzingInfixMatching",
+                    "sourceFields": ["lethe_subject"]}]}),
+            serde_json::json!({"name": "x", "fields": [{"name": "id", "type": "Edm.String", "key": true}],
+                "scoringProfiles": [{"name": "p", "text": {"weights": {"lethe_tenant": 5}}}]}),
+            serde_json::json!({"name": "x", "fields": [{"name": "id", "type": "Edm.String", "key": true}],
+                "scoringProfiles": [{"name": "p", "functions": [{"type": "freshness",
+                    "fieldName": "lethe_expires_at", "boost": 2}]}]}),
         ] {
             assert!(with_stamp_fields(hostile.clone()).is_err(), "{hostile}");
         }

@@ -8,6 +8,8 @@ use http_body_util::Full;
 use hyper::{Method, Response, StatusCode};
 use serde_json::{Value, json};
 
+use super::odata::Literal;
+
 use crate::auth::Role;
 use crate::data::derivation::{Derivations, Served, derived_before};
 use crate::data::error::{DataError, json_response};
@@ -125,6 +127,9 @@ pub(crate) async fn handle(
         }
         Endpoint::CreateIndex => define(upstream, "/indexes", &body).await,
         Endpoint::PutIndex(index) => {
+            if let Some(refusal) = call.others_documents(&index).await? {
+                return Ok(refusal);
+            }
             indexes.invalidate(&index);
             define(upstream, &format!("/indexes('{index}')"), &body).await
         }
@@ -187,6 +192,47 @@ fn no_document() -> Response<Full<Bytes>> {
 }
 
 impl Call<'_, '_> {
+    /// Refused when `index` holds documents that are not the caller's tenant's (another
+    /// tenant's, or unstamped): an index is shared by tenants, and a definition changed by one
+    /// admin (its fields, analyzers, scoring) is every tenant's. An index Azure does not have
+    /// yet is the caller's to create.
+    async fn others_documents(
+        &self,
+        index: &str,
+    ) -> Result<Option<Response<Full<Bytes>>>, DataError> {
+        let tenant = Literal::Str(self.ctx.tenant().to_owned()).to_string();
+        let query = json!({
+            "search": "*",
+            "filter": format!("{} ne {tenant}", adapter::TENANT),
+            "top": 0,
+            "count": true,
+        });
+        let answer = self
+            .send(
+                Method::POST,
+                &Self::docs_path(index, "/search.post.search"),
+                None,
+                serde_json::to_vec(&query).unwrap_or_default(),
+            )
+            .await?;
+        if answer.status == StatusCode::NOT_FOUND {
+            return Ok(None);
+        }
+        if !answer.is_success() {
+            return Ok(Some(answer.passed_on()));
+        }
+        let counted: Value = serde_json::from_slice(&answer.body).map_err(|_| not_json())?;
+        match counted.get("@odata.count").and_then(Value::as_u64) {
+            Some(0) => Ok(None),
+            Some(_) => Err(DataError::new(
+                StatusCode::FORBIDDEN,
+                Code::Forbidden,
+                "the index holds other tenants' documents: its definition is theirs too, and is not changed through Lethe",
+            )),
+            None => Err(not_json()),
+        }
+    }
+
     fn docs_path(index: &str, rest: &str) -> String {
         format!("/indexes('{index}')/docs{rest}")
     }
