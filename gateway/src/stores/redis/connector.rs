@@ -619,9 +619,17 @@ impl Connector for RedisConnector {
 
 impl RedisConnector {
     /// `command` (`UNLINK`, `EXISTS`) on the keys of `items`, on every primary; the sum of
-    /// Redis' counts.
+    /// Redis' counts. Lineage is only an index: a key is reached only when the patterns say it
+    /// is the item's subject's, as the route decided it when it wrote it.
     async fn each_key(&self, items: &[ExpiredItem], command: &str) -> Result<u64, ConnectorError> {
-        let keys: Vec<&str> = items.iter().map(|i| i.item_id.as_str()).collect();
+        let keys: Vec<&str> = items
+            .iter()
+            .filter(|i| {
+                owner(&self.patterns, &i.item_id)
+                    .is_some_and(|o| o.tenant == i.tenant && o.subject == i.subject)
+            })
+            .map(|i| i.item_id.as_str())
+            .collect();
         let mut count = 0;
         for server in self.servers()? {
             let mut con = self.connect(server).await?;
@@ -725,6 +733,36 @@ mod tests {
         }
         con.one(&[b"SELECT", b"0"]).await.unwrap();
         unlink(&mut con, &franks).await;
+    }
+
+    /// Lineage is only an index: a row naming a key the patterns say is someone else's (a
+    /// colon in a subject key, a row written wrong) unlinks nothing.
+    #[tokio::test]
+    async fn the_sweeper_unlinks_only_keys_the_patterns_say_are_the_rows_subjects() {
+        let mut con = connection(URL).await.expect("Redis on 127.0.0.1:6379");
+        let tenant = format!("t{}", uuid::Uuid::new_v4().simple());
+        let (franks, notes) = (
+            format!("{tenant}:frank:notes:1"),
+            format!("{tenant}:notes:1"),
+        );
+        set(&mut con, [franks.clone(), notes.clone()], "v").await;
+        let item = |key: &str, subject: &str| ExpiredItem {
+            store: "cache".into(),
+            collection: "keys".into(),
+            item_id: key.into(),
+            tenant: tenant.clone(),
+            subject: subject.into(),
+        };
+        let purger = connector(URL, &["{tenant}:{subject}:*"]);
+        let rows = [item(&franks, "frank:notes"), item(&notes, "notes")];
+        assert_eq!(purger.held_items("keys", &rows).await.unwrap(), 1);
+        assert_eq!(purger.delete_items("keys", &rows).await.unwrap(), 1);
+        let left = con
+            .one(&[b"EXISTS", franks.as_bytes(), notes.as_bytes()])
+            .await
+            .unwrap();
+        assert_eq!(left, Reply::Int(1), "frank's key stays");
+        unlink(&mut con, &[franks]).await;
     }
 
     /// After a restore, a replay knows the subject only by reference: its keys are found again

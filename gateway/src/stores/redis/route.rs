@@ -910,6 +910,8 @@ pub(super) async fn serve(
         .await;
 }
 
+#[cfg(test)]
+mod model_tests;
 mod plan;
 mod pubsub;
 mod settle;
