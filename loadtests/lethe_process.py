@@ -26,6 +26,8 @@ class Lethe:
         (work / "lethe.toml").write_text(f'''
 [data_plane]
 listen = "127.0.0.1:{port()}"
+# Every load generator's connection comes from 127.0.0.1: one address may hold them all.
+max_connections_per_address = 4096
 [control_plane]
 listen = "{self.control}"
 [state]
