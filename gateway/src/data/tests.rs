@@ -1166,18 +1166,23 @@ async fn line_of(stream: &mut tokio::net::TcpStream) -> String {
     String::from_utf8(line).unwrap()
 }
 
-#[tokio::test]
-async fn a_route_with_a_listener_of_its_own_gets_each_connection_whole_until_lethe_stops() {
+/// A data plane of the default configuration with no route of its own: what the listeners'
+/// tests hand their connections to.
+async fn without_routes() -> (Arc<DataState>, tokio::task::JoinHandle<()>) {
     let store = migrated(&fresh_sqlite_url()).await;
-    let config = Config::check("").unwrap();
-    let (state, _lineage) = DataState::build(
-        &config,
+    DataState::build(
+        &Config::check("").unwrap(),
         Vec::new(),
         store,
         Arc::new(Verifier::hs256(SECRET, "lethe", 0).unwrap()),
         Arc::from(&b"k"[..]),
     )
-    .unwrap();
+    .unwrap()
+}
+
+#[tokio::test]
+async fn a_route_with_a_listener_of_its_own_gets_each_connection_whole_until_lethe_stops() {
+    let (state, _lineage) = without_routes().await;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let route = Route {
@@ -1275,16 +1280,7 @@ fn a_token_is_read_from_one_header_only() {
 /// in HTTP, with the stable code, before it reads a byte of it.
 #[tokio::test]
 async fn a_connection_past_the_listeners_limit_is_answered_overloaded() {
-    let store = migrated(&fresh_sqlite_url()).await;
-    let config = Config::check("").unwrap();
-    let (state, _lineage) = DataState::build(
-        &config,
-        Vec::new(),
-        store,
-        Arc::new(Verifier::hs256(SECRET, "lethe", 0).unwrap()),
-        Arc::from(&b"k"[..]),
-    )
-    .unwrap();
+    let (state, _lineage) = without_routes().await;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let limits = Limits {

@@ -318,31 +318,41 @@ impl<'a> Connection<'a> {
         if keys.is_empty() {
             return answer;
         }
-        let texts: Vec<&str> = keys
+        let Ok(texts) = keys
             .iter()
-            .filter_map(|k| std::str::from_utf8(k).ok())
-            .collect();
-        let readable_now = match self.owners(&texts) {
-            Ok(owners) if texts.len() == keys.len() => match self.policy(&owners).await {
-                Ok(policy) => owners.iter().all(|owner| {
-                    readable(
-                        &policy.view,
-                        &policy.tenant,
-                        &self.route.name,
-                        policy.bound.as_deref(),
-                        owner,
-                        crate::now(),
-                    )
-                    .is_ok()
-                }),
-                Err(refusal) => return refusal,
-            },
-            _ => false,
+            .map(|k| std::str::from_utf8(k))
+            .collect::<Result<Vec<&str>, _>>()
+        else {
+            return Reply::Null;
         };
-        match readable_now {
-            true => answer,
-            false => Reply::Null,
+        match self.readable_now(&texts).await {
+            Ok(true) => answer,
+            Ok(false) => Reply::Null,
+            Err(refusal) => refusal,
         }
+    }
+
+    /// Whether the caller may read every one of `keys` now (each decided on its owner's current
+    /// state and consent); `false` for a key no pattern gives to the caller's scope. `Err` when
+    /// the policy cannot be read.
+    async fn readable_now(&self, keys: &[&str]) -> Result<bool, Reply> {
+        let Ok(owners) = self.owners(keys) else {
+            return Ok(false);
+        };
+        let policy = self.policy(&owners).await?;
+        let now = crate::now();
+        Ok(owners.iter().all(|owner| {
+            let bound = policy.bound.as_deref();
+            readable(
+                &policy.view,
+                &policy.tenant,
+                &self.route.name,
+                bound,
+                owner,
+                now,
+            )
+            .is_ok()
+        }))
     }
 
     /// `policy`, reused within a pipeline's run while it holds every subject of `owners`.

@@ -1,7 +1,6 @@
 //! Pub/Sub: channels named like keys, subscribed to on a connection to Redis of their own, each
 //! message decided again as Redis delivers it.
 
-use super::plan::readable;
 use super::{Connection, unavailable, utf8_keys, wrong_arity};
 use crate::stores::redis::client::ClientError;
 use crate::stores::redis::commands::{Command, classify};
@@ -74,22 +73,6 @@ impl Connection<'_> {
         let Ok(channel) = std::str::from_utf8(channel) else {
             return false;
         };
-        let Ok(owners) = self.owners(&[channel]) else {
-            return false;
-        };
-        let Ok(policy) = self.policy(&owners).await else {
-            return false;
-        };
-        owners.iter().all(|owner| {
-            readable(
-                &policy.view,
-                &policy.tenant,
-                &self.route.name,
-                policy.bound.as_deref(),
-                owner,
-                crate::now(),
-            )
-            .is_ok()
-        })
+        self.readable_now(&[channel]).await.unwrap_or(false)
     }
 }
