@@ -35,8 +35,11 @@ What it implements, in both URL forms (`/indexes('x')/docs/search.post.search` a
   Microsoft documents deleted documents staying in segments until background merges (24-72 h).
 - Indexers: `POST /indexers` keeps a definition (`name`, `dataSourceName`, `targetIndexName`;
   never run), `GET /indexers` lists them.
+- Facets: on facetable fields only (400 otherwise), `count:N` values (10 by default), the most
+  frequent first, null values left out.
 - For the tests (no key needed, not Azure's): `GET /_batches` answers the number of actions of
-  each indexing batch it carried out, by index, in order.
+  each indexing batch it carried out, by index, in order; `GET /_searches` the number of
+  searches, suggests and autocompletes it served, by index.
 
     python azure_search_standin.py PORT ADMIN_KEY
 """
@@ -53,6 +56,7 @@ VERSIONS = {"2024-07-01", "2025-09-01", "2026-04-01"}
 LOCK = threading.Lock()
 INDEXES = {}     # name -> {"definition", "docs": {key: doc}, "deleted_bytes": int}
 BATCHES = {}     # name -> [number of actions of each batch carried out]
+SEARCHES = {}    # name -> number of searches, suggests and autocompletes served
 INDEXERS = {}    # name -> definition (kept, never run)
 PAGE, MAX_TOP, MAX_SKIP, MAX_BATCH = 50, 1000, 100_000, 1000
 
@@ -370,11 +374,18 @@ def search(index, request):
     if request.get("facets"):
         answer["@search.facets"] = {}
         for facet in request["facets"]:
-            name = facet.split(",")[0]
+            name, *options = facet.split(",")
+            field = index.field(name)
+            if field is None or not field.get("facetable"):
+                raise Refused(400, "InvalidRequestParameter",
+                              f"Invalid expression: The field '{name}' in the facet expression is not facetable.")
+            count = int(dict(o.split(":", 1) for o in options).get("count", 10))
             counts = {}
             for _, doc in scored:
-                counts[doc.get(name)] = counts.get(doc.get(name), 0) + 1
-            answer["@search.facets"][name] = [{"value": v, "count": c} for v, c in sorted(counts.items(), key=str)]
+                if doc.get(name) is not None:
+                    counts[doc.get(name)] = counts.get(doc.get(name), 0) + 1
+            ranked = sorted(counts.items(), key=lambda vc: (-vc[1], str(vc[0])))[:count]
+            answer["@search.facets"][name] = [{"value": v, "count": c} for v, c in ranked]
     if top is None and skip + PAGE < len(scored):
         answer["@search.nextPageParameters"] = {**request, "skip": skip + PAGE}
     return answer
@@ -443,6 +454,9 @@ class Handler(BaseHTTPRequestHandler):
             if url.path == "/_batches" and method == "GET":
                 with LOCK:
                     return self.send(200, BATCHES)
+            if url.path == "/_searches" and method == "GET":
+                with LOCK:
+                    return self.send(200, SEARCHES)
             if url.path == "/_merge" and method == "POST":
                 with LOCK:
                     for index in INDEXES.values():
@@ -491,6 +505,7 @@ class Handler(BaseHTTPRequestHandler):
             BATCHES.setdefault(name, []).append(len(body.get("value") or []))
             return status, answer, "application/json"
         if rest in ("/docs/search.post.search", "/docs/search") and method == "POST":
+            SEARCHES[name] = SEARCHES.get(name, 0) + 1
             answer = search(index, body or {})
             if "@search.nextPageParameters" in answer:
                 # As Azure answers a POST: where to send the next page's parameters.
@@ -505,6 +520,7 @@ class Handler(BaseHTTPRequestHandler):
             return 200, {"documentCount": len(index.docs), "storageSize": size, "vectorIndexSize": 0}, "application/json"
         if rest in ("/docs/search.post.suggest", "/docs/suggest", "/docs/search.post.autocomplete",
                     "/docs/autocomplete") and method == "POST":
+            SEARCHES[name] = SEARCHES.get(name, 0) + 1
             return 200, suggestions(index, body, rest.endswith("autocomplete")), "application/json"
         got = re.fullmatch(r"/docs\('([^']*)'\)|/docs/([^/]+)", rest)
         if got and method == "GET":

@@ -158,10 +158,15 @@ def stand_in(script, ready, *args):
         process.wait(timeout=10)
 
 
+class Logged(str):
+    """A server's base URL, with `log`: the file its output (its access log too) goes to."""
+    log: Path
+
+
 @pytest.fixture(scope="session")
 def phoenix(tmp_path_factory):
     """Arize Phoenix (its own venv, .cache/phoenix-venv), on SQLite in a folder of its own;
-    answers its base URL. No telemetry, no request leaves the machine."""
+    answers its base URL (and its log). No telemetry, no request leaves the machine."""
     work = tmp_path_factory.mktemp("phoenix")
     port = free_port()
     env = {**os.environ, "PHOENIX_HOST": "127.0.0.1", "PHOENIX_PORT": str(port),
@@ -169,7 +174,8 @@ def phoenix(tmp_path_factory):
            "PHOENIX_TELEMETRY_ENABLED": "false", "PHOENIX_ALLOW_EXTERNAL_RESOURCES": "false",
            "PHOENIX_LOG_MIGRATIONS": "false"}
     phoenix_bin = Path(__file__).resolve().parents[2] / ".cache" / "phoenix-venv" / "bin" / "phoenix"
-    url = f"http://127.0.0.1:{port}"
+    url = Logged(f"http://127.0.0.1:{port}")
+    url.log = work / "server.log"
     with served("phoenix", [str(phoenix_bin), "serve"], work,
                 lambda: http("GET", f"{url}/readyz")[0] == 200, 120.0, env=env):
         yield url

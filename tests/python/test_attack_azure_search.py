@@ -13,7 +13,7 @@ import pytest
 from azure.core.exceptions import HttpResponseError, ResourceNotFoundError
 from azure.search.documents.indexes.models import SearchableField, SearchFieldDataType, SearchIndex, SimpleField
 
-from conftest import (AZURE_SEARCH_KEY, GLOBEX, azure_document, azure_store, send, someone, two_tenant_lethe,
+from conftest import (AZURE_SEARCH_KEY, GLOBEX, TENANT, azure_document, azure_store, send, someone, two_tenant_lethe,
                       wait_for)
 
 VERSION = "api-version=2026-04-01"
@@ -266,3 +266,63 @@ def test_the_stamp_is_in_no_suggester_or_scoring_profile_and_a_shared_index_is_n
     seeded_index = admin.get_index(mine)
     seeded_index.fields.append(SearchableField(name="note"))
     assert "note" in [f.name for f in admin.create_or_update_index(seeded_index).fields]
+
+
+def searches(azure_search, index):
+    """How many searches, suggests and autocompletes the stand-in has served on `index`."""
+    return send(azure_search, "GET", "/_searches")[1].get(index, 0)
+
+
+def test_counts_facets_and_terms_cost_two_searches_at_most_whatever_the_scope(gate, azure_search):
+    """Row 16: `$count`, `count=true`, facets and autocomplete read the caller's whole scope page
+    by page first (up to 101 searches for one request). Now: the subjects of the scope from one
+    facet (none for a bound caller), their policy as a filter, and the read itself; counted over
+    what the caller may see exactly: erased subjects, those whose consent is withdrawn or lets
+    Lethe store but not retrieve left out."""
+    from azure.search.documents.indexes.models import SearchSuggester
+    index = f"scoped-{uuid.uuid4().hex[:10]}"
+    gate.azure_indexes(gate.token("admin")).create_index(SearchIndex(name=index, fields=[
+        SimpleField(name="id", type=SearchFieldDataType.String, key=True),
+        SimpleField(name="n", type=SearchFieldDataType.Int32, filterable=True, facetable=True),
+        SearchableField(name="text")], suggesters=[SearchSuggester(name="sg", source_fields=["text"])]))
+    many, kept, gone, withdrawn, store_only = (someone() for _ in range(5))
+    grants = {s: gate.grant(s) for s in (many, kept, gone, withdrawn)}
+    gate.grant(store_only, actions=("store",))
+
+    def upload(subject, n, start=0):
+        docs = [{"id": f"{subject.replace('-', '')}{i}", "n": i % 3, "text": f"zebra {subject} {i}"}
+                for i in range(start, start + n)]
+        assert all(r.succeeded for r in agent(gate, index, TENANT, subject).upload_documents(docs))
+    for start in range(0, 2500, 1000):
+        upload(many, 1000 if start < 2000 else 500, start)
+    for subject in (kept, gone, withdrawn, store_only):
+        upload(subject, 3)
+    gate.revoke(grants[withdrawn])
+    # Erased before anything is counted: the purge's own searches are not the reads'.
+    gate.erase_to_completion(gone)
+
+    def costs(call):
+        before = searches(azure_search, index)
+        answer = call()
+        return answer, searches(azure_search, index) - before
+
+    service = gate.azure(gate.token("agent"), index, **{"X-Lethe-Purpose": "personalization"})
+    assert costs(service.get_document_count) == (2503, 2)
+    counted, cost = costs(lambda: service.search("*", include_total_count=True, top=1).get_count())
+    assert (counted, cost) == (2503, 2)
+    facets, cost = costs(lambda: service.search("*", facets=["n"], top=0).get_facets())
+    assert sorted((f["value"], f["count"]) for f in facets["n"]) == [(0, 835), (1, 834), (2, 834)]
+    assert cost == 2
+    terms, cost = costs(lambda: {t["text"] for t in service.autocomplete(kept.split("-")[1][:5], "sg")})
+    assert (terms, cost) == ({kept.split("-")[1]}, 2)
+    terms, cost = costs(lambda: {t["text"] for t in service.autocomplete(withdrawn.split("-")[1][:5], "sg")})
+    assert (terms, cost) == (set(), 2), "no term of one whose consent is withdrawn"
+
+    # A caller bound to a subject: no facet first.
+    bound = gate.azure_agent(index, kept)
+    assert costs(bound.get_document_count) == (3, 1)
+    assert costs(lambda: bound.search("*", include_total_count=True).get_count()) == (3, 1)
+    assert costs(lambda: gate.azure_agent(index, gone).get_document_count()) == (0, 1)
+    assert costs(lambda: gate.azure_agent(index, store_only).get_document_count()) == (0, 1)
+    # Another tenant's service sees none of it, at the same cost.
+    assert costs(gate.azure(gate.token("agent", tenant=GLOBEX), index).get_document_count) == (0, 2)

@@ -6,8 +6,8 @@ import json
 import uuid
 from datetime import datetime, timedelta, timezone
 
-from conftest import GLOBEX, TENANT, export_spans, phoenix_spans, someone
-from test_otlp import (answered, by_trace, consent, endpoint, gate, post, protobuf,  # noqa: F401
+from conftest import GLOBEX, TENANT, export_spans, phoenix_spans, someone, wait_for
+from test_otlp import (ROUTE, answered, by_trace, consent, endpoint, gate, post, protobuf,  # noqa: F401
                        stored)
 
 
@@ -204,3 +204,32 @@ def test_a_client_attribute_cannot_shadow_the_stamp_or_the_subject_in_the_store(
     _, results = gate.erase_to_completion(alice)
     assert (results["otlp:otlp"]["before"], results["otlp:otlp"]["remaining"]) == (1, 0)
     assert phoenix_spans(phoenix, project, trace_id=ids) == []
+
+
+def test_the_probe_names_no_subject_to_phoenix_and_still_finds_a_span_written_around_lethe(gate, phoenix):
+    """Row 14: the verification probe asked Phoenix for `user.id:"<key>"` in its URL, so Phoenix's
+    log held the erased subject's key in clear. It now reads the spans and matches them itself."""
+    project, alice, carol = f"p-{uuid.uuid4().hex[:8]}", someone(), someone()
+    consent(gate, alice)
+    ids, _ = export_spans(endpoint(gate), [{"user.id": alice, "input.value": "alice's"}], token=gate.token("agent"),
+                          project=project)
+    stored(phoenix, project, ids)
+    _, results = gate.erase_to_completion(alice)
+    assert (results[ROUTE]["before"], results[ROUTE]["remaining"], results[ROUTE]["probe_hits"]) == (1, 0, 0)
+
+    # Carol's span went straight to Phoenix, around Lethe: the probe finds it, and the erasure
+    # stops for a person to review it.
+    around, _ = export_spans(f"{phoenix}/v1/traces", [{"user.id": carol, "input.value": "around"}], project=project)
+    stored(phoenix, project, around)
+    status, filed = gate.call("POST", "/v1/erasures", {"subject": carol, "ticket": "DSR-14", "reason": "art. 17"})
+    assert status == 201, filed
+    assert gate.call("POST", f"/v1/erasures/{filed['id']}/approve")[0] == 200
+    request = lambda: gate.call("GET", f"/v1/erasures/{filed['id']}")[1]  # noqa: E731
+    wait_for("the erasure to stop for review", lambda: request()["state"] == "exception", deadline=30)
+    target = next(t for t in request()["targets"] if t["target"] == ROUTE)
+    assert "verification probe found 1 records" in target["last_error"], target
+    assert len(phoenix_spans(phoenix, project, trace_id=around)) == 1, "a span Lethe did not stamp is not deleted"
+
+    log = phoenix.log.read_text(errors="replace")
+    assert "/v1/projects/" in log, "Phoenix logs the requests it serves"
+    assert alice not in log and carol not in log

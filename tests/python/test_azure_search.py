@@ -87,7 +87,9 @@ def test_an_index_is_made_by_an_admin_with_the_stamp_fields_and_shown_without_th
     stamp = {f.name: f for f in real.fields if f.name.startswith("lethe_")}
     assert set(stamp) == {"lethe_tenant", "lethe_subject", "lethe_purpose", "lethe_category", "lethe_layer",
                           "lethe_expires_at", "lethe_epoch"}, stamp
-    assert all(f.filterable and not f.searchable and not f.facetable and not f.sortable for f in stamp.values())
+    assert all(f.filterable and not f.searchable and not f.sortable for f in stamp.values())
+    # Only the subject is facetable: Lethe learns a scope's subjects from it; no client names it.
+    assert [n for n, f in stamp.items() if f.facetable] == ["lethe_subject"]
     assert stamp["lethe_expires_at"].type == "Edm.DateTimeOffset"
     shown = admin.get_index(name)
     assert [f.name for f in shown.fields] == ["id", "user_id", "mood", "text", "vec"]

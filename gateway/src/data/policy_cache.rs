@@ -76,6 +76,15 @@ impl Hidden {
             .is_some_and(|ids| ids.contains(item.id))
     }
 
+    /// The ids hidden in `collection` of `store`.
+    pub fn ids(&self, store: &str, collection: &str) -> Vec<String> {
+        self.0
+            .get(store)
+            .and_then(|c| c.get(collection))
+            .map(|ids| ids.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+
     /// Whether an item of `collection` whose id starts with `prefix` is hidden.
     pub fn holds_under(&self, store: &str, collection: &str, prefix: &str) -> bool {
         self.0
@@ -292,6 +301,11 @@ impl View {
     /// Whether it holds the policy of every one of `subjects` (of its tenant).
     pub fn holds<'a>(&self, mut subjects: impl Iterator<Item = &'a str>) -> bool {
         subjects.all(|subject| self.subjects.contains_key(subject))
+    }
+
+    /// The ids its tenant's erasures' closures hide in `collection` of `store`.
+    pub fn hidden_ids(&self, store: &str, collection: &str) -> Vec<String> {
+        self.hidden.ids(store, collection)
     }
 }
 

@@ -10,6 +10,7 @@
 
 pub mod endpoint;
 pub mod read;
+pub mod readable;
 pub mod write;
 
 use chrono::{DateTime, SecondsFormat, Utc};
@@ -104,6 +105,9 @@ pub fn without_stamp_fields(mut definition: Value) -> Value {
 pub struct IndexInfo {
     pub key: String,
     pub stamped: bool,
+    /// Whether its subject field is facetable (an index made before Lethe counted by subject
+    /// is not: what is computed over its documents is refused for a caller bound to no subject).
+    pub subjects_facetable: bool,
 }
 
 /// An index definition Azure answered, read.
@@ -123,15 +127,20 @@ pub fn index_info(definition: &Value) -> Result<IndexInfo, AdapterError> {
         && STAMP_FIELDS
             .iter()
             .all(|(name, _)| fields.iter().any(|f| f["name"] == *name));
+    let subjects_facetable = fields
+        .iter()
+        .any(|f| f["name"] == SUBJECT && f["facetable"] == true);
     Ok(IndexInfo {
         key: name.to_owned(),
         stamped,
+        subjects_facetable,
     })
 }
 
 /// The stamp fields an index is created with, and their types: filterable (the scope is a
 /// filter on them), retrievable (answers are decided again on them), never searchable (no text
-/// query or `search.ismatch` reaches them), sortable or facetable.
+/// query or `search.ismatch` reaches them) or sortable. Only the subject is facetable: Lethe
+/// learns which subjects a scope holds from it (no client request may name a stamp field).
 const STAMP_FIELDS: &[(&str, &str)] = &[
     (TENANT, "Edm.String"),
     (SUBJECT, "Edm.String"),
@@ -165,7 +174,7 @@ pub fn with_stamp_fields(
     fields.extend(STAMP_FIELDS.iter().map(|(name, kind)| {
         serde_json::json!({
             "name": name, "type": kind, "key": false, "searchable": false, "filterable": true,
-            "sortable": false, "facetable": false, "retrievable": true,
+            "sortable": false, "facetable": *name == SUBJECT, "retrievable": true,
         })
     }));
     Ok(definition)
@@ -305,7 +314,8 @@ mod tests {
             index_info(&stamped).unwrap(),
             IndexInfo {
                 key: "id".into(),
-                stamped: true
+                stamped: true,
+                subjects_facetable: true,
             }
         );
         for (name, kind) in STAMP_FIELDS {
@@ -315,6 +325,7 @@ mod tests {
                 (field["filterable"].as_bool(), field["searchable"].as_bool()),
                 (Some(true), Some(false))
             );
+            assert_eq!(field["facetable"], *name == SUBJECT, "{name}");
         }
         for hostile in [
             serde_json::json!({"name": "x", "fields": [{"name": "lethe_subject", "type": "Edm.String"}]}),

@@ -347,6 +347,7 @@ impl AzureSearchConnector {
                 IndexInfo {
                     key: String::new(),
                     stamped: false,
+                    subjects_facetable: false,
                 },
                 BTreeSet::new(),
             ));

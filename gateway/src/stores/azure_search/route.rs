@@ -21,6 +21,7 @@ use crate::error_shape::Code;
 use crate::state::ItemRecord;
 use crate::stores::azure_search::adapter::endpoint::{API_VERSIONS, Docs, Endpoint, classify};
 use crate::stores::azure_search::adapter::read::{self, Kind, Read};
+use crate::stores::azure_search::adapter::readable;
 use crate::stores::azure_search::adapter::{
     self, IndexInfo, Reader, index_info, keys_filter, stamp_select, with_stamp_fields,
     without_stamp_fields, write,
@@ -347,50 +348,83 @@ impl Call<'_, '_> {
         Ok((value, view))
     }
 
-    /// Every document in `filter` (its key), sorted into those the caller may see and those it
-    /// may not, page by page; Azure's answer when it refuses a page.
-    async fn sorted(
+    /// What the caller may read in `scope` (the narrowed filter), as a filter Azure computes
+    /// over: the policy of the subjects in the scope (the bound one, or those a facet of the
+    /// scope names), and the keys an erasure's closure hides. One search at most before the
+    /// read; Azure's answer when it refuses it.
+    async fn readable_filter(
         &self,
         index: &str,
         info: &IndexInfo,
-        filter: &str,
-    ) -> Result<Result<(Vec<String>, Vec<String>), Answer>, DataError> {
-        let (mut visible, mut hidden) = (Vec::new(), Vec::new());
-        let path = Self::docs_path(index, "/search.post.search");
-        let mut skip = 0;
-        loop {
-            let answer = self
-                .send(
-                    Method::POST,
-                    &path,
-                    None,
-                    read::scope_page(filter, &info.key, skip),
-                )
-                .await?;
-            if !answer.is_success() {
-                return Ok(Err(answer));
-            }
-            let (value, view) = self.answer_and_view(&answer).await?;
-            let docs = value["value"].as_array().ok_or_else(not_json)?;
-            let (ctx, now) = (self.ctx.read_context(), crate::now());
-            for doc in docs {
-                let key = doc[&info.key].as_str().unwrap_or_default().to_owned();
-                match read::readable(doc, index, &info.key, &view, &ctx, now) {
-                    true => visible.push(key),
-                    false => hidden.push(key),
-                }
-            }
-            if docs.len() < read::PAGE {
-                return Ok(Ok((visible, hidden)));
-            }
-            skip += read::PAGE;
-            if skip > read::MAX_SKIP {
-                return Err(invalid(format!(
-                    "the caller's scope holds more than {} documents matching the filter: Azure pages no further; narrow the filter",
-                    read::MAX_SKIP + read::PAGE
-                )));
-            }
+        scope: &str,
+    ) -> Result<Result<String, Answer>, DataError> {
+        let subjects = match self.ctx.subject.as_deref() {
+            Some(subject) => vec![subject.to_owned()],
+            None => match self.subjects_in(index, info, scope).await? {
+                Ok(subjects) => subjects,
+                Err(refused) => return Ok(Err(refused)),
+            },
+        };
+        let tenant = self.ctx.tenant();
+        let view = self
+            .upstream
+            .state
+            .policy
+            .view(tenant, subjects.iter().map(String::as_str))
+            .await?;
+        let hidden = view.hidden_ids(&self.ctx.store, index);
+        let readable =
+            readable::readable(tenant, &subjects, &view, &info.key, &hidden, crate::now());
+        Ok(Ok(format!("({scope}) and ({readable})")))
+    }
+
+    /// The subjects whose documents are in `scope`, from a facet of Azure's on the stamp's
+    /// subject; refused past [`readable::MAX_SUBJECTS`].
+    async fn subjects_in(
+        &self,
+        index: &str,
+        info: &IndexInfo,
+        scope: &str,
+    ) -> Result<Result<Vec<String>, Answer>, DataError> {
+        if !info.subjects_facetable {
+            return Err(invalid(
+                "this index was created before Lethe counted by subject: counts, facets and autocomplete need a caller bound to one subject; recreate the index through Lethe to serve them to others",
+            ));
         }
+        let query = json!({
+            "search": "*",
+            "filter": scope,
+            "top": 0,
+            "facets": [readable::subjects_facet()],
+        });
+        let answer = self
+            .send(
+                Method::POST,
+                &Self::docs_path(index, "/search.post.search"),
+                None,
+                serde_json::to_vec(&query).unwrap_or_default(),
+            )
+            .await?;
+        if !answer.is_success() {
+            return Ok(Err(answer));
+        }
+        let value: Value = serde_json::from_slice(&answer.body).map_err(|_| not_json())?;
+        let facets = value
+            .pointer(&format!("/@search.facets/{}", adapter::SUBJECT))
+            .and_then(Value::as_array)
+            .ok_or_else(not_json)?;
+        if facets.len() > readable::MAX_SUBJECTS {
+            return Err(invalid(format!(
+                "the caller's scope holds documents of more than {} subjects: bind the token to one, or narrow the filter",
+                readable::MAX_SUBJECTS
+            )));
+        }
+        facets
+            .iter()
+            .map(|f| f.get("value").and_then(Value::as_str).map(str::to_owned))
+            .collect::<Option<Vec<_>>>()
+            .map(Ok)
+            .ok_or_else(not_json)
     }
 
     /// A search, suggest or autocomplete: narrowed, and its answer decided again.
@@ -402,12 +436,12 @@ impl Call<'_, '_> {
         client: serde_json::Map<String, Value>,
     ) -> Result<Response<Full<Bytes>>, DataError> {
         let plan: Read = read::plan_read(kind, client, self.reader(), crate::now())?;
-        let hidden = match plan.computes_over_documents() {
-            true => match self.sorted(index, info, plan.filter()).await? {
-                Ok((_, hidden)) => hidden,
+        let filter = match plan.computes_over_documents() {
+            true => match self.readable_filter(index, info, plan.filter()).await? {
+                Ok(filter) => filter,
                 Err(refused) => return Ok(refused.passed_on()),
             },
-            false => Vec::new(),
+            false => plan.filter().to_owned(),
         };
         let op = match kind {
             Kind::Search => "/search.post.search",
@@ -419,7 +453,7 @@ impl Call<'_, '_> {
                 Method::POST,
                 &Self::docs_path(index, op),
                 None,
-                plan.body(&info.key, &hidden),
+                plan.body(&info.key, &filter),
             )
             .await?;
         if !answer.is_success() {
@@ -485,10 +519,27 @@ impl Call<'_, '_> {
     ) -> Result<Response<Full<Bytes>>, DataError> {
         let scope =
             adapter::narrowed(None, self.reader(), crate::now()).map_err(|e| invalid(e.0))?;
-        let visible = match self.sorted(index, info, &scope).await? {
-            Ok((visible, _)) => visible.len(),
+        let filter = match self.readable_filter(index, info, &scope).await? {
+            Ok(filter) => filter,
             Err(refused) => return Ok(refused.passed_on()),
         };
+        let query = json!({"search": "*", "filter": filter, "top": 0, "count": true});
+        let answer = self
+            .send(
+                Method::POST,
+                &Self::docs_path(index, "/search.post.search"),
+                None,
+                serde_json::to_vec(&query).unwrap_or_default(),
+            )
+            .await?;
+        if !answer.is_success() {
+            return Ok(answer.passed_on());
+        }
+        let counted: Value = serde_json::from_slice(&answer.body).map_err(|_| not_json())?;
+        let visible = counted
+            .get("@odata.count")
+            .and_then(Value::as_u64)
+            .ok_or_else(not_json)?;
         let mut response = Response::new(Full::new(Bytes::from(visible.to_string())));
         response.headers_mut().insert(
             hyper::header::CONTENT_TYPE,

@@ -75,8 +75,18 @@ pub(crate) trait TraceApi: Send + Sync {
     /// The store's name, for messages.
     fn name(&self) -> &str;
 
-    /// Every span whose attribute `key` is `value`.
+    /// Every span whose attribute `key` is `value` (Lethe's own stamp and ids: never a subject
+    /// key, which [`TraceApi::spans_naming`] looks for).
     async fn spans_with(&self, key: &str, value: &str) -> Result<Vec<HeldSpan>, ConnectorError>;
+
+    /// Every span naming one of `names` (subject keys and references) in one of `attributes`.
+    /// A subject key never leaves Lethe in a URL, which the store's access log keeps: a store
+    /// that can only filter in its URL is read whole and matched here.
+    async fn spans_naming(
+        &self,
+        attributes: &[String],
+        names: &BTreeSet<String>,
+    ) -> Result<Vec<HeldSpan>, ConnectorError>;
 
     /// Every span of a trace.
     async fn trace(&self, trace_id: &str) -> Result<Vec<HeldSpan>, ConnectorError>;
@@ -223,16 +233,15 @@ impl<A: TraceApi> TraceConnector<A> {
             .into_iter()
             .chain(subjects.references())
             .collect();
-        let mut hits = BTreeSet::new();
-        for key in &self.subject_attributes {
-            for name in &names {
-                for span in self.api.spans_with(key, name).await? {
-                    if span.tenant.as_deref().is_none_or(|t| t == tenant) {
-                        hits.insert((span.trace_id, span.span_id));
-                    }
-                }
-            }
-        }
+        let named = self
+            .api
+            .spans_naming(&self.subject_attributes, &names)
+            .await?;
+        let hits: BTreeSet<_> = named
+            .into_iter()
+            .filter(|span| span.tenant.as_deref().is_none_or(|t| t == tenant))
+            .map(|span| (span.trace_id, span.span_id))
+            .collect();
         Ok(hits.len() as u64)
     }
 }

@@ -5,7 +5,7 @@
 //! and `lethe_trace`, the span's OpenTelemetry trace id, since LangSmith names traces its own way).
 //!
 //! Runs are found with `POST /runs/query` in every project (`GET /sessions`), by metadata
-//! (`and(eq(metadata_key, ..), eq(metadata_value, ..))`) or by text (`search(..)`, the probe);
+//! (`and(eq(metadata_key, ..), eq(metadata_value, ..))`) or, for the probe, by text (`search(..)`);
 //! traces are deleted with `POST /runs/delete {trace_ids, session_id}`, which LangSmith queues and
 //! carries out later with no confirmation: the connector reads again until they are gone. It
 //! deletes whole traces only; a trace shared with another owner goes to a person.
@@ -168,19 +168,28 @@ impl TraceApi for LangSmith {
         &self.http.route().name
     }
 
-    /// Stamp attributes are read in the runs' metadata; any other (a subject attribute, which
-    /// LangSmith does not keep) is searched for as text, anywhere in a run.
+    /// Stamp attributes are read in the runs' metadata.
     async fn spans_with(&self, key: &str, value: &str) -> Result<Vec<HeldSpan>, ConnectorError> {
-        let filter = if key.starts_with("lethe.") {
-            format!(
-                "and(eq(metadata_key, {}), eq(metadata_value, {}))",
-                quoted(&metadata_key(key)),
-                quoted(value)
-            )
-        } else {
-            format!("search({})", quoted(value))
-        };
+        let filter = format!(
+            "and(eq(metadata_key, {}), eq(metadata_value, {}))",
+            quoted(&metadata_key(key)),
+            quoted(value)
+        );
         self.held(&self.runs(&filter).await?)
+    }
+
+    /// LangSmith does not keep a span's subject attributes: each name is searched for as text,
+    /// anywhere in a run (in the query's body, not its URL).
+    async fn spans_naming(
+        &self,
+        _attributes: &[String],
+        names: &BTreeSet<String>,
+    ) -> Result<Vec<HeldSpan>, ConnectorError> {
+        let mut spans = Vec::new();
+        for name in names {
+            spans.extend(self.held(&self.runs(&format!("search({})", quoted(name))).await?)?);
+        }
+        Ok(spans)
     }
 
     async fn trace(&self, trace_id: &str) -> Result<Vec<HeldSpan>, ConnectorError> {

@@ -4,6 +4,8 @@
 //! id (`DELETE /v1/spans/{id}`: an OpenTelemetry span id is not unique across traces, and
 //! Phoenix would delete every span that has it).
 
+use std::collections::BTreeSet;
+
 use async_trait::async_trait;
 use hyper::{Method, StatusCode};
 use serde_json::Value;
@@ -26,10 +28,16 @@ impl Phoenix {
         Phoenix { http }
     }
 
-    /// Every item of a paged listing at `path` with `query` (Phoenix's `data` and
-    /// `next_cursor`); too many stop the purge for review rather than leave some unread.
-    async fn all(&self, path: &str, query: &[(&str, &str)]) -> Result<Vec<Value>, ConnectorError> {
-        let mut items = Vec::new();
+    /// What `keep` makes of every item of a paged listing at `path` with `query` (Phoenix's
+    /// `data` and `next_cursor`), read a page at a time; too many stop the purge for review
+    /// rather than leave some unread.
+    async fn select<T>(
+        &self,
+        path: &str,
+        query: &[(&str, &str)],
+        mut keep: impl FnMut(&Value) -> Result<Option<T>, ConnectorError> + Send,
+    ) -> Result<Vec<T>, ConnectorError> {
+        let mut kept = Vec::new();
         let mut cursor: Option<String> = None;
         let limit = PAGE.to_string();
         for _ in 0..MAX_PAGES {
@@ -48,18 +56,15 @@ impl Phoenix {
                 .await?;
             if status == StatusCode::NOT_FOUND {
                 // A project deleted while it was being read holds nothing any more.
-                return Ok(items);
+                return Ok(kept);
             }
-            items.extend(
-                page.get("data")
-                    .and_then(Value::as_array)
-                    .into_iter()
-                    .flatten()
-                    .cloned(),
-            );
+            let items = page.get("data").and_then(Value::as_array);
+            for item in items.into_iter().flatten() {
+                kept.extend(keep(item)?);
+            }
             match page.get("next_cursor").and_then(Value::as_str) {
                 Some(next) if !next.is_empty() => cursor = Some(next.to_owned()),
-                _ => return Ok(items),
+                _ => return Ok(kept),
             }
         }
         Err(format!(
@@ -76,26 +81,31 @@ impl Phoenix {
             ("include_experiment_projects", "true"),
             ("include_dataset_evaluator_projects", "true"),
         ];
-        let projects = self.all("/v1/projects", &every).await?;
-        Ok(projects
-            .iter()
-            .filter_map(|p| p.get("id")?.as_str().map(str::to_owned))
-            .collect())
+        self.select("/v1/projects", &every, |project| {
+            Ok(project.get("id").and_then(Value::as_str).map(str::to_owned))
+        })
+        .await
     }
 
-    /// Every span of every project that `query` selects.
-    async fn spans(&self, query: &[(&str, &str)]) -> Result<Vec<HeldSpan>, ConnectorError> {
+    /// Every span of every project that `query` selects and `wanted` takes.
+    async fn spans(
+        &self,
+        query: &[(&str, &str)],
+        wanted: impl Fn(&Value) -> bool + Send + Sync,
+    ) -> Result<Vec<HeldSpan>, ConnectorError> {
         let mut spans = Vec::new();
         for project in self.projects().await? {
             let path = format!("/v1/projects/{project}/spans");
-            for span in self.all(&path, query).await? {
-                spans.push(held(&span).ok_or_else(|| {
+            let of_project = self.select(&path, query, |span| match wanted(span) {
+                false => Ok(None),
+                true => held(span).map(Some).ok_or_else(|| {
                     ConnectorError::Unavailable(format!(
                         "{} answered a span without its ids",
                         self.name()
                     ))
-                })?);
-            }
+                }),
+            });
+            spans.extend(of_project.await?);
         }
         Ok(spans)
     }
@@ -125,6 +135,22 @@ fn held(span: &Value) -> Option<HeldSpan> {
     ))
 }
 
+/// Whether one of the span's `attributes` (flat dotted keys, as Phoenix answers them) is one
+/// of `names`, as text or as the number an exporter may have sent.
+fn names_one_of(span: &Value, attributes: &[String], names: &BTreeSet<String>) -> bool {
+    let Some(held) = span.get("attributes") else {
+        return false;
+    };
+    attributes
+        .iter()
+        .filter_map(|key| held.get(key))
+        .any(|value| match value {
+            Value::String(text) => names.contains(text),
+            Value::Number(number) => names.contains(&number.to_string()),
+            _ => false,
+        })
+}
+
 /// Only ids Lethe read or recorded reach a path: lowercase hex trace ids, Phoenix's base64 ids.
 fn path_safe(id: &str) -> Result<&str, ConnectorError> {
     if !id.is_empty() && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'=') {
@@ -145,11 +171,22 @@ impl TraceApi for Phoenix {
     async fn spans_with(&self, key: &str, value: &str) -> Result<Vec<HeldSpan>, ConnectorError> {
         // JSON-quoted: Phoenix reads an unquoted value as a number or a boolean when it can.
         let filter = format!("{key}:{}", Value::from(value));
-        self.spans(&[("attribute", &filter)]).await
+        self.spans(&[("attribute", &filter)], |_| true).await
+    }
+
+    /// Phoenix filters only in its URL: every span is read and matched here.
+    async fn spans_naming(
+        &self,
+        attributes: &[String],
+        names: &BTreeSet<String>,
+    ) -> Result<Vec<HeldSpan>, ConnectorError> {
+        self.spans(&[], |span| names_one_of(span, attributes, names))
+            .await
     }
 
     async fn trace(&self, trace_id: &str) -> Result<Vec<HeldSpan>, ConnectorError> {
-        self.spans(&[("trace_id", path_safe(trace_id)?)]).await
+        self.spans(&[("trace_id", path_safe(trace_id)?)], |_| true)
+            .await
     }
 
     async fn delete_trace(&self, trace_id: &str) -> Result<(), ConnectorError> {

@@ -2,10 +2,8 @@
 //! to the caller's scope, and every document of the answer decided again on its stamp.
 //!
 //! What Azure computes over many documents (`@odata.count`, `@search.facets`, autocomplete's
-//! terms) cannot be decided document by document: for those, the documents of the scope the
-//! caller may not see (a subject under erasure, a stale epoch, consent withdrawn, an erasure's
-//! closure) are found first and left out by key, so that Azure computes them over what the
-//! caller may see.
+//! terms) cannot be decided document by document: for those, Azure is sent what the caller may
+//! read as a filter ([`super::readable`]), so that it computes them over that alone.
 
 use std::collections::BTreeSet;
 
@@ -13,15 +11,13 @@ use chrono::{DateTime, Utc};
 use lethe_policy::{PolicyView, ReadContext, decide_read_item};
 use serde_json::{Map, Value, json};
 
-use super::{
-    Reader, canonical_field, is_stamp_field, keys_filter, narrowed, read_stamp, stamp_select,
-};
+use super::{Reader, canonical_field, is_stamp_field, narrowed, read_stamp, stamp_select};
 use crate::data::records::AdapterError;
 
 /// The most documents one page of Lethe's own reads holds (Azure's `top` at most).
 pub const PAGE: usize = 1000;
-/// The furthest Azure pages with `skip`: a scope larger than this and a page cannot be read
-/// whole, and what is computed over it is refused rather than guessed.
+/// The furthest Azure pages with `skip`: a set larger than this and a page cannot be read
+/// whole.
 pub const MAX_SKIP: usize = 100_000;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -268,14 +264,12 @@ impl Read {
         &self.filter
     }
 
-    /// The body Azure is sent: the narrowed filter (less the `hidden` documents), and the key
-    /// and stamp of every document selected beside what the client asked for.
-    pub fn body(&self, key_field: &str, hidden: &[String]) -> Vec<u8> {
+    /// The body Azure is sent: `filter` (the narrowed one, or for what is computed over
+    /// documents what the caller may read of it), and the key and stamp of every document
+    /// selected beside what the client asked for.
+    pub fn body(&self, key_field: &str, filter: &str) -> Vec<u8> {
         let mut body = self.client.clone();
-        body.insert(
-            "filter".into(),
-            json!(without_keys(&self.filter, key_field, hidden)),
-        );
+        body.insert("filter".into(), json!(filter));
         if self.kind != Kind::Autocomplete {
             let mut select = self.select.clone().unwrap_or_else(|| match self.kind {
                 Kind::Suggest => vec![key_field.to_owned()],
@@ -342,14 +336,6 @@ impl Read {
     }
 }
 
-/// A filter less the documents under `hidden` keys.
-pub fn without_keys(filter: &str, key_field: &str, hidden: &[String]) -> String {
-    match hidden.is_empty() {
-        true => filter.to_owned(),
-        false => format!("({filter}) and not {}", keys_filter(key_field, hidden)),
-    }
-}
-
 /// Whether the caller may see a document Azure answered (its stamp decides, unless an
 /// erasure's closure hides it).
 pub fn readable(
@@ -374,18 +360,6 @@ pub fn owners(answer: &Value) -> BTreeSet<(String, String)> {
         .filter_map(read_stamp)
         .map(|s| (s.tenant, s.subject))
         .collect()
-}
-
-/// One page of the documents in `filter` (their key and stamp only), from `skip`.
-pub fn scope_page(filter: &str, key_field: &str, skip: usize) -> Vec<u8> {
-    serde_json::to_vec(&json!({
-        "search": "*",
-        "filter": filter,
-        "select": stamp_select(key_field).join(","),
-        "top": PAGE,
-        "skip": skip,
-    }))
-    .unwrap_or_default()
 }
 
 /// A lookup's `$select` (the key and stamp added to what the client asked for), and what the

@@ -34,11 +34,21 @@ impl TraceApi for Arc<Memory> {
         let spans = self.spans.lock().unwrap();
         Ok(spans
             .iter()
-            .filter(|s| match key {
-                SUBJECT_REF => s.span.subject_ref.as_deref() == Some(value),
-                "user.id" => s.user_id.as_deref() == Some(value),
-                _ => false,
-            })
+            .filter(|s| key == SUBJECT_REF && s.span.subject_ref.as_deref() == Some(value))
+            .map(|s| s.span.clone())
+            .collect())
+    }
+
+    async fn spans_naming(
+        &self,
+        attributes: &[String],
+        names: &BTreeSet<String>,
+    ) -> Result<Vec<HeldSpan>, ConnectorError> {
+        assert_eq!(attributes, ["user.id"]);
+        let spans = self.spans.lock().unwrap();
+        Ok(spans
+            .iter()
+            .filter(|s| s.user_id.as_ref().is_some_and(|id| names.contains(id)))
             .map(|s| s.span.clone())
             .collect())
     }
