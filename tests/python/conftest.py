@@ -2,6 +2,7 @@
 started for the session, each waited for with a deadline."""
 
 import contextlib
+import hashlib
 import json
 import os
 import shutil
@@ -225,20 +226,54 @@ def export_spans(endpoint, spans, token=None, project="default", gzip=False, hea
     return ids, done == SpanExportResult.SUCCESS
 
 
-def phoenix_spans(phoenix, project, **query):
-    """The project's spans Phoenix answers for `query` (its REST filters), every page; none for
-    a project it does not have."""
+def stored_trace(trace_id, tenant=TENANT):
+    """The id a trace store holds an exporter's trace (lowercase hex) under once it came through
+    Lethe: each tenant's trace ids are its own (docs/stores/otlp.md, "Each tenant's traces")."""
+    label = b"lethe trace\0" + tenant.encode() + b"\0"
+    return hashlib.sha256(label + bytes.fromhex(trace_id)).hexdigest()[:32]
+
+
+def stored_project(project, tenant=TENANT):
+    """The name a trace store holds a tenant's project under once it came through Lethe."""
+    return f"{tenant}/{project}"
+
+
+def phoenix_project_id(phoenix, name):
+    """Phoenix's id of the project named `name` (a name with a `/` cannot go in its URLs), or None."""
+    status, page = send(phoenix, "GET", "/v1/projects?limit=1000")
+    assert status == 200, page
+    return next((p["id"] for p in page["data"] if p["name"] == name), None)
+
+
+def phoenix_spans(phoenix, project, tenant=TENANT, **query):
+    """The spans Phoenix answers for `query` (its REST filters), every page, in the project the
+    client named `project`: as Lethe stores the `tenant`'s (its project under the tenant, each
+    `trace_id` asked for as stored, and each span answered with the exporter's trace id again);
+    as Phoenix took it when `tenant` is None (written around Lethe). None for a project it does
+    not have."""
+    name = project if tenant is None else stored_project(project, tenant)
+    exporters = {}
+    if tenant is not None and "trace_id" in query:
+        asked = [query["trace_id"]] if isinstance(query["trace_id"], str) else query["trace_id"]
+        exporters = {stored_trace(t, tenant): t for t in asked}
+        query = {**query, "trace_id": list(exporters)}
+    identifier = phoenix_project_id(phoenix, name)
+    if identifier is None:
+        return []
     found, cursor = [], None
     while True:
         params = [(k, v) for k, values in query.items() for v in ([values] if isinstance(values, str) else values)]
         params += [("limit", "100")] + ([("cursor", cursor)] if cursor else [])
-        status, page = send(phoenix, "GET", f"/v1/projects/{project}/spans?{urllib.parse.urlencode(params)}")
+        status, page = send(phoenix, "GET", f"/v1/projects/{identifier}/spans?{urllib.parse.urlencode(params)}")
         if status == 404:
             return []
         assert status == 200, page
         found += page["data"]
         cursor = page.get("next_cursor")
         if not cursor:
+            for span in found:
+                context = span["context"]
+                context["trace_id"] = exporters.get(context["trace_id"], context["trace_id"])
             return found
 
 

@@ -16,7 +16,7 @@ import pytest
 import requests
 
 from conftest import (GLOBEX, TENANT, export_spans, free_port, own_lethe, phoenix_spans, send, someone,
-                      traced_spans, wait_for)
+                      stored_trace, traced_spans, wait_for)
 
 ROUTE = "otlp:otlp"
 LIMIT = 256 * 1024
@@ -96,11 +96,12 @@ def answered(raw):
     return response
 
 
-def stored(phoenix, project, trace_ids, count=None):
-    """The spans of `trace_ids` once Phoenix has stored `count` of them (all by default)."""
+def stored(phoenix, project, trace_ids, count=None, tenant=TENANT):
+    """The spans of `trace_ids` once Phoenix has stored `count` of them (all by default); as
+    `phoenix_spans` finds them for `tenant`."""
     want = len(trace_ids) if count is None else count
     def found():
-        spans = phoenix_spans(phoenix, project, trace_id=trace_ids)
+        spans = phoenix_spans(phoenix, project, tenant=tenant, trace_id=trace_ids)
         return spans if len(spans) == want else None
     return wait_for(f"{want} spans in Phoenix", found)
 
@@ -164,11 +165,12 @@ def test_spans_naming_another_subject_or_tenant_are_refused_and_counted_in_the_p
                              {"user.id": alice, "input.value": "namesake"}], project)
     status, _, raw = post(gate, body, token=gate.token("agent", tenant=GLOBEX))
     assert (status, answered(raw).partial_success.rejected_spans) == (200, 1)
-    namesake = by_trace(stored(phoenix, project, [theirs[1]]))[theirs[1]]
+    namesake = by_trace(stored(phoenix, project, [theirs[1]], tenant=GLOBEX))[theirs[1]]
     assert namesake["lethe.tenant"] == GLOBEX and namesake["lethe.subject_ref"] != spans[ids[0]]["lethe.subject_ref"]
     assert "input.value" not in namesake, "globex's alice gave no consent"
     # Spans that never reached Phoenix: the refused ones (the later export is stored, so they would be by now).
-    assert phoenix_spans(phoenix, project, trace_id=[ids[1], theirs[0]]) == []
+    assert phoenix_spans(phoenix, project, trace_id=ids[1]) == []
+    assert phoenix_spans(phoenix, project, tenant=GLOBEX, trace_id=theirs[0]) == []
 
     # Every span refused: nothing is sent, and the answer says so.
     body, none = protobuf([{"user.id": bob}], project)
@@ -315,10 +317,11 @@ def test_the_sweeper_deletes_spans_past_their_deadline_and_no_others(gate, phoen
         assert shared == short[:1]
         long, _ = export_spans(endpoint(gate), [{"user.id": dave, "input.value": "kept a month"}], token=token,
                                project=project, headers={"X-Lethe-Purpose": "debugging"})
-        stored(phoenix, project, short + long, count=4)
-        wait_for("the sweeper to delete carol's spans", lambda: phoenix_spans(phoenix, project, trace_id=short) == [],
-                 deadline=20)
-        assert by_trace(phoenix_spans(phoenix, project, trace_id=long))[long[0]]["input.value"] == "kept a month"
+        stored(phoenix, project, short + long, count=4, tenant=GLOBEX)
+        wait_for("the sweeper to delete carol's spans",
+                 lambda: phoenix_spans(phoenix, project, tenant=GLOBEX, trace_id=short) == [], deadline=20)
+        kept = by_trace(phoenix_spans(phoenix, project, tenant=GLOBEX, trace_id=long))
+        assert kept[long[0]]["input.value"] == "kept a month"
     finally:
         rules(gate, GLOBEX)
 
@@ -419,8 +422,8 @@ def test_a_trace_that_read_or_quotes_a_subjects_memory_goes_with_her_erasure(chr
         spans = by_trace(phoenix_spans(phoenix, project, trace_id=read + quoting + unrelated))
 
         def parents(trace):
-            # Lineage keeps a trace's row per subject: `<trace>:<subject reference>`.
-            item = f"{trace}:{spans[trace]['lethe.subject_ref']}"
+            # Lineage keeps a trace's row per subject: `<trace as stored>:<subject reference>`.
+            item = f"{stored_trace(trace)}:{spans[trace]['lethe.subject_ref']}"
             status, body = lethe.call("GET", f"/v1/lineage/otlp/traces/{item}")
             assert status == 200, body
             return {(p["store"], p["collection"], p["item"], p["how"]) for p in body["parents"]}
@@ -463,7 +466,9 @@ def langsmith_runs(langsmith, filter_):
 
 
 def of_trace(langsmith, trace):
-    return langsmith_runs(langsmith, f'and(eq(metadata_key, "lethe_trace"), eq(metadata_value, "{trace}"))')
+    """The runs of an exporter's trace of acme's (the trace Lethe stamped them with)."""
+    stored = stored_trace(trace)
+    return langsmith_runs(langsmith, f'and(eq(metadata_key, "lethe_trace"), eq(metadata_value, "{stored}"))')
 
 
 def test_langsmith_runs_carry_the_stamp_in_their_metadata_and_an_erasure_deletes_her_traces(chroma, langsmith, tmp_path):

@@ -21,10 +21,10 @@ def test_phoenix_takes_protobuf_otlp_and_answers_spans_by_attribute(phoenix):
     alices = export(phoenix, project, alice)
     export(phoenix, project, bob, gzip=True)
     # Stored by a background writer after the exporter's 200: readable a moment later.
-    found = wait_for("alice's span", lambda: phoenix_spans(phoenix, project, attribute=f'user.id:"{alice}"'))
+    found = wait_for("alice's span", lambda: phoenix_spans(phoenix, project, tenant=None, attribute=f'user.id:"{alice}"'))
     assert [s["context"]["trace_id"] for s in found] == [alices]
     assert found[0]["attributes"]["input.value"] == f"what {alice} asked"
-    wait_for("bob's gzipped span", lambda: phoenix_spans(phoenix, project, attribute=f'user.id:"{bob}"'))
+    wait_for("bob's gzipped span", lambda: phoenix_spans(phoenix, project, tenant=None, attribute=f'user.id:"{bob}"'))
     # OTLP/JSON is not taken: the route sends the trace store protobuf whatever it was sent.
     body = json.dumps({"resourceSpans": []}).encode()
     status, _ = send(phoenix, "POST", "/v1/traces", raw_body=body, headers={"Content-Type": "application/json"})
@@ -34,11 +34,11 @@ def test_phoenix_takes_protobuf_otlp_and_answers_spans_by_attribute(phoenix):
 def test_a_trace_deleted_by_its_id_is_gone_and_deleting_it_again_is_404(phoenix):
     project, alice, bob = someone("project"), someone(), someone()
     alices, bobs = export(phoenix, project, alice), export(phoenix, project, bob)
-    wait_for("both traces", lambda: len(phoenix_spans(phoenix, project, trace_id=[alices, bobs])) == 2)
+    wait_for("both traces", lambda: len(phoenix_spans(phoenix, project, tenant=None, trace_id=[alices, bobs])) == 2)
     status, _ = send(phoenix, "DELETE", f"/v1/traces/{alices}")
     assert status == 204
-    assert phoenix_spans(phoenix, project, trace_id=alices) == []
-    assert phoenix_spans(phoenix, project, attribute=f'user.id:"{alice}"') == []
-    assert len(phoenix_spans(phoenix, project, trace_id=bobs)) == 1, "another trace is not touched"
+    assert phoenix_spans(phoenix, project, tenant=None, trace_id=alices) == []
+    assert phoenix_spans(phoenix, project, tenant=None, attribute=f'user.id:"{alice}"') == []
+    assert len(phoenix_spans(phoenix, project, tenant=None, trace_id=bobs)) == 1, "another trace is not touched"
     status, _ = send(phoenix, "DELETE", f"/v1/traces/{alices}")
     assert status == 404

@@ -664,7 +664,8 @@ fn string_value(text: &str) -> AnyValue {
     }
 }
 
-fn text(key: &str, value: &str) -> KeyValue {
+/// A text attribute.
+pub(crate) fn text(key: &str, value: &str) -> KeyValue {
     KeyValue {
         key: key.to_owned(),
         value: Some(string_value(value)),

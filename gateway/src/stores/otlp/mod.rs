@@ -5,6 +5,7 @@
 
 pub mod adapter;
 pub(crate) mod connector;
+pub mod ids;
 mod langsmith;
 mod phoenix;
 pub(crate) mod route;

@@ -17,6 +17,7 @@ use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 
 use super::Rules;
 use super::adapter::{self, Caller, DecodeError, Encoding};
+use super::ids;
 use crate::data::derivation::{Derivations, Writing};
 use crate::data::error::DataError;
 use crate::data::overtaken::{Recording, keep_unless_overtaken};
@@ -57,7 +58,7 @@ pub(crate) async fn handle(
     if body.len() > limit {
         return Err(too_large(limit));
     }
-    let request = adapter::decode(&body, gzip, encoding, limit).map_err(|e| match e {
+    let mut request = adapter::decode(&body, gzip, encoding, limit).map_err(|e| match e {
         DecodeError::TooLarge(limit) => too_large(limit),
         DecodeError::Invalid(why) => {
             DataError::new(StatusCode::BAD_REQUEST, Code::InvalidRequest, why)
@@ -65,6 +66,7 @@ pub(crate) async fn handle(
     })?;
     let state = upstream.state;
     let tenant = ctx.tenant();
+    let exporters_traces = ids::own_ids(&mut request, tenant);
     let rules = rules.for_request(ctx);
     let caller = Caller {
         tenant,
@@ -79,6 +81,7 @@ pub(crate) async fn handle(
     let refer = |subject: &str| lethe_policy::audit::subject_ref(&state.audit_key, tenant, subject);
     let now = crate::now();
     let mut governed = adapter::govern(request, &rules, caller, &view, now, &refer);
+    ids::own_projects(&mut governed.request, tenant);
     let refused = governed.refusal.take().unwrap_or_default();
     if !governed.request.resource_spans.is_empty() {
         // One row per trace and subject: a batch holds many spans of few traces.
@@ -87,8 +90,16 @@ pub(crate) async fn handle(
             let item = trace_item(&trace, &refer(&stamp.subject));
             traced.entry(item).or_insert(stamp);
         }
-        let derivations = derived(state, ctx, &rules, &mut governed.request, &mut traced).await?;
-        sent(upstream, adapter::encode(&governed.request)).await?;
+        let derivations = derived(
+            state,
+            ctx,
+            &rules,
+            &mut governed.request,
+            &mut traced,
+            &exporters_traces,
+        )
+        .await?;
+        sent(upstream, tenant, adapter::encode(&governed.request)).await?;
         let rows = traced
             .into_iter()
             .map(|(item, stamp)| {
@@ -124,13 +135,15 @@ pub(crate) async fn handle(
 /// trace, and the memories and model answers its content quotes. A trace that derives from a
 /// subject under erasure goes without its content (`derived_from_erased`), as a write would be
 /// refused; the others' edges are recorded before the spans leave, so that a flip from then on
-/// reaches them.
+/// reaches them. `exporters` gives each stored trace id the exporter's own, which the reads'
+/// `traceparent` named.
 async fn derived(
     state: &DataState,
     ctx: &RequestContext,
     rules: &adapter::SpanRules,
     request: &mut ExportTraceServiceRequest,
     traced: &mut BTreeMap<String, Stamp>,
+    exporters: &BTreeMap<String, String>,
 ) -> Result<Derivations, DataError> {
     if !state.derivation.enabled() || traced.is_empty() {
         return Ok(Derivations::default());
@@ -141,8 +154,9 @@ async fn derived(
         let trace = trace_of(item);
         // The span's own trace, as a request's traceparent names the trace it belongs to.
         let mut under = ctx.clone();
-        under.trace = hex::decode(trace)
-            .ok()
+        under.trace = exporters
+            .get(trace)
+            .and_then(|exporters| hex::decode(exporters).ok())
             .and_then(|bytes| <[u8; 16]>::try_from(bytes).ok())
             .filter(|bytes| *bytes != [0; 16])
             .map(TraceId);
@@ -216,12 +230,23 @@ fn too_large(limit: usize) -> DataError {
 }
 
 /// Sends the governed spans to the trace store, in protobuf (what every OTLP receiver takes),
-/// with the client's other headers (a project's name). A trace store that is down, overloaded
-/// or slow is `503` with `Retry-After`, which OTLP exporters retry; one that refuses the spans
-/// is `upstream_invalid`.
-async fn sent(upstream: &Upstream<'_>, body: Vec<u8>) -> Result<(), DataError> {
+/// with the client's other headers (a project's name, under the `tenant`'s). A trace store that
+/// is down, overloaded or slow is `503` with `Retry-After`, which OTLP exporters retry; one
+/// that refuses the spans is `upstream_invalid`.
+async fn sent(upstream: &Upstream<'_>, tenant: &str, body: Vec<u8>) -> Result<(), DataError> {
     let mut headers = upstream.parts.headers.clone();
     headers.remove(header::CONTENT_ENCODING);
+    for name in ids::PROJECT_HEADERS {
+        let project = headers.remove(name);
+        let owned = project
+            .as_ref()
+            .and_then(|p| p.to_str().ok())
+            .and_then(|p| HeaderValue::try_from(ids::stored_project(tenant, p)).ok());
+        // A name that is not text goes: the resource's (the tenant's) names the project.
+        if let Some(owned) = owned {
+            headers.insert(name, owned);
+        }
+    }
     headers.insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static(Encoding::Protobuf.content_type()),
