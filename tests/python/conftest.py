@@ -240,9 +240,14 @@ def stored_project(project, tenant=TENANT):
 
 def phoenix_project_id(phoenix, name):
     """Phoenix's id of the project named `name` (a name with a `/` cannot go in its URLs), or None."""
-    status, page = send(phoenix, "GET", "/v1/projects?limit=1000")
-    assert status == 200, page
-    return next((p["id"] for p in page["data"] if p["name"] == name), None)
+    cursor = None
+    while True:
+        status, page = send(phoenix, "GET", "/v1/projects?limit=100" + (f"&cursor={cursor}" if cursor else ""))
+        assert status == 200, page
+        found = next((p["id"] for p in page["data"] if p["name"] == name), None)
+        cursor = page.get("next_cursor")
+        if found or not cursor:
+            return found
 
 
 def phoenix_spans(phoenix, project, tenant=TENANT, **query):
