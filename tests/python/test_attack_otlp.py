@@ -6,7 +6,7 @@ import json
 import uuid
 from datetime import datetime, timedelta, timezone
 
-from conftest import (GLOBEX, TENANT, export_spans, phoenix_project_id, phoenix_spans, someone, stored_project,
+from conftest import (GLOBEX, TENANT, export_spans, phoenix_project_id, phoenix_spans, send, someone, stored_project,
                       stored_trace, wait_for)
 from test_otlp import (ROUTE, answered, by_trace, consent, endpoint, gate, post, protobuf,  # noqa: F401
                        stored)
@@ -248,3 +248,97 @@ def test_the_probe_names_no_subject_to_phoenix_and_still_finds_a_span_written_ar
     log = phoenix.log.read_text(errors="replace")
     assert "/v1/projects/" in log, "Phoenix logs the requests it serves"
     assert alice not in log and carol not in log
+
+
+def raw_export(project, trace_id=None, span_id=None, attributes=(), events=()):
+    """One span as an exporter could send it, ids and keys as given (bytes, then key-value
+    pairs), with `events` as (name, pairs)."""
+    import os
+    import time
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+    from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+    request = ExportTraceServiceRequest()
+    resource = request.resource_spans.add()
+    resource.resource.attributes.append(KeyValue(key="openinference.project.name", value=AnyValue(string_value=project)))
+    span = resource.scope_spans.add().spans.add()
+    span.trace_id = os.urandom(16) if trace_id is None else trace_id
+    span.span_id = os.urandom(8) if span_id is None else span_id
+    span.name = "chat"
+    span.start_time_unix_nano = time.time_ns()
+    span.end_time_unix_nano = span.start_time_unix_nano + 1000
+    for key, value in attributes:
+        span.attributes.append(KeyValue(key=key, value=AnyValue(string_value=value)))
+    for name, pairs in events:
+        event = span.events.add(name=name, time_unix_nano=span.start_time_unix_nano)
+        for key, value in pairs:
+            event.attributes.append(KeyValue(key=key, value=AnyValue(string_value=value)))
+    return request.SerializeToString(), span.trace_id.hex()
+
+
+def test_a_session_of_one_tenants_is_never_anothers(gate, phoenix):
+    """Second attack, O1: Phoenix keys sessions by `session.id` over the whole store, in the
+    project of the first trace that named it: globex's trace joined acme's session. Each
+    tenant's sessions are its own now, and a client's `session` map cannot stand for it."""
+    project, alice, carol = f"p-{uuid.uuid4().hex[:8]}", someone(), someone(GLOBEX)
+    consent(gate, alice)
+    consent(gate, carol, GLOBEX)
+    session = f"chat-{uuid.uuid4().hex[:6]}"
+    ours, _ = export_spans(endpoint(gate), [{"user.id": alice, "input.value": "alice's", "session.id": session}],
+                           token=gate.token("agent"), project=project)
+    theirs, _ = export_spans(endpoint(gate), [{"user.id": carol, "input.value": "carol's", "session.id": session}],
+                             token=gate.token("agent", tenant=GLOBEX), project=project)
+    assert stored(phoenix, project, ours)[0]["attributes"]["session.id"] == f"{TENANT}/{session}"
+    assert stored(phoenix, project, theirs, tenant=GLOBEX)[0]["attributes"]["session.id"] == f"{GLOBEX}/{session}"
+    status, _ = send(phoenix, "GET", f"/v1/sessions/{session}")
+    assert status == 404, "no session of the name the clients gave"
+    body, ids = nested_request(project, {"user.id": alice, "input.value": "x", "session": {"id": session}})
+    status, _, raw = post(gate, body, token=gate.token("agent"))
+    assert (status, answered(raw).partial_success.rejected_spans) == (200, 0)
+    assert "session" not in json.dumps(stored(phoenix, project, ids)[0]["attributes"]), "the shadow is dropped"
+
+
+def test_a_key_the_store_reads_otherwise_or_an_id_that_is_not_otlps_is_refused(gate, phoenix):
+    """Second attack, O2 and O3: Phoenix strips each dotted segment of a key, so `" user.id"`
+    named bob (raw) on a span of a token bound to alice, and `" lethe"` shadowed the stamp; an
+    all-zero or 15-byte trace id was left unmapped, and acme's span joined globex's trace in
+    globex's project. Both are refused now, and Phoenix holds nothing of them."""
+    project, alice, bob = f"p-{uuid.uuid4().hex[:8]}", someone(), someone()
+    consent(gate, alice)
+    for key in (" user.id", "user.id\u00a0", "lethe .tenant", " lethe.subject_ref"):
+        body, trace = raw_export(project, attributes=[("user.id", alice), ("input.value", "alice's"), (key, bob)])
+        status, _, raw = post(gate, body, token=gate.token("agent", alice))
+        assert (status, answered(raw).partial_success.rejected_spans) == (200, 1), key
+        assert "invalid_request" in answered(raw).partial_success.error_message
+    for trace_id in (bytes(16), uuid.uuid4().bytes[:15]):
+        for token in (gate.token("agent", tenant=GLOBEX), gate.token("agent")):
+            body, _ = raw_export(project, trace_id=trace_id, attributes=[("input.value", "secret")])
+            status, _, raw = post(gate, body, token=token)
+            assert (status, answered(raw).partial_success.rejected_spans) == (200, 1)
+    # What was sent after them lands: nothing of theirs did.
+    body, last = raw_export(project, attributes=[("user.id", alice)])
+    assert post(gate, body, token=gate.token("agent", alice))[0] == 200
+    held = stored(phoenix, project, [last])
+    everything = phoenix_spans(phoenix, project) + phoenix_spans(phoenix, project, tenant=GLOBEX)
+    assert len(everything) == len(held) == 1 and bob not in json.dumps(everything)
+
+
+def test_a_subject_named_only_in_an_event_is_the_spans(gate, phoenix):
+    """Second attack, O4: a span naming alice only in an event kept her raw key, was not
+    refused after her flip, and outlived her erasure (the probe read span attributes only).
+    The span is hers now: pseudonymised, stamped, erased with her, refused once she is
+    suppressed."""
+    project, alice = f"p-{uuid.uuid4().hex[:8]}", someone()
+    consent(gate, alice)
+    body, trace = raw_export(project, attributes=[("input.value", "about her")],
+                             events=[("note", [("user.id", alice)])])
+    status, _, raw = post(gate, body, token=gate.token("agent"))
+    assert (status, answered(raw).partial_success.rejected_spans) == (200, 0)
+    span = stored(phoenix, project, [trace])[0]
+    assert span["attributes"]["lethe.subject_ref"] == span["events"][0]["attributes"]["user.id"] != alice
+    assert alice not in json.dumps(span)
+    _, results = gate.erase_to_completion(alice)
+    assert (results[ROUTE]["before"], results[ROUTE]["remaining"], results[ROUTE]["probe_hits"]) == (1, 0, 0)
+    assert phoenix_spans(phoenix, project, trace_id=trace) == []
+    body, _ = raw_export(project, events=[("note", [("user.id", alice)])])
+    status, _, raw = post(gate, body, token=gate.token("agent"))
+    assert (status, answered(raw).partial_success.rejected_spans) == (200, 1), "she is erased"

@@ -116,9 +116,12 @@ class Case:
                 rejected += 1
                 continue
             consented = isinstance(subject, int) and not self.withdrawn[subject]
+            stored = stored_trace(trace_id, tenant)
+            # A trace stays in the project it was first seen in, while any span of it is held.
+            first = (h["project"] for h in self.expected.values() if h["trace"] == stored and not h.get("gone"))
             self.expected[name] = {"tenant": tenant, "subject": subject, "named": named is not None,
-                                   "project": self.projects[project],
-                                   "trace": stored_trace(trace_id, tenant), "kept": consented,
+                                   "project": next(first, self.projects[project]),
+                                   "trace": stored, "kept": consented,
                                    "content": consented and content}
         assert answered(raw).partial_success.rejected_spans == rejected, (spans, raw)
 

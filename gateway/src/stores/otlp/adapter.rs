@@ -196,10 +196,10 @@ impl SpanRules {
         Some(format!("{prefix}{}", key.replacen('.', "_", 1)))
     }
 
-    /// Whether an attribute is Lethe's stamp, in either place, or could stand for it or for a
-    /// subject attribute where a store nests dotted names (Phoenix keeps `lethe.tenant` as
-    /// `{"lethe": {"tenant": ..}}`: a client's `lethe`, `user` or `user.id.x` would shadow
-    /// them): a client's own are dropped.
+    /// Whether an attribute is Lethe's stamp, in either place, or could stand for it, for a
+    /// subject attribute or for the session where a store nests dotted names (Phoenix keeps
+    /// `lethe.tenant` as `{"lethe": {"tenant": ..}}`: a client's `lethe`, `user`, `user.id.x` or
+    /// `session` would shadow them): a client's own are dropped.
     fn is_stamp(&self, key: &str) -> bool {
         let nests = |path: &str| {
             path.strip_prefix(key)
@@ -210,7 +210,12 @@ impl SpanRules {
         };
         key.starts_with(STAMP_PREFIX)
             || key == STAMP_PREFIX.trim_end_matches('.')
-            || self.subject_attributes.iter().any(|path| nests(path))
+            || self
+                .subject_attributes
+                .iter()
+                .map(String::as_str)
+                .chain([super::ids::SESSION])
+                .any(nests)
             || self
                 .metadata_prefix
                 .as_deref()
@@ -291,7 +296,7 @@ pub fn subjects(
         let named = resource.map(|r| subject_named(&r.attributes, rules, caller));
         let spans = resource_spans.scope_spans.iter().flat_map(|s| &s.spans);
         for subject in spans
-            .map(|span| subject_named(&span.attributes, rules, caller))
+            .map(|span| subject_named(all_attributes(span).flatten(), rules, caller))
             .chain(named)
         {
             subjects.extend(subject.ok().flatten());
@@ -318,8 +323,9 @@ pub fn govern(
     };
     for mut resource_spans in std::mem::take(&mut request.resource_spans) {
         let mut resource = resource_spans.resource.take().unwrap_or_default();
+        let canonical = canonical_keys(&resource.attributes);
         let claimed = unstamped(&mut resource.attributes, rules);
-        let named = subject_named(&resource.attributes, rules, caller);
+        let named = canonical.and_then(|()| subject_named(&resource.attributes, rules, caller));
         for scope_spans in &mut resource_spans.scope_spans {
             let mut kept = Vec::with_capacity(scope_spans.spans.len());
             for mut span in std::mem::take(&mut scope_spans.spans) {
@@ -379,6 +385,62 @@ fn scope_violation() -> String {
     )
 }
 
+/// Whether every key of `attributes`, at any depth (a map's), reads the same to the trace
+/// store as to Lethe: Phoenix strips each dotted segment of a key, so `" user.id"` or
+/// `"lethe .tenant"` would land on the subject attribute or the stamp while Lethe saw another
+/// name. A key with whitespace or a control character at a segment's ends, or an empty segment,
+/// is refused. Iterative: nesting is bounded by the decoder, not this stack.
+fn canonical_keys(attributes: &[KeyValue]) -> Result<(), String> {
+    let mut pending: Vec<&KeyValue> = attributes.iter().collect();
+    while let Some(kv) = pending.pop() {
+        let odd = |c: char| c.is_whitespace() || c.is_control();
+        let bad = kv.key.split('.').find(|segment| {
+            segment.is_empty() || segment.starts_with(odd) || segment.ends_with(odd)
+        });
+        if bad.is_some() {
+            return Err(format!(
+                "invalid_request: the attribute key {:?} is not one a trace store reads as sent",
+                kv.key
+            ));
+        }
+        let mut values: Vec<&AnyValue> = kv.value.iter().collect();
+        while let Some(value) = values.pop() {
+            match &value.value {
+                Some(any_value::Value::KvlistValue(map)) => pending.extend(&map.values),
+                Some(any_value::Value::ArrayValue(list)) => values.extend(&list.values),
+                _ => {}
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Whether a span's ids are ones OTLP allows (a trace id of 16 bytes and a span id of 8, not
+/// all zeros; a parent's of 8 or none): only those are made the tenant's own (`ids`), and a
+/// store that took another would share it between tenants.
+fn valid_ids(span: &Span) -> Result<(), String> {
+    let valid = |id: &[u8], len: usize| id.len() == len && id.iter().any(|b| *b != 0);
+    let links = span
+        .links
+        .iter()
+        .all(|l| valid(&l.trace_id, 16) && valid(&l.span_id, 8));
+    let parent = span.parent_span_id.is_empty() || valid(&span.parent_span_id, 8);
+    match valid(&span.trace_id, 16) && valid(&span.span_id, 8) && parent && links {
+        true => Ok(()),
+        false => Err(
+            "invalid_request: a span's trace id is 16 bytes and its span id 8, not all zeros"
+                .into(),
+        ),
+    }
+}
+
+/// Every attribute list of a span: its own, its events', its links'.
+fn all_attributes(span: &Span) -> impl Iterator<Item = &[KeyValue]> {
+    std::iter::once(span.attributes.as_slice())
+        .chain(span.events.iter().map(|e| e.attributes.as_slice()))
+        .chain(span.links.iter().map(|l| l.attributes.as_slice()))
+}
+
 /// Governs one span: its stamp, its content, its subject attributes. `Err`: refused, with why.
 fn one_span(
     span: &mut Span,
@@ -389,10 +451,21 @@ fn one_span(
     now: DateTime<Utc>,
     refer: &dyn Fn(&str) -> String,
 ) -> Result<Option<(String, Stamp)>, String> {
+    valid_ids(span)?;
+    for attributes in all_attributes(span) {
+        canonical_keys(attributes)?;
+    }
     if unstamped(&mut span.attributes, rules).is_some_and(|tenant| tenant != caller.tenant) {
         return Err(scope_violation());
     }
-    let named = subject_named(&span.attributes, rules, caller)?;
+    for event in &mut span.events {
+        event.attributes.retain(|kv| !rules.is_stamp(&kv.key));
+    }
+    for link in &mut span.links {
+        link.attributes.retain(|kv| !rules.is_stamp(&kv.key));
+    }
+    // A span is one subject's, wherever it names her: its attributes, its events', its links'.
+    let named = subject_named(all_attributes(span).flatten(), rules, caller)?;
     let subject = match (caller.bound, named.as_deref().or(resource_subject)) {
         (Some(bound), Some(named)) if named != bound => return Err(scope_violation()),
         (Some(bound), _) => Some(bound),
@@ -574,14 +647,14 @@ fn apply_stamp(span: &mut Span, stamp: Vec<KeyValue>, rules: &SpanRules) {
 
 /// The subject the subject attributes name, in its one spelling. `Err` (refused, with why) when
 /// one is no subject's name or they name several: a span is one subject's.
-fn subject_named(
-    attributes: &[KeyValue],
+fn subject_named<'a>(
+    attributes: impl IntoIterator<Item = &'a KeyValue>,
     rules: &SpanRules,
     caller: Caller<'_>,
 ) -> Result<Option<String>, String> {
     let mut named: Option<String> = None;
     for kv in attributes
-        .iter()
+        .into_iter()
         .filter(|kv| rules.subject_attributes.contains(&kv.key))
     {
         let text = string_of(kv).unwrap_or_default();

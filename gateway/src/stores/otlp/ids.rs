@@ -21,6 +21,9 @@ pub const PROJECT: &str = "openinference.project.name";
 /// The headers trace stores take a project from (Phoenix's, LangSmith's), which win over
 /// the resource's.
 pub const PROJECT_HEADERS: [&str; 2] = ["x-project-name", "langsmith-project"];
+/// The attribute naming a span's session (OpenInference's), which Phoenix keys its sessions by
+/// over the whole store, in the project of the first trace that named it.
+pub const SESSION: &str = "session.id";
 /// The project of spans that name none (Phoenix's default).
 const DEFAULT_PROJECT: &str = "default";
 
@@ -51,7 +54,7 @@ pub fn stored_span(tenant: &str, id: &[u8]) -> Vec<u8> {
     owned(b"lethe span", tenant, id)
 }
 
-/// The name the store holds `tenant`'s `project` under.
+/// The name the store holds `tenant`'s `project` (or session) under.
 pub fn stored_project(tenant: &str, project: &str) -> String {
     format!("{tenant}/{project}")
 }
@@ -83,10 +86,24 @@ pub fn own_ids(request: &mut ExportTraceServiceRequest, tenant: &str) -> BTreeMa
 }
 
 /// Names every resource's project under `tenant` (the default one when it names none, or
-/// names it with anything but text). After the resource is governed: the name Lethe gives is
-/// not the client's to lose to a length limit.
-pub fn own_projects(request: &mut ExportTraceServiceRequest, tenant: &str) {
+/// names it with anything but text), and every span's session. After the spans are governed:
+/// the names Lethe gives are not the client's to lose to a length limit.
+pub fn own_names(request: &mut ExportTraceServiceRequest, tenant: &str) {
     for resource_spans in &mut request.resource_spans {
+        let spans = resource_spans
+            .scope_spans
+            .iter_mut()
+            .flat_map(|s| &mut s.spans);
+        for span in spans {
+            for kv in span.attributes.iter_mut().filter(|kv| kv.key == SESSION) {
+                let session = match kv.value.as_ref().and_then(|v| v.value.as_ref()) {
+                    Some(any_value::Value::StringValue(text)) => text.clone(),
+                    Some(any_value::Value::IntValue(n)) => n.to_string(),
+                    _ => String::new(),
+                };
+                *kv = text(SESSION, &stored_project(tenant, &session));
+            }
+        }
         let resource = resource_spans.resource.get_or_insert_with(Default::default);
         let named = resource
             .attributes
@@ -161,9 +178,9 @@ mod tests {
         let acmes = own_ids(&mut acme, "acme");
         own_ids(&mut globex, "globex");
         own_ids(&mut again, "acme");
-        own_projects(&mut acme, "acme");
-        own_projects(&mut globex, "globex");
-        own_projects(&mut again, "acme");
+        own_names(&mut acme, "acme");
+        own_names(&mut globex, "globex");
+        own_names(&mut again, "acme");
         let spans =
             |r: &ExportTraceServiceRequest| r.resource_spans[0].scope_spans[0].spans[0].clone();
         let (a, g, b) = (spans(&acme), spans(&globex), spans(&again));

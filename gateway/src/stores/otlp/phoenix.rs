@@ -135,15 +135,17 @@ fn held(span: &Value) -> Option<HeldSpan> {
     ))
 }
 
-/// Whether one of the span's `attributes` (flat dotted keys, as Phoenix answers them) is one
-/// of `names`, as text or as the number an exporter may have sent.
+/// Whether one of the span's `attributes` (flat dotted keys, as Phoenix answers them), or
+/// one of its events', is one of `names`, as text or as the number an exporter may have sent.
 fn names_one_of(span: &Value, attributes: &[String], names: &BTreeSet<String>) -> bool {
-    let Some(held) = span.get("attributes") else {
-        return false;
-    };
-    attributes
-        .iter()
-        .filter_map(|key| held.get(key))
+    let events = span.get("events").and_then(Value::as_array);
+    let held = span.get("attributes").into_iter().chain(
+        events
+            .into_iter()
+            .flatten()
+            .filter_map(|e| e.get("attributes")),
+    );
+    held.flat_map(|held| attributes.iter().filter_map(|key| held.get(key)))
         .any(|value| match value {
             Value::String(text) => names.contains(text),
             Value::Number(number) => names.contains(&number.to_string()),

@@ -81,7 +81,7 @@ pub(crate) async fn handle(
     let refer = |subject: &str| lethe_policy::audit::subject_ref(&state.audit_key, tenant, subject);
     let now = crate::now();
     let mut governed = adapter::govern(request, &rules, caller, &view, now, &refer);
-    ids::own_projects(&mut governed.request, tenant);
+    ids::own_names(&mut governed.request, tenant);
     let refused = governed.refusal.take().unwrap_or_default();
     if !governed.request.resource_spans.is_empty() {
         // One row per trace and subject: a batch holds many spans of few traces.

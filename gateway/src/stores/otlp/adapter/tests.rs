@@ -71,6 +71,8 @@ fn span(trace: u8, pairs: &[(&str, &str)]) -> Span {
             },
         ],
         links: vec![Link {
+            trace_id: vec![9; 16],
+            span_id: vec![9; 8],
             attributes: attributes(&[("output.value", "bye")]),
             ..Default::default()
         }],
@@ -965,4 +967,115 @@ proptest::proptest! {
             }
         }
     }
+}
+
+/// The outside attack's second round: a key the trace store reads as another (Phoenix strips
+/// each dotted segment), an id that is not OTLP's (left unmapped, it would be shared between
+/// tenants), a subject named in an event or a link only.
+#[test]
+fn a_span_is_refused_when_a_key_reads_otherwise_to_the_store_or_its_ids_are_not_otlps() {
+    let refused = |span: Span, resource: &[(&str, &str)]| {
+        let governed = governed_as(request(resource, vec![span]), None);
+        (governed.rejected, governed.refusal.unwrap_or_default())
+    };
+    for key in [
+        " user.id",
+        "user.id ",
+        "user. id",
+        "\u{a0}lethe.tenant",
+        "lethe..tenant",
+        "a.\u{1}b",
+        ".x",
+    ] {
+        let (rejected, why) = refused(span(1, &[(key, "bob")]), &[]);
+        assert_eq!(
+            (rejected, why.starts_with("invalid_request")),
+            (1, true),
+            "{key:?}"
+        );
+        assert_eq!(
+            refused(span(1, &[]), &[(key, "bob")]).0,
+            1,
+            "{key:?} on the resource"
+        );
+    }
+    let mut deep = span(1, &[("user.id", "alice")]);
+    deep.attributes.push(kv(
+        "meta",
+        nested(&[(" lethe", nested(&[("tenant", string("globex"))]))]),
+    ));
+    assert_eq!(refused(deep, &[]).0, 1, "at any depth");
+    let mut in_event = span(1, &[]);
+    in_event.events[0].attributes.push(text("user.id ", "bob"));
+    assert_eq!(refused(in_event, &[]).0, 1, "in an event");
+    assert_eq!(
+        refused(span(1, &[("my key", "x"), ("a.b_c", "y")]), &[]).0,
+        0,
+        "inner spaces read the same"
+    );
+
+    let ids: [(Vec<u8>, Vec<u8>); 4] = [
+        (vec![0; 16], vec![1; 8]),
+        (vec![1; 15], vec![1; 8]),
+        (vec![1; 16], vec![0; 8]),
+        (vec![1; 16], vec![1; 7]),
+    ];
+    for (trace_id, span_id) in ids {
+        let odd = Span {
+            trace_id,
+            span_id,
+            ..span(1, &[])
+        };
+        assert_eq!(refused(odd, &[]).0, 1);
+    }
+    let mut parent = span(1, &[]);
+    parent.parent_span_id = vec![0; 8];
+    assert_eq!(refused(parent, &[]).0, 1);
+    let mut link = span(1, &[]);
+    link.links[0].trace_id = vec![0; 16];
+    assert_eq!(refused(link, &[]).0, 1);
+}
+
+#[test]
+fn a_subject_named_in_an_event_or_a_link_only_is_the_spans() {
+    let named_in = |where_: &str, subject: &str| {
+        let mut unattributed = span(1, &[]);
+        match where_ {
+            "event" => unattributed.events[1]
+                .attributes
+                .push(text("user.id", subject)),
+            _ => unattributed.links[0]
+                .attributes
+                .push(text("enduser.id", subject)),
+        }
+        governed_as(request(&[], vec![unattributed]), None)
+    };
+    for where_ in ["event", "link"] {
+        let suppressed = named_in(where_, "carol");
+        assert_eq!(suppressed.rejected, 1, "carol is under erasure ({where_})");
+        let governed = named_in(where_, "alice");
+        let span = spans(&governed.request)[0];
+        assert_eq!(
+            get(&span.attributes, SUBJECT_REF),
+            Some(refer("alice")),
+            "{where_}"
+        );
+        let mut values = span
+            .events
+            .iter()
+            .map(|e| &e.attributes)
+            .chain(span.links.iter().map(|l| &l.attributes));
+        assert!(
+            values.all(|a| a.iter().all(|kv| string_of(kv).as_deref() != Some("alice"))),
+            "pseudonymised"
+        );
+        assert_eq!(governed.traced.len(), 1, "kept with her consent");
+    }
+    let mut two = span(1, &[("user.id", "alice")]);
+    two.events[1].attributes.push(text("user.id", "bob"));
+    assert_eq!(
+        governed_as(request(&[], vec![two]), None).rejected,
+        1,
+        "a span is one subject's"
+    );
 }
