@@ -602,3 +602,96 @@ def test_connections_are_bounded_per_address_and_in_time(bounded, direct):
     agent(bounded, alice).publish(key, "still there")
     message = wait_for("the message", lambda: subscriber.get_message(timeout=1))
     assert message["data"] == "still there"
+
+
+def waiting_on(direct, command_name):
+    """How many of Redis' clients wait in `command_name` now."""
+    return sum(1 for c in direct.client_list() if c.get("cmd") == command_name)
+
+
+def test_a_client_that_leaves_behind_a_waiting_command_takes_nothing_and_frees_its_place(bounded, direct):
+    """Second attack, R1: a client that sent one byte more behind `BLPOP k 0` and closed was
+    never seen to leave (Lethe peeked the byte and waited for ever): Redis went on waiting on
+    Lethe's connection and popped the next element for nobody, and four such clients held an
+    address's every place on the listener for good."""
+    alice = someone()
+    consent(bounded, alice)
+    key = f"{TENANT}:{alice}:queue"
+    host, port = bounded.listens["redis"].split(":")
+    before = waiting_on(direct, "blpop")
+    for _ in range(4):
+        s = socket.create_connection((host, int(port)), timeout=5)
+        s.sendall(command("AUTH", "agent", bounded.token("agent", alice)) + command("BLPOP", key, "0"))
+        assert s.recv(5) == b"+OK\r\n"
+        wait_for("the BLPOP to wait in Redis", lambda: waiting_on(direct, "blpop") > before)
+        s.sendall(b"*")  # the beginning of a next command, while the BLPOP waits
+        s.close()
+        wait_for("Lethe to stop Redis' wait for a client gone", lambda: waiting_on(direct, "blpop") == before)
+    direct.rpush(key, "for whoever comes")
+    direct.pexpire(key, RETENTION_MS)
+    assert direct.llen(key) == 1, "a client that left took the element"
+    # Every place came back: a new client is served.
+    wait_for("a place on the listener", lambda: raw(bounded, command("PING")).startswith(b"+PONG\r\n"), deadline=10)
+
+
+def test_a_transaction_queue_is_bounded_in_bytes(lethe, direct):
+    """Second attack, R2: MULTI then 800 commands of ~1 MiB each (each under the command limit,
+    together under the count limit) took Lethe from 50 to 916 MB on one connection. The queue
+    holds at most `max_command_bytes` together now: one more discards the transaction."""
+    pid = lethe.process.pid
+    rss = lambda: int(next(l for l in open(f"/proc/{pid}/status") if l.startswith("VmRSS:")).split()[1]) // 1024  # noqa: E731,E741
+    before = rss()
+    host, port = lethe.listens["redis"].split(":")
+    with socket.create_connection((host, int(port)), timeout=30) as s:
+        def answer(lines=1):
+            got = b""
+            while got.count(b"\r\n") < lines:
+                got += s.recv(200)
+            return got
+        s.sendall(command("AUTH", "agent", lethe.token("agent", tenant=GLOBEX)) + command("MULTI"))
+        assert answer(2) == b"+OK\r\n+OK\r\n"
+        answers = []
+        for _ in range(8):
+            s.sendall(command("ECHO", b"x" * (300 * 1024)))
+            answers.append(answer())
+        assert answers[:3] == [b"+QUEUED\r\n"] * 3, answers
+        assert all(a.startswith(b"-ERR lethe:invalid_request more than 1048576 bytes") for a in answers[3:]), answers
+        s.sendall(command("EXEC"))
+        assert answer().startswith(b"-EXECABORT"), "discarded"
+    assert rss() - before < 64, "one connection's queue holds a command's worth at most"
+
+
+def test_a_writer_without_retrieve_consent_reads_nothing_through_what_a_write_answers(lethe, direct):
+    """Second attack, R3: with `store` consent only, `ZADD ... XX INCR 0` answered the stored
+    score (42.5), and SADD, HSETNX, APPEND and SETRANGE told whether a member or a field was
+    there, or a string's length. They need `retrieve` too now; Redis holds what it held."""
+    carol = someone()
+    consent(lethe, carol, actions=("store",))
+    z, s, h, st = (f"{TENANT}:{carol}:{n}" for n in ("z", "set", "h", "str"))
+    direct.zadd(z, {"diagnosis": 42.5})
+    direct.sadd(s, "condition")
+    direct.hset(h, "ssn", "123-45-6789")
+    direct.set(st, "a secret of 23 chars!!!")
+    for key in (z, s, h, st):
+        direct.pexpire(key, RETENTION_MS)
+    r = agent(lethe, carol)
+    for args in (("ZADD", z, "XX", "INCR", 0, "diagnosis"), ("ZADD", z, "NX", 1, "diagnosis"),
+                 ("SADD", s, "condition"), ("SREM", s, "other"), ("HSETNX", h, "ssn", "x"),
+                 ("LREM", f"{TENANT}:{carol}:l", 0, "x"), ("APPEND", st, ""), ("SETRANGE", st, 0, "")):
+        with pytest.raises(redis.exceptions.ResponseError, match="lethe:consent_required"):
+            r.execute_command(*args)
+    assert (direct.zscore(z, "diagnosis"), direct.smembers(s), direct.hget(h, "ssn"), direct.strlen(st)) == (
+        42.5, {"condition"}, "123-45-6789", 23)
+    assert r.rpush(f"{TENANT}:{carol}:l", "kept") == 1, "a write that answers nothing of hers is served"
+
+
+def test_one_scan_walks_a_bounded_part_of_the_keyspace(lethe, direct):
+    """Second attack, R4: `SCAN 0 COUNT 2147483647` walked every tenant's keys in one command,
+    what `KEYS` is refused for. One SCAN asks Redis to walk 1 000 at most now."""
+    filler = f"{TENANT}:{someone()}:f"
+    with direct.pipeline(transaction=False) as p:
+        for i in range(2500):
+            p.set(f"{filler}{i}", "x", px=RETENTION_MS)
+        p.execute()
+    cursor, _ = agent(lethe, tenant=GLOBEX).execute_command("SCAN", 0, "COUNT", 2**31 - 1)
+    assert int(cursor) != 0, "the whole keyspace walked in one command"

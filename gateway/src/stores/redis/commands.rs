@@ -331,7 +331,9 @@ pub fn waits(args: &[Vec<u8>]) -> Result<Option<Option<std::time::Duration>>, St
 }
 
 /// Whether a command that writes answers with what was stored (a popped element, the value
-/// replaced, a counter's new value): then it reads too, and needs what a read needs.
+/// replaced, a counter's new value, a score), or tells whether a member, an element or a
+/// field the caller names is stored, or a string's length: then it reads too, and needs what a
+/// read needs (a caller that may store but not retrieve would read through it).
 pub fn reveals(args: &[Vec<u8>]) -> bool {
     let name = Name::of(args);
     match name.as_slice() {
@@ -340,7 +342,11 @@ pub fn reveals(args: &[Vec<u8>]) -> bool {
         // They store what they computed from other keys' data.
         | b"SUNIONSTORE" | b"SINTERSTORE" | b"SDIFFSTORE" | b"ZUNIONSTORE" | b"ZINTERSTORE"
         | b"ZDIFFSTORE" | b"ZRANGESTORE" | b"LMOVE" | b"RPOPLPUSH" | b"INCR" | b"INCRBY" | b"INCRBYFLOAT" | b"DECR" | b"DECRBY"
-        | b"HINCRBY" | b"HINCRBYFLOAT" | b"ZINCRBY" => true,
+        | b"HINCRBY" | b"HINCRBYFLOAT" | b"ZINCRBY"
+        // `ZADD ... INCR` answers the score; the others answer how many of the members,
+        // elements or fields named were (or were not) there, or a string's length.
+        | b"ZADD" | b"ZREM" | b"SADD" | b"SREM" | b"SMOVE" | b"HSETNX" | b"HDEL" | b"LREM"
+        | b"LINSERT" | b"APPEND" | b"SETRANGE" => true,
         // `SET key value GET` answers the value it replaced.
         b"SET" => args.iter().skip(3).any(|a| a.eq_ignore_ascii_case(b"GET")),
         _ => false,
@@ -539,10 +545,27 @@ mod tests {
             "incr k",
             "set k v GET",
             "set k v ex 10 get",
+            // The second outside attack read a score, memberships and a length through these.
+            "zadd k xx incr 0 m",
+            "zadd k 1 m",
+            "sadd k m",
+            "srem k m",
+            "smove a b m",
+            "hsetnx k f v",
+            "lrem k 0 x",
+            "append k x",
+            "setrange k 0 x",
         ] {
             assert!(reveals(&args(line)), "{line}");
         }
-        for line in ["set k v", "rpush k v", "del k", "expire k 1", "set k get"] {
+        for line in [
+            "set k v",
+            "rpush k v",
+            "del k",
+            "expire k 1",
+            "set k get",
+            "hset k f v",
+        ] {
             assert!(!reveals(&args(line)), "{line}");
         }
     }

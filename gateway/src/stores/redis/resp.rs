@@ -190,6 +190,16 @@ async fn read_more(io: &mut (impl AsyncRead + Unpin), buf: &mut BytesMut) -> std
 pub struct Commands {
     buf: BytesMut,
     decoder: CommandDecoder,
+    limit: usize,
+}
+
+/// Why a client that was waiting for an answer stopped being waited on.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Gone {
+    /// It closed its side of the connection (or the connection failed).
+    Left,
+    /// It sent more than a command's worth of bytes behind the command still waiting.
+    Overflowed,
 }
 
 impl Commands {
@@ -197,6 +207,22 @@ impl Commands {
         Commands {
             buf: BytesMut::new(),
             decoder: CommandDecoder::new(limit),
+            limit,
+        }
+    }
+
+    /// Resolves once the client is gone, reading what it sends meanwhile (a pipeline's next
+    /// commands, kept for later): a byte read is not a sign it stays, so the end of the stream
+    /// is always seen. More than `limit` bytes behind a waiting command ends the wait too.
+    pub async fn until_gone(&mut self, io: &mut (impl AsyncRead + Unpin)) -> Gone {
+        loop {
+            if self.buf.len() > self.limit {
+                return Gone::Overflowed;
+            }
+            match read_more(io, &mut self.buf).await {
+                Ok(true) => {}
+                Ok(false) | Err(_) => return Gone::Left,
+            }
         }
     }
 
@@ -323,6 +349,27 @@ mod tests {
     use super::*;
 
     const FOREVER: std::time::Duration = std::time::Duration::MAX;
+
+    #[tokio::test]
+    async fn a_client_waited_on_is_seen_to_leave_whatever_it_sent_and_what_it_sent_is_kept() {
+        use tokio::io::AsyncWriteExt;
+        let (mut client, mut server) = tokio::io::duplex(1024);
+        let mut commands = Commands::new(64);
+        client.write_all(b"*1\r\n$4\r\nPING\r\n*").await.unwrap();
+        drop(client);
+        assert_eq!(commands.until_gone(&mut server).await, Gone::Left);
+        let next = commands.next(&mut server, None, FOREVER).await;
+        assert_eq!(
+            next.unwrap(),
+            Some(vec![b"PING".to_vec()]),
+            "the pipelined command is kept"
+        );
+
+        let (mut client, mut server) = tokio::io::duplex(1024);
+        let mut commands = Commands::new(64);
+        client.write_all(&[b'x'; 100]).await.unwrap();
+        assert_eq!(commands.until_gone(&mut server).await, Gone::Overflowed);
+    }
 
     #[tokio::test]
     async fn a_client_that_sends_nothing_or_half_a_command_is_given_up_on() {

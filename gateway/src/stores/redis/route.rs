@@ -19,7 +19,7 @@ use self::transaction::Queue;
 use super::client::{Client, ClientError, Server, Wait};
 use super::commands::{Command, classify, waits};
 use super::keys::{Pattern, owner};
-use super::resp::{Args, Commands, Proto, ReadError, Reply};
+use super::resp::{Args, Commands, Gone, Proto, ReadError, Reply};
 use crate::data::forward::Route;
 use crate::data::policy_cache::View;
 use crate::data::route::Timeouts;
@@ -74,8 +74,9 @@ pub(super) struct Connection<'a> {
     queue: Option<Queue>,
     /// The protocol the client chose (`HELLO`); RESP2 until it does.
     proto: Proto,
-    /// The most commands one `MULTI` may queue (Lethe keeps them until `EXEC`).
-    max_queued: usize,
+    /// How many commands, and bytes of them, one `MULTI` may queue (Lethe keeps them until
+    /// `EXEC`): at most `queued` commands of `command_bytes` together.
+    limits: Limits,
 }
 
 /// What a client connection heard first: its client, or its subscriptions' connection.
@@ -104,7 +105,7 @@ impl<'a> Connection<'a> {
         state: &'a Arc<DataState>,
         patterns: &'a [Pattern],
         recorded: &'a Recorded,
-        max_queued: usize,
+        limits: Limits,
     ) -> Self {
         Connection {
             route,
@@ -118,7 +119,7 @@ impl<'a> Connection<'a> {
             subscriber: None,
             queue: None,
             proto: Proto::Resp2,
-            max_queued,
+            limits,
         }
     }
 
@@ -224,7 +225,14 @@ impl<'a> Connection<'a> {
                     // is taken for nobody. Lethe may stop too.
                     let (answer, then) = tokio::select! {
                         answered = self.command(args.clone()) => answered,
-                        _ = left(&client) => return,
+                        gone = commands.until_gone(&mut client) => match gone {
+                            Gone::Left => return,
+                            Gone::Overflowed => {
+                                let why = "more than a command's worth sent behind a waiting command";
+                                self.answer(&mut client, &[invalid(why)], Then::Close).await;
+                                return;
+                            }
+                        },
                         _ = stopped(&mut stopping) => return,
                     };
                     // Its answer is decided again now that it comes: the caller, the subjects
@@ -242,6 +250,21 @@ impl<'a> Connection<'a> {
             if !self.answer(&mut client, &answers, then).await {
                 return;
             }
+        }
+    }
+
+    /// The bound `queue` would pass with `args` queued too, if it would.
+    fn over_queue(&self, queue: &Queue, args: &[Vec<u8>]) -> Option<String> {
+        let Limits {
+            queued,
+            command_bytes,
+        } = self.limits;
+        if queue.commands.len() >= queued {
+            Some(format!("{queued} commands"))
+        } else if queue.bytes + bytes_of(args) > command_bytes {
+            Some(format!("{command_bytes} bytes"))
+        } else {
+            None
         }
     }
 
@@ -442,17 +465,10 @@ impl<'a> Connection<'a> {
                 Some(_) => Reply::ok(),
                 None => Reply::error("ERR DISCARD without MULTI"),
             },
-            _ if self
-                .queue
-                .as_ref()
-                .is_some_and(|q| q.commands.len() >= self.max_queued) =>
-            {
+            _ if let Some(over) = self.queue.as_ref().and_then(|q| self.over_queue(q, &args)) => {
                 let queue = self.queue.get_or_insert_with(Queue::default);
                 queue.failed = true;
-                invalid(&format!(
-                    "more than {} commands in one transaction",
-                    self.max_queued
-                ))
+                invalid(&format!("more than {over} in one transaction"))
             }
             _ if self.queue.is_some() => {
                 // Decided now so that a refusal discards the transaction, as Redis' errors do;
@@ -461,6 +477,7 @@ impl<'a> Connection<'a> {
                 let queue = self.queue.get_or_insert_with(Queue::default);
                 match draft {
                     Ok(_) => {
+                        queue.bytes += bytes_of(&args);
                         queue.commands.push(args);
                         Reply::Simple(b"QUEUED".to_vec())
                     }
@@ -790,7 +807,19 @@ impl<'a> Connection<'a> {
     /// `SCAN cursor [MATCH pattern] [COUNT n] [TYPE type]`, answered with the caller's keys
     /// only: another tenant's, another subject's (for a bound token), a hidden subject's and
     /// keys no pattern owns are left out; the cursor is Redis' own.
-    async fn scan(&mut self, args: Vec<Vec<u8>>) -> Result<Reply, Reply> {
+    async fn scan(&mut self, mut args: Vec<Vec<u8>>) -> Result<Reply, Reply> {
+        // One SCAN walks at most this much of the keyspace: `COUNT 2147483647` would walk all
+        // of it in one command, as `KEYS` (refused) does.
+        for at in 2..args.len().saturating_sub(1) {
+            if args[at].eq_ignore_ascii_case(b"COUNT") {
+                let count = std::str::from_utf8(&args[at + 1])
+                    .ok()
+                    .and_then(|c| c.parse::<u64>().ok());
+                if count.is_some_and(|c| c > MAX_SCAN_COUNT) {
+                    args[at + 1] = MAX_SCAN_COUNT.to_string().into_bytes();
+                }
+            }
+        }
         let reply = match self.call(&[args]).await {
             Ok(mut replies) => replies.pop().unwrap_or(Reply::Null),
             Err(gone) => return Err(gone),
@@ -833,6 +862,9 @@ impl<'a> Connection<'a> {
         Ok(Reply::Array(vec![cursor, Reply::Array(visible)]))
     }
 }
+
+/// The most keys one `SCAN` may ask Redis to walk.
+const MAX_SCAN_COUNT: u64 = 1_000;
 
 /// The keys a waiting command's answer gives data of: the key a `BLPOP`, `BRPOP`, `BZPOPMIN` or
 /// `BZPOPMAX` took from (its answer's first element), every stream an `XREAD` answers for;
@@ -877,17 +909,13 @@ fn utf8_keys<'a>(args: &'a [Vec<u8>], positions: &[usize]) -> Result<Vec<&'a str
         .collect()
 }
 
-fn name_of(args: &[Vec<u8>]) -> String {
-    String::from_utf8_lossy(&args[0]).to_ascii_uppercase()
+/// The bytes a command's arguments hold.
+fn bytes_of(args: &[Vec<u8>]) -> usize {
+    args.iter().map(Vec::len).sum()
 }
 
-/// Resolves once the client closed its side of the connection; never while it sends more.
-async fn left(client: &TcpStream) {
-    let mut byte = [0u8; 1];
-    match client.peek(&mut byte).await {
-        Ok(0) | Err(_) => {}
-        Ok(_) => std::future::pending().await,
-    }
+fn name_of(args: &[Vec<u8>]) -> String {
+    String::from_utf8_lossy(&args[0]).to_ascii_uppercase()
 }
 
 async fn stopped(stopping: &mut tokio::sync::watch::Receiver<bool>) {
@@ -897,7 +925,7 @@ async fn stopped(stopping: &mut tokio::sync::watch::Receiver<bool>) {
 /// The bounds a Redis route keeps each client connection within.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Limits {
-    /// The largest command, in bytes.
+    /// The largest command, in bytes; and the most bytes one `MULTI` may queue.
     pub command_bytes: usize,
     /// The most commands one `MULTI` may queue.
     pub queued: usize,
@@ -915,7 +943,7 @@ pub(super) async fn serve(
     client: TcpStream,
     stopping: tokio::sync::watch::Receiver<bool>,
 ) {
-    Connection::new(route, state, patterns, recorded, limits.queued)
+    Connection::new(route, state, patterns, recorded, limits)
         .serve(client, limits.command_bytes, timeouts, stopping)
         .await;
 }

@@ -11,6 +11,8 @@ use crate::stores::redis::resp::{Args, Reply};
 #[derive(Default)]
 pub(super) struct Queue {
     pub(super) commands: Vec<Args>,
+    /// The bytes of their arguments.
+    pub(super) bytes: usize,
     pub(super) failed: bool,
 }
 
