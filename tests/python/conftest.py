@@ -233,6 +233,12 @@ def stored_trace(trace_id, tenant=TENANT):
     return hashlib.sha256(label + bytes.fromhex(trace_id)).hexdigest()[:32]
 
 
+def stored_span(span_id, tenant=TENANT):
+    """The id a trace store holds an exporter's span (lowercase hex) under, as `stored_trace`."""
+    label = b"lethe span\0" + tenant.encode() + b"\0"
+    return hashlib.sha256(label + bytes.fromhex(span_id)).hexdigest()[:16]
+
+
 def stored_project(project, tenant=TENANT):
     """The name a trace store holds a tenant's project under once it came through Lethe."""
     return f"{tenant}/{project}"

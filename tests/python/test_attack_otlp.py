@@ -342,3 +342,23 @@ def test_a_subject_named_only_in_an_event_is_the_spans(gate, phoenix):
     body, _ = raw_export(project, events=[("note", [("user.id", alice)])])
     status, _, raw = post(gate, body, token=gate.token("agent"))
     assert (status, answered(raw).partial_success.rejected_spans) == (200, 1), "she is erased"
+
+
+def test_a_withheld_span_keeps_no_text_of_the_clients_in_its_name_or_under_a_names_beginning(gate, phoenix):
+    """Second attack, O5 and O6: bob (no consent) had his span named with what he said and an
+    event named the same, both kept; 51 attributes under structural names' beginnings
+    (`llm.token_count.*`) kept 10 373 characters of text. A withheld span is named by its kind
+    now, an event other than an exception as `event`; under a name's beginning only a word of
+    64 characters at most is kept, and 32 structural attributes at most."""
+    project, bob = f"p-{uuid.uuid4().hex[:8]}", someone()
+    said = "bob asked: my test came back positive"
+    attributes = [("user.id", bob), ("llm.token_count.note", said), ("llm.token_count.prompt", "12"),
+                  ("llm.model_name", "gpt")] + [(f"llm.token_count.w{i}", f"word{i}") for i in range(50)]
+    body, trace = raw_export(project, attributes=attributes, events=[(said, []), ("exception", [])])
+    status, _, raw = post(gate, body, token=gate.token("agent"))
+    assert (status, answered(raw).partial_success.rejected_spans) == (200, 0)
+    span = stored(phoenix, project, [trace])[0]
+    assert span["name"] == "span" and [e["name"] for e in span["events"]] == ["event", "exception"]
+    assert "positive" not in json.dumps(span)
+    kept = [k for k in span["attributes"] if k.startswith("llm.")]
+    assert len(kept) == 32 and "llm.model_name" in kept and "llm.token_count.prompt" in kept, kept

@@ -18,7 +18,8 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from conftest import GLOBEX, TENANT, phoenix_project_id, send, someone, stored_project, stored_trace, wait_for
+from conftest import (GLOBEX, TENANT, phoenix_project_id, send, someone, stored_project, stored_span, stored_trace,
+                      wait_for)
 from test_attack_redis import claims_of
 from test_otlp import answered, gate  # noqa: F401
 
@@ -72,7 +73,7 @@ class Case:
         self.flipped = [False] * len(SUBJECTS)
         self.withdrawn = [False] * len(SUBJECTS)
         self.traces = []  # every client trace id used, whichever tenant's
-        self.expected = {}  # span name -> what Phoenix must hold of it
+        self.expected = {}  # stored span id -> what Phoenix must hold of it (a withheld span loses its name)
         self.n = 0
 
     def owner(self, caller, named):
@@ -102,7 +103,7 @@ class Case:
                 span["input.value"] = f"content of {name}"
             attributes.append(span)
             names.append(name)
-        body, ids = protobuf_named(attributes, names, self.projects[project], trace)
+        body, ids, span_ids = protobuf_named(attributes, names, self.projects[project], trace)
         self.traces += ids
         status, raw = post_raw(self.lethe, body, self.tokens[caller])
         if self.revoked[caller]:
@@ -110,7 +111,7 @@ class Case:
             return
         assert status == 200, (status, raw)
         rejected = 0
-        for (named, content), name, trace_id in zip(spans, names, ids):
+        for (named, content), name, trace_id, span_id in zip(spans, names, ids, span_ids):
             tenant, subject, refused = self.owner(caller, named)
             if refused:
                 rejected += 1
@@ -119,7 +120,8 @@ class Case:
             stored = stored_trace(trace_id, tenant)
             # A trace stays in the project it was first seen in, while any span of it is held.
             first = (h["project"] for h in self.expected.values() if h["trace"] == stored and not h.get("gone"))
-            self.expected[name] = {"tenant": tenant, "subject": subject, "named": named is not None,
+            self.expected[stored_span(span_id, tenant)] = {"name": name, "tenant": tenant, "subject": subject,
+                                                           "named": named is not None,
                                    "project": next(first, self.projects[project]),
                                    "trace": stored, "kept": consented,
                                    "content": consented and content}
@@ -146,7 +148,7 @@ class Case:
         """Marks gone the spans `whose` selects and every span of a trace of theirs that held
         nothing else but spans of no one of the tenant's kept without consent (a trace deleted
         whole);
-        answers their names."""
+        answers their ids."""
         held = [h for h in self.expected.values() if not h.get("gone")]
         doomed = [h for h in held if h["tenant"] == tenant and whose(h)]
         for trace in {h["trace"] for h in doomed}:
@@ -155,7 +157,7 @@ class Case:
             nobodys = all(h["tenant"] == tenant and h["subject"] is None and not h["kept"] for h in rest)
             for h in theirs + (rest if nobodys else []):
                 h["gone"] = True
-        return {name for name, h in self.expected.items() if h.get("gone")}
+        return {span for span, h in self.expected.items() if h.get("gone")}
 
     def withdraw(self, subject):
         """Her consent withdrawn: what was kept with its content under it is past its deadline,
@@ -177,7 +179,7 @@ class Case:
             self.revoked[caller] = True
 
     def held(self):
-        """Every span Phoenix holds in the case's projects, of both tenants, by span name."""
+        """Every span Phoenix holds in the case's projects, of both tenants, by span id."""
         spans = {}
         for tenant in (TENANT, GLOBEX):
             for project in self.projects:
@@ -187,8 +189,9 @@ class Case:
                 status, page = send(self.lethe.phoenix, "GET", f"/v1/projects/{identifier}/spans?limit=1000")
                 assert status == 200, page
                 for held in page["data"]:
-                    assert held["name"] not in spans, f"{held['name']} held twice"
-                    spans[held["name"]] = {**held, "project": project, "project_tenant": tenant}
+                    span = held["context"]["span_id"]
+                    assert span not in spans, f"{span} held twice"
+                    spans[span] = {**held, "project": project, "project_tenant": tenant}
         # And no project of a name a client gave, unnamespaced.
         assert all(phoenix_project_id(self.lethe.phoenix, p) is None for p in self.projects)
         return spans
@@ -196,18 +199,20 @@ class Case:
     def check(self):
         """Phoenix holds what the model says, once a sentinel span of each tenant sent last has
         landed (Phoenix ingests in order: what was sent before it has landed too)."""
+        sentinels = set()
         for tenant in (TENANT, GLOBEX):
-            body, _ = protobuf_named([{}], [f"sentinel-{tenant}"], self.projects[0], None)
+            body, _, span_ids = protobuf_named([{}], [f"sentinel-{tenant}"], self.projects[0], None)
             status, raw = post_raw(self.lethe, body, self.lethe.token("agent", tenant=tenant))
             assert status == 200, raw
-        sentinels = {f"sentinel-{t}" for t in (TENANT, GLOBEX)}
+            sentinels.add(stored_span(span_ids[0], tenant))
         spans = wait_for("the sentinels to land", lambda: (s := self.held()) and sentinels <= set(s) and s)
         spans = {k: v for k, v in spans.items() if k not in sentinels}
-        want = {name for name, held in self.expected.items() if not held.get("gone")}
+        want = {span for span, held in self.expected.items() if not held.get("gone")}
         assert set(spans) == want, (sorted(set(spans) - want), sorted(want - set(spans)))
         references = {}
-        for name, held in spans.items():
-            model, attributes = self.expected[name], held["attributes"]
+        for span, held in spans.items():
+            model, attributes = self.expected[span], held["attributes"]
+            name = model["name"]
             assert (held["project_tenant"], held["project"]) == (model["tenant"], model["project"]), name
             assert held["context"]["trace_id"] == model["trace"], name
             assert attributes["lethe.tenant"] == model["tenant"], name
@@ -234,17 +239,20 @@ def model_gate(gate, phoenix):
 
 def protobuf_named(spans, names, project, trace_id):
     """`protobuf(spans, project)` with each span named as `names` says, in the trace
-    `trace_id` (hex) when given, else each in a trace of its own."""
+    `trace_id` (hex) when given, else each in a trace of its own; and the spans' trace and span
+    ids (hex)."""
     from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 
     from conftest import traced_spans
     finished, ids = traced_spans(spans, project, trace_id)
     request = encode_spans(finished)
+    span_ids = []
     for resource in request.resource_spans:
         for scope in resource.scope_spans:
             for span, name in zip(scope.spans, names):
                 span.name = name
-    return request.SerializeToString(), ids
+                span_ids.append(span.span_id.hex())
+    return request.SerializeToString(), ids, span_ids
 
 
 # No shrinking: each step talks to real servers, and the failing sequence is reported as it ran.

@@ -41,6 +41,15 @@ const STAMP_PREFIX: &str = "lethe.";
 pub const STRUCTURAL_TEXT: usize = 256;
 /// The most values a structural list keeps (`gen_ai.response.finish_reasons`).
 const STRUCTURAL_LIST: usize = 16;
+/// Under a name's beginning (`llm.token_count.*`), text is kept only as a word this long at
+/// most: such names stand for counts and versions, and any number of them could be sent.
+const STRUCTURAL_WORD: usize = 64;
+/// The most structural attributes one list (a span's, an event's, a link's, a resource's)
+/// keeps without consent.
+const STRUCTURAL_COUNT: usize = 32;
+/// The names OpenTelemetry gives a withheld span's events that are kept as named: any other
+/// event keeps its time but not its name, which is the client's text.
+const STRUCTURAL_EVENTS: &[&str] = &["exception"];
 
 /// How an export request is encoded (OTLP/HTTP's two).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -230,7 +239,17 @@ impl SpanRules {
         if self.subject_attributes.contains(&kv.key) || self.is_stamp(&kv.key) {
             return true;
         }
+        let Some(name) = self
+            .structural_attributes
+            .iter()
+            .find(|n| n.matches(&kv.key))
+        else {
+            return false;
+        };
         let scalar = |value: &AnyValue| match &value.value {
+            Some(any_value::Value::StringValue(text)) if name.prefix => {
+                text.chars().count() <= STRUCTURAL_WORD && !text.contains(char::is_whitespace)
+            }
             Some(any_value::Value::StringValue(text)) => text.chars().count() <= STRUCTURAL_TEXT,
             Some(
                 any_value::Value::BoolValue(_)
@@ -239,15 +258,12 @@ impl SpanRules {
             ) => true,
             _ => false,
         };
-        self.structural_attributes
-            .iter()
-            .any(|n| n.matches(&kv.key))
-            && kv.value.as_ref().is_some_and(|value| match &value.value {
-                Some(any_value::Value::ArrayValue(list)) => {
-                    list.values.len() <= STRUCTURAL_LIST && list.values.iter().all(scalar)
-                }
-                _ => scalar(value),
-            })
+        kv.value.as_ref().is_some_and(|value| match &value.value {
+            Some(any_value::Value::ArrayValue(list)) => {
+                list.values.len() <= STRUCTURAL_LIST && list.values.iter().all(scalar)
+            }
+            _ => scalar(value),
+        })
     }
 
     /// Whether an attribute of this name carries content.
@@ -356,9 +372,7 @@ pub fn govern(
         // A resource is every one of its spans': it keeps what any of them may keep without
         // content, and the subject it names only where its spans may name it (each kept span
         // of a subject under erasure was refused).
-        resource
-            .attributes
-            .retain(|kv| rules.keeps_without_content(kv));
+        keep_structural(&mut resource.attributes, rules);
         if let Ok(Some(subject)) = &named {
             let active = view
                 .subject(caller.tenant, subject)
@@ -702,23 +716,51 @@ fn replace_text(value: &mut AnyValue, from: &str, to: &str) {
     }
 }
 
-/// Keeps of a span what is kept where content is not (see
-/// [`SpanRules::keeps_without_content`]), in its attributes, its events' and its links'; the
-/// content events go whole, and the status keeps its code but not its message.
+/// Keeps of `attributes` what is kept where content is not (see
+/// [`SpanRules::keeps_without_content`]), [`STRUCTURAL_COUNT`] structural ones at most.
+fn keep_structural(attributes: &mut Vec<KeyValue>, rules: &SpanRules) {
+    let mut structural = 0;
+    attributes.retain(|kv| {
+        let ours = rules.subject_attributes.contains(&kv.key) || rules.is_stamp(&kv.key);
+        let keep = rules.keeps_without_content(kv) && (ours || structural < STRUCTURAL_COUNT);
+        structural += usize::from(keep && !ours);
+        keep
+    });
+}
+
+/// Keeps of a span what is kept where content is not, in its attributes, its events' and its
+/// links'; the content events go whole. Its name and its other events' names are the client's
+/// text: the span is named by its kind, an event by `STRUCTURAL_EVENTS` or as `event`; the
+/// status keeps its code but not its message.
 fn withhold(span: &mut Span, rules: &SpanRules) {
-    span.attributes.retain(|kv| rules.keeps_without_content(kv));
+    keep_structural(&mut span.attributes, rules);
+    span.name = kind_name(span.kind).to_owned();
     span.events
         .retain(|event| !rules.is_content_event(&event.name));
     for event in &mut span.events {
-        event
-            .attributes
-            .retain(|kv| rules.keeps_without_content(kv));
+        keep_structural(&mut event.attributes, rules);
+        if !STRUCTURAL_EVENTS.contains(&event.name.as_str()) {
+            event.name = "event".to_owned();
+        }
     }
     for link in &mut span.links {
-        link.attributes.retain(|kv| rules.keeps_without_content(kv));
+        keep_structural(&mut link.attributes, rules);
     }
     if let Some(status) = span.status.as_mut() {
         status.message.clear();
+    }
+}
+
+/// A span's kind as OpenTelemetry names it.
+fn kind_name(kind: i32) -> &'static str {
+    use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
+    match SpanKind::try_from(kind).unwrap_or(SpanKind::Unspecified) {
+        SpanKind::Internal => "internal",
+        SpanKind::Server => "server",
+        SpanKind::Client => "client",
+        SpanKind::Producer => "producer",
+        SpanKind::Consumer => "consumer",
+        SpanKind::Unspecified => "span",
     }
 }
 
