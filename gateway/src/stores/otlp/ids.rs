@@ -6,7 +6,7 @@
 //! replaced by one of the tenant's own (the first bytes of SHA-256 over a label, the tenant and
 //! the exporter's id: the same id of the same tenant always gives the same one, so a trace
 //! exported by many services still joins up, and an operator can compute it), and every
-//! project is named under its tenant (`<tenant>/<project>`; a tenant name has no `/`).
+//! project and session is named under its tenant (`<tenant>/<name>`; a tenant name has no `/`).
 
 use std::collections::BTreeMap;
 
@@ -28,8 +28,8 @@ pub const SESSION: &str = "session.id";
 const DEFAULT_PROJECT: &str = "default";
 
 /// The tenant's id for an exporter's `id` under `label`, as long as it (16 bytes for a trace,
-/// 8 for a span); an id of another length, or all zeros (invalid in OTLP), is kept as it is
-/// for the store to refuse.
+/// 8 for a span); an id of another length, or all zeros (invalid in OTLP), is kept as it is:
+/// the span is refused (`adapter::govern`), since the store would take it and share it.
 fn owned(label: &[u8], tenant: &str, id: &[u8]) -> Vec<u8> {
     if !matches!(id.len(), 8 | 16) || id.iter().all(|b| *b == 0) {
         return id.to_vec();
@@ -206,7 +206,7 @@ mod tests {
     }
 
     #[test]
-    fn a_root_span_stays_a_root_and_an_invalid_id_is_left_for_the_store_to_refuse() {
+    fn a_root_span_stays_a_root_and_an_invalid_id_is_left_as_it_is() {
         let mut root = request(None, [0; 16], [1; 8], Vec::new());
         own_ids(&mut root, "acme");
         let span = &root.resource_spans[0].scope_spans[0].spans[0];
