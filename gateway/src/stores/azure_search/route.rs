@@ -202,12 +202,30 @@ impl Call<'_, '_> {
         index: &str,
     ) -> Result<Option<Response<Full<Bytes>>>, DataError> {
         let tenant = Literal::Str(self.ctx.tenant().to_owned()).to_string();
-        let query = json!({
-            "search": "*",
-            "filter": format!("{} ne {tenant}", adapter::TENANT),
-            "top": 0,
-            "count": true,
-        });
+        let others = format!("{} ne {tenant}", adapter::TENANT);
+        match self.counted(index, &others).await? {
+            Err(refused) if refused.status == StatusCode::NOT_FOUND => Ok(None),
+            Err(refused) => Ok(Some(refused.passed_on())),
+            Ok(0) => Ok(None),
+            Ok(_) => Err(DataError::new(
+                StatusCode::FORBIDDEN,
+                Code::Forbidden,
+                "the index holds other tenants' documents: its definition is theirs too, and is not changed through Lethe",
+            )),
+        }
+    }
+
+    fn docs_path(index: &str, rest: &str) -> String {
+        format!("/indexes('{index}')/docs{rest}")
+    }
+
+    /// A search of Lethe's own making on `index` (`query`, Azure's body): its answer as JSON,
+    /// or Azure's answer when it refuses it.
+    async fn own_search(
+        &self,
+        index: &str,
+        query: Value,
+    ) -> Result<Result<Value, Answer>, DataError> {
         let answer = self
             .send(
                 Method::POST,
@@ -216,26 +234,25 @@ impl Call<'_, '_> {
                 serde_json::to_vec(&query).unwrap_or_default(),
             )
             .await?;
-        if answer.status == StatusCode::NOT_FOUND {
-            return Ok(None);
-        }
         if !answer.is_success() {
-            return Ok(Some(answer.passed_on()));
+            return Ok(Err(answer));
         }
-        let counted: Value = serde_json::from_slice(&answer.body).map_err(|_| not_json())?;
-        match counted.get("@odata.count").and_then(Value::as_u64) {
-            Some(0) => Ok(None),
-            Some(_) => Err(DataError::new(
-                StatusCode::FORBIDDEN,
-                Code::Forbidden,
-                "the index holds other tenants' documents: its definition is theirs too, and is not changed through Lethe",
-            )),
-            None => Err(not_json()),
-        }
+        serde_json::from_slice(&answer.body)
+            .map(Ok)
+            .map_err(|_| not_json())
     }
 
-    fn docs_path(index: &str, rest: &str) -> String {
-        format!("/indexes('{index}')/docs{rest}")
+    /// How many documents of `index` `filter` selects, as Azure counts them; Azure's answer
+    /// when it refuses the search.
+    async fn counted(&self, index: &str, filter: &str) -> Result<Result<u64, Answer>, DataError> {
+        let query = json!({"search": "*", "filter": filter, "top": 0, "count": true});
+        Ok(match self.own_search(index, query).await? {
+            Ok(counted) => Ok(counted
+                .get("@odata.count")
+                .and_then(Value::as_u64)
+                .ok_or_else(not_json)?),
+            Err(refused) => Err(refused),
+        })
     }
 
     /// Sends a request of Lethe's own making (its query: the api-version and `extra`).
@@ -397,18 +414,10 @@ impl Call<'_, '_> {
             "top": 0,
             "facets": [readable::subjects_facet()],
         });
-        let answer = self
-            .send(
-                Method::POST,
-                &Self::docs_path(index, "/search.post.search"),
-                None,
-                serde_json::to_vec(&query).unwrap_or_default(),
-            )
-            .await?;
-        if !answer.is_success() {
-            return Ok(Err(answer));
-        }
-        let value: Value = serde_json::from_slice(&answer.body).map_err(|_| not_json())?;
+        let value = match self.own_search(index, query).await? {
+            Ok(value) => value,
+            Err(refused) => return Ok(Err(refused)),
+        };
         let facets = value
             .pointer(&format!("/@search.facets/{}", adapter::SUBJECT))
             .and_then(Value::as_array)
@@ -523,23 +532,10 @@ impl Call<'_, '_> {
             Ok(filter) => filter,
             Err(refused) => return Ok(refused.passed_on()),
         };
-        let query = json!({"search": "*", "filter": filter, "top": 0, "count": true});
-        let answer = self
-            .send(
-                Method::POST,
-                &Self::docs_path(index, "/search.post.search"),
-                None,
-                serde_json::to_vec(&query).unwrap_or_default(),
-            )
-            .await?;
-        if !answer.is_success() {
-            return Ok(answer.passed_on());
-        }
-        let counted: Value = serde_json::from_slice(&answer.body).map_err(|_| not_json())?;
-        let visible = counted
-            .get("@odata.count")
-            .and_then(Value::as_u64)
-            .ok_or_else(not_json)?;
+        let visible = match self.counted(index, &filter).await? {
+            Ok(visible) => visible,
+            Err(refused) => return Ok(refused.passed_on()),
+        };
         let mut response = Response::new(Full::new(Bytes::from(visible.to_string())));
         response.headers_mut().insert(
             hyper::header::CONTENT_TYPE,
@@ -601,18 +597,10 @@ impl Call<'_, '_> {
             "select": stamp_select(&info.key).join(","),
             "top": keys.len(),
         });
-        let answer = self
-            .send(
-                Method::POST,
-                &Self::docs_path(index, "/search.post.search"),
-                None,
-                serde_json::to_vec(&body).unwrap_or_default(),
-            )
-            .await?;
-        if !answer.is_success() {
-            return Ok(Err(answer));
-        }
-        let value: Value = serde_json::from_slice(&answer.body).map_err(|_| not_json())?;
+        let value = match self.own_search(index, body).await? {
+            Ok(value) => value,
+            Err(refused) => return Ok(Err(refused)),
+        };
         let docs = value["value"].as_array().ok_or_else(not_json)?;
         Ok(Ok(docs
             .iter()
