@@ -163,6 +163,25 @@ pub fn coverage_end(
     })
 }
 
+/// When a use decided at `decided` lost its consent to a withdrawal: the earliest revocation
+/// since `decided` of a grant for (purpose, category) that left the use uncovered, as the
+/// withdrawal itself judged it. A record of that use written after the withdrawal expires then,
+/// as the withdrawal expired those written before it.
+pub fn withdrawn_since(
+    grants: &[ConsentGrant],
+    purpose: &str,
+    category: &str,
+    decided: DateTime<Utc>,
+) -> Option<DateTime<Utc>> {
+    grants
+        .iter()
+        .filter(|g| g.purpose == purpose && g.category == category)
+        .filter_map(|g| g.revoked_at)
+        .filter(|at| *at >= decided)
+        .filter(|at| coverage_end(grants, purpose, category, Action::Store, *at).is_none())
+        .min()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -249,6 +268,48 @@ mod tests {
         assert_eq!(end(std::slice::from_ref(&short)), Some(Some(t(5))));
         assert_eq!(end(&[short.clone(), long]), Some(Some(t(9))));
         assert_eq!(end(&[short, open]), Some(None));
+    }
+
+    #[test]
+    fn a_use_decided_before_a_withdrawal_that_left_it_uncovered_lost_its_consent_then() {
+        let revoked = |id: &str, at: u32| ConsentGrant {
+            id: id.into(),
+            ..grant(None, Some(at))
+        };
+        let other_purpose = ConsentGrant {
+            purpose: "training".into(),
+            ..revoked("g3", 3)
+        };
+        let open = ConsentGrant {
+            id: "g4".into(),
+            ..grant(None, None)
+        };
+        let since = |grants: &[ConsentGrant], decided: u32| {
+            withdrawn_since(grants, "personalization", "preference", t(decided))
+        };
+        // (grants, decided at, lost its consent at)
+        let cases: [(Vec<ConsentGrant>, u32, Option<u32>); 7] = [
+            (vec![], 2, None),
+            (vec![grant(None, None)], 2, None),
+            (vec![revoked("g1", 3)], 2, Some(3)),
+            (vec![revoked("g1", 3)], 3, Some(3)),
+            // Withdrawn before the decision: decided without it, the record's own deadline holds.
+            (vec![revoked("g1", 3)], 4, None),
+            // Another grant still covered the use when this one was withdrawn.
+            (vec![revoked("g1", 3), open], 2, None),
+            (
+                vec![revoked("g1", 5), revoked("g2", 3), other_purpose],
+                2,
+                Some(5),
+            ),
+        ];
+        for (grants, decided, lost) in cases {
+            assert_eq!(
+                since(&grants, decided),
+                lost.map(t),
+                "{grants:?} decided at {decided}"
+            );
+        }
     }
 
     #[test]

@@ -37,6 +37,7 @@ def consent(lethe, subject, tenant=TENANT, purpose="observability"):
         "tenant": tenant, "subject": subject, "purpose": purpose, "category": "trace",
         "actions": ["store"], "source": "pytest", "policy_version": 1}, token=dpo)
     assert status == 201, grant
+    return grant["id"]
 
 
 @pytest.fixture(scope="module")
@@ -324,6 +325,29 @@ def test_the_sweeper_deletes_spans_past_their_deadline_and_no_others(gate, phoen
         assert kept[long[0]]["input.value"] == "kept a month"
     finally:
         rules(gate, GLOBEX)
+
+
+def test_spans_phoenix_had_not_ingested_when_their_consent_was_withdrawn_are_swept_once_they_land(gate, phoenix):
+    # Phoenix answers an export before it ingests it: a sweep that read it at once found nothing
+    # of these and marked them deleted, and they landed after it and stayed.
+    project, alice, bob = f"p-{uuid.uuid4().hex[:8]}", someone(), someone()
+    grant = consent(gate, alice)
+    agent = gate.token("agent")
+    alices = []
+    for batch in range(3):
+        traces, done = export_spans(endpoint(gate), [{"user.id": alice, "input.value": f"hers {batch}.{i}"}
+                                                     for i in range(20)], token=agent, project=project)
+        assert done
+        alices += traces
+    status, body = gate.call("POST", f"/v1/consents/{grant}/revoke", token=gate.dpo)
+    assert status == 200, body
+    # Sent after hers, bob's lands after hers (Phoenix ingests in order).
+    bobs, _ = export_spans(endpoint(gate), [{"user.id": bob}], token=agent, project=project)
+    stored(phoenix, project, bobs)
+    wait_for("the sweeper to delete her spans, landed or not when it first looked",
+             lambda: phoenix_spans(phoenix, project, trace_id=alices) == [], deadline=20)
+    assert len(phoenix_spans(phoenix, project, trace_id=bobs)) == 1
+    assert phoenix_spans(phoenix, "lethe.landed", tenant=None) == [], "the sweep's markers are deleted"
 
 
 def test_two_users_agent_runs_instrumented_by_openinference_reach_phoenix_governed_and_one_is_erased(

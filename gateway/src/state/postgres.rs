@@ -28,6 +28,8 @@ impl PgStore {
     const BACKEND: &'static str = "postgres";
     /// How a read inside a write transaction locks its row.
     const FOR_UPDATE: &'static str = " FOR UPDATE";
+    /// How a read inside a write transaction keeps its rows from changing until it commits.
+    const FOR_SHARE: &'static str = " FOR SHARE";
     /// How workers claim a job without waiting on one another.
     const SKIP_LOCKED: &'static str = " FOR UPDATE SKIP LOCKED";
     /// Appends from every replica queue on this row lock; the chain cannot fork.

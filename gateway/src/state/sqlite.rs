@@ -25,6 +25,8 @@ impl SqliteStore {
     /// How a read inside a write transaction locks its row: `BEGIN IMMEDIATE` already holds the
     /// database's write lock for the whole transaction.
     const FOR_UPDATE: &'static str = "";
+    /// How a read inside a write transaction keeps its rows from changing (the write lock does).
+    const FOR_SHARE: &'static str = "";
     /// How workers claim a job without waiting on one another (one writer at a time already).
     const SKIP_LOCKED: &'static str = "";
     /// The audit head, read under the transaction's write lock.

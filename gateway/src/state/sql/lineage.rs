@@ -5,6 +5,66 @@
 /// Implements [`Lineage`](crate::state::Lineage) for `$store` over `$db`.
 macro_rules! lineage_sql {
     ($store:ty, $db:ty) => {
+        /// `items` as they must be recorded once the consent withdrawals since they were
+        /// decided are applied: a write decided before a withdrawal and recorded after it (the
+        /// lineage writer batches) expires when the withdrawal came, as it would have had it
+        /// been recorded first ([`withdrawn_since`](lethe_policy::consent::withdrawn_since)).
+        /// The subjects' grants stay locked until the rows are in (SQLite's writer is alone),
+        /// so that a withdrawal either came first and is seen here or waits and then sees them.
+        async fn withdrawals_applied(
+            tx: &mut Tx,
+            items: &[ItemRecord],
+        ) -> Result<Vec<ItemRecord>, StoreError> {
+            let owners: BTreeSet<(&str, &str)> = items
+                .iter()
+                .map(|i| (i.tenant.as_str(), i.subject.as_str()))
+                .collect();
+            let owners: Vec<_> = owners.into_iter().collect();
+            let mut grants: BTreeMap<(String, String), Vec<ConsentGrant>> = BTreeMap::new();
+            for chunk in owners.chunks(400) {
+                let mut select = sqlx::QueryBuilder::<$db>::new(concat!(
+                    crate::state::sql::select_grants!(),
+                    "WHERE "
+                ));
+                let mut either = select.separated(" OR ");
+                for (tenant, subject) in chunk {
+                    either
+                        .push("(tenant = ")
+                        .push_bind_unseparated((*tenant).to_owned())
+                        .push_unseparated(" AND subject = ")
+                        .push_bind_unseparated((*subject).to_owned())
+                        .push_unseparated(")");
+                }
+                select.push(<$store>::FOR_SHARE);
+                for row in select.build().fetch_all(&mut **tx).await? {
+                    let grant = grant_from_row(&row)?;
+                    grants
+                        .entry((grant.tenant.clone(), grant.subject.clone()))
+                        .or_default()
+                        .push(grant);
+                }
+            }
+            Ok(items
+                .iter()
+                .map(|item| {
+                    let theirs = grants
+                        .get(&(item.tenant.clone(), item.subject.clone()))
+                        .map_or(&[][..], Vec::as_slice);
+                    let withdrawn = lethe_policy::consent::withdrawn_since(
+                        theirs,
+                        &item.purpose,
+                        &item.category,
+                        item.created_at,
+                    );
+                    let mut item = item.clone();
+                    if let Some(at) = withdrawn.filter(|at| *at < item.expires_at) {
+                        item.expires_at = at;
+                    }
+                    item
+                })
+                .collect())
+        }
+
         #[async_trait]
         impl Lineage for $store {
             async fn lineage_items(
@@ -89,6 +149,7 @@ macro_rules! lineage_sql {
 
             async fn record_items(&self, items: &[ItemRecord]) -> Result<(), StoreError> {
                 let mut tx = self.write_tx().await?;
+                let items = &withdrawals_applied(&mut tx, items).await?;
                 // One statement per 500 rows (13 parameters each, well under both databases'
                 // limits).
                 // A live row never changes owner: a store that kept the first writer's record

@@ -7,6 +7,7 @@ on_both_backends!(
     inventory_counts_live_lineage_per_store,
     marking_many_items_deleted_counts_each_live_row_once,
     expired_and_revoked_items_are_found_for_the_sweeper_unless_held,
+    writes_decided_before_a_withdrawal_expire_with_it_however_late_they_are_recorded,
 );
 
 async fn inventory_counts_live_lineage_per_store(store: &Arc<dyn Store>) {
@@ -199,5 +200,95 @@ fn an_items_reference_cannot_be_recomputed_without_the_audit_key() {
             "[\"acme\",\"bob@example.com\",\"facts\"]"
         )
         .reference(b"audit-key")
+    );
+}
+
+/// The lineage writer records a batch after the writes it holds were answered: a withdrawal in
+/// between must expire them as it expired those recorded before it, whichever commits first.
+async fn writes_decided_before_a_withdrawal_expire_with_it_however_late_they_are_recorded(
+    store: &Arc<dyn Store>,
+) {
+    let expired = |store: Arc<dyn Store>| async move {
+        let mut ids: Vec<String> = (store.expired_items(now(), 1000).await.unwrap())
+            .into_iter()
+            .map(|i| i.item_id)
+            .collect();
+        ids.sort();
+        ids
+    };
+    store
+        .create_grant(&grant("g1", "u1"), audit("consent.grant", None))
+        .await
+        .unwrap();
+    let decided = now();
+    store
+        .revoke_grant("g1", now(), audit("consent.revoke", None))
+        .await
+        .unwrap();
+    let after = now() + TimeDelta::milliseconds(1);
+    store
+        .record_items(&[
+            ItemRecord {
+                created_at: decided,
+                ..lineage_row("chroma", "c", "decided-before", "u1")
+            },
+            ItemRecord {
+                created_at: after,
+                ..lineage_row("chroma", "c", "decided-after", "u1")
+            },
+            ItemRecord {
+                purpose: "training".into(),
+                created_at: decided,
+                ..lineage_row("chroma", "c", "other-purpose", "u1")
+            },
+        ])
+        .await
+        .unwrap();
+    assert_eq!(
+        expired(Arc::clone(store)).await,
+        ["decided-before"],
+        "decided without that consent, or for another purpose, a write keeps its own deadline"
+    );
+
+    // Racing: each subject's record and withdrawal sent together, in either order.
+    let racing: Vec<String> = (0..40).map(|i| format!("r{i:02}")).collect();
+    for subject in &racing {
+        store
+            .create_grant(
+                &grant(&format!("g-{subject}"), subject),
+                audit("consent.grant", None),
+            )
+            .await
+            .unwrap();
+    }
+    let decided = now();
+    let races = racing.iter().enumerate().map(|(i, subject)| {
+        let store = Arc::clone(store);
+        let row = ItemRecord {
+            created_at: decided,
+            ..lineage_row("chroma", "c", subject, subject)
+        };
+        tokio::spawn(async move {
+            let record = store.record_items(std::slice::from_ref(&row));
+            let grant = format!("g-{}", row.subject);
+            let revoke = store.revoke_grant(&grant, now(), audit("consent.revoke", None));
+            let (recorded, revoked) = if i % 2 == 0 {
+                tokio::join!(record, revoke)
+            } else {
+                let (revoked, recorded) = tokio::join!(revoke, record);
+                (recorded, revoked)
+            };
+            recorded.unwrap();
+            revoked.unwrap();
+        })
+    });
+    for race in races.collect::<Vec<_>>() {
+        race.await.unwrap();
+    }
+    let found = expired(Arc::clone(store)).await;
+    let missed: Vec<&String> = racing.iter().filter(|r| !found.contains(r)).collect();
+    assert!(
+        missed.is_empty(),
+        "recorded past their withdrawal: {missed:?}"
     );
 }

@@ -97,6 +97,13 @@ pub(crate) trait TraceApi: Send + Sync {
     /// Deletes one span of a trace (gone already: fine).
     async fn delete_span(&self, span: &HeldSpan) -> Result<(), ConnectorError>;
 
+    /// Waits until every span the store answered for before the call can be read: a store that
+    /// ingests in the background after answering would otherwise show a purge or a sweep
+    /// nothing of spans that land after it. At once for one that stores before it answers.
+    async fn landed(&self) -> Result<(), ConnectorError> {
+        Ok(())
+    }
+
     /// How long deleted spans may still be read after the store took the delete (a store that
     /// queues its deletes); zero for one that deletes before it answers.
     fn deletes_within(&self) -> Duration {
@@ -254,6 +261,7 @@ impl<A: TraceApi> Connector for TraceConnector<A> {
         lineage: &[(String, String)],
     ) -> Result<PurgeReport, ConnectorError> {
         let tenant = subjects.tenant();
+        self.api.landed().await?;
         let held = self.held(subjects, lineage).await?;
         let before = held.iter().map(|(mine, _)| mine.len() as u64).sum();
         for (mine, rest) in &held {
@@ -274,6 +282,7 @@ impl<A: TraceApi> Connector for TraceConnector<A> {
         subjects: &Subjects,
         lineage: &[(String, String)],
     ) -> Result<u64, ConnectorError> {
+        self.api.landed().await?;
         let held = self.held(subjects, lineage).await?;
         Ok(held.iter().map(|(mine, _)| mine.len() as u64).sum())
     }
@@ -288,6 +297,7 @@ impl<A: TraceApi> Connector for TraceConnector<A> {
         items: &[ExpiredItem],
     ) -> Result<u64, ConnectorError> {
         self.traces_only(collection)?;
+        self.api.landed().await?;
         let mut deleted = 0;
         for item in items {
             let (doomed, rest) = self.owners(item).await?;
@@ -304,6 +314,7 @@ impl<A: TraceApi> Connector for TraceConnector<A> {
         items: &[ExpiredItem],
     ) -> Result<u64, ConnectorError> {
         self.traces_only(collection)?;
+        self.api.landed().await?;
         let mut held = 0;
         for item in items {
             held += self.owners(item).await?.0.len() as u64;

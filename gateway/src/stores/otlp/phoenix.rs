@@ -6,11 +6,18 @@
 
 use std::collections::BTreeSet;
 
+use std::time::Duration;
+
 use async_trait::async_trait;
+use bytes::Bytes;
 use hyper::{Method, StatusCode};
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::resource::v1::Resource;
+use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
 use serde_json::Value;
 
 use super::connector::{HeldSpan, TraceApi};
+use super::{adapter, ids};
 use crate::purge::{ConnectorError, Copy, Physical};
 use crate::stores::http::StoreHttp;
 
@@ -18,6 +25,13 @@ use crate::stores::http::StoreHttp;
 /// pages per search.
 const PAGE: usize = 1_000;
 const MAX_PAGES: usize = 1_000;
+
+/// The project of Lethe's markers ([`TraceApi::landed`]).
+const MARKERS: &str = "lethe.landed";
+/// How long a marker may take to land before the purge or the sweep is tried again later, and
+/// how often it is looked for.
+const LANDS_WITHIN: Duration = Duration::from_secs(30);
+const LANDED_POLL: Duration = Duration::from_millis(50);
 
 pub(crate) struct Phoenix {
     http: StoreHttp,
@@ -119,6 +133,34 @@ impl Phoenix {
     }
 }
 
+/// An export of one marker span, in a trace of its own, to [`MARKERS`]; and its trace id (hex).
+fn marker_export() -> (Bytes, String) {
+    let ids = uuid::Uuid::new_v4().into_bytes();
+    let now = u64::try_from(crate::now().timestamp_nanos_opt().unwrap_or(0)).unwrap_or(0);
+    let span = Span {
+        trace_id: ids.to_vec(),
+        span_id: uuid::Uuid::new_v4().into_bytes()[..8].to_vec(),
+        name: "lethe.landed".into(),
+        start_time_unix_nano: now,
+        end_time_unix_nano: now,
+        ..Span::default()
+    };
+    let request = ExportTraceServiceRequest {
+        resource_spans: vec![ResourceSpans {
+            resource: Some(Resource {
+                attributes: vec![adapter::text(ids::PROJECT, MARKERS)],
+                ..Resource::default()
+            }),
+            scope_spans: vec![ScopeSpans {
+                spans: vec![span],
+                ..ScopeSpans::default()
+            }],
+            ..ResourceSpans::default()
+        }],
+    };
+    (Bytes::from(adapter::encode(&request)), hex::encode(ids))
+}
+
 /// A span as Phoenix answers it: flat dotted attributes.
 fn held(span: &Value) -> Option<HeldSpan> {
     let context = span.get("context")?;
@@ -199,6 +241,39 @@ impl TraceApi for Phoenix {
     async fn delete_span(&self, span: &HeldSpan) -> Result<(), ConnectorError> {
         self.delete(&format!("/v1/spans/{}", path_safe(&span.span_id)?))
             .await
+    }
+
+    /// Phoenix answers an export before it ingests it: its spans are decoded in the background
+    /// and queued, and its inserter writes the queue in order a batch at a time. A marker span
+    /// of Lethe's own, sent now to a project no tenant's can be named (theirs are
+    /// `<tenant>/<name>`), lands behind every span already queued; it is read until it has,
+    /// then deleted.
+    async fn landed(&self) -> Result<(), ConnectorError> {
+        let (marker, trace_id) = marker_export();
+        self.http
+            .post("/v1/traces", "application/x-protobuf", marker)
+            .await?;
+        let path = format!("/v1/projects/{MARKERS}/spans");
+        let query = format!("trace_id={trace_id}&limit=1");
+        let until = tokio::time::Instant::now() + LANDS_WITHIN;
+        loop {
+            let (_, page) = self
+                .http
+                .call(Method::GET, &path, Some(&query), None)
+                .await?;
+            let found = page.get("data").and_then(Value::as_array);
+            if found.is_some_and(|spans| !spans.is_empty()) {
+                return self.delete_trace(&trace_id).await;
+            }
+            if tokio::time::Instant::now() >= until {
+                return Err(ConnectorError::Unavailable(format!(
+                    "{}: a span sent {} s ago has not landed yet; spans it took before may not have either",
+                    self.name(),
+                    LANDS_WITHIN.as_secs()
+                )));
+            }
+            tokio::time::sleep(LANDED_POLL).await;
+        }
     }
 
     fn physical(&self) -> Physical {

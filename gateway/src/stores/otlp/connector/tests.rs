@@ -22,6 +22,8 @@ struct Memory {
     spans: Mutex<Vec<Stored>>,
     /// Every delete asked: `trace <id>` or `span <id>`.
     deletes: Mutex<Vec<String>>,
+    /// Spans the store took and has not ingested yet: they land when `landed` is awaited.
+    queued: Mutex<Vec<Stored>>,
 }
 
 #[async_trait]
@@ -83,6 +85,12 @@ impl TraceApi for Arc<Memory> {
             .lock()
             .unwrap()
             .retain(|s| s.span.span_id != span.span_id);
+        Ok(())
+    }
+
+    async fn landed(&self) -> Result<(), ConnectorError> {
+        let queued = std::mem::take(&mut *self.queued.lock().unwrap());
+        self.spans.lock().unwrap().extend(queued);
         Ok(())
     }
 
@@ -253,4 +261,32 @@ async fn the_items_lineage_names_lose_their_owners_spans_and_no_one_elses() {
     assert_eq!(deletes(&memory), ["trace t1", "span a2"]);
     assert_eq!(connector.held_items(TRACES, &items).await.unwrap(), 0);
     assert!(connector.delete_items("other", &items).await.is_err());
+}
+
+#[tokio::test]
+async fn spans_taken_but_not_yet_ingested_are_waited_for_by_the_sweep_the_count_and_the_purge() {
+    let acme = Some("acme");
+    let queued = |id: &str| vec![span(id, "t1", acme, Some("alice"), true)];
+    let (memory, connector) = store(vec![]);
+    let item = ExpiredItem {
+        store: "traces-route".into(),
+        collection: TRACES.into(),
+        item_id: trace_item("t1", &subject_ref(KEY, "acme", "alice")),
+        tenant: "acme".into(),
+        subject: "alice".into(),
+    };
+    *memory.queued.lock().unwrap() = queued("a1");
+    assert_eq!(connector.delete_items(TRACES, &[item]).await.unwrap(), 1);
+    assert!(
+        left(&memory).is_empty(),
+        "the sweep read once it had landed"
+    );
+
+    let alice = subjects(&["alice"]);
+    *memory.queued.lock().unwrap() = queued("a2");
+    assert_eq!(connector.count(&alice, &[]).await.unwrap(), 1);
+    *memory.queued.lock().unwrap() = queued("a3");
+    let report = connector.purge(&alice, &[]).await.unwrap();
+    assert_eq!((report.before, report.deleted, report.remaining), (2, 2, 0));
+    assert!(left(&memory).is_empty());
 }
