@@ -1,7 +1,8 @@
 //! An OTLP/HTTP export request as an exporter sends it, protobuf or JSON, gzipped or not (the
 //! first byte says): decoded within the limit or refused, then governed for a caller of tenant
-//! acme (alice consented, carol under erasure), and what would be forwarded encodes and decodes
-//! again. No span forwarded names carol, and each carries one stamp, acme's.
+//! acme (alice consented, carol under erasure), its ids and names made acme's, and what would be
+//! forwarded encodes and decodes again. No span forwarded names carol, each carries one stamp,
+//! acme's, under a trace id of acme's making, and every project and session forwarded is acme's.
 #![no_main]
 
 use std::collections::BTreeMap;
@@ -10,12 +11,13 @@ use chrono::{TimeZone, Utc};
 use lethe_gateway::stores::otlp::adapter::{
     self, Caller, Encoding, Name, SUBJECT_REF, SpanRules, TENANT,
 };
+use lethe_gateway::stores::otlp::ids;
 use lethe_policy::{
     Action, ConsentGrant, PolicySnapshot, RetentionPolicy, RetentionRule, SubjectPolicy,
     SubjectState, SubjectStatus,
 };
 use libfuzzer_sys::fuzz_target;
-use opentelemetry_proto::tonic::common::v1::any_value;
+use opentelemetry_proto::tonic::common::v1::{KeyValue, any_value};
 
 const LIMIT: usize = 1 << 20;
 
@@ -28,9 +30,10 @@ fuzz_target!(|data: &[u8]| {
     } else {
         Encoding::Json
     };
-    let Ok(request) = adapter::decode(body, how & 2 != 0, encoding, LIMIT) else {
+    let Ok(mut request) = adapter::decode(body, how & 2 != 0, encoding, LIMIT) else {
         return;
     };
+    let exporters = ids::own_ids(&mut request, "acme");
     let rules = rules();
     let caller = Caller {
         tenant: "acme",
@@ -43,16 +46,36 @@ fuzz_target!(|data: &[u8]| {
         .single()
         .expect("a time");
     let refer = |subject: &str| format!("ref-{subject}");
-    let governed = adapter::govern(request, &rules, caller, &view(), now, &refer);
+    let mut governed = adapter::govern(request, &rules, caller, &view(), now, &refer);
+    ids::own_names(&mut governed.request, "acme");
     let _ = adapter::contents(&governed.request, &rules);
     let sent = adapter::encode(&governed.request);
     let again = adapter::decode(&sent, false, Encoding::Protobuf, usize::MAX).expect("re-decoded");
+    let acmes = |kv: &KeyValue| {
+        matches!(kv.value.as_ref().and_then(|v| v.value.as_ref()),
+            Some(any_value::Value::StringValue(name)) if name.starts_with("acme/"))
+    };
+    for resource in &again.resource_spans {
+        let projects: Vec<_> = resource
+            .resource
+            .iter()
+            .flat_map(|r| &r.attributes)
+            .filter(|kv| kv.key == ids::PROJECT)
+            .collect();
+        assert!(projects.len() == 1 && acmes(projects[0]), "one project, acme's");
+    }
     for span in again
         .resource_spans
         .iter()
         .flat_map(|r| &r.scope_spans)
         .flat_map(|s| &s.spans)
     {
+        assert!(
+            exporters.contains_key(&hex::encode(&span.trace_id)),
+            "a trace id of acme's making"
+        );
+        let sessions = span.attributes.iter().filter(|kv| kv.key == ids::SESSION);
+        assert!(sessions.clone().all(acmes), "sessions are acme's");
         let stamps: Vec<_> = span
             .attributes
             .iter()

@@ -357,8 +357,14 @@ def search(index, request):
     for query in request.get("vectorQueries") or []:
         if query.get("kind") != "vector":
             raise Refused(400, "InvalidRequestParameter", "Only vector queries of kind 'vector' are served.")
-        field = query["fields"].split(",")[0].strip()
-        ranked = sorted(((cosine(query["vector"], d.get(field) or []), d) for _, d in scored),
+        fields, vector = query.get("fields"), query.get("vector")
+        if not isinstance(fields, str) or not isinstance(vector, list):
+            raise Refused(400, "InvalidRequestParameter", "A vector query needs 'fields' and 'vector'.")
+        field = fields.split(",")[0].strip()
+        described = index.field(field)
+        if described is None or not described["type"].startswith("Collection(Edm.Single"):
+            raise Refused(400, "InvalidRequestParameter", f"'{field}' is not a vector field of this index.")
+        ranked = sorted(((cosine(vector, d.get(field) or []), d) for _, d in scored),
                         key=lambda pair: -pair[0])
         scored = ranked[:query.get("k") or 50]
     for clause in reversed(listed(request.get("orderby")) or []):

@@ -150,6 +150,31 @@ def test_a_stream_in_flight_is_stopped_when_its_subject_is_suppressed(lethe_ai, 
     assert refused(lambda: chat(lethe_ai.openai(s), "again")) == (403, "subject_suppressed")
 
 
+def test_a_stream_in_flight_is_stopped_when_its_callers_token_is_revoked(lethe_ai, provider):
+    """Each event is sent only while the caller's token holds: revoked mid-stream, the stream
+    ends at the next event with an `error` event `unauthenticated`, and the provider's request
+    is dropped."""
+    from test_attack_redis import claims_of
+    s = subject()
+    lethe_ai.grant_provider(s)
+    token = lethe_ai.token("agent", s)
+    cancelled = http("GET", f"{provider}/_stats")[1]["cancelled_streams"]
+    stream = chat(lethe_ai.openai(s, token=token), "x", model="slow-stream", stream=True)
+    received = 0
+    with pytest.raises(openai.APIError) as e:
+        for _ in stream:
+            received += 1
+            if received == 3:
+                status, body = lethe_ai.call("POST", "/v1/tokens/revoke", {"jti": claims_of(token)["jti"]},
+                                             token=lethe_ai.token("admin"))
+                assert status == 200, body
+    assert e.value.code == "unauthenticated"
+    assert 3 <= received < 41
+    wait_for("the provider's stream to be dropped",
+             lambda: http("GET", f"{provider}/_stats")[1]["cancelled_streams"] > cancelled, deadline=10)
+    assert refused(lambda: chat(lethe_ai.openai(s, token=token), "again"))[0] == 401
+
+
 def test_a_client_that_goes_away_cancels_the_provider_request(lethe_ai, provider):
     s = subject()
     lethe_ai.grant_provider(s)

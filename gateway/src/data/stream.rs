@@ -3,7 +3,11 @@
 //! the stream runs, a relay task forwards each complete, well-formed event and stops when:
 //! - the client goes away (the upstream request is dropped with it, so the provider stops);
 //! - the subject is suppressed (or its epoch moves on): the stream ends with an `error` event
-//!   `subject_suppressed`, as nothing more may be sent to or from the provider about it;
+//!   `subject_suppressed`, as nothing more may be sent to or from the provider about it
+//!   (looked up afresh for the first event, then whenever the state store reports a change);
+//! - the caller's token has expired or been revoked since the request (checked before each
+//!   event): an `error` event `unauthenticated` (`state_unavailable` when the revocations
+//!   cannot be read) ends it;
 //! - the upstream sends something that is not well-formed SSE, or fails: an `error` event
 //!   `upstream_invalid` or `upstream_unavailable` ends it.
 
@@ -20,11 +24,15 @@ use hyper::body::{Body, Frame, Incoming};
 use hyper::header::{self, HeaderValue};
 use tokio::sync::mpsc;
 
+use super::context::RequestContext;
 use super::error::DataError;
 use super::forward::{Answer, strip_hop_by_hop};
 use super::policy_cache::PolicyCache;
+use super::tokens::TokenCache;
 use super::{DataState, Upstream};
+use crate::auth::Claims;
 use crate::data::sse::{SseCheck, error_event};
+use crate::revocations::{Refused, Revocations};
 use crate::state::{ItemRecord, Store};
 
 /// A response body fed by the relay task.
@@ -46,24 +54,54 @@ impl Body for EventStream {
     }
 }
 
-/// Whose stream it is: the relay stops it when this subject stops being active in this epoch.
+/// Whose stream it is and who asked for it: the relay stops it when this subject stops being
+/// active in this epoch, or the caller's token expires or is revoked.
 pub struct Watch {
     pub policy: Arc<PolicyCache>,
     pub store: Arc<dyn Store>,
     pub tenant: String,
     pub subject: String,
     pub epoch: i64,
+    claims: Arc<Claims>,
+    revocations: Arc<Revocations>,
 }
 
 impl Watch {
-    pub(crate) fn new(state: &DataState, tenant: &str, subject: &str, epoch: i64) -> Watch {
+    pub(crate) fn new(state: &DataState, ctx: &RequestContext, subject: &str, epoch: i64) -> Watch {
         Watch {
             policy: Arc::clone(&state.policy),
             store: Arc::clone(&state.store),
-            tenant: tenant.to_owned(),
+            tenant: ctx.tenant().to_owned(),
             subject: subject.to_owned(),
             epoch,
+            claims: Arc::clone(&ctx.claims),
+            revocations: Arc::clone(&state.revocations),
         }
+    }
+
+    /// The event that ends the stream when the caller's token no longer holds (expired,
+    /// revoked, or its revocation unknowable): the refusal both planes give from the
+    /// revocation's answer on.
+    async fn caller_gone(&self) -> Option<Bytes> {
+        let (code, message) = if TokenCache::expired(&self.claims) {
+            (
+                "unauthenticated",
+                "the token has expired; the stream was stopped",
+            )
+        } else {
+            match self.revocations.check(&self.claims).await {
+                Ok(()) => return None,
+                Err(Refused::Revoked) => (
+                    "unauthenticated",
+                    "the token was revoked; the stream was stopped",
+                ),
+                Err(_) => (
+                    "state_unavailable",
+                    "whether the token was revoked cannot be known; the stream was stopped",
+                ),
+            }
+        };
+        Some(Bytes::from(error_event(code, message)))
     }
 
     /// Only when the store reports a change (or cannot report them) is the subject looked up.
@@ -289,7 +327,9 @@ async fn forward(
     tap: &mut Option<Box<dyn Tap>>,
 ) -> Stop {
     let mut check = SseCheck::default();
-    let mut seen = watch.store.feed().seq();
+    // No feed position yet: the first event looks the subject up afresh, as a flip may have
+    // come between the decision and the provider's first answer.
+    let mut seen = u64::MAX;
     let end = |code: &str, message: &str| Bytes::from(error_event(code, message));
     loop {
         let frame = tokio::select! {
@@ -368,6 +408,10 @@ async fn forward(
                 return Stop::Done;
             }
         };
+        if let Some(refusal) = watch.caller_gone().await {
+            let _ = tx.send(refusal).await;
+            return Stop::Done;
+        }
         if !watch.still_allowed(&mut seen).await {
             let _ = tx
                 .send(end(

@@ -166,7 +166,7 @@ async fn thread_write(
     }
     // A streamed run's output is not remembered as text; the thread is, under the trace.
     served_thread(upstream, ctx, thread, &stamp.subject, None).await?;
-    let watch = Watch::new(upstream.state, &stamp.tenant, &stamp.subject, stamp.epoch);
+    let watch = Watch::new(upstream.state, ctx, &stamp.subject, stamp.epoch);
     Ok(match open_events(upstream, path, body).await? {
         Opened::Events(events) => events.relay(watch, None, None),
         Opened::Whole(answer) => whole(answer.passed_on()),

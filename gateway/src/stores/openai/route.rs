@@ -610,7 +610,7 @@ async fn stream(
         kept_in,
         derivations,
     } = streaming;
-    let watch = Watch::new(upstream.state, about.tenant(), about.subject, grant.epoch);
+    let watch = Watch::new(upstream.state, about.ctx, about.subject, grant.epoch);
     let answer = match open_events(upstream, path, body).await? {
         Opened::Events(events) => {
             let derivation = &upstream.state.derivation;
