@@ -242,7 +242,9 @@ fn relay(
     registration: Option<Registration>,
     mut tap: Option<Box<dyn Tap>>,
 ) -> EventStream {
-    let (tx, rx) = mpsc::channel(16);
+    // One event waits at most: what waits was decided before the client took it, and a slow
+    // client would otherwise be handed up to a queue's worth decided before a flip.
+    let (tx, rx) = mpsc::channel(1);
     tokio::spawn(async move {
         let mut upstream = upstream;
         let mut pending = registration.map(|r| (r, Vec::new()));
