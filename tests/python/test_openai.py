@@ -175,6 +175,27 @@ def test_a_stream_in_flight_is_stopped_when_its_callers_token_is_revoked(lethe_a
     assert refused(lambda: chat(lethe_ai.openai(s, token=token), "again"))[0] == 401
 
 
+def test_a_stream_in_flight_is_stopped_when_the_subjects_consent_is_withdrawn(lethe_ai, provider):
+    """The consent a stream was decided on must hold for each event: withdrawn mid-stream, the
+    stream ends at the next event with an `error` event `consent_required`."""
+    s = subject()
+    grant = lethe_ai.grant_provider(s)
+    cancelled = http("GET", f"{provider}/_stats")[1]["cancelled_streams"]
+    stream = chat(lethe_ai.openai(s), "x", model="slow-stream", stream=True)
+    received = 0
+    with pytest.raises(openai.APIError) as e:
+        for _ in stream:
+            received += 1
+            if received == 3:
+                status, body = lethe_ai.call("POST", f"/v1/consents/{grant}/revoke")
+                assert status == 200, body
+    assert e.value.code == "consent_required"
+    assert 3 <= received < 41
+    wait_for("the provider's stream to be dropped",
+             lambda: http("GET", f"{provider}/_stats")[1]["cancelled_streams"] > cancelled, deadline=10)
+    assert refused(lambda: chat(lethe_ai.openai(s), "again")) == (403, "consent_required")
+
+
 def test_a_client_that_goes_away_cancels_the_provider_request(lethe_ai, provider):
     s = subject()
     lethe_ai.grant_provider(s)

@@ -5,6 +5,8 @@
 //! - the subject is suppressed (or its epoch moves on): the stream ends with an `error` event
 //!   `subject_suppressed`, as nothing more may be sent to or from the provider about it
 //!   (looked up afresh for the first event, then whenever the state store reports a change);
+//! - the subject's consent the request was decided on is withdrawn or expires (a provider's
+//!   `send_to_provider`): an `error` event `consent_required` ends it;
 //! - the caller's token has expired or been revoked since the request (checked before each
 //!   event): an `error` event `unauthenticated` (`state_unavailable` when the revocations
 //!   cannot be read) ends it;
@@ -22,6 +24,8 @@ use http_body_util::{BodyExt, Limited};
 use hyper::Response;
 use hyper::body::{Body, Frame, Incoming};
 use hyper::header::{self, HeaderValue};
+use lethe_policy::Action;
+use lethe_policy::consent::coverage_end;
 use tokio::sync::mpsc;
 
 use super::context::RequestContext;
@@ -64,6 +68,8 @@ pub struct Watch {
     pub epoch: i64,
     claims: Arc<Claims>,
     revocations: Arc<Revocations>,
+    /// The consent the request was decided on: (purpose, category, action).
+    consent: Option<(String, String, Action)>,
 }
 
 impl Watch {
@@ -76,6 +82,7 @@ impl Watch {
             epoch,
             claims: Arc::clone(&ctx.claims),
             revocations: Arc::clone(&state.revocations),
+            consent: None,
         }
     }
 
@@ -104,18 +111,46 @@ impl Watch {
         Some(Bytes::from(error_event(code, message)))
     }
 
+    /// The stream also stops when the subject's consent to `action` for (purpose, category)
+    /// no longer holds (withdrawn or expired since the request was decided).
+    pub(crate) fn requiring(mut self, purpose: &str, category: &str, action: Action) -> Watch {
+        self.consent = Some((purpose.to_owned(), category.to_owned(), action));
+        self
+    }
+
     /// Only when the store reports a change (or cannot report them) is the subject looked up.
-    async fn still_allowed(&self, seen: &mut u64) -> bool {
+    async fn standing(&self, seen: &mut u64) -> Standing {
         let feed = self.store.feed();
         if feed.is_healthy() && feed.seq() == *seen {
-            return true;
+            return Standing::Allowed;
         }
         *seen = feed.seq();
-        match self.policy.subject(&self.tenant, &self.subject).await {
-            Ok(policy) => policy.state.is_active() && policy.state.epoch == self.epoch,
-            Err(_) => false,
+        let Ok(policy) = self.policy.subject(&self.tenant, &self.subject).await else {
+            return Standing::Suppressed;
+        };
+        if !policy.state.is_active() || policy.state.epoch != self.epoch {
+            return Standing::Suppressed;
+        }
+        match &self.consent {
+            Some((purpose, category, action))
+                if coverage_end(&policy.grants, purpose, category, *action, crate::now())
+                    .is_none() =>
+            {
+                Standing::Withdrawn
+            }
+            _ => Standing::Allowed,
         }
     }
+}
+
+/// Whether the next event may be sent.
+#[derive(PartialEq)]
+enum Standing {
+    Allowed,
+    /// The subject is under erasure (or has a new epoch), or its state cannot be read.
+    Suppressed,
+    /// The consent the request was decided on no longer holds.
+    Withdrawn,
 }
 
 /// What an upstream answered to a request for a stream.
@@ -303,7 +338,7 @@ pub async fn settle(
             .is_ok();
     // `seen` that matches no feed position: the subject is looked up afresh.
     let mut seen = u64::MAX;
-    if suppressed || !watch.still_allowed(&mut seen).await {
+    if suppressed || watch.standing(&mut seen).await == Standing::Suppressed {
         if (registration.undo)(id.clone()).await {
             let _ = watch
                 .store
@@ -414,14 +449,26 @@ async fn forward(
             let _ = tx.send(refusal).await;
             return Stop::Done;
         }
-        if !watch.still_allowed(&mut seen).await {
-            let _ = tx
-                .send(end(
-                    "subject_suppressed",
-                    "the subject is under erasure; the stream was stopped",
-                ))
-                .await;
-            return Stop::Suppressed;
+        match watch.standing(&mut seen).await {
+            Standing::Allowed => {}
+            Standing::Suppressed => {
+                let _ = tx
+                    .send(end(
+                        "subject_suppressed",
+                        "the subject is under erasure; the stream was stopped",
+                    ))
+                    .await;
+                return Stop::Suppressed;
+            }
+            Standing::Withdrawn => {
+                let _ = tx
+                    .send(end(
+                        "consent_required",
+                        "the subject's consent was withdrawn; the stream was stopped",
+                    ))
+                    .await;
+                return Stop::Done;
+            }
         }
         if let Some(tap) = tap.as_mut() {
             tap.events(&events);

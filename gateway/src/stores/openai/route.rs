@@ -9,7 +9,7 @@ use crate::error_shape::Code;
 use bytes::Bytes;
 use hyper::header;
 use hyper::{Method, Response, StatusCode};
-use lethe_policy::{ProviderGrant, Refusal, SubjectState, decide_provider};
+use lethe_policy::{Action, ProviderGrant, Refusal, SubjectState, decide_provider};
 use serde_json::Value;
 
 use crate::data::derivation::Derivation;
@@ -610,7 +610,11 @@ async fn stream(
         kept_in,
         derivations,
     } = streaming;
-    let watch = Watch::new(upstream.state, about.ctx, about.subject, grant.epoch);
+    let watch = Watch::new(upstream.state, about.ctx, about.subject, grant.epoch).requiring(
+        about.purpose,
+        about.category,
+        Action::SendToProvider,
+    );
     let answer = match open_events(upstream, path, body).await? {
         Opened::Events(events) => {
             let derivation = &upstream.state.derivation;
