@@ -75,6 +75,7 @@ class Case:
         self.traces = []  # every client trace id used, whichever tenant's
         self.expected = {}  # stored span id -> what Phoenix must hold of it (a withheld span loses its name)
         self.n = 0
+        self.sentinels = set()  # stored span ids of the sentinels sent
 
     def owner(self, caller, named):
         """The subject a span of `caller` naming subject `named` (or none) is written for:
@@ -169,6 +170,8 @@ class Case:
             assert status == 200, body
             self.withdrawn[subject] = True
             gone = self.take(tenant, lambda h: h["subject"] == subject and h["kept"])
+            # Landed first: a span not yet ingested is not yet deleted either.
+            self.landed()
             wait_for("the sweeper to delete what her consent kept", lambda: not gone & set(self.held()))
 
     def revoke(self, caller):
@@ -206,17 +209,23 @@ class Case:
                     status, body = send(self.lethe.phoenix, "DELETE", f"/v1/projects/{identifier}")
                     assert status in (200, 204), body
 
-    def check(self):
-        """Phoenix holds what the model says, once a sentinel span of each tenant sent last has
-        landed (Phoenix ingests in order: what was sent before it has landed too)."""
-        sentinels = set()
+    def landed(self):
+        """Every span Phoenix holds in the case's projects, but sentinels, once a sentinel span of
+        each tenant sent now has landed (Phoenix ingests in order: what was sent before it has
+        landed too)."""
+        sent = set()
         for tenant in (TENANT, GLOBEX):
             body, _, span_ids = protobuf_named([{}], [f"sentinel-{tenant}"], self.projects[0], None)
             status, raw = post_raw(self.lethe, body, self.lethe.token("agent", tenant=tenant))
             assert status == 200, raw
-            sentinels.add(stored_span(span_ids[0], tenant))
-        spans = wait_for("the sentinels to land", lambda: (s := self.held()) and sentinels <= set(s) and s)
-        spans = {k: v for k, v in spans.items() if k not in sentinels}
+            sent.add(stored_span(span_ids[0], tenant))
+        self.sentinels |= sent
+        spans = wait_for("the sentinels to land", lambda: (s := self.held()) and sent <= set(s) and s)
+        return {k: v for k, v in spans.items() if k not in self.sentinels}
+
+    def check(self):
+        """Phoenix holds what the model says, once everything sent has landed."""
+        spans = self.landed()
         want = {span for span, held in self.expected.items() if not held.get("gone")}
         assert set(spans) == want, (sorted(set(spans) - want), sorted(want - set(spans)))
         references = {}
