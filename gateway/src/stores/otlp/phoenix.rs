@@ -5,7 +5,6 @@
 //! Phoenix would delete every span that has it).
 
 use std::collections::BTreeSet;
-
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -135,10 +134,10 @@ impl Phoenix {
 
 /// An export of one marker span, in a trace of its own, to [`MARKERS`]; and its trace id (hex).
 fn marker_export() -> (Bytes, String) {
-    let ids = uuid::Uuid::new_v4().into_bytes();
+    let trace = uuid::Uuid::new_v4().into_bytes();
     let now = u64::try_from(crate::now().timestamp_nanos_opt().unwrap_or(0)).unwrap_or(0);
     let span = Span {
-        trace_id: ids.to_vec(),
+        trace_id: trace.to_vec(),
         span_id: uuid::Uuid::new_v4().into_bytes()[..8].to_vec(),
         name: "lethe.landed".into(),
         start_time_unix_nano: now,
@@ -158,7 +157,7 @@ fn marker_export() -> (Bytes, String) {
             ..ResourceSpans::default()
         }],
     };
-    (Bytes::from(adapter::encode(&request)), hex::encode(ids))
+    (Bytes::from(adapter::encode(&request)), hex::encode(trace))
 }
 
 /// A span as Phoenix answers it: flat dotted attributes.
