@@ -32,6 +32,42 @@ def direct_items(langgraph, prefix):
     return http("POST", f"{langgraph}/store/items/search", body={"namespace_prefix": prefix, "limit": 1000})[1]["items"]
 
 
+def test_a_runs_answer_is_refused_when_its_subject_was_suppressed_while_it_ran(chroma, langgraph, tmp_path):
+    """A run's answer is decided when it is sent, not when the run was asked for. (The purge
+    waits 10 s here, so that the run ends before its thread is deleted.)"""
+    from conftest import own_lethe
+    lethe = own_lethe(chroma, tmp_path, '[erasure]\nsettle = "10s"\n', langgraph_url=langgraph)
+    try:
+        answered_after_the_flip(lethe, langgraph)
+    finally:
+        lethe.stop()
+
+
+def answered_after_the_flip(lethe, langgraph):
+    import threading
+    alice = subject()
+    lethe.grant(alice)
+    as_alice = lethe.graph_agent(alice)
+    thread = as_alice.threads.create()
+    outcome = {}
+
+    def run():
+        try:
+            outcome["answer"] = as_alice.runs.wait(thread["thread_id"], "agent", input={"messages": ["take 3"]})
+        except Exception as e:  # noqa: BLE001 - the refusal is what is looked at
+            outcome["error"] = e
+    running = threading.Thread(target=run)
+    running.start()
+    wait_for("the run to start", lambda: http("GET", f"{langgraph}/threads/{thread['thread_id']}")[1]["status"] == "busy")
+    status, filed = lethe.call("POST", "/v1/erasures", {"subject": alice, "ticket": "DSR-R", "reason": "art. 17"})
+    assert status == 201, filed
+    assert lethe.call("POST", f"/v1/erasures/{filed['id']}/approve")[0] == 200
+    running.join(30)
+    assert "answer" not in outcome, "the run's answer reached the client after her flip"
+    refusal = outcome["error"].response
+    assert (refusal.status_code, refusal.json()["error"]["code"]) == (403, "subject_suppressed"), refusal.text
+
+
 def test_threads_are_registered_stamped_and_kept_to_their_subject(lethe, langgraph):
     alice, bob, carol = subject(), subject(), subject()
     lethe.grant(alice)

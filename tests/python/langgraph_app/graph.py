@@ -2,6 +2,7 @@
 thread's state, so each thread holds the subject's memory text like a real agent's would."""
 
 import operator
+import time
 from typing import Annotated, TypedDict
 
 from langgraph.graph import END, START, StateGraph
@@ -13,6 +14,8 @@ class State(TypedDict):
 
 def reply(state: State) -> dict:
     last = state["messages"][-1] if state["messages"] else ""
+    if last.startswith("take "):  # a run that takes that many seconds, as a model's may
+        time.sleep(float(last.split()[1]))
     return {"messages": [f"noted: {last}"]}
 
 

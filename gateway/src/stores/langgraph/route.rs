@@ -8,7 +8,7 @@ use crate::error_shape::Code;
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::{Method, Response, StatusCode};
-use lethe_policy::{Held, Layer, Refusal, Stamp, decide_read_item};
+use lethe_policy::{Held, Layer, Refusal, Stamp, decide_read_item, still_current};
 use serde_json::{Value, json};
 
 use crate::auth::Role;
@@ -161,6 +161,7 @@ async fn thread_write(
     };
     if !path.ends_with("/runs/stream") {
         let answer = send(upstream, path, body).await?;
+        still_theirs(upstream, ctx, &stamp).await?;
         served_thread(upstream, ctx, thread, &stamp.subject, Some(&answer)).await?;
         return Ok(whole(answer.passed_on()));
     }
@@ -169,8 +170,26 @@ async fn thread_write(
     let watch = Watch::new(upstream.state, ctx, &stamp.subject, stamp.epoch);
     Ok(match open_events(upstream, path, body).await? {
         Opened::Events(events) => events.relay(watch, None, None),
-        Opened::Whole(answer) => whole(answer.passed_on()),
+        Opened::Whole(answer) => {
+            still_theirs(upstream, ctx, &stamp).await?;
+            whole(answer.passed_on())
+        }
     })
+}
+
+/// A run's answer is decided when it is sent: a run takes seconds to minutes, and its thread's
+/// subject may have been suppressed (or given a new epoch) meanwhile.
+async fn still_theirs(
+    upstream: &Upstream<'_>,
+    ctx: &RequestContext,
+    stamp: &Stamp,
+) -> Result<(), DataError> {
+    let view = upstream
+        .state
+        .policy
+        .view(ctx.tenant(), [stamp.subject.as_str()])
+        .await?;
+    Ok(still_current(&view, stamp)?)
 }
 
 /// Remembers that a thread was served (its state, history, runs or a run's output), with the
