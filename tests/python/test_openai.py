@@ -129,49 +129,50 @@ def _token(instance, tenant, s):
     return out.stdout.strip()
 
 
+def stopped_mid_stream(lethe_ai, provider, client, act):
+    """A 40-event stream of `client`, with `act()` done after its third event: the `error`
+    event's code that ended it, once the provider's request was dropped."""
+    cancelled = http("GET", f"{provider}/_stats")[1]["cancelled_streams"]
+    stream = chat(client, "x", model="slow-stream", stream=True)
+    received = 0
+    with pytest.raises(openai.APIError) as e:
+        for _ in stream:
+            received += 1
+            if received == 3:
+                act()
+    assert 3 <= received < 41
+    wait_for("the provider's stream to be dropped",
+             lambda: http("GET", f"{provider}/_stats")[1]["cancelled_streams"] > cancelled, deadline=10)
+    return e.value.code
+
+
 def test_a_stream_in_flight_is_stopped_when_its_subject_is_suppressed(lethe_ai, provider):
     """Decided: a stream about a subject that gets suppressed stops at the next event with an
     `error` event `subject_suppressed` (the SDK raises it); the provider's request is dropped."""
     s = subject()
     lethe_ai.grant_provider(s)
-    cancelled = http("GET", f"{provider}/_stats")[1]["cancelled_streams"]
-    stream = chat(lethe_ai.openai(s), "x", model="slow-stream", stream=True)
-    received = 0
-    with pytest.raises(openai.APIError) as e:
-        for _ in stream:
-            received += 1
-            if received == 3:
-                status, filed = lethe_ai.call("POST", "/v1/erasures", {"subject": s, "ticket": "DSR-S", "reason": "art. 17"})
-                assert lethe_ai.call("POST", f"/v1/erasures/{filed['id']}/approve")[0] == 200
-    assert e.value.code == "subject_suppressed"
-    assert 3 <= received < 41
-    wait_for("the provider's stream to be dropped",
-             lambda: http("GET", f"{provider}/_stats")[1]["cancelled_streams"] > cancelled, deadline=10)
+
+    def erase():
+        status, filed = lethe_ai.call("POST", "/v1/erasures", {"subject": s, "ticket": "DSR-S", "reason": "art. 17"})
+        assert status == 201, filed
+        assert lethe_ai.call("POST", f"/v1/erasures/{filed['id']}/approve")[0] == 200
+    assert stopped_mid_stream(lethe_ai, provider, lethe_ai.openai(s), erase) == "subject_suppressed"
     assert refused(lambda: chat(lethe_ai.openai(s), "again")) == (403, "subject_suppressed")
 
 
 def test_a_stream_in_flight_is_stopped_when_its_callers_token_is_revoked(lethe_ai, provider):
     """Each event is sent only while the caller's token holds: revoked mid-stream, the stream
-    ends at the next event with an `error` event `unauthenticated`, and the provider's request
-    is dropped."""
+    ends at the next event with an `error` event `unauthenticated`."""
     from test_attack_redis import claims_of
     s = subject()
     lethe_ai.grant_provider(s)
     token = lethe_ai.token("agent", s)
-    cancelled = http("GET", f"{provider}/_stats")[1]["cancelled_streams"]
-    stream = chat(lethe_ai.openai(s, token=token), "x", model="slow-stream", stream=True)
-    received = 0
-    with pytest.raises(openai.APIError) as e:
-        for _ in stream:
-            received += 1
-            if received == 3:
-                status, body = lethe_ai.call("POST", "/v1/tokens/revoke", {"jti": claims_of(token)["jti"]},
-                                             token=lethe_ai.token("admin"))
-                assert status == 200, body
-    assert e.value.code == "unauthenticated"
-    assert 3 <= received < 41
-    wait_for("the provider's stream to be dropped",
-             lambda: http("GET", f"{provider}/_stats")[1]["cancelled_streams"] > cancelled, deadline=10)
+
+    def revoke():
+        status, body = lethe_ai.call("POST", "/v1/tokens/revoke", {"jti": claims_of(token)["jti"]},
+                                     token=lethe_ai.token("admin"))
+        assert status == 200, body
+    assert stopped_mid_stream(lethe_ai, provider, lethe_ai.openai(s, token=token), revoke) == "unauthenticated"
     assert refused(lambda: chat(lethe_ai.openai(s, token=token), "again"))[0] == 401
 
 
@@ -180,19 +181,11 @@ def test_a_stream_in_flight_is_stopped_when_the_subjects_consent_is_withdrawn(le
     stream ends at the next event with an `error` event `consent_required`."""
     s = subject()
     grant = lethe_ai.grant_provider(s)
-    cancelled = http("GET", f"{provider}/_stats")[1]["cancelled_streams"]
-    stream = chat(lethe_ai.openai(s), "x", model="slow-stream", stream=True)
-    received = 0
-    with pytest.raises(openai.APIError) as e:
-        for _ in stream:
-            received += 1
-            if received == 3:
-                status, body = lethe_ai.call("POST", f"/v1/consents/{grant}/revoke")
-                assert status == 200, body
-    assert e.value.code == "consent_required"
-    assert 3 <= received < 41
-    wait_for("the provider's stream to be dropped",
-             lambda: http("GET", f"{provider}/_stats")[1]["cancelled_streams"] > cancelled, deadline=10)
+
+    def withdraw():
+        status, body = lethe_ai.call("POST", f"/v1/consents/{grant}/revoke")
+        assert status == 200, body
+    assert stopped_mid_stream(lethe_ai, provider, lethe_ai.openai(s), withdraw) == "consent_required"
     assert refused(lambda: chat(lethe_ai.openai(s), "again")) == (403, "consent_required")
 
 
