@@ -3,7 +3,7 @@
 //! with an error) and again at `EXEC`, with the policy of that moment: a flip or a withdrawn
 //! consent between the two reaches the answer `EXEC` gives.
 
-use super::{Connection, unavailable};
+use super::{Connection, Limits, bytes_of, unavailable};
 use crate::stores::redis::commands::classify;
 use crate::stores::redis::resp::{Args, Reply};
 
@@ -17,6 +17,21 @@ pub(super) struct Queue {
 }
 
 impl Connection<'_> {
+    /// The bound `queue` would pass with `args` queued too, if it would.
+    pub(super) fn over_queue(&self, queue: &Queue, args: &[Vec<u8>]) -> Option<String> {
+        let Limits {
+            queued,
+            command_bytes,
+        } = self.limits;
+        if queue.commands.len() >= queued {
+            Some(format!("{queued} commands"))
+        } else if queue.bytes + bytes_of(args) > command_bytes {
+            Some(format!("{command_bytes} bytes"))
+        } else {
+            None
+        }
+    }
+
     /// Runs a client's transaction: every command decided again now, then all their plans in
     /// one `MULTI`/`EXEC`. A command refused now refuses the whole transaction, and nothing of
     /// it is sent. `Err` when the connection to Redis is lost.
