@@ -4,8 +4,9 @@ conversations and their items, files, models). It keeps what a provider keeps (s
 stored chat completions, conversations, items, files) so their deletion can be observed.
 
 Models with special names misbehave on purpose: `slow-stream` streams 40 chunks 50 ms apart,
-`broken-sse` sends an event that is not JSON, `error-500` fails, `hang` answers after 5 s.
-`GET /_stats` tells how many streams were cut by their client.
+`broken-sse` sends an event that is not JSON, `error-500` fails, `slow` answers after 1 s, `hang`
+after 5 s. `GET /_stats` tells how many requests came, how many streams were cut by their client
+and how many chat completions and responses are stored.
 
 Answers echo the last user message, as a model's answer may repeat what it was given; `rewrite`
 answers with every word of it spelt backwards (an answer made from the prompt that shares no run
@@ -111,6 +112,8 @@ class Handler(BaseHTTPRequestHandler):
         if model == "error-500":
             self.send_json(500, {"error": {"message": "internal error", "type": "server_error"}})
             return True
+        if model == "slow":
+            time.sleep(1)
         if model == "hang":
             time.sleep(5)
         return False
@@ -132,7 +135,9 @@ class Handler(BaseHTTPRequestHandler):
         parts = path.strip("/").split("/")
         try:
             if path == "/_stats":
-                return self.send_json(200, STATS)
+                with LOCK:
+                    stats = {**STATS, "chats": len(CHATS), "responses": len(RESPONSES)}
+                return self.send_json(200, stats)
             if path == "/v1/models" and method == "GET":
                 return self.send_json(200, {"object": "list", "data": [{"id": "gpt-test", "object": "model", "created": 0, "owned_by": "standin"}]})
             if path == "/v1/chat/completions" and method == "POST":

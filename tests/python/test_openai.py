@@ -189,6 +189,47 @@ def test_a_stream_in_flight_is_stopped_when_the_subjects_consent_is_withdrawn(le
     assert refused(lambda: chat(lethe_ai.openai(s), "again")) == (403, "consent_required")
 
 
+@pytest.mark.parametrize("act,store", [("erase", False), ("erase", True), ("withdraw", False), ("withdraw", True),
+                                       ("revoke", False)])
+def test_an_answer_sent_whole_is_decided_when_the_provider_gives_it(lethe_ai, provider, act, store):
+    """A chat completion the provider takes a second over is answered only if, when the answer
+    comes, its subject is still active, her consent still holds and the caller's token too;
+    refused, a completion the provider stored (her consent covering provider retention) is
+    deleted there again."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from test_attack_redis import claims_of
+    s, other = subject(), subject()
+    grants = {who: lethe_ai.grant_provider(who, ("send_to_provider", "provider_retention")) for who in (s, other)}
+    token = lethe_ai.token("agent", s)
+    stats = lambda: http("GET", f"{provider}/_stats")[1]  # noqa: E731
+
+    def erase():
+        status, filed = lethe_ai.call("POST", "/v1/erasures", {"subject": s, "ticket": "DSR-W", "reason": "art. 17"})
+        assert status == 201, filed
+        return lethe_ai.call("POST", f"/v1/erasures/{filed['id']}/approve")
+    acts = {
+        "erase": (erase, (403, "subject_suppressed")),
+        "withdraw": (lambda: lethe_ai.call("POST", f"/v1/consents/{grants[s]}/revoke"), (403, "consent_required")),
+        "revoke": (lambda: lethe_ai.call("POST", "/v1/tokens/revoke", {"jti": claims_of(token)["jti"]},
+                                         token=lethe_ai.token("admin")), (401, "unauthenticated")),
+    }
+    # Left alone, the same request is answered (and its completion kept when stored).
+    kept = chat(lethe_ai.openai(other), "mine", model="slow", store=store)
+    assert kept.choices[0].message.content == "echo: mine"
+    assert http("GET", f"{provider}/v1/chat/completions/{kept.id}")[0] == (200 if store else 404)
+    act, expected = acts[act]
+    before = stats()
+    with ThreadPoolExecutor(1) as pool:
+        late = pool.submit(lambda: refused(lambda: chat(lethe_ai.openai(s, token=token), "late", model="slow",
+                                                        store=store)))
+        wait_for("the provider to have the request", lambda: stats()["requests"] > before["requests"], deadline=5)
+        assert act()[0] == 200
+        assert late.result(timeout=10) == expected
+    # What the provider stored for the refused answer was deleted there again.
+    assert stats()["chats"] <= before["chats"]
+
+
 def test_a_client_that_goes_away_cancels_the_provider_request(lethe_ai, provider):
     s = subject()
     lethe_ai.grant_provider(s)

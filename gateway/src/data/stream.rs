@@ -21,11 +21,11 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Limited};
-use hyper::Response;
 use hyper::body::{Body, Frame, Incoming};
 use hyper::header::{self, HeaderValue};
-use lethe_policy::Action;
+use hyper::{Response, StatusCode};
 use lethe_policy::consent::coverage_end;
+use lethe_policy::{Action, Refusal};
 use tokio::sync::mpsc;
 
 use super::context::RequestContext;
@@ -36,6 +36,7 @@ use super::tokens::TokenCache;
 use super::{DataState, Upstream};
 use crate::auth::Claims;
 use crate::data::sse::{SseCheck, error_event};
+use crate::error_shape::Code;
 use crate::revocations::{Refused, Revocations};
 use crate::state::{ItemRecord, Store};
 
@@ -90,25 +91,47 @@ impl Watch {
     /// revoked, or its revocation unknowable): the refusal both planes give from the
     /// revocation's answer on.
     async fn caller_gone(&self) -> Option<Bytes> {
-        let (code, message) = if TokenCache::expired(&self.claims) {
-            (
-                "unauthenticated",
-                "the token has expired; the stream was stopped",
-            )
-        } else {
-            match self.revocations.check(&self.claims).await {
-                Ok(()) => return None,
-                Err(Refused::Revoked) => (
-                    "unauthenticated",
-                    "the token was revoked; the stream was stopped",
-                ),
-                Err(_) => (
-                    "state_unavailable",
-                    "whether the token was revoked cannot be known; the stream was stopped",
-                ),
-            }
-        };
-        Some(Bytes::from(error_event(code, message)))
+        let (code, message) = self.caller_refusal().await?;
+        Some(Bytes::from(error_event(
+            code.as_str(),
+            &format!("{message}; the stream was stopped"),
+        )))
+    }
+
+    /// Why the caller's token no longer holds, if it does not.
+    async fn caller_refusal(&self) -> Option<(Code, &'static str)> {
+        if TokenCache::expired(&self.claims) {
+            return Some((Code::Unauthenticated, "the token has expired"));
+        }
+        match self.revocations.check(&self.claims).await {
+            Ok(()) => None,
+            Err(Refused::Revoked) => Some((Code::Unauthenticated, "the token was revoked")),
+            Err(_) => Some((
+                Code::StateUnavailable,
+                "whether the token was revoked cannot be known",
+            )),
+        }
+    }
+
+    /// Decides an answer sent whole as the relay decides each event, when it is sent: refused
+    /// when the caller's token no longer holds, the subject stopped being active in this epoch,
+    /// or the consent the request was decided on no longer holds (an upstream may work for
+    /// seconds).
+    pub(crate) async fn still_holds(&self) -> Result<(), DataError> {
+        if let Some((code, message)) = self.caller_refusal().await {
+            let status = match code {
+                Code::Unauthenticated => StatusCode::UNAUTHORIZED,
+                _ => StatusCode::SERVICE_UNAVAILABLE,
+            };
+            return Err(DataError::new(status, code, message));
+        }
+        // `seen` that matches no feed position: the subject is looked up afresh.
+        let mut seen = u64::MAX;
+        match self.standing(&mut seen).await {
+            Standing::Allowed => Ok(()),
+            Standing::Suppressed => Err(Refusal::SubjectSuppressed.into()),
+            Standing::Withdrawn => Err(Refusal::ConsentRequired.into()),
+        }
     }
 
     /// The stream also stops when the subject's consent to `action` for (purpose, category)

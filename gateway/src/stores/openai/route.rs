@@ -292,11 +292,7 @@ async fn keep(
     let undo = |overtaken: Vec<ItemRecord>| async move {
         let mut left = Vec::new();
         for row in overtaken {
-            let Some(path) = adapter::object_path(collection, &row.item_id) else {
-                continue;
-            };
-            let answer = upstream.send(Method::DELETE, &path, Bytes::new()).await;
-            if !answer.is_ok_and(|a| a.is_success() || a.status == StatusCode::NOT_FOUND) {
+            if !deleted_at_provider(upstream, collection, &row.item_id).await {
                 left.push(row);
             }
         }
@@ -311,6 +307,29 @@ async fn keep(
         undo,
     )
     .await
+}
+
+/// Deletes an object at the provider; whether it is gone (an id no object path can name is
+/// left alone, as none was made under it).
+async fn deleted_at_provider(upstream: &Upstream<'_>, collection: &str, id: &str) -> bool {
+    let Some(path) = adapter::object_path(collection, id) else {
+        return true;
+    };
+    let answer = upstream.send(Method::DELETE, &path, Bytes::new()).await;
+    answer.is_ok_and(|a| a.is_success() || a.status == StatusCode::NOT_FOUND)
+}
+
+/// An object kept for an answer refused when it was sent: deleted at the provider again, its
+/// lineage marked deleted once it is gone (until then the purge and the sweeper find it).
+async fn unkept(upstream: &Upstream<'_>, collection: &str, id: &str) -> Result<(), DataError> {
+    if deleted_at_provider(upstream, collection, id).await {
+        let store = &upstream.state.store;
+        let ids = [id.to_owned()];
+        store
+            .mark_items_deleted(&upstream.route.name, collection, &ids, crate::now())
+            .await?;
+    }
+    Ok(())
 }
 
 /// What each of the objects `ids` (of `collection`) the provider made derives from: what the
@@ -469,8 +488,14 @@ async fn generate(
     if !answer.is_success() {
         return Ok(whole(answer.passed_on()));
     }
+    // Decided when it is sent, as a stream's events are: the provider may work for seconds.
+    let decided = Watch::new(upstream.state, about.ctx, about.subject, grant.epoch)
+        .requiring(about.purpose, about.category, Action::SendToProvider)
+        .still_holds()
+        .await;
     match kind {
         Generate::Embeddings => {
+            decided?;
             let rows = planned
                 .fingerprints
                 .into_iter()
@@ -490,8 +515,20 @@ async fn generate(
                     std::slice::from_ref(&id),
                     &derivations,
                 );
-                keep(upstream, about, &grant, collection, vec![id], Some(&made)).await?;
+                keep(
+                    upstream,
+                    about,
+                    &grant,
+                    collection,
+                    vec![id.clone()],
+                    Some(&made),
+                )
+                .await?;
+                if decided.is_err() {
+                    unkept(upstream, collection, &id).await?;
+                }
             }
+            decided?;
             let kept_in = if stored { collection } else { ANSWERS };
             answered(upstream, about, kept_in, &value, &derivations, stored).await?;
         }
@@ -637,13 +674,17 @@ async fn stream(
         return Ok(whole(answer.passed_on()));
     }
     let value = json_of(&answer)?;
-    // A stored object answered whole is recorded like a streamed one.
+    let decided = watch.still_holds().await;
+    // A stored object answered whole is recorded like a streamed one, and deleted again when
+    // the answer is refused now.
     let stored = registration.is_some();
     if let Some(registration) = registration {
         let id = adapter::answered_id(&value)?;
-        match settle(&watch, registration, id, false).await {
+        match settle(&watch, registration, id, decided.is_err()).await {
             Settled::Kept => {}
-            Settled::Undone => return Err(Refusal::SubjectSuppressed.into()),
+            Settled::Undone => {
+                return Err(decided.err().unwrap_or(Refusal::SubjectSuppressed.into()));
+            }
             Settled::Unrecorded => {
                 return Err(DataError::new(
                     StatusCode::SERVICE_UNAVAILABLE,
@@ -653,6 +694,7 @@ async fn stream(
             }
         }
     }
+    decided?;
     answered(upstream, about, kept_in, &value, &derivations, stored).await?;
     Ok(whole(answer.passed_on()))
 }
