@@ -557,8 +557,8 @@ class Lethe:
         return get_sync_client(url=f"http://{self.data}/langgraph", api_key=None,
                                headers={"Authorization": f"Bearer {token}", **headers})
 
-    def graph_agent(self, subject=None, purpose="personalization", category="preference"):
-        return self.graph(self.token("agent", subject),
+    def graph_agent(self, subject=None, purpose="personalization", category="preference", token=None):
+        return self.graph(token or self.token("agent", subject),
                           **{"X-Lethe-Purpose": purpose, "X-Lethe-Category": category})
 
     def qdrant(self, token, **headers):

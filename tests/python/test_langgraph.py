@@ -32,22 +32,27 @@ def direct_items(langgraph, prefix):
     return http("POST", f"{langgraph}/store/items/search", body={"namespace_prefix": prefix, "limit": 1000})[1]["items"]
 
 
-def test_a_runs_answer_is_refused_when_its_subject_was_suppressed_while_it_ran(chroma, langgraph, tmp_path):
-    """A run's answer is decided when it is sent, not when the run was asked for. (The purge
-    waits 10 s here, so that the run ends before its thread is deleted.)"""
+@pytest.mark.parametrize("act", ["erase", "revoke"])
+def test_a_runs_answer_is_refused_when_its_subject_or_its_caller_changed_while_it_ran(chroma, langgraph, tmp_path, act):
+    """A run's answer is decided when it is sent, not when the run was asked for: refused when
+    its subject was suppressed, or its caller's token revoked, while it ran. (The purge waits
+    10 s here, so that the run ends before its thread is deleted.)"""
     from conftest import own_lethe
     lethe = own_lethe(chroma, tmp_path, '[erasure]\nsettle = "10s"\n', langgraph_url=langgraph)
     try:
-        answered_after_the_flip(lethe, langgraph)
+        answered_after(lethe, langgraph, act)
     finally:
         lethe.stop()
 
 
-def answered_after_the_flip(lethe, langgraph):
+def answered_after(lethe, langgraph, act):
     import threading
+
+    from test_attack_redis import claims_of
     alice = subject()
     lethe.grant(alice)
-    as_alice = lethe.graph_agent(alice)
+    token = lethe.token("agent", alice)
+    as_alice = lethe.graph_agent(alice, token=token)
     thread = as_alice.threads.create()
     outcome = {}
 
@@ -59,13 +64,19 @@ def answered_after_the_flip(lethe, langgraph):
     running = threading.Thread(target=run)
     running.start()
     wait_for("the run to start", lambda: http("GET", f"{langgraph}/threads/{thread['thread_id']}")[1]["status"] == "busy")
-    status, filed = lethe.call("POST", "/v1/erasures", {"subject": alice, "ticket": "DSR-R", "reason": "art. 17"})
-    assert status == 201, filed
-    assert lethe.call("POST", f"/v1/erasures/{filed['id']}/approve")[0] == 200
+    if act == "erase":
+        status, filed = lethe.call("POST", "/v1/erasures", {"subject": alice, "ticket": "DSR-R", "reason": "art. 17"})
+        assert status == 201, filed
+        assert lethe.call("POST", f"/v1/erasures/{filed['id']}/approve")[0] == 200
+    else:
+        status, body = lethe.call("POST", "/v1/tokens/revoke", {"jti": claims_of(token)["jti"]},
+                                  token=lethe.token("admin"))
+        assert status == 200, body
     running.join(30)
-    assert "answer" not in outcome, "the run's answer reached the client after her flip"
+    assert "answer" not in outcome, f"the run's answer reached the client after the {act}"
     refusal = outcome["error"].response
-    assert (refusal.status_code, refusal.json()["error"]["code"]) == (403, "subject_suppressed"), refusal.text
+    expected = (403, "subject_suppressed") if act == "erase" else (401, "unauthenticated")
+    assert (refusal.status_code, refusal.json()["error"]["code"]) == expected, refusal.text
 
 
 def test_threads_are_registered_stamped_and_kept_to_their_subject(lethe, langgraph):

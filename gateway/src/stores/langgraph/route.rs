@@ -8,7 +8,7 @@ use crate::error_shape::Code;
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::{Method, Response, StatusCode};
-use lethe_policy::{Held, Layer, Refusal, Stamp, decide_read_item, still_current};
+use lethe_policy::{Held, Layer, Refusal, Stamp, decide_read_item};
 use serde_json::{Value, json};
 
 use crate::auth::Role;
@@ -177,19 +177,16 @@ async fn thread_write(
     })
 }
 
-/// A run's answer is decided when it is sent: a run takes seconds to minutes, and its thread's
-/// subject may have been suppressed (or given a new epoch) meanwhile.
+/// A run's answer is decided when it is sent, as a streamed run's events are: a run takes
+/// seconds to minutes, and meanwhile its thread's subject may have been suppressed (or given a
+/// new epoch), or the caller's token revoked.
 async fn still_theirs(
     upstream: &Upstream<'_>,
     ctx: &RequestContext,
     stamp: &Stamp,
 ) -> Result<(), DataError> {
-    let view = upstream
-        .state
-        .policy
-        .view(ctx.tenant(), [stamp.subject.as_str()])
-        .await?;
-    Ok(still_current(&view, stamp)?)
+    let watch = Watch::new(upstream.state, ctx, &stamp.subject, stamp.epoch);
+    watch.still_holds().await
 }
 
 /// Remembers that a thread was served (its state, history, runs or a run's output), with the
