@@ -390,3 +390,42 @@ def test_a_streamed_answer_is_remembered_and_a_write_quoting_it_derives_from_it(
     assert [(p[0], p[1], p[3]) for p in found] == [("openai", "answers", "provider")], found
     streamed = lineage(lethe, "openai", "answers", next(iter(found))[2])
     assert [(p["item"], p["how"]) for p in streamed["parents"]] == [("a1", "quote")]
+
+
+@pytest.mark.parametrize("streamed", [True, False])
+def test_an_answer_made_from_alices_data_stops_when_she_is_erased_while_it_comes(setup, provider, streamed):
+    """Bob's prompt quotes alice's memory: the answer is decided on her state too, when it is
+    sent. Erased while the provider works, a streamed answer ends at the next event with an
+    `error` event `derived_from_erased`; one sent whole is refused with it."""
+    import openai
+    from concurrent.futures import ThreadPoolExecutor
+    lethe = setup
+    who = people(lethe, "alice", "bob")
+    alice, bob = who["alice"], who["bob"]
+    name, _ = lethe.new_collection()
+    lethe.agent(alice).get_collection(name).add(ids=["a1"], embeddings=[EMBEDDING], documents=[FAMILY])
+
+    def erase():
+        status, filed = lethe.call("POST", "/v1/erasures", {"subject": alice, "ticket": "DSR-D", "reason": "art. 17"})
+        assert status == 201, filed
+        assert lethe.call("POST", f"/v1/erasures/{filed['id']}/approve")[0] == 200
+    ask = lambda model, **kwargs: lethe.openai(bob).chat.completions.create(  # noqa: E731
+        model=model, messages=[{"role": "user", "content": "remind me: " + FAMILY}], **kwargs)
+    if streamed:
+        received = 0
+        with pytest.raises(openai.APIError) as stopped:
+            for _ in ask("slow-stream", stream=True):
+                received += 1
+                if received == 3:
+                    erase()
+        assert 3 <= received < 41 and stopped.value.code == "derived_from_erased", (received, stopped.value)
+        return
+    requests = lambda: http("GET", f"{provider}/_stats")[1]["requests"]  # noqa: E731
+    before = requests()
+    with ThreadPoolExecutor(1) as pool:
+        late = pool.submit(ask, "slow")
+        wait_for("the provider to have the request", lambda: requests() > before, deadline=5)
+        erase()
+        with pytest.raises(openai.APIStatusError) as refused:
+            late.result(timeout=10)
+    assert (refused.value.status_code, refused.value.code) == (409, "derived_from_erased")

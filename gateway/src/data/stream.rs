@@ -71,6 +71,8 @@ pub struct Watch {
     revocations: Arc<Revocations>,
     /// The consent the request was decided on: (purpose, category, action).
     consent: Option<(String, String, Action)>,
+    /// The other subjects what is streamed derives from (a prompt's parents' owners).
+    derived_from: Vec<String>,
 }
 
 impl Watch {
@@ -84,6 +86,7 @@ impl Watch {
             claims: Arc::clone(&ctx.claims),
             revocations: Arc::clone(&state.revocations),
             consent: None,
+            derived_from: Vec::new(),
         }
     }
 
@@ -131,6 +134,7 @@ impl Watch {
             Standing::Allowed => Ok(()),
             Standing::Suppressed => Err(Refusal::SubjectSuppressed.into()),
             Standing::Withdrawn => Err(Refusal::ConsentRequired.into()),
+            Standing::DerivedFromErased => Err(Refusal::DerivedFromErased.into()),
         }
     }
 
@@ -138,6 +142,16 @@ impl Watch {
     /// no longer holds (withdrawn or expired since the request was decided).
     pub(crate) fn requiring(mut self, purpose: &str, category: &str, action: Action) -> Watch {
         self.consent = Some((purpose.to_owned(), category.to_owned(), action));
+        self
+    }
+
+    /// The stream also stops when a subject what it streams derives from is put under erasure:
+    /// the answer would bring her data back.
+    pub(crate) fn deriving_from<'a>(mut self, owners: impl IntoIterator<Item = &'a str>) -> Watch {
+        let others = owners.into_iter().filter(|o| *o != self.subject);
+        self.derived_from.extend(others.map(str::to_owned));
+        self.derived_from.sort();
+        self.derived_from.dedup();
         self
     }
 
@@ -153,6 +167,13 @@ impl Watch {
         };
         if !policy.state.is_active() || policy.state.epoch != self.epoch {
             return Standing::Suppressed;
+        }
+        for parent in &self.derived_from {
+            match self.policy.subject(&self.tenant, parent).await {
+                Ok(policy) if policy.state.is_active() => {}
+                Ok(_) => return Standing::DerivedFromErased,
+                Err(_) => return Standing::Suppressed,
+            }
         }
         match &self.consent {
             Some((purpose, category, action))
@@ -174,6 +195,8 @@ enum Standing {
     Suppressed,
     /// The consent the request was decided on no longer holds.
     Withdrawn,
+    /// A subject what is streamed derives from is under erasure.
+    DerivedFromErased,
 }
 
 /// What an upstream answered to a request for a stream.
@@ -361,7 +384,8 @@ pub async fn settle(
             .is_ok();
     // `seen` that matches no feed position: the subject is looked up afresh.
     let mut seen = u64::MAX;
-    if suppressed || watch.standing(&mut seen).await == Standing::Suppressed {
+    let standing = watch.standing(&mut seen).await;
+    if suppressed || matches!(standing, Standing::Suppressed | Standing::DerivedFromErased) {
         if (registration.undo)(id.clone()).await {
             let _ = watch
                 .store
@@ -491,6 +515,15 @@ async fn forward(
                     ))
                     .await;
                 return Stop::Done;
+            }
+            Standing::DerivedFromErased => {
+                let _ = tx
+                    .send(end(
+                        "derived_from_erased",
+                        "what the stream derives from is under erasure; the stream was stopped",
+                    ))
+                    .await;
+                return Stop::Suppressed;
             }
         }
         if let Some(tap) = tap.as_mut() {

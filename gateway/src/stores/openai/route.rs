@@ -491,6 +491,7 @@ async fn generate(
     // Decided when it is sent, as a stream's events are: the provider may work for seconds.
     let decided = Watch::new(upstream.state, about.ctx, about.subject, grant.epoch)
         .requiring(about.purpose, about.category, Action::SendToProvider)
+        .deriving_from(derivations.owners())
         .still_holds()
         .await;
     match kind {
@@ -647,11 +648,9 @@ async fn stream(
         kept_in,
         derivations,
     } = streaming;
-    let watch = Watch::new(upstream.state, about.ctx, about.subject, grant.epoch).requiring(
-        about.purpose,
-        about.category,
-        Action::SendToProvider,
-    );
+    let watch = Watch::new(upstream.state, about.ctx, about.subject, grant.epoch)
+        .requiring(about.purpose, about.category, Action::SendToProvider)
+        .deriving_from(derivations.owners());
     let answer = match open_events(upstream, path, body).await? {
         Opened::Events(events) => {
             let derivation = &upstream.state.derivation;
