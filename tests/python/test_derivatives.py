@@ -429,3 +429,22 @@ def test_an_answer_made_from_alices_data_stops_when_she_is_erased_while_it_comes
         with pytest.raises(openai.APIStatusError) as refused:
             late.result(timeout=10)
     assert (refused.value.status_code, refused.value.code) == (409, "derived_from_erased")
+
+
+def test_a_run_whose_input_quotes_alice_is_refused_when_she_is_erased_while_it_runs(setup, langgraph):
+    """A LangGraph run's answer is decided, when it is sent, on the subjects its input derives
+    from too: bob's run quotes alice's memory, and her flip while it runs refuses its answer."""
+    from concurrent.futures import ThreadPoolExecutor
+    lethe = setup
+    who = people(lethe, "alice", "bob")
+    alice, bob = who["alice"], who["bob"]
+    name, _ = lethe.new_collection()
+    lethe.agent(alice).get_collection(name).add(ids=["a1"], embeddings=[EMBEDDING], documents=[FAMILY])
+    as_bob = lethe.graph_agent(bob)
+    thread = as_bob.threads.create()["thread_id"]
+    with ThreadPoolExecutor(1) as pool:
+        run = pool.submit(refused_code, lambda: as_bob.runs.wait(
+            thread, "agent", input={"messages": ["remind me: " + FAMILY, "take 3"]}))
+        wait_for("the run to start", lambda: http("GET", f"{langgraph}/threads/{thread}")[1]["status"] == "busy")
+        lethe.flip(alice)
+        assert run.result(timeout=30) == "derived_from_erased"

@@ -159,34 +159,26 @@ async fn thread_write(
     } else {
         body
     };
+    // A run's answer is decided when it is sent, event by event or whole: a run takes seconds
+    // to minutes, and meanwhile its thread's subject (or one its input derives from) may have
+    // been put under erasure, or the caller's token revoked.
+    let watch = Watch::new(upstream.state, ctx, &stamp.subject, stamp.epoch)
+        .deriving_from(derivations.owners());
     if !path.ends_with("/runs/stream") {
         let answer = send(upstream, path, body).await?;
-        still_theirs(upstream, ctx, &stamp).await?;
+        watch.still_holds().await?;
         served_thread(upstream, ctx, thread, &stamp.subject, Some(&answer)).await?;
         return Ok(whole(answer.passed_on()));
     }
     // A streamed run's output is not remembered as text; the thread is, under the trace.
     served_thread(upstream, ctx, thread, &stamp.subject, None).await?;
-    let watch = Watch::new(upstream.state, ctx, &stamp.subject, stamp.epoch);
     Ok(match open_events(upstream, path, body).await? {
         Opened::Events(events) => events.relay(watch, None, None),
         Opened::Whole(answer) => {
-            still_theirs(upstream, ctx, &stamp).await?;
+            watch.still_holds().await?;
             whole(answer.passed_on())
         }
     })
-}
-
-/// A run's answer is decided when it is sent, as a streamed run's events are: a run takes
-/// seconds to minutes, and meanwhile its thread's subject may have been suppressed (or given a
-/// new epoch), or the caller's token revoked.
-async fn still_theirs(
-    upstream: &Upstream<'_>,
-    ctx: &RequestContext,
-    stamp: &Stamp,
-) -> Result<(), DataError> {
-    let watch = Watch::new(upstream.state, ctx, &stamp.subject, stamp.epoch);
-    watch.still_holds().await
 }
 
 /// Remembers that a thread was served (its state, history, runs or a run's output), with the
