@@ -130,11 +130,9 @@ impl Watch {
         }
         // `seen` that matches no feed position: the subject is looked up afresh.
         let mut seen = u64::MAX;
-        match self.standing(&mut seen).await {
-            Standing::Allowed => Ok(()),
-            Standing::Suppressed => Err(Refusal::SubjectSuppressed.into()),
-            Standing::Withdrawn => Err(Refusal::ConsentRequired.into()),
-            Standing::DerivedFromErased => Err(Refusal::DerivedFromErased.into()),
+        match self.standing(&mut seen).await.ending() {
+            None => Ok(()),
+            Some((refusal, ..)) => Err(refusal.into()),
         }
     }
 
@@ -197,6 +195,31 @@ enum Standing {
     Withdrawn,
     /// A subject what is streamed derives from is under erasure.
     DerivedFromErased,
+}
+
+impl Standing {
+    /// When the next event (or an answer sent whole) may not be sent: the refusal, why, and how
+    /// a stream ends (what it stored is undone unless only the consent changed).
+    fn ending(&self) -> Option<(Refusal, &'static str, Stop)> {
+        match self {
+            Standing::Allowed => None,
+            Standing::Suppressed => Some((
+                Refusal::SubjectSuppressed,
+                "the subject is under erasure",
+                Stop::Suppressed,
+            )),
+            Standing::Withdrawn => Some((
+                Refusal::ConsentRequired,
+                "the subject's consent was withdrawn",
+                Stop::Done,
+            )),
+            Standing::DerivedFromErased => Some((
+                Refusal::DerivedFromErased,
+                "what the stream derives from is under erasure",
+                Stop::Suppressed,
+            )),
+        }
+    }
 }
 
 /// What an upstream answered to a request for a stream.
@@ -401,6 +424,31 @@ pub async fn settle(
     }
 }
 
+/// Records the stream's object as soon as its id shows in the raw bytes read so far; the event
+/// that ends the stream when the object may not be kept, or could not be recorded.
+async fn registered(
+    watch: &Watch,
+    pending: &mut Option<(Registration, Vec<u8>)>,
+    chunk: &[u8],
+) -> Option<Bytes> {
+    let (registration, scanned) = pending.as_mut()?;
+    scanned.extend_from_slice(chunk);
+    let id = (registration.find_id)(scanned)?;
+    let (registration, _) = pending.take()?;
+    let (code, message) = match settle(watch, registration, id, false).await {
+        Settled::Kept => return None,
+        Settled::Undone => (
+            "subject_suppressed",
+            "the subject is under erasure; the stream was stopped",
+        ),
+        Settled::Unrecorded => (
+            "state_unavailable",
+            "the stored object could not be recorded; the stream was stopped",
+        ),
+    };
+    Some(Bytes::from(error_event(code, message)))
+}
+
 /// Passes checked events on until the stream ends or must stop; records the stream's object as
 /// soon as its id shows in the raw bytes.
 async fn forward(
@@ -457,27 +505,9 @@ async fn forward(
                 Err(_) => continue,
             },
         };
-        if let Some((registration, scanned)) = pending.as_mut() {
-            scanned.extend_from_slice(&chunk);
-            if let Some(id) = (registration.find_id)(scanned)
-                && let Some((registration, _)) = pending.take()
-            {
-                let stopped = match settle(watch, registration, id, false).await {
-                    Settled::Kept => None,
-                    Settled::Undone => Some(end(
-                        "subject_suppressed",
-                        "the subject is under erasure; the stream was stopped",
-                    )),
-                    Settled::Unrecorded => Some(end(
-                        "state_unavailable",
-                        "the stored object could not be recorded; the stream was stopped",
-                    )),
-                };
-                if let Some(event) = stopped {
-                    let _ = tx.send(event).await;
-                    return Stop::Done;
-                }
-            }
+        if let Some(event) = registered(watch, pending, &chunk).await {
+            let _ = tx.send(event).await;
+            return Stop::Done;
         }
         let events = match check.feed(&chunk) {
             Ok(events) => events,
@@ -496,35 +526,10 @@ async fn forward(
             let _ = tx.send(refusal).await;
             return Stop::Done;
         }
-        match watch.standing(&mut seen).await {
-            Standing::Allowed => {}
-            Standing::Suppressed => {
-                let _ = tx
-                    .send(end(
-                        "subject_suppressed",
-                        "the subject is under erasure; the stream was stopped",
-                    ))
-                    .await;
-                return Stop::Suppressed;
-            }
-            Standing::Withdrawn => {
-                let _ = tx
-                    .send(end(
-                        "consent_required",
-                        "the subject's consent was withdrawn; the stream was stopped",
-                    ))
-                    .await;
-                return Stop::Done;
-            }
-            Standing::DerivedFromErased => {
-                let _ = tx
-                    .send(end(
-                        "derived_from_erased",
-                        "what the stream derives from is under erasure; the stream was stopped",
-                    ))
-                    .await;
-                return Stop::Suppressed;
-            }
+        if let Some((refusal, why, stop)) = watch.standing(&mut seen).await.ending() {
+            let message = format!("{why}; the stream was stopped");
+            let _ = tx.send(end(refusal.code(), &message)).await;
+            return stop;
         }
         if let Some(tap) = tap.as_mut() {
             tap.events(&events);
