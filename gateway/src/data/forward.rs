@@ -265,59 +265,8 @@ impl Upstreams {
         client_headers: &HeaderMap,
         body: Bytes,
     ) -> Result<Response<Incoming>, DataError> {
-        let base = route.upstream.path().trim_end_matches('/');
-        // The route's root (`/qdrant`, a client's version check) is the upstream's root.
-        let path = match (base, path) {
-            ("", "") => "/",
-            _ => path,
-        };
-        let path_and_query = match query {
-            Some(q) => format!("{base}{path}?{q}"),
-            None => format!("{base}{path}"),
-        };
-        let mut parts = route.upstream.clone().into_parts();
-        parts.path_and_query = Some(path_and_query.parse().map_err(|_| {
-            DataError::new(StatusCode::BAD_REQUEST, Code::InvalidRequest, "bad path")
-        })?);
-        let uri = Uri::from_parts(parts).map_err(|_| {
-            DataError::new(StatusCode::BAD_REQUEST, Code::InvalidRequest, "bad path")
-        })?;
-
-        let mut headers = client_headers.clone();
-        strip_hop_by_hop(&mut headers);
-        for name in [
-            header::HOST,
-            header::AUTHORIZATION,
-            header::COOKIE,
-            header::CONTENT_LENGTH,
-            header::ACCEPT_ENCODING,
-        ] {
-            headers.remove(name);
-        }
-        if let super::route::Serving::Http(http) = route.store.serving() {
-            for name in http.scrubbed_headers() {
-                headers.remove(*name);
-            }
-        }
-        let lethe: Vec<HeaderName> = headers
-            .keys()
-            .filter(|k| k.as_str().starts_with("x-lethe-"))
-            .cloned()
-            .collect();
-        for name in lethe {
-            headers.remove(name);
-        }
-        // Lethe has to read every answer, so it asks for it uncompressed.
-        headers.insert(
-            header::ACCEPT_ENCODING,
-            HeaderValue::from_static("identity"),
-        );
-        if !body.is_empty() || method == Method::POST || method == Method::PUT {
-            headers.insert(header::CONTENT_LENGTH, HeaderValue::from(body.len()));
-        }
-        if let Some(credential) = &route.credential {
-            headers.insert(credential.header.clone(), credential.value.clone());
-        }
+        let uri = upstream_uri(route, path, query)?;
+        let headers = upstream_headers(route, client_headers, &method, body.len());
         let mut request = Request::new(Full::new(body));
         *request.method_mut() = method;
         *request.uri_mut() = uri;
@@ -359,6 +308,74 @@ impl Upstreams {
         }
         Ok(response)
     }
+}
+
+/// The upstream's URI of `path` (and `query`) on `route`, below the upstream URL's own path.
+fn upstream_uri(route: &Route, path: &str, query: Option<&str>) -> Result<Uri, DataError> {
+    let base = route.upstream.path().trim_end_matches('/');
+    // The route's root (`/qdrant`, a client's version check) is the upstream's root.
+    let path = match (base, path) {
+        ("", "") => "/",
+        _ => path,
+    };
+    let path_and_query = match query {
+        Some(q) => format!("{base}{path}?{q}"),
+        None => format!("{base}{path}"),
+    };
+    let mut parts = route.upstream.clone().into_parts();
+    parts.path_and_query =
+        Some(path_and_query.parse().map_err(|_| {
+            DataError::new(StatusCode::BAD_REQUEST, Code::InvalidRequest, "bad path")
+        })?);
+    let uri = Uri::from_parts(parts)
+        .map_err(|_| DataError::new(StatusCode::BAD_REQUEST, Code::InvalidRequest, "bad path"))?;
+    Ok(uri)
+}
+
+/// The headers sent upstream: the client's, without its own credentials, hop-by-hop and
+/// Lethe's headers or those the route scrubs, with the route's credential instead.
+fn upstream_headers(
+    route: &Route,
+    client_headers: &HeaderMap,
+    method: &Method,
+    body_len: usize,
+) -> HeaderMap {
+    let mut headers = client_headers.clone();
+    strip_hop_by_hop(&mut headers);
+    for name in [
+        header::HOST,
+        header::AUTHORIZATION,
+        header::COOKIE,
+        header::CONTENT_LENGTH,
+        header::ACCEPT_ENCODING,
+    ] {
+        headers.remove(name);
+    }
+    if let super::route::Serving::Http(http) = route.store.serving() {
+        for name in http.scrubbed_headers() {
+            headers.remove(*name);
+        }
+    }
+    let lethe: Vec<HeaderName> = headers
+        .keys()
+        .filter(|k| k.as_str().starts_with("x-lethe-"))
+        .cloned()
+        .collect();
+    for name in lethe {
+        headers.remove(name);
+    }
+    // Lethe has to read every answer, so it asks for it uncompressed.
+    headers.insert(
+        header::ACCEPT_ENCODING,
+        HeaderValue::from_static("identity"),
+    );
+    if body_len > 0 || *method == Method::POST || *method == Method::PUT {
+        headers.insert(header::CONTENT_LENGTH, HeaderValue::from(body_len));
+    }
+    if let Some(credential) = &route.credential {
+        headers.insert(credential.header.clone(), credential.value.clone());
+    }
+    headers
 }
 
 /// The certificates of a configuration's `data_plane.upstream_ca`, when it names some.

@@ -271,7 +271,59 @@ async fn run(
         route::Serving::Http(http) => Some(http),
         route::Serving::Connections(_) => None,
     });
-    let token = token(&parts.headers, http.and_then(|h| h.token_header())).map_err(|e| {
+    let claims = authenticated(state, &parts.headers, http.and_then(|h| h.token_header())).await?;
+    let (route, rest) = found.ok_or_else(|| {
+        DataError::new(
+            StatusCode::NOT_FOUND,
+            Code::UnknownRoute,
+            "no route has this path prefix",
+        )
+    })?;
+    seen.route = Some(route.name.clone());
+    let mut ctx = RequestContext::new(
+        id.to_owned(),
+        claims,
+        &route.name,
+        &parts.headers,
+        &state.folding,
+    )?;
+    seen.subject = ctx.subject.clone().map(|s| (ctx.tenant().to_owned(), s));
+    let rest = canonical_path(rest, http.is_some_and(|h| h.decodes_path()))?.to_owned();
+    single_parameters(parts.uri.query())?;
+    // A route's defaults stand in for the headers a client cannot send.
+    if ctx.purpose.is_none() {
+        ctx.purpose.clone_from(&route.purpose);
+    }
+    if ctx.category.is_none() {
+        ctx.category.clone_from(&route.category);
+    }
+
+    let body = whole_body(state, &parts.headers, body).await?;
+
+    let upstream = Upstream {
+        state,
+        route,
+        parts: &parts,
+    };
+    match route.store.serving() {
+        route::Serving::Http(http) => http.handle(&upstream, &ctx, &rest, body).await,
+        // A route with a listener of its own has no prefix, so it is never found above.
+        route::Serving::Connections(_) => Err(DataError::new(
+            StatusCode::NOT_FOUND,
+            Code::UnknownRoute,
+            "no route has this path prefix",
+        )),
+    }
+}
+
+/// The caller's claims: a token, in the route's header or `Authorization`, that verifies and
+/// is not revoked (a revocation that cannot be checked refuses it too).
+async fn authenticated(
+    state: &DataState,
+    headers: &hyper::HeaderMap,
+    token_header: Option<&'static str>,
+) -> Result<Arc<crate::auth::Claims>, DataError> {
+    let token = token(headers, token_header).map_err(|e| {
         DataError::new(
             StatusCode::UNAUTHORIZED,
             Code::Unauthenticated,
@@ -301,34 +353,16 @@ async fn run(
                 "whether the token was revoked cannot be known",
             ),
         })?;
-    let (route, rest) = found.ok_or_else(|| {
-        DataError::new(
-            StatusCode::NOT_FOUND,
-            Code::UnknownRoute,
-            "no route has this path prefix",
-        )
-    })?;
-    seen.route = Some(route.name.clone());
-    let mut ctx = RequestContext::new(
-        id.to_owned(),
-        claims,
-        &route.name,
-        &parts.headers,
-        &state.folding,
-    )?;
-    seen.subject = ctx.subject.clone().map(|s| (ctx.tenant().to_owned(), s));
-    let rest = canonical_path(rest, http.is_some_and(|h| h.decodes_path()))?.to_owned();
-    single_parameters(parts.uri.query())?;
-    // A route's defaults stand in for the headers a client cannot send.
-    if ctx.purpose.is_none() {
-        ctx.purpose.clone_from(&route.purpose);
-    }
-    if ctx.category.is_none() {
-        ctx.category.clone_from(&route.category);
-    }
+    Ok(claims)
+}
 
-    let declared = parts
-        .headers
+/// The request's body, whole, refused past the data plane's limit (declared or read).
+async fn whole_body(
+    state: &DataState,
+    headers: &hyper::HeaderMap,
+    body: Incoming,
+) -> Result<Bytes, DataError> {
+    let declared = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
@@ -342,7 +376,7 @@ async fn run(
     if declared.is_some_and(|n| n > state.max_body_bytes as u64) {
         return Err(too_large());
     }
-    let body = Limited::new(body, state.max_body_bytes)
+    Ok(Limited::new(body, state.max_body_bytes)
         .collect()
         .await
         .map_err(|e| {
@@ -356,22 +390,7 @@ async fn run(
                 )
             }
         })?
-        .to_bytes();
-
-    let upstream = Upstream {
-        state,
-        route,
-        parts: &parts,
-    };
-    match route.store.serving() {
-        route::Serving::Http(http) => http.handle(&upstream, &ctx, &rest, body).await,
-        // A route with a listener of its own has no prefix, so it is never found above.
-        route::Serving::Connections(_) => Err(DataError::new(
-            StatusCode::NOT_FOUND,
-            Code::UnknownRoute,
-            "no route has this path prefix",
-        )),
-    }
+        .to_bytes())
 }
 
 /// The path after a route's prefix, when it names what it means one way only: no

@@ -233,66 +233,18 @@ pub struct Evidence<'a> {
 pub fn issue(evidence: &Evidence<'_>, signer: &Signer) -> Vec<u8> {
     let r = evidence.record;
     let completed = r.completed_at.unwrap_or(evidence.issued_at);
-    let mut final_backup_expiry: Option<DateTime<Utc>> = Some(completed);
-    // The latest date any copy is gone by: backups and every copy a store names.
-    let mut final_copy_expiry: Option<DateTime<Utc>> = Some(completed);
-    let mut exceptions = Vec::new();
+    let mut copies = Copies::after(completed);
     let stores: Vec<Value> = evidence
         .jobs
         .iter()
-        .map(|job| {
-            let retention = evidence.backups.get(&job.target);
-            let expires = retention.and_then(|age| completed.checked_add_signed(age.as_delta()));
-            match expires {
-                Some(at) => final_backup_expiry = final_backup_expiry.map(|f| f.max(at)),
-                None => {
-                    final_backup_expiry = None;
-                    exceptions.push(format!("{}: no backup retention is configured; backups may hold the subject indefinitely", job.target));
-                }
-            }
-            if job.state != "done" {
-                exceptions.push(format!("{}: purge {}", job.target, job.state));
-            }
-            let result = job.result.clone().unwrap_or(Value::Null);
-            if let Some(n) = result.get("uncounted_attempts").and_then(Value::as_u64) {
-                exceptions.push(format!(
-                    "{}: {n} purge attempts ended before they could count; what they deleted is in neither before nor deleted",
-                    job.target
-                ));
-            }
-            let physical: Physical = result
-                .get("physical")
-                .and_then(|p| serde_json::from_value(p.clone()).ok())
-                .unwrap_or_default();
-            for copy in &physical.remaining {
-                match (copy.until, &copy.unknown) {
-                    (Some(at), _) => final_copy_expiry = final_copy_expiry.map(|f| f.max(at)),
-                    (None, reason) => {
-                        final_copy_expiry = None;
-                        exceptions.push(format!(
-                            "{}: {} still holds {}, with no date: {}",
-                            job.target,
-                            copy.place,
-                            copy.holds,
-                            reason.as_deref().unwrap_or("unknown")
-                        ));
-                    }
-                }
-            }
-            json!({
-                "target": job.target,
-                "state": job.state,
-                "attempts": job.attempts,
-                "before": result.get("before"),
-                "deleted": result.get("deleted"),
-                "remaining": result.get("remaining"),
-                "derivatives": result.get("derivatives"),
-                "physical": result.get("physical"),
-                "backup_retention": retention.map(ToString::to_string),
-                "backup_expires_at": expires,
-            })
-        })
+        .map(|job| copies.store(job, evidence.backups.get(&job.target)))
         .collect();
+    let Copies {
+        final_backup_expiry,
+        final_copy_expiry,
+        mut exceptions,
+        ..
+    } = copies;
     let purged: BTreeSet<&str> = evidence
         .jobs
         .iter()
@@ -341,6 +293,84 @@ pub fn issue(evidence: &Evidence<'_>, signer: &Signer) -> Vec<u8> {
         "signature": { "algorithm": "Ed25519", "public_key": signer.public_key_hex(), "value": signer.sign(&signed) },
     });
     canonical(&document)
+}
+
+/// What the certificate says of the copies the stores keep, gathered job by job.
+struct Copies {
+    completed: DateTime<Utc>,
+    /// The latest date any backup is gone by; `None` once one has no date.
+    final_backup_expiry: Option<DateTime<Utc>>,
+    /// The latest date any copy a store names is gone by; `None` once one has no date.
+    final_copy_expiry: Option<DateTime<Utc>>,
+    exceptions: Vec<String>,
+}
+
+impl Copies {
+    fn after(completed: DateTime<Utc>) -> Self {
+        Self {
+            completed,
+            final_backup_expiry: Some(completed),
+            final_copy_expiry: Some(completed),
+            exceptions: Vec::new(),
+        }
+    }
+
+    /// The certificate's entry for one purge job, its backups kept for `retention`.
+    fn store(&mut self, job: &PurgeJob, retention: Option<&MaxAge>) -> Value {
+        let expires = retention.and_then(|age| self.completed.checked_add_signed(age.as_delta()));
+        match expires {
+            Some(at) => self.final_backup_expiry = self.final_backup_expiry.map(|f| f.max(at)),
+            None => {
+                self.final_backup_expiry = None;
+                self.exceptions.push(format!(
+                    "{}: no backup retention is configured; backups may hold the subject indefinitely",
+                    job.target
+                ));
+            }
+        }
+        if job.state != "done" {
+            self.exceptions
+                .push(format!("{}: purge {}", job.target, job.state));
+        }
+        let result = job.result.clone().unwrap_or(Value::Null);
+        if let Some(n) = result.get("uncounted_attempts").and_then(Value::as_u64) {
+            self.exceptions.push(format!(
+                "{}: {n} purge attempts ended before they could count; what they deleted is in neither before nor deleted",
+                job.target
+            ));
+        }
+        let physical: Physical = result
+            .get("physical")
+            .and_then(|p| serde_json::from_value(p.clone()).ok())
+            .unwrap_or_default();
+        for copy in &physical.remaining {
+            match (copy.until, &copy.unknown) {
+                (Some(at), _) => self.final_copy_expiry = self.final_copy_expiry.map(|f| f.max(at)),
+                (None, reason) => {
+                    self.final_copy_expiry = None;
+                    self.exceptions.push(format!(
+                        "{}: {} still holds {}, with no date: {}",
+                        job.target,
+                        copy.place,
+                        copy.holds,
+                        reason.as_deref().unwrap_or("unknown")
+                    ));
+                }
+            }
+        }
+        json!({
+            "target": job.target,
+            "state": job.state,
+            "attempts": job.attempts,
+            "before": result.get("before"),
+            "deleted": result.get("deleted"),
+            "remaining": result.get("remaining"),
+            "derivatives": result.get("derivatives"),
+            "physical": result.get("physical"),
+            "backup_retention": retention.map(ToString::to_string),
+            "backup_expires_at": expires,
+        })
+    }
 }
 
 /// What the closure reached in each store: found, the subject's own (purged with it), another

@@ -167,6 +167,84 @@ pub fn erasure_target(db: &GovernedDatabase) -> PostgresTarget {
     }
 }
 
+/// `lethe.decide_write`: a write's deadline and epoch, or its refusal. The subject's state is
+/// read, not locked: a flip never waits behind the writes
+/// deciding on it (a steady stream of them would hold it off). Those that decided before
+/// it are waited for, then ended, before the flip is said to hold (`governed::flips`).
+const DECIDE_WRITE: &str = "CREATE OR REPLACE FUNCTION lethe.decide_write(p_tenant text, p_subject text, p_purpose text, p_category text, p_requested timestamptz, OUT expires_at timestamptz, OUT epoch bigint)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $lethe$
+DECLARE
+  s lethe.subjects;
+  covered boolean;
+  consent_end timestamptz;
+  r lethe.rules;
+  purpose_end timestamptz;
+BEGIN
+  IF p_tenant IS NULL OR p_subject IS NULL OR p_purpose IS NULL OR p_category IS NULL THEN
+    PERFORM lethe.refuse('missing_scope');
+  END IF;
+  -- Before anything about the subject is looked at: another tenant's role learns nothing.
+  IF NOT lethe.serves(p_tenant) THEN
+    PERFORM lethe.refuse('scope_violation');
+  END IF;
+  -- Every name in its one spelling (as Lethe keeps it): no second subject behind a lookalike.
+  IF NOT (lethe.canonical_name(p_tenant) AND lethe.canonical_name(p_subject)
+          AND lethe.canonical_name(p_purpose) AND lethe.canonical_name(p_category))
+     OR (p_subject <> lower(p_subject) AND EXISTS (SELECT 1 FROM lethe.folded_tenants f WHERE f.tenant = p_tenant)) THEN
+    PERFORM lethe.refuse('invalid_name');
+  END IF;
+  SELECT * INTO s FROM lethe.subjects WHERE tenant = p_tenant AND subject = p_subject;
+  IF FOUND AND NOT s.active THEN
+    PERFORM lethe.refuse('subject_suppressed');
+  END IF;
+  SELECT bool_or(true), max(coalesce(c.ends_at, 'infinity')) INTO covered, consent_end
+    FROM lethe.consents c
+   WHERE c.tenant = p_tenant AND c.subject = p_subject AND c.purpose = p_purpose
+     AND c.category = p_category AND c.action = 'store' AND (c.ends_at IS NULL OR c.ends_at > now());
+  IF covered IS NULL THEN
+    PERFORM lethe.refuse('consent_required');
+  END IF;
+  SELECT * INTO r FROM lethe.rules WHERE tenant = p_tenant AND purpose = p_purpose AND category = p_category;
+  IF NOT FOUND THEN
+    PERFORM lethe.refuse('no_retention_rule');
+  END IF;
+  SELECT e.ends_at INTO purpose_end FROM lethe.purpose_ends e WHERE e.tenant = p_tenant AND e.purpose = p_purpose;
+  expires_at := least(now() + make_interval(secs => r.max_age_seconds), nullif(consent_end, 'infinity'),
+                      purpose_end, r.legal_end, p_requested);
+  IF expires_at <= now() THEN
+    PERFORM lethe.refuse('expired');
+  END IF;
+  epoch := coalesce(s.epoch, 0);
+END $lethe$";
+
+/// Whether a stamped row may be read now: its subject active in the epoch it was written in,
+/// with `retrieve` consent, before its deadline, by a role serving its tenant.
+const READABLE: &str = "CREATE OR REPLACE FUNCTION lethe.readable(p_tenant text, p_subject text, p_purpose text, p_category text, p_expires_at timestamptz, p_epoch bigint)
+RETURNS boolean LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $lethe$
+  SELECT p_expires_at IS NOT NULL AND p_epoch IS NOT NULL AND p_expires_at > now()
+     AND lethe.serves(p_tenant)
+     AND EXISTS (SELECT 1 FROM lethe.subjects s
+                  WHERE s.tenant = p_tenant AND s.subject = p_subject AND s.active AND s.epoch = p_epoch)
+     AND EXISTS (SELECT 1 FROM lethe.consents c
+                  WHERE c.tenant = p_tenant AND c.subject = p_subject AND c.purpose = p_purpose
+                    AND c.category = p_category AND c.action = 'retrieve'
+                    AND (c.ends_at IS NULL OR c.ends_at > now()))
+$lethe$";
+
+/// What the sweep deletes: a stamped row past its deadline, or whose `store` consent is
+/// gone (as a revocation expires what was kept for it), unless a hold keeps it.
+const SWEEPABLE: &str = "CREATE OR REPLACE FUNCTION lethe.sweepable(p_tenant text, p_subject text, p_purpose text, p_category text, p_expires_at timestamptz)
+RETURNS boolean LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $lethe$
+  SELECT p_expires_at IS NOT NULL
+     AND (p_expires_at <= now()
+          OR NOT EXISTS (SELECT 1 FROM lethe.consents c
+                          WHERE c.tenant = p_tenant AND c.subject = p_subject AND c.purpose = p_purpose
+                            AND c.category = p_category AND c.action = 'store'
+                            AND (c.ends_at IS NULL OR c.ends_at > now())))
+     AND NOT EXISTS (SELECT 1 FROM lethe.holds h
+                      WHERE h.tenant = p_tenant AND (h.subject IS NULL OR h.subject = p_subject))
+$lethe$";
+
 /// The policy tables and the deciding functions.
 pub(crate) fn schema() -> Vec<String> {
     use lethe_policy::names::{CONTROL, INVISIBLE, WHITESPACE};
@@ -211,78 +289,9 @@ BEGIN
     HINT = 'refused by the policy Lethe installed; see the subject''s consent, state and retention rules';
 END $lethe$"
         ),
-        // The subject's state is read, not locked: a flip never waits behind the writes
-        // deciding on it (a steady stream of them would hold it off). Those that decided before
-        // it are waited for, then ended, before the flip is said to hold (`governed::flips`).
-        "CREATE OR REPLACE FUNCTION lethe.decide_write(p_tenant text, p_subject text, p_purpose text, p_category text, p_requested timestamptz, OUT expires_at timestamptz, OUT epoch bigint)
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $lethe$
-DECLARE
-  s lethe.subjects;
-  covered boolean;
-  consent_end timestamptz;
-  r lethe.rules;
-  purpose_end timestamptz;
-BEGIN
-  IF p_tenant IS NULL OR p_subject IS NULL OR p_purpose IS NULL OR p_category IS NULL THEN
-    PERFORM lethe.refuse('missing_scope');
-  END IF;
-  -- Before anything about the subject is looked at: another tenant's role learns nothing.
-  IF NOT lethe.serves(p_tenant) THEN
-    PERFORM lethe.refuse('scope_violation');
-  END IF;
-  -- Every name in its one spelling (as Lethe keeps it): no second subject behind a lookalike.
-  IF NOT (lethe.canonical_name(p_tenant) AND lethe.canonical_name(p_subject)
-          AND lethe.canonical_name(p_purpose) AND lethe.canonical_name(p_category))
-     OR (p_subject <> lower(p_subject) AND EXISTS (SELECT 1 FROM lethe.folded_tenants f WHERE f.tenant = p_tenant)) THEN
-    PERFORM lethe.refuse('invalid_name');
-  END IF;
-  SELECT * INTO s FROM lethe.subjects WHERE tenant = p_tenant AND subject = p_subject;
-  IF FOUND AND NOT s.active THEN
-    PERFORM lethe.refuse('subject_suppressed');
-  END IF;
-  SELECT bool_or(true), max(coalesce(c.ends_at, 'infinity')) INTO covered, consent_end
-    FROM lethe.consents c
-   WHERE c.tenant = p_tenant AND c.subject = p_subject AND c.purpose = p_purpose
-     AND c.category = p_category AND c.action = 'store' AND (c.ends_at IS NULL OR c.ends_at > now());
-  IF covered IS NULL THEN
-    PERFORM lethe.refuse('consent_required');
-  END IF;
-  SELECT * INTO r FROM lethe.rules WHERE tenant = p_tenant AND purpose = p_purpose AND category = p_category;
-  IF NOT FOUND THEN
-    PERFORM lethe.refuse('no_retention_rule');
-  END IF;
-  SELECT e.ends_at INTO purpose_end FROM lethe.purpose_ends e WHERE e.tenant = p_tenant AND e.purpose = p_purpose;
-  expires_at := least(now() + make_interval(secs => r.max_age_seconds), nullif(consent_end, 'infinity'),
-                      purpose_end, r.legal_end, p_requested);
-  IF expires_at <= now() THEN
-    PERFORM lethe.refuse('expired');
-  END IF;
-  epoch := coalesce(s.epoch, 0);
-END $lethe$".into(),
-        "CREATE OR REPLACE FUNCTION lethe.readable(p_tenant text, p_subject text, p_purpose text, p_category text, p_expires_at timestamptz, p_epoch bigint)
-RETURNS boolean LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $lethe$
-  SELECT p_expires_at IS NOT NULL AND p_epoch IS NOT NULL AND p_expires_at > now()
-     AND lethe.serves(p_tenant)
-     AND EXISTS (SELECT 1 FROM lethe.subjects s
-                  WHERE s.tenant = p_tenant AND s.subject = p_subject AND s.active AND s.epoch = p_epoch)
-     AND EXISTS (SELECT 1 FROM lethe.consents c
-                  WHERE c.tenant = p_tenant AND c.subject = p_subject AND c.purpose = p_purpose
-                    AND c.category = p_category AND c.action = 'retrieve'
-                    AND (c.ends_at IS NULL OR c.ends_at > now()))
-$lethe$".into(),
-        // What the sweep deletes: a stamped row past its deadline, or whose `store` consent is
-        // gone (as a revocation expires what was kept for it), unless a hold keeps it.
-        "CREATE OR REPLACE FUNCTION lethe.sweepable(p_tenant text, p_subject text, p_purpose text, p_category text, p_expires_at timestamptz)
-RETURNS boolean LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $lethe$
-  SELECT p_expires_at IS NOT NULL
-     AND (p_expires_at <= now()
-          OR NOT EXISTS (SELECT 1 FROM lethe.consents c
-                          WHERE c.tenant = p_tenant AND c.subject = p_subject AND c.purpose = p_purpose
-                            AND c.category = p_category AND c.action = 'store'
-                            AND (c.ends_at IS NULL OR c.ends_at > now())))
-     AND NOT EXISTS (SELECT 1 FROM lethe.holds h
-                      WHERE h.tenant = p_tenant AND (h.subject IS NULL OR h.subject = p_subject))
-$lethe$".into(),
+        DECIDE_WRITE.into(),
+        READABLE.into(),
+        SWEEPABLE.into(),
         // Whether a row is one being written and not stored yet: an INSERT ... ON CONFLICT
         // checks the row it would store as a read, before it has a place. It says nothing of any
         // stored row, anyone's.

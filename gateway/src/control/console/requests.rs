@@ -7,12 +7,13 @@ use askama::Template;
 use axum::extract::{Query, State};
 use axum::http::StatusCode;
 use axum::response::Response;
+use chrono::{DateTime, Utc};
 use lethe_policy::ErasureState;
 
 use super::page::{Badge, Frame, deadline_badge, message, render};
 use super::{Session, StartForm, request_uri, urlencoding};
 use crate::control::ControlState;
-use crate::state::{DueWindow, ErasureFilter, ErasureStats};
+use crate::state::{DueWindow, ErasureFilter, ErasureRecord, ErasureStats};
 
 /// The requests one page of the list shows.
 const LIST_LIMIT: u32 = 100;
@@ -71,6 +72,69 @@ fn median(xs: &mut [i64], unit: &str) -> String {
         .map_or("none yet".to_owned(), |m| format!("{m} {unit}"))
 }
 
+/// The requests whose deadline falls in the window `chosen` names (`overdue`, `week`), open
+/// ones only; any request for anything else.
+fn due_filter(chosen: &str, now: DateTime<Utc>) -> ErasureFilter {
+    let due = match chosen {
+        "overdue" => Some(DueWindow {
+            from: None,
+            to: Some(now),
+        }),
+        "week" => Some(DueWindow {
+            from: Some(now),
+            to: Some(now + chrono::TimeDelta::days(7)),
+        }),
+        _ => None,
+    };
+    ErasureFilter {
+        state: None,
+        open: due.is_some(),
+        due,
+    }
+}
+
+/// The choices of the list's two filters, the chosen ones selected.
+fn filter_choices(state: Option<ErasureState>, due: &str) -> (Vec<Choice>, Vec<Choice>) {
+    let names: Vec<String> = ErasureState::ALL.iter().map(|s| s.to_string()).collect();
+    let states = choices(
+        std::iter::once((String::new(), "every state"))
+            .chain(names.iter().map(|s| (s.clone(), s.as_str()))),
+        &state.map(|s| s.to_string()).unwrap_or_default(),
+    );
+    let dues = choices(
+        [
+            ("", "any deadline"),
+            ("overdue", "overdue"),
+            ("week", "due within 7 days"),
+        ]
+        .into_iter()
+        .map(|(value, label)| (value.to_owned(), label)),
+        due,
+    );
+    (states, dues)
+}
+
+impl Row {
+    fn of(session: &Session, r: &ErasureRecord, now: DateTime<Utc>) -> Self {
+        Row {
+            href: request_uri(&r.id),
+            id: r.id.clone(),
+            subject_ref: session
+                .caller
+                .subject_ref(&r.tenant, &r.subject)
+                .chars()
+                .take(12)
+                .collect(),
+            ticket: r.ticket.clone(),
+            state: r.state.to_string(),
+            requested: r.requested_at.format("%Y-%m-%d").to_string(),
+            due: r.deadline.format("%Y-%m-%d").to_string(),
+            extended: r.extension.is_some(),
+            badge: deadline_badge(r.deadline, now, r.state.is_final()),
+        }
+    }
+}
+
 /// Every erasure request of the caller's tenant, with its deadline, newest first.
 pub(super) async fn requests(
     State(state): State<ControlState>,
@@ -83,21 +147,9 @@ pub(super) async fn requests(
         .get("state")
         .and_then(|s| ErasureState::ALL.into_iter().find(|e| e.to_string() == *s));
     let chosen_due = query.get("due").cloned().unwrap_or_default();
-    let due = match chosen_due.as_str() {
-        "overdue" => Some(DueWindow {
-            from: None,
-            to: Some(now),
-        }),
-        "week" => Some(DueWindow {
-            from: Some(now),
-            to: Some(now + chrono::TimeDelta::days(7)),
-        }),
-        _ => None,
-    };
     let filter = ErasureFilter {
         state: state_filter,
-        open: due.is_some(),
-        due,
+        ..due_filter(&chosen_due, now)
     };
     let page_number: u32 = query.get("page").and_then(|p| p.parse().ok()).unwrap_or(0);
     let listed = state
@@ -134,41 +186,8 @@ pub(super) async fn requests(
         format!("/console/requests?{}", next.join("&"))
     });
     records.truncate(LIST_LIMIT as usize);
-    let rows = records
-        .iter()
-        .map(|r| Row {
-            href: request_uri(&r.id),
-            id: r.id.clone(),
-            subject_ref: session
-                .caller
-                .subject_ref(&r.tenant, &r.subject)
-                .chars()
-                .take(12)
-                .collect(),
-            ticket: r.ticket.clone(),
-            state: r.state.to_string(),
-            requested: r.requested_at.format("%Y-%m-%d").to_string(),
-            due: r.deadline.format("%Y-%m-%d").to_string(),
-            extended: r.extension.is_some(),
-            badge: deadline_badge(r.deadline, now, r.state.is_final()),
-        })
-        .collect();
-    let names: Vec<String> = ErasureState::ALL.iter().map(|s| s.to_string()).collect();
-    let states = choices(
-        std::iter::once((String::new(), "every state"))
-            .chain(names.iter().map(|s| (s.clone(), s.as_str()))),
-        &state_filter.map(|s| s.to_string()).unwrap_or_default(),
-    );
-    let dues = choices(
-        [
-            ("", "any deadline"),
-            ("overdue", "overdue"),
-            ("week", "due within 7 days"),
-        ]
-        .into_iter()
-        .map(|(value, label)| (value.to_owned(), label)),
-        &chosen_due,
-    );
+    let rows = records.iter().map(|r| Row::of(&session, r, now)).collect();
+    let (states, dues) = filter_choices(state_filter, &chosen_due);
     let page = RequestsPage {
         frame: session.frame("Erasure requests"),
         csrf: session.csrf.clone(),

@@ -146,6 +146,115 @@ macro_rules! audit_sql {
             }
         }
 
+        /// Every audit row after `$1`, `$2` at most, in order: the chain read a page at a time.
+        const AUDIT_PAGE: &str = "SELECT seq, at, tenant, actor, action, request_id, \
+            subject_ref, target, target_ref, result, attempt, prev_hash, hash, tenant_seq, \
+            tenant_prev_hash, tenant_hash, legacy_hash \
+            FROM audit_events WHERE seq > $1 ORDER BY seq LIMIT $2";
+
+        /// The next page of the chain after row `after`, which it moves to its last row.
+        async fn audit_page(tx: &mut Tx, after: &mut i64) -> Result<Vec<Row>, StoreError> {
+            const PAGE: i64 = 1000;
+            let rows = sqlx::query(AUDIT_PAGE)
+                .bind(*after)
+                .bind(PAGE)
+                .fetch_all(&mut **tx)
+                .await?;
+            if let Some(last) = rows.last() {
+                *after = last.try_get("seq")?;
+            }
+            Ok(rows)
+        }
+
+        /// The unkeyed chain verified as it was written, up to `head`: a broken chain is not
+        /// sealed over.
+        async fn verify_unkeyed(tx: &mut Tx, head: &ChainHead) -> Result<(), StoreError> {
+            let broken = |e: lethe_policy::audit::ChainBreak| {
+                StoreError::Corrupt(format!(
+                    "the audit chain is broken at row {}: {e}; it is left unkeyed, as it was \
+                    written",
+                    e.seq()
+                ))
+            };
+            let mut written = lethe_policy::audit::ChainVerifier::new(Links::Unkeyed);
+            let mut after: i64 = 0;
+            loop {
+                let rows = audit_page(tx, &mut after).await?;
+                if rows.is_empty() {
+                    break;
+                }
+                for row in &rows {
+                    written.push(&audit_from_row(row)?).map_err(broken)?;
+                }
+            }
+            written.finish(head).map_err(broken)?;
+            Ok(())
+        }
+
+        /// Every row sealed again, link by link, with `key`, and each tenant's head written;
+        /// answers the chain's new head.
+        async fn reseal(tx: &mut Tx, key: &[u8]) -> Result<ChainHead, StoreError> {
+            let links = Links::Keyed(key);
+            let mut head = ChainHead::default();
+            let mut tenant_heads: BTreeMap<String, ChainHead> = BTreeMap::new();
+            let mut after: i64 = 0;
+            loop {
+                let rows = audit_page(tx, &mut after).await?;
+                if rows.is_empty() {
+                    break;
+                }
+                for row in &rows {
+                    let entry = audit_from_row(row)?.entry;
+                    let tenant_head = entry
+                        .tenant
+                        .as_ref()
+                        .and_then(|t| tenant_heads.get(t))
+                        .cloned()
+                        .unwrap_or_default();
+                    let record = seal(links, &head, &tenant_head, entry);
+                    let link = record.tenant_chain.as_ref();
+                    // The link as written stays beside the new one: heads certified before name
+                    // it.
+                    sqlx::query(
+                        "UPDATE audit_events SET prev_hash = $2, hash = $3, tenant_prev_hash = \
+                        $4, tenant_hash = $5, legacy_hash = hash WHERE seq = $1",
+                    )
+                    .bind(record.seq)
+                    .bind(&record.prev_hash)
+                    .bind(&record.hash)
+                    .bind(link.map(|l| l.prev_hash.clone()))
+                    .bind(link.map(|l| l.hash.clone()))
+                    .execute(&mut **tx)
+                    .await?;
+                    if let (Some(tenant), Some(link)) = (&record.entry.tenant, link) {
+                        tenant_heads.insert(
+                            tenant.clone(),
+                            ChainHead {
+                                seq: link.seq,
+                                hash: link.hash.clone(),
+                            },
+                        );
+                    }
+                    head = ChainHead {
+                        seq: record.seq,
+                        hash: record.hash,
+                    };
+                }
+            }
+            for (tenant, tenant_head) in &tenant_heads {
+                sqlx::query(
+                    "INSERT INTO audit_tenant_heads (tenant, seq, hash) VALUES ($1, $2, $3) \
+                    ON CONFLICT (tenant) DO UPDATE SET seq = excluded.seq, hash = excluded.hash",
+                )
+                .bind(tenant)
+                .bind(tenant_head.seq)
+                .bind(&tenant_head.hash)
+                .execute(&mut **tx)
+                .await?;
+            }
+            Ok(head)
+        }
+
         #[async_trait]
         impl AuditLog for $store {
             async fn append_audit(&self, entry: AuditEntry) -> Result<AuditRecord, StoreError> {
@@ -207,7 +316,6 @@ macro_rules! audit_sql {
                 &self,
                 at: DateTime<Utc>,
             ) -> Result<Option<ChainHead>, StoreError> {
-                const PAGE: i64 = 1000;
                 let key = self.subject_key.get().ok_or(StoreError::NoSubjectKey)?;
                 let mut tx = self.write_tx().await?;
                 let head = sqlx::query(<$store>::LOCK_AUDIT_HEAD)
@@ -221,103 +329,8 @@ macro_rules! audit_sql {
                     seq: head.try_get("seq")?,
                     hash: head.try_get("hash")?,
                 };
-                let select = "SELECT seq, at, tenant, actor, action, request_id, \
-                    subject_ref, target, target_ref, result, attempt, prev_hash, hash,
-                                     tenant_seq, tenant_prev_hash, tenant_hash, \
-                                     legacy_hash
-                              FROM audit_events WHERE seq > $1 ORDER BY seq LIMIT $2";
-                // Verified as it was written first: a broken chain is not sealed over.
-                let mut written = lethe_policy::audit::ChainVerifier::new(Links::Unkeyed);
-                let mut after: i64 = 0;
-                loop {
-                    let rows = sqlx::query(select)
-                        .bind(after)
-                        .bind(PAGE)
-                        .fetch_all(&mut *tx)
-                        .await?;
-                    let Some(last) = rows.last() else { break };
-                    after = last.try_get("seq")?;
-                    for row in &rows {
-                        written.push(&audit_from_row(row)?).map_err(|e| {
-                            StoreError::Corrupt(format!(
-                                "the audit chain is broken at row {}: {e}; it is left \
-                                unkeyed, as it was written",
-                                e.seq()
-                            ))
-                        })?;
-                    }
-                }
-                written.finish(&old).map_err(|e| {
-                    StoreError::Corrupt(format!(
-                        "the audit chain is broken at row {}: {e}; it is left unkeyed, as \
-                        it was written",
-                        e.seq()
-                    ))
-                })?;
-                // Sealed again, link by link, with the key.
-                let links = Links::Keyed(key);
-                let mut head = ChainHead::default();
-                let mut tenant_heads: BTreeMap<String, ChainHead> = BTreeMap::new();
-                let mut after: i64 = 0;
-                loop {
-                    let rows = sqlx::query(select)
-                        .bind(after)
-                        .bind(PAGE)
-                        .fetch_all(&mut *tx)
-                        .await?;
-                    let Some(last) = rows.last() else { break };
-                    after = last.try_get("seq")?;
-                    for row in &rows {
-                        let entry = audit_from_row(row)?.entry;
-                        let tenant_head = entry
-                            .tenant
-                            .as_ref()
-                            .and_then(|t| tenant_heads.get(t))
-                            .cloned()
-                            .unwrap_or_default();
-                        let record = seal(links, &head, &tenant_head, entry);
-                        let link = record.tenant_chain.as_ref();
-                        // The link as written stays beside the new one: heads certified
-                        // before name it.
-                        sqlx::query(
-                            "UPDATE audit_events SET prev_hash = $2, hash = \
-                            $3, tenant_prev_hash = $4, tenant_hash = $5, legacy_hash = \
-                            hash WHERE seq = $1",
-                        )
-                        .bind(record.seq)
-                        .bind(&record.prev_hash)
-                        .bind(&record.hash)
-                        .bind(link.map(|l| l.prev_hash.clone()))
-                        .bind(link.map(|l| l.hash.clone()))
-                        .execute(&mut *tx)
-                        .await?;
-                        if let (Some(tenant), Some(link)) = (&record.entry.tenant, link) {
-                            tenant_heads.insert(
-                                tenant.clone(),
-                                ChainHead {
-                                    seq: link.seq,
-                                    hash: link.hash.clone(),
-                                },
-                            );
-                        }
-                        head = ChainHead {
-                            seq: record.seq,
-                            hash: record.hash,
-                        };
-                    }
-                }
-                for (tenant, tenant_head) in &tenant_heads {
-                    sqlx::query(
-                        "INSERT INTO audit_tenant_heads (tenant, seq, hash) \
-                        VALUES ($1, $2, $3) ON CONFLICT (tenant) DO UPDATE SET seq = \
-                        excluded.seq, hash = excluded.hash",
-                    )
-                    .bind(tenant)
-                    .bind(tenant_head.seq)
-                    .bind(&tenant_head.hash)
-                    .execute(&mut *tx)
-                    .await?;
-                }
+                verify_unkeyed(&mut tx, &old).await?;
+                let head = reseal(&mut tx, key).await?;
                 sqlx::query(
                     "UPDATE audit_chain SET seq = $1, hash = $2, chain_version \
                     = $3, key_check = $4 WHERE id = 1",

@@ -259,6 +259,62 @@ macro_rules! closure_sql {
             rows.iter().map(edge_from_row).collect()
         }
 
+        /// Whose each of `items` is, as lineage keeps it, and whether it is still live.
+        async fn owners_in(
+            c: &mut Conn,
+            tenant: &str,
+            items: &[ItemKey],
+        ) -> Result<BTreeMap<ItemKey, (String, bool)>, StoreError> {
+            let mut owners: BTreeMap<ItemKey, (String, bool)> = BTreeMap::new();
+            for chunk in items.chunks(300) {
+                let mut select = sqlx::QueryBuilder::<$db>::new(
+                    "SELECT store AS \
+                    o_store, collection AS o_collection, item_id AS o_item, subject, \
+                    deleted_at FROM items WHERE tenant = ",
+                );
+                select.push_bind(tenant.to_owned()).push(" AND ");
+                push_items(&mut select, ["store", "collection", "item_id"], chunk);
+                for row in select.build().fetch_all(&mut *c).await? {
+                    let deleted: Option<DateTime<Utc>> = row.try_get("deleted_at")?;
+                    owners.insert(
+                        item_of(&row, "o_")?,
+                        (row.try_get("subject")?, deleted.is_none()),
+                    );
+                }
+            }
+            Ok(owners)
+        }
+
+        /// What is decided of a derivative in store `store` when the request is filed, and why.
+        fn decided(
+            live: bool,
+            own: bool,
+            store: &str,
+            stores: &BTreeSet<String>,
+            closure: Closure,
+        ) -> (Decision, Option<String>) {
+            if !live {
+                let reason = "lineage keeps no live item: nothing is left to delete";
+                (Decision::Guard, Some(reason.to_owned()))
+            } else if !stores.contains(store) {
+                let reason = format!("no purge of this request reaches store {store}");
+                let decision = if own {
+                    Decision::Guard
+                } else {
+                    Decision::Undecided
+                };
+                (decision, Some(reason))
+            } else if own {
+                let reason = "stamped to the subject: purged with its items";
+                (Decision::Erase, Some(reason.to_owned()))
+            } else if closure == Closure::Erase {
+                let reason = "[lineage] cross_subject = \"erase\"";
+                (Decision::Erase, Some(reason.to_owned()))
+            } else {
+                (Decision::Undecided, None)
+            }
+        }
+
         /// What the closure of `keys` reaches beyond their own items, each with the decision
         /// `closure` gives it: the subjects' own derivatives are erased with them; another
         /// subject's are undecided (or erased, by policy); what lineage keeps no live row of is
@@ -288,69 +344,14 @@ macro_rules! closure_sql {
                 node.1.insert(edge.parent.clone());
             }
             let listed: Vec<ItemKey> = nodes.keys().cloned().collect();
-            let mut owners: BTreeMap<ItemKey, (String, bool)> = BTreeMap::new();
-            for chunk in listed.chunks(300) {
-                let mut select = sqlx::QueryBuilder::<$db>::new(
-                    "SELECT store AS \
-                    o_store, collection AS o_collection, item_id AS o_item, subject, \
-                    deleted_at FROM items WHERE tenant = ",
-                );
-                select.push_bind(tenant.to_owned()).push(" AND ");
-                push_items(&mut select, ["store", "collection", "item_id"], chunk);
-                for row in select.build().fetch_all(&mut *c).await? {
-                    let deleted: Option<DateTime<Utc>> = row.try_get("deleted_at")?;
-                    owners.insert(
-                        item_of(&row, "o_")?,
-                        (row.try_get("subject")?, deleted.is_none()),
-                    );
-                }
-            }
+            let owners = owners_in(&mut *c, tenant, &listed).await?;
             Ok(nodes
                 .into_iter()
                 .map(|(item, (how, parents))| {
                     let owner = owners.get(&item);
                     let own = owner.is_some_and(|(s, _)| keys.contains(s));
                     let live = owner.is_some_and(|(_, live)| *live);
-                    let (decision, reason) = if !live {
-                        (
-                            Decision::Guard,
-                            Some(
-                                "lineage keeps no live item: nothing is \
-                            left to delete"
-                                    .to_owned(),
-                            ),
-                        )
-                    } else if !stores.contains(&item.store) {
-                        let reason = format!(
-                            "no purge of this request reaches store \
-                            {}",
-                            item.store
-                        );
-                        (
-                            if own {
-                                Decision::Guard
-                            } else {
-                                Decision::Undecided
-                            },
-                            Some(reason),
-                        )
-                    } else if own {
-                        (
-                            Decision::Erase,
-                            Some(
-                                "stamped to the subject: purged with \
-                            its items"
-                                    .to_owned(),
-                            ),
-                        )
-                    } else if closure == Closure::Erase {
-                        (
-                            Decision::Erase,
-                            Some("[lineage] cross_subject = \"erase\"".to_owned()),
-                        )
-                    } else {
-                        (Decision::Undecided, None)
-                    };
+                    let (decision, reason) = decided(live, own, &item.store, stores, closure);
                     let by_policy = matches!(decision, Decision::Erase | Decision::Guard);
                     Derivative {
                         reference: item.reference(subject_key.get().map_or(&[][..], Vec::as_slice)),

@@ -225,9 +225,37 @@ macro_rules! flip_sql {
                     .execute(&mut **tx)
                     .await?;
             }
-            // The store's own names of the subject's items may hold its key too (a LangGraph
-            // namespace, an id the client chose): those are renamed alike. A replay finds such
-            // items again by their stamps and namespaces, not by these ids.
+            let renamed = rename_items(tx, tenant, key, name).await?;
+            rename_in_lineage(tx, tenant, &renamed).await?;
+            forget_in_lineage(tx, tenant, key, name).await?;
+            <$store>::forget_shared(tx, tenant, key, name).await?;
+            sqlx::query(
+                "UPDATE threads SET thread_id = REPLACE(thread_id, $2, $3) \
+                WHERE tenant = $1 AND subject = $3",
+            )
+            .bind(tenant)
+            .bind(key)
+            .bind(name)
+            .execute(&mut **tx)
+            .await?;
+            forget_processors(tx, tenant, key, name).await?;
+            sqlx::query("DELETE FROM subjects WHERE tenant = $1 AND subject = $2")
+                .bind(tenant)
+                .bind(key)
+                .execute(&mut **tx)
+                .await?;
+            Ok(())
+        }
+
+        /// The store's own names of the subject's items may hold its key too (a LangGraph
+        /// namespace, an id the client chose): those are renamed alike. A replay finds such items
+        /// again by their stamps and namespaces, not by these ids. Answers the items renamed.
+        async fn rename_items(
+            tx: &mut Tx,
+            tenant: &str,
+            key: &str,
+            name: &str,
+        ) -> Result<Vec<(ItemKey, String)>, StoreError> {
             let rows = sqlx::query(
                 "SELECT store, collection, item_id, source_ref, \
                 parents FROM items WHERE tenant = $1 AND subject = $2",
@@ -279,18 +307,16 @@ macro_rules! flip_sql {
                     ));
                 }
             }
-            rename_in_lineage(tx, tenant, &renamed).await?;
-            forget_in_lineage(tx, tenant, key, name).await?;
-            <$store>::forget_shared(tx, tenant, key, name).await?;
-            sqlx::query(
-                "UPDATE threads SET thread_id = REPLACE(thread_id, $2, $3) \
-                WHERE tenant = $1 AND subject = $3",
-            )
-            .bind(tenant)
-            .bind(key)
-            .bind(name)
-            .execute(&mut **tx)
-            .await?;
+            Ok(renamed)
+        }
+
+        /// The processors that received the subject's data, kept under her reference.
+        async fn forget_processors(
+            tx: &mut Tx,
+            tenant: &str,
+            key: &str,
+            name: &str,
+        ) -> Result<(), StoreError> {
             sqlx::query(
                 "INSERT INTO processors (tenant, subject, processor, first_at, \
                     last_at)
@@ -308,11 +334,6 @@ macro_rules! flip_sql {
             .execute(&mut **tx)
             .await?;
             sqlx::query("DELETE FROM processors WHERE tenant = $1 AND subject = $2")
-                .bind(tenant)
-                .bind(key)
-                .execute(&mut **tx)
-                .await?;
-            sqlx::query("DELETE FROM subjects WHERE tenant = $1 AND subject = $2")
                 .bind(tenant)
                 .bind(key)
                 .execute(&mut **tx)

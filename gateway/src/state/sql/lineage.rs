@@ -65,6 +65,69 @@ macro_rules! lineage_sql {
                 .collect())
         }
 
+        /// The erasure request `request_id`, locked, when its derivatives may be decided: flipped
+        /// everywhere (a flip still on its way to a governed database cannot move the request
+        /// on) and not final.
+        async fn flipped_request(
+            tx: &mut Tx,
+            request_id: &str,
+        ) -> Result<ErasureRecord, StoreError> {
+            let sql = sqlx::AssertSqlSafe(format!(
+                "SELECT {ERASURE_COLUMNS} FROM \
+                erasure_requests WHERE id = $1{}",
+                <$store>::FOR_UPDATE
+            ));
+            let record = erasure_from_row(
+                &sqlx::query(sql)
+                    .bind(request_id)
+                    .fetch_one(&mut **tx)
+                    .await?,
+            )?;
+            if !record.state.is_suppressed()
+                || record.state.is_final()
+                || record.suppressed_at.is_none()
+            {
+                return Err(StoreError::NotDecidable(format!(
+                    "the request is {}: \
+                    only a flipped, open request's derivatives are decided, once \
+                    the flip holds everywhere",
+                    record.state
+                )));
+            }
+            Ok(record)
+        }
+
+        /// `reference`, one of the request's undecided derivatives, when `decision` can be
+        /// taken on it: erased only where a purge of the request reaches.
+        fn decidable<'k>(
+            known: &'k [Derivative],
+            purged: &BTreeSet<String>,
+            reference: &str,
+            decision: Decision,
+        ) -> Result<&'k Derivative, StoreError> {
+            let Some(derivative) = known.iter().find(|d| d.reference == reference) else {
+                return Err(StoreError::NotDecidable(format!(
+                    "{reference} is \
+                    not a derivative of this request"
+                )));
+            };
+            if derivative.decision != Decision::Undecided {
+                return Err(StoreError::NotDecidable(format!(
+                    "{reference} is \
+                    not undecided: {}",
+                    derivative.decision.as_str()
+                )));
+            }
+            if decision == Decision::Erase && !purged.contains(&derivative.item.store) {
+                return Err(StoreError::NotDecidable(format!(
+                    "{reference} is in store {}, which no purge of this \
+                        request reaches: it can only be released",
+                    derivative.item.store
+                )));
+            }
+            Ok(derivative)
+        }
+
         #[async_trait]
         impl Lineage for $store {
             async fn lineage_items(
@@ -425,30 +488,7 @@ macro_rules! lineage_sql {
                     ));
                 }
                 let mut tx = self.write_tx().await?;
-                let sql = sqlx::AssertSqlSafe(format!(
-                    "SELECT {ERASURE_COLUMNS} FROM \
-                    erasure_requests WHERE id = $1{}",
-                    <$store>::FOR_UPDATE
-                ));
-                let mut record = erasure_from_row(
-                    &sqlx::query(sql)
-                        .bind(request_id)
-                        .fetch_one(&mut *tx)
-                        .await?,
-                )?;
-                // Flipped everywhere: a flip still on its way to a governed database cannot
-                // move the request on.
-                if !record.state.is_suppressed()
-                    || record.state.is_final()
-                    || record.suppressed_at.is_none()
-                {
-                    return Err(StoreError::NotDecidable(format!(
-                        "the request is {}: \
-                        only a flipped, open request's derivatives are decided, once \
-                        the flip holds everywhere",
-                        record.state
-                    )));
-                }
+                let mut record = flipped_request(&mut tx, request_id).await?;
                 let known = derivatives_in(&mut tx, request_id).await?;
                 let keys: Vec<String> = record.keys().map(str::to_owned).collect();
                 let targets: Vec<String> = sqlx::query_scalar(
@@ -460,26 +500,7 @@ macro_rules! lineage_sql {
                 .await?;
                 let purged = target_stores(&targets);
                 for reference in refs {
-                    let Some(derivative) = known.iter().find(|d| d.reference == *reference) else {
-                        return Err(StoreError::NotDecidable(format!(
-                            "{reference} is \
-                            not a derivative of this request"
-                        )));
-                    };
-                    if derivative.decision != Decision::Undecided {
-                        return Err(StoreError::NotDecidable(format!(
-                            "{reference} is \
-                            not undecided: {}",
-                            derivative.decision.as_str()
-                        )));
-                    }
-                    if decision == Decision::Erase && !purged.contains(&derivative.item.store) {
-                        return Err(StoreError::NotDecidable(format!(
-                            "{reference} is in store {}, which no purge of this \
-                                request reaches: it can only be released",
-                            derivative.item.store
-                        )));
-                    }
+                    let derivative = decidable(&known, &purged, reference, decision)?;
                     sqlx::query(
                         "UPDATE erasure_derivatives SET decision = $3, \
                         decided_by = $4, decided_at = $5, reason = $6 WHERE request_id \

@@ -5,6 +5,56 @@
 /// Implements [`Purges`](crate::state::Purges) for `$store` over `$db`.
 macro_rules! purge_sql {
     ($store:ty, $db:ty) => {
+        /// The request's purge jobs that count (not cancelled): each target and its state.
+        async fn purge_jobs_of(
+            tx: &mut Tx,
+            request_id: &str,
+        ) -> Result<Vec<(String, JobState)>, StoreError> {
+            let rows = sqlx::query(
+                "SELECT target, state FROM purge_jobs WHERE \
+                request_id = $1 AND state <> 'cancelled'",
+            )
+            .bind(request_id)
+            .fetch_all(&mut **tx)
+            .await?;
+            rows.iter()
+                .map(|r| {
+                    let state: String = r.try_get("state")?;
+                    let state = JobState::parse(&state).ok_or_else(|| {
+                        StoreError::Corrupt(format!(
+                            "purge \
+                        job state {state:?}"
+                        ))
+                    })?;
+                    Ok((r.try_get("target")?, state))
+                })
+                .collect::<Result<_, StoreError>>()
+        }
+
+        /// What a completed erasure leaves: which keys it erased, in which targets, and when.
+        async fn tombstone(
+            tx: &mut Tx,
+            record: &ErasureRecord,
+            jobs: &[(String, JobState)],
+            now: DateTime<Utc>,
+        ) -> Result<(), StoreError> {
+            let keys: Vec<String> = record.keys().map(str::to_owned).collect();
+            let targets = jobs.iter().map(|(t, _)| t.clone()).collect();
+            let scope = BTreeMap::from([("keys", keys), ("targets", targets)]);
+            sqlx::query(
+                "INSERT INTO tombstones (request_id, tenant, subject, \
+                scope, erased_at) VALUES ($1, $2, $3, $4, $5)",
+            )
+            .bind(&record.id)
+            .bind(&record.tenant)
+            .bind(&record.subject)
+            .bind(Json(scope))
+            .bind(now)
+            .execute(&mut **tx)
+            .await?;
+            Ok(())
+        }
+
         /// Moves a request on from where its purge jobs and its derivatives stand, inside the
         /// caller's transaction: once every job is done, what the closure reaches now is
         /// recorded and verification looks for the subject's live lineage rows and for
@@ -19,26 +69,7 @@ macro_rules! purge_sql {
             now: DateTime<Utc>,
             audit: &AuditEntry,
         ) -> Result<(Vec<PolicyChange>, bool), StoreError> {
-            let rows = sqlx::query(
-                "SELECT target, state FROM purge_jobs WHERE \
-                request_id = $1 AND state <> 'cancelled'",
-            )
-            .bind(&record.id)
-            .fetch_all(&mut **tx)
-            .await?;
-            let jobs: Vec<(String, JobState)> = rows
-                .iter()
-                .map(|r| {
-                    let state: String = r.try_get("state")?;
-                    let state = JobState::parse(&state).ok_or_else(|| {
-                        StoreError::Corrupt(format!(
-                            "purge \
-                        job state {state:?}"
-                        ))
-                    })?;
-                    Ok((r.try_get("target")?, state))
-                })
-                .collect::<Result<_, StoreError>>()?;
+            let jobs = purge_jobs_of(tx, &record.id).await?;
             let mut changes = Vec::new();
             let mut found = Verification::default();
             if verification_due(&jobs) {
@@ -79,20 +110,7 @@ macro_rules! purge_sql {
                 record.completed_at = Some(now);
                 // From here on the store knows the subject only by its reference.
                 changes.extend(forget_request(tx, subject_key, record, now).await?);
-                let keys: Vec<String> = record.keys().map(str::to_owned).collect();
-                let targets = jobs.iter().map(|(t, _)| t.clone()).collect();
-                let scope = BTreeMap::from([("keys", keys), ("targets", targets)]);
-                sqlx::query(
-                    "INSERT INTO tombstones (request_id, tenant, subject, \
-                    scope, erased_at) VALUES ($1, $2, $3, $4, $5)",
-                )
-                .bind(&record.id)
-                .bind(&record.tenant)
-                .bind(&record.subject)
-                .bind(Json(scope))
-                .bind(now)
-                .execute(&mut **tx)
-                .await?;
+                tombstone(tx, record, &jobs, now).await?;
             }
             for target in &next.rerun {
                 sqlx::query(

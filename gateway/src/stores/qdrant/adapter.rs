@@ -161,68 +161,67 @@ pub fn classify(method: &Method, path: &str) -> Endpoint {
         ["collections", c, "points", api, rest @ ..]
             if method == Method::POST && search_kind(api).is_some() && rest.len() <= 1 =>
         {
-            let Some(kind) = search_kind(api) else {
-                return Endpoint::Refused;
-            };
-            let collection = (*c).to_owned();
-            match rest {
-                [] => Endpoint::Search {
-                    collection,
-                    shape: SearchShape {
-                        kind,
-                        groups: false,
-                    },
-                },
-                ["batch"] => Endpoint::SearchBatch {
-                    collection,
-                    shape: SearchShape {
-                        kind,
-                        groups: false,
-                    },
-                },
-                ["groups"] if kind != SearchKind::Discover => Endpoint::Search {
-                    collection,
-                    shape: SearchShape { kind, groups: true },
-                },
+            search_endpoint(c, api, rest)
+        }
+        ["collections", c, "points", what, end @ ("delete" | "clear")]
+            if method == Method::POST =>
+        {
+            match (*what, *end) {
+                ("payload", "delete") => edit(c, EditKind::DeletePayload),
+                ("payload", _) => edit(c, EditKind::ClearPayload),
+                ("vectors", "delete") => edit(c, EditKind::DeleteVectors),
                 _ => Endpoint::Refused,
             }
         }
-        ["collections", c, "points", what, "delete" | "clear"]
-            if method == Method::POST && matches!(*what, "payload" | "vectors") =>
-        {
-            let kind = match (*what, segments.last()) {
-                ("payload", Some(&"delete")) => EditKind::DeletePayload,
-                ("payload", _) => EditKind::ClearPayload,
-                ("vectors", Some(&"delete")) => EditKind::DeleteVectors,
-                _ => return Endpoint::Refused,
-            };
-            Endpoint::Edit {
-                collection: (*c).to_owned(),
-                kind,
-            }
+        ["collections", c, "points", "payload"] if method == Method::PUT => {
+            edit(c, EditKind::OverwritePayload)
         }
-        ["collections", c, "points", "payload"] if method == Method::PUT => Endpoint::Edit {
-            collection: (*c).to_owned(),
-            kind: EditKind::OverwritePayload,
-        },
-        ["collections", c, "points", "vectors"] if method == Method::PUT => Endpoint::Edit {
-            collection: (*c).to_owned(),
-            kind: EditKind::UpdateVectors,
-        },
+        ["collections", c, "points", "vectors"] if method == Method::PUT => {
+            edit(c, EditKind::UpdateVectors)
+        }
         ["collections", c, "points", op] if method == Method::POST => {
             let collection = (*c).to_owned();
             match *op {
                 "scroll" => Endpoint::Scroll { collection },
                 "count" => Endpoint::Count { collection },
                 "delete" => Endpoint::Delete { collection },
-                "payload" => Endpoint::Edit {
-                    collection,
-                    kind: EditKind::SetPayload,
-                },
+                "payload" => edit(c, EditKind::SetPayload),
                 "batch" => Endpoint::Batch { collection },
                 _ => Endpoint::Refused,
             }
         }
+        _ => Endpoint::Refused,
+    }
+}
+
+fn edit(collection: &str, kind: EditKind) -> Endpoint {
+    Endpoint::Edit {
+        collection: collection.to_owned(),
+        kind,
+    }
+}
+
+/// `POST /collections/{c}/points/{api}[/batch|/groups]`: a search of one of the kinds Lethe
+/// serves, one or a batch, grouped or not (a discovery has no groups).
+fn search_endpoint(collection: &str, api: &str, rest: &[&str]) -> Endpoint {
+    let Some(kind) = search_kind(api) else {
+        return Endpoint::Refused;
+    };
+    let collection = collection.to_owned();
+    let shape = |groups| SearchShape { kind, groups };
+    match rest {
+        [] => Endpoint::Search {
+            collection,
+            shape: shape(false),
+        },
+        ["batch"] => Endpoint::SearchBatch {
+            collection,
+            shape: shape(false),
+        },
+        ["groups"] if kind != SearchKind::Discover => Endpoint::Search {
+            collection,
+            shape: shape(true),
+        },
         _ => Endpoint::Refused,
     }
 }

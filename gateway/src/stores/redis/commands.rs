@@ -172,13 +172,18 @@ impl Name {
 }
 
 pub fn classify(args: &[Vec<u8>]) -> Command {
+    let name = Name::of(args);
+    let name = name.as_str();
+    keyed(name, args).unwrap_or_else(|| unkeyed(name, args))
+}
+
+/// A command on keys: what it does to them and where its keys are; `None` for any other.
+fn keyed(name: &str, args: &[Vec<u8>]) -> Option<Command> {
     use Effect::*;
     use Keys::*;
     use Missing::*;
-    let name = Name::of(args);
-    let name = name.as_str();
     let keyed = |effect, keys| Command::Keyed(effect, keys);
-    match name {
+    Some(match name {
         "GET" | "LINDEX" | "HGET" | "ZSCORE" | "ZRANK" | "ZREVRANK" => keyed(Read(Nil), First),
         "GETRANGE" => keyed(Read(EmptyBulk), First),
         // With a count they answer a list: an empty one for a missing key.
@@ -239,6 +244,13 @@ pub fn classify(args: &[Vec<u8>]) -> Command {
         "GETEX" | "GETDEL" => keyed(if name == "GETDEL" { Delete } else { Expire }, First),
         "EXPIRE" | "PEXPIRE" | "EXPIREAT" | "PEXPIREAT" | "PERSIST" => keyed(Expire, First),
         "DEL" | "UNLINK" => keyed(Delete, All),
+        _ => return None,
+    })
+}
+
+/// A command that names no key: the connection's, the server's, Pub/Sub's, or one refused.
+fn unkeyed(name: &str, args: &[Vec<u8>]) -> Command {
+    match name {
         "SCAN" => Command::Scan,
         "AUTH" => Command::Auth,
         "HELLO" => Command::Hello,

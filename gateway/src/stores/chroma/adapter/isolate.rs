@@ -146,38 +146,46 @@ pub fn request(
             physical.push(mapped.clone());
             physical.extend(rest.iter().map(|s| (*s).to_owned()));
             isolated.database = Some(((*database).to_owned(), mapped));
-            let by_id = |id: &str| {
-                collection_id(id).ok_or_else(|| {
-                    invalid("collection ids are written as lowercase, hyphenated UUIDs")
-                })
-            };
-            isolated.shape = match rest {
-                [] if *method == Method::GET => Shape::Database,
-                [] => {
-                    isolated.drops_database = *method == Method::DELETE;
-                    Shape::AsIs
-                }
-                ["collections"] if *method == Method::GET => Shape::Collections,
-                ["collections"] => Shape::Collection,
-                // By name (GET, DELETE), which Chroma looks up in the path's database only.
-                ["collections", _] if *method == Method::GET => Shape::Collection,
-                ["collections", _] if *method == Method::DELETE => Shape::AsIs,
-                // By id (PUT renames it or changes its metadata; record operations; fork).
-                ["collections", id, op @ ..] => {
-                    isolated.check_id = Some(by_id(id)?);
-                    if op == ["fork"] {
-                        Shape::Collection
-                    } else {
-                        Shape::AsIs
-                    }
-                }
-                _ => Shape::AsIs,
-            };
+            isolated.shape = database_shape(method, rest, &mut isolated)?;
         }
         _ => return Err(invalid("no such Chroma endpoint")),
     }
     isolated.path = format!("/{}", physical.join("/"));
     Ok(isolated)
+}
+
+/// What a request inside a database (`rest` after its name) answers; a collection it names by
+/// id is checked to be the database's, and a database deleted is dropped from lineage.
+fn database_shape(
+    method: &Method,
+    rest: &[&str],
+    isolated: &mut Isolated,
+) -> Result<Shape, AdapterError> {
+    Ok(match rest {
+        [] if *method == Method::GET => Shape::Database,
+        [] => {
+            isolated.drops_database = *method == Method::DELETE;
+            Shape::AsIs
+        }
+        ["collections"] if *method == Method::GET => Shape::Collections,
+        ["collections"] => Shape::Collection,
+        // By name (GET, DELETE), which Chroma looks up in the path's database only.
+        ["collections", _] if *method == Method::GET => Shape::Collection,
+        ["collections", _] if *method == Method::DELETE => Shape::AsIs,
+        // By id (PUT renames it or changes its metadata; record operations; fork).
+        ["collections", id, op @ ..] => {
+            let id = collection_id(id).ok_or_else(|| {
+                invalid("collection ids are written as lowercase, hyphenated UUIDs")
+            })?;
+            isolated.check_id = Some(id);
+            if op == ["fork"] {
+                Shape::Collection
+            } else {
+                Shape::AsIs
+            }
+        }
+        _ => Shape::AsIs,
+    })
 }
 
 /// A database created: its name in the caller's namespace.

@@ -458,19 +458,7 @@ pub fn build_batch(
         };
         match op {
             Op::Upsert(planned) => {
-                // The store's own stamps decide ownership, then what this batch did before.
-                let mut held = before.held.clone();
-                for id in planned.ids() {
-                    match current.get(&id) {
-                        Some(Some(stamp)) => {
-                            held.insert(id, Some(stamp.clone()));
-                        }
-                        Some(None) => {
-                            held.remove(&id);
-                        }
-                        None => {}
-                    }
-                }
+                let held = held_now(before, &current, planned.ids());
                 match stamp_points(planned, tenant, view, &held, now) {
                     Ok((upsert, stamps)) => {
                         for (id, stamp) in &stamps {
@@ -483,15 +471,7 @@ pub fn build_batch(
                 }
             }
             Op::Delete(target) => {
-                // A delete of what the caller cannot see deletes nothing, as Qdrant's does.
-                let ids: Vec<PointId> = match &target {
-                    Target::Filter(_) => before.selected.iter().map(|(id, _)| id.clone()).collect(),
-                    Target::Ids(ids) => ids
-                        .iter()
-                        .filter(|id| matches!(current.get(*id), Some(Some(_))))
-                        .cloned()
-                        .collect(),
-                };
+                let ids = deleted_by(&target, before, &current);
                 for id in &ids {
                     current.insert(id.clone(), None);
                 }
@@ -529,6 +509,45 @@ pub fn build_batch(
         Ok(Ok(batch))
     } else {
         Err(AdapterError::Refused(refused))
+    }
+}
+
+/// What `ids` hold as the batch reaches them: the store's own stamps decide ownership, then
+/// what this batch did before.
+fn held_now(
+    before: &Before,
+    current: &BTreeMap<PointId, Option<Stamp>>,
+    ids: impl IntoIterator<Item = PointId>,
+) -> BTreeMap<PointId, Option<Stamp>> {
+    let mut held = before.held.clone();
+    for id in ids {
+        match current.get(&id) {
+            Some(Some(stamp)) => {
+                held.insert(id, Some(stamp.clone()));
+            }
+            Some(None) => {
+                held.remove(&id);
+            }
+            None => {}
+        }
+    }
+    held
+}
+
+/// The points a delete removes: only those the caller sees (a delete of what the caller cannot
+/// see deletes nothing, as Qdrant's does).
+fn deleted_by(
+    target: &Target,
+    before: &Before,
+    current: &BTreeMap<PointId, Option<Stamp>>,
+) -> Vec<PointId> {
+    match target {
+        Target::Filter(_) => before.selected.iter().map(|(id, _)| id.clone()).collect(),
+        Target::Ids(ids) => ids
+            .iter()
+            .filter(|id| matches!(current.get(*id), Some(Some(_))))
+            .cloned()
+            .collect(),
     }
 }
 

@@ -246,40 +246,15 @@ impl Pending {
     /// The plan, given the deadline each key of `asks` holds (`None` for a key that does not
     /// exist, `Some(None)` for one without a deadline).
     pub(super) fn decide(self, asked: &[Option<Option<DateTime<Utc>>>]) -> Result<Plan, Reply> {
+        let stamps = self.stamps(asked)?;
         let Pending {
             args,
             names,
-            owners,
             written,
             effect,
-            policy,
-            now,
             scripted,
+            ..
         } = self;
-        let (tenant, view) = (&policy.tenant, &policy.view);
-        let mut held = vec![None; names.len()];
-        for (&i, deadline) in written.iter().zip(asked) {
-            held[i] = *deadline;
-        }
-        let mut stamps = Vec::new();
-        for (i, owner) in owners.iter().enumerate() {
-            let facts = stored(tenant, owner);
-            let previous = held[i]
-                .flatten()
-                .map(|at| stamp_of(view, tenant, owner, at));
-            // The key's deadline in Redis is its stamp's; a key without one was written
-            // around Lethe, and nobody can show it is theirs.
-            let held = match (&held[i], &previous) {
-                (Some(None), _) => Held::Unstamped,
-                (_, Some(stamp)) => Held::Stamped(stamp),
-                _ => Held::Nothing,
-            };
-            let decided =
-                decide_write_over(view, &facts, held, Overwrite::Allowed, now).map_err(refused)?;
-            if let Some(stamp) = decided {
-                stamps.push((names[i].clone(), stamp));
-            }
-        }
         if effect == Effect::Take {
             // It adds nothing, so its keys' deadlines stand; sent alone, for a transaction
             // would not wait.
@@ -289,34 +264,10 @@ impl Pending {
             .iter()
             .filter_map(|&i| stamps.iter().find(|(k, _)| *k == names[i]).cloned())
             .collect();
-        if let [(key, stamp)] = written_stamps.as_slice()
-            && let Some(digest) = scripted
+        if let Some(digest) = scripted
+            && written_stamps.len() == 1
         {
-            let refusal = refused(Refusal::UnstampedItem);
-            let Reply::Error(refusal) = refusal else {
-                return Err(refusal);
-            };
-            let mut args = args.into_iter();
-            let name = args.next().unwrap_or_default();
-            let send = [
-                b"EVALSHA".to_vec(),
-                digest,
-                b"1".to_vec(),
-                key.as_bytes().to_vec(),
-                refusal.into_bytes(),
-                stamp.expires_at.timestamp_millis().to_string().into_bytes(),
-                name,
-            ]
-            .into_iter()
-            .chain(args.skip(1))
-            .collect();
-            return Ok(Plan {
-                send: vec![send],
-                answer: Answer::Scripted,
-                written: written_stamps,
-                proof: Proof::Scripted,
-                deleted: Vec::new(),
-            });
+            return scripted_write(args, digest, written_stamps);
         }
         if let [(_, stamp)] = written_stamps.as_slice()
             && plain_set(&args)
@@ -360,6 +311,76 @@ impl Pending {
             deleted,
         })
     }
+
+    /// The stamp each key is written with, decided over the deadline it holds in Redis
+    /// (`asked`, for the written keys): refused when any is refused.
+    fn stamps(
+        &self,
+        asked: &[Option<Option<DateTime<Utc>>>],
+    ) -> Result<Vec<(String, Stamp)>, Reply> {
+        let (tenant, view) = (&self.policy.tenant, &self.policy.view);
+        let mut held = vec![None; self.names.len()];
+        for (&i, deadline) in self.written.iter().zip(asked) {
+            held[i] = *deadline;
+        }
+        let mut stamps = Vec::new();
+        for (i, owner) in self.owners.iter().enumerate() {
+            let facts = stored(tenant, owner);
+            let previous = held[i]
+                .flatten()
+                .map(|at| stamp_of(view, tenant, owner, at));
+            // The key's deadline in Redis is its stamp's; a key without one was written
+            // around Lethe, and nobody can show it is theirs.
+            let held = match (&held[i], &previous) {
+                (Some(None), _) => Held::Unstamped,
+                (_, Some(stamp)) => Held::Stamped(stamp),
+                _ => Held::Nothing,
+            };
+            let decided = decide_write_over(view, &facts, held, Overwrite::Allowed, self.now)
+                .map_err(refused)?;
+            if let Some(stamp) = decided {
+                stamps.push((self.names[i].clone(), stamp));
+            }
+        }
+        Ok(stamps)
+    }
+}
+
+/// A write of one key in one trip: the script checks the key's deadline (refusing an
+/// unstamped one), runs the command and sets the stamp's deadline.
+fn scripted_write(
+    args: Vec<Vec<u8>>,
+    digest: Vec<u8>,
+    written_stamps: Vec<(String, Stamp)>,
+) -> Result<Plan, Reply> {
+    let refusal = refused(Refusal::UnstampedItem);
+    let Reply::Error(refusal) = refusal else {
+        return Err(refusal);
+    };
+    let Some((key, stamp)) = written_stamps.first() else {
+        return Err(Reply::Error(refusal));
+    };
+    let mut args = args.into_iter();
+    let name = args.next().unwrap_or_default();
+    let send = [
+        b"EVALSHA".to_vec(),
+        digest,
+        b"1".to_vec(),
+        key.as_bytes().to_vec(),
+        refusal.into_bytes(),
+        stamp.expires_at.timestamp_millis().to_string().into_bytes(),
+        name,
+    ]
+    .into_iter()
+    .chain(args.skip(1))
+    .collect();
+    Ok(Plan {
+        send: vec![send],
+        answer: Answer::Scripted,
+        written: written_stamps,
+        proof: Proof::Scripted,
+        deleted: Vec::new(),
+    })
 }
 
 /// What a read sends, given which of its keys are hidden.
@@ -616,94 +637,97 @@ impl Connection<'_> {
         command: Command,
         args: &[Vec<u8>],
     ) -> Result<Draft, Reply> {
-        let (effect, keys) = match command {
-            Command::Keyed(effect, keys) => (effect, keys),
-            Command::Ping => return Ok(Draft::Ready(Plan::local(Reply::Simple(b"PONG".to_vec())))),
-            Command::Echo => {
-                return match args.get(1) {
-                    Some(text) if args.len() == 2 => {
-                        Ok(Draft::Ready(Plan::local(Reply::Bulk(text.clone()))))
-                    }
-                    _ => Err(Reply::error(
-                        "ERR wrong number of arguments for 'echo' command",
-                    )),
-                };
-            }
-            Command::Select => {
-                return match args.get(1).map(Vec::as_slice) {
-                    Some(b"0") if args.len() == 2 => Ok(Draft::Ready(Plan::local(Reply::ok()))),
-                    _ => Err(refused_with(
-                        "forbidden",
-                        "the route's database is set by its upstream URL",
-                    )),
-                };
-            }
-            Command::ClientName => return Ok(Draft::Ready(Plan::local(Reply::ok()))),
+        match command {
+            Command::Keyed(effect, keys) => self.draft_keyed(effect, keys, args).await,
+            other => self.draft_unkeyed(other, args).await,
+        }
+    }
+
+    /// A command that names no key: answered here, forwarded as it is, or refused.
+    async fn draft_unkeyed(&mut self, command: Command, args: &[Vec<u8>]) -> Result<Draft, Reply> {
+        match command {
+            Command::Ping => Ok(Draft::Ready(Plan::local(Reply::Simple(b"PONG".to_vec())))),
+            Command::Echo => match args.get(1) {
+                Some(text) if args.len() == 2 => {
+                    Ok(Draft::Ready(Plan::local(Reply::Bulk(text.clone()))))
+                }
+                _ => Err(Reply::error(
+                    "ERR wrong number of arguments for 'echo' command",
+                )),
+            },
+            Command::Select => match args.get(1).map(Vec::as_slice) {
+                Some(b"0") if args.len() == 2 => Ok(Draft::Ready(Plan::local(Reply::ok()))),
+                _ => Err(refused_with(
+                    "forbidden",
+                    "the route's database is set by its upstream URL",
+                )),
+            },
+            Command::ClientName => Ok(Draft::Ready(Plan::local(Reply::ok()))),
             Command::Watch | Command::Unwatch if self.queue.is_some() => {
-                return Err(Reply::error("ERR WATCH inside MULTI is not allowed"));
+                Err(Reply::error("ERR WATCH inside MULTI is not allowed"))
             }
             Command::Watch => {
                 let keys: Vec<&str> = utf8_keys(args, &(1..args.len()).collect::<Vec<_>>())?;
                 self.owners(&keys)?;
-                return Ok(Draft::Ready(Plan::forward(args.to_vec())));
+                Ok(Draft::Ready(Plan::forward(args.to_vec())))
             }
-            Command::Unwatch => return Ok(Draft::Ready(Plan::forward(args.to_vec()))),
-            Command::Publish => {
-                if args.len() != 3 {
-                    return Err(wrong_arity(args));
-                }
-                // A message carries its subject's data to the subscribers: the subject must be
-                // active, with `store` consent, as for any write (nothing is kept, so no
-                // deadline is set).
-                let owners = self.owners(&utf8_keys(args, &[1])?)?;
-                let policy = self.policy(&owners).await?;
-                for owner in &owners {
-                    let facts = stored(&policy.tenant, owner);
-                    decide_write_over(
-                        &policy.view,
-                        &facts,
-                        Held::Nothing,
-                        Overwrite::Allowed,
-                        crate::now(),
-                    )
-                    .map_err(refused)?;
-                }
-                return Ok(Draft::Ready(Plan::forward(args.to_vec())));
-            }
-            Command::Subscribe | Command::Unsubscribe => {
-                return Err(Reply::error(format!(
-                    "ERR Command not allowed inside a transaction: {}",
-                    name_of(args)
-                )));
-            }
-            Command::Server => {
-                return match self.ctx()?.claims.role {
-                    Role::Admin => Ok(Draft::Ready(Plan::forward(args.to_vec()))),
-                    _ => Err(refused_with(
-                        "forbidden",
-                        &format!(
-                            "{} describes the whole server: admin tokens only",
-                            name_of(args)
-                        ),
-                    )),
-                };
-            }
-            Command::Refused(why) => {
-                return Err(refused_with(
+            Command::Unwatch => Ok(Draft::Ready(Plan::forward(args.to_vec()))),
+            Command::Publish => self.publish(args).await,
+            Command::Subscribe | Command::Unsubscribe => Err(Reply::error(format!(
+                "ERR Command not allowed inside a transaction: {}",
+                name_of(args)
+            ))),
+            Command::Server => match self.ctx()?.claims.role {
+                Role::Admin => Ok(Draft::Ready(Plan::forward(args.to_vec()))),
+                _ => Err(refused_with(
                     "forbidden",
-                    &format!("{} is refused: {why}", name_of(args)),
-                ));
-            }
-            Command::Scan => {
-                return Err(refused_with("forbidden", "SCAN is not served inside MULTI"));
-            }
-            _ => {
-                return Err(refused_with(
-                    "unknown_endpoint",
-                    &format!("{} is not a command Lethe serves", name_of(args)),
-                ));
-            }
-        };
+                    &format!(
+                        "{} describes the whole server: admin tokens only",
+                        name_of(args)
+                    ),
+                )),
+            },
+            Command::Refused(why) => Err(refused_with(
+                "forbidden",
+                &format!("{} is refused: {why}", name_of(args)),
+            )),
+            Command::Scan => Err(refused_with("forbidden", "SCAN is not served inside MULTI")),
+            _ => Err(refused_with(
+                "unknown_endpoint",
+                &format!("{} is not a command Lethe serves", name_of(args)),
+            )),
+        }
+    }
+
+    /// A message carries its subject's data to the subscribers: the subject must be active, with
+    /// `store` consent, as for any write (nothing is kept, so no deadline is set).
+    async fn publish(&mut self, args: &[Vec<u8>]) -> Result<Draft, Reply> {
+        if args.len() != 3 {
+            return Err(wrong_arity(args));
+        }
+        let owners = self.owners(&utf8_keys(args, &[1])?)?;
+        let policy = self.policy(&owners).await?;
+        for owner in &owners {
+            let facts = stored(&policy.tenant, owner);
+            decide_write_over(
+                &policy.view,
+                &facts,
+                Held::Nothing,
+                Overwrite::Allowed,
+                crate::now(),
+            )
+            .map_err(refused)?;
+        }
+        Ok(Draft::Ready(Plan::forward(args.to_vec())))
+    }
+
+    /// A command on keys: each key's owner decides what of it is read, and whether it is written.
+    async fn draft_keyed(
+        &mut self,
+        effect: Effect,
+        keys: Keys,
+        args: &[Vec<u8>],
+    ) -> Result<Draft, Reply> {
         let positions = key_positions(keys, args).map_err(|e| Reply::error(format!("ERR {e}")))?;
         let names = utf8_keys(args, &positions)?;
         let owners = self.owners(&names)?;
