@@ -1,4 +1,4 @@
-//! The `lethe` gateway: state store, control plane, CLI.
+//! The `lethe` gateway: the data plane, the stores, erasure, the control plane, the CLI.
 
 #![forbid(unsafe_code)]
 
@@ -16,15 +16,10 @@ pub mod keys;
 pub mod metrics;
 pub mod purge;
 pub mod revocations;
-pub mod state;
 pub mod stores;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 
-use chrono::{DateTime, SubsecRound, Utc};
-
-/// The current time at the precision both state stores keep (microseconds), so that what is
-/// written, read back and hashed is the same instant.
-pub fn now() -> DateTime<Utc> {
-    Utc::now().trunc_subsecs(6)
-}
+/// The state store is its own crate, a layer below everything here; named as before.
+pub use lethe_state as state;
+pub use lethe_state::now;

@@ -1,7 +1,7 @@
 use super::*;
 
-use crate::state::tests::{ERASED_KEYS, erase_to_completion};
 use crate::testing::{AUDIT_KEY, fresh_sqlite_url, migrated};
+use crate::testing::{ERASED_KEYS, erase_to_completion};
 
 const TEXT: &str =
     "she told the assistant about the diagnosis before telling her family or her manager";

@@ -1,7 +1,7 @@
 //! The SQL of subjects and their consent grants, for both backends. Expanded inside `impl_store!`,
 //! in its module: its imports, `Row`, `Tx` and shared helpers are in scope.
 
-/// Implements [`Consents`](crate::state::Consents) for `$store` over `$db`.
+/// Implements [`Consents`](crate::Consents) for `$store` over `$db`.
 macro_rules! consent_sql {
     ($store:ty, $db:ty) => {
         fn grant_from_row(row: &Row) -> Result<ConsentGrant, StoreError> {
@@ -124,7 +124,7 @@ macro_rules! consent_sql {
             }
 
             async fn grant(&self, id: &str) -> Result<ConsentGrant, StoreError> {
-                let sql = concat!(crate::state::sql::select_grants!(), "WHERE id = $1");
+                let sql = concat!(crate::sql::select_grants!(), "WHERE id = $1");
                 let row = sqlx::query(sql).bind(id).fetch_one(&self.pool).await?;
                 grant_from_row(&row)
             }
@@ -145,13 +145,13 @@ macro_rules! consent_sql {
                 .execute(&mut *tx)
                 .await?
                 .rows_affected();
-                let sql = concat!(crate::state::sql::select_grants!(), "WHERE id = $1");
+                let sql = concat!(crate::sql::select_grants!(), "WHERE id = $1");
                 let grant = grant_from_row(&sqlx::query(sql).bind(id).fetch_one(&mut *tx).await?)?;
                 if updated == 0 {
                     return Err(StoreError::AlreadyRevoked);
                 }
                 let sql = concat!(
-                    crate::state::sql::select_grants!(),
+                    crate::sql::select_grants!(),
                     "WHERE tenant = $1 AND subject = \
                     $2"
                 );
@@ -196,7 +196,7 @@ macro_rules! consent_sql {
                 subject: &str,
             ) -> Result<Vec<ConsentGrant>, StoreError> {
                 let sql = concat!(
-                    crate::state::sql::select_grants!(),
+                    crate::sql::select_grants!(),
                     "WHERE tenant = $1 AND subject = \
                     $2 ORDER BY granted_at, id"
                 );

@@ -2,7 +2,7 @@
 //! Expanded inside `impl_store!`, in its module: its imports, `Row`, `Tx` and shared helpers are in
 //! scope.
 
-/// Implements [`Retention`](crate::state::Retention) for `$store` over `$db`.
+/// Implements [`Retention`](crate::Retention) for `$store` over `$db`.
 macro_rules! retention_sql {
     ($store:ty, $db:ty) => {
         fn hold_from_row(row: &Row) -> Result<HoldRecord, StoreError> {
@@ -129,7 +129,7 @@ macro_rules! retention_sql {
             }
 
             async fn hold(&self, id: &str) -> Result<HoldRecord, StoreError> {
-                let sql = concat!(crate::state::sql::select_holds!(), "WHERE id = $1");
+                let sql = concat!(crate::sql::select_holds!(), "WHERE id = $1");
                 hold_from_row(&sqlx::query(sql).bind(id).fetch_one(&self.pool).await?)
             }
 
@@ -151,7 +151,7 @@ macro_rules! retention_sql {
                 .execute(&mut *tx)
                 .await?
                 .rows_affected();
-                let sql = concat!(crate::state::sql::select_holds!(), "WHERE id = $1");
+                let sql = concat!(crate::sql::select_holds!(), "WHERE id = $1");
                 let hold = hold_from_row(&sqlx::query(sql).bind(id).fetch_one(&mut *tx).await?)?;
                 if updated == 0 {
                     return Err(StoreError::AlreadyReleased);
@@ -205,7 +205,7 @@ macro_rules! retention_sql {
                 subject: Option<&str>,
             ) -> Result<Vec<HoldRecord>, StoreError> {
                 let sql = concat!(
-                    crate::state::sql::select_holds!(),
+                    crate::sql::select_holds!(),
                     "WHERE tenant = $1 AND ($2 IS NULL OR subject IS NULL OR subject = \
                         $2) ORDER BY placed_at, id"
                 );

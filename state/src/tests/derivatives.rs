@@ -9,7 +9,7 @@ use lethe_policy::{ErasureState, How};
 
 use super::{audit, lineage_row};
 use crate::now;
-use crate::state::*;
+use crate::*;
 
 on_both_backends!(
     a_flip_hides_the_closure_and_waits_for_every_decision,

@@ -2,7 +2,7 @@
 //! for both backends. Expanded inside `impl_store!`, in its module: its imports, `Row`, `Tx` and
 //! shared helpers are in scope.
 
-/// Implements [`Purges`](crate::state::Purges) for `$store` over `$db`.
+/// Implements [`Purges`](crate::Purges) for `$store` over `$db`.
 macro_rules! purge_sql {
     ($store:ty, $db:ty) => {
         /// The request's purge jobs that count (not cancelled): each target and its state.

@@ -44,7 +44,7 @@ macro_rules! flip_sql {
             at: DateTime<Utc>,
         ) -> Result<bool, StoreError> {
             let sql = concat!(
-                crate::state::sql::select_holds!(),
+                crate::sql::select_holds!(),
                 "WHERE tenant = $1 AND released_at IS \
                 NULL"
             );

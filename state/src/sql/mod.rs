@@ -67,7 +67,7 @@ macro_rules! impl_store {
             use sqlx::types::Json;
 
             use super::*;
-            use crate::state::{
+            use crate::{
                 AuditLog, Closure, Consents, ConsoleSession, DeadlineExtension, Decision,
                 Derivative, Derived, DueWindow, Edge, ErasureFilter, ErasureRecord, ErasureStats,
                 Erasures, ExpiredItem, Feed, FeedEvent, GovernedFlip, HoldRecord, ItemKey,
@@ -76,9 +76,9 @@ macro_rules! impl_store {
                 Store, StoreError, Tombstone, deadline,
             };
 
-            crate::state::sql::closure_sql!($db);
-            crate::state::sql::derivative_sql!($db);
-            crate::state::sql::flip_sql!($store, $db);
+            crate::sql::closure_sql!($db);
+            crate::sql::derivative_sql!($db);
+            crate::sql::flip_sql!($store, $db);
 
             type Row = <$db as sqlx::Database>::Row;
             type Tx = sqlx::Transaction<'static, $db>;
@@ -186,13 +186,13 @@ macro_rules! impl_store {
                 }
             }
 
-            crate::state::sql::consent_sql!($store, $db);
-            crate::state::sql::retention_sql!($store, $db);
-            crate::state::sql::erasure_sql!($store, $db);
-            crate::state::sql::purge_sql!($store, $db);
-            crate::state::sql::lineage_sql!($store, $db);
-            crate::state::sql::audit_sql!($store, $db);
-            crate::state::sql::sessions_sql!($store, $db);
+            crate::sql::consent_sql!($store, $db);
+            crate::sql::retention_sql!($store, $db);
+            crate::sql::erasure_sql!($store, $db);
+            crate::sql::purge_sql!($store, $db);
+            crate::sql::lineage_sql!($store, $db);
+            crate::sql::audit_sql!($store, $db);
+            crate::sql::sessions_sql!($store, $db);
         }
     };
 }

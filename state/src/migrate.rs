@@ -10,52 +10,52 @@ pub const SQLITE: &[Migration] = &[
     Migration {
         version: 1,
         name: "init",
-        sql: include_str!("../../../migrations/sqlite/0001_init.sql"),
+        sql: include_str!("../../migrations/sqlite/0001_init.sql"),
     },
     Migration {
         version: 2,
         name: "processors",
-        sql: include_str!("../../../migrations/sqlite/0002_processors.sql"),
+        sql: include_str!("../../migrations/sqlite/0002_processors.sql"),
     },
     Migration {
         version: 3,
         name: "audit_tenants",
-        sql: include_str!("../../../migrations/sqlite/0003_audit_tenants.sql"),
+        sql: include_str!("../../migrations/sqlite/0003_audit_tenants.sql"),
     },
     Migration {
         version: 4,
         name: "certificates",
-        sql: include_str!("../../../migrations/sqlite/0004_certificates.sql"),
+        sql: include_str!("../../migrations/sqlite/0004_certificates.sql"),
     },
     Migration {
         version: 5,
         name: "erasure_list",
-        sql: include_str!("../../../migrations/sqlite/0005_erasure_list.sql"),
+        sql: include_str!("../../migrations/sqlite/0005_erasure_list.sql"),
     },
     Migration {
         version: 6,
         name: "deadlines_and_rejections",
-        sql: include_str!("../../../migrations/sqlite/0006_deadlines_and_rejections.sql"),
+        sql: include_str!("../../migrations/sqlite/0006_deadlines_and_rejections.sql"),
     },
     Migration {
         version: 7,
         name: "derivatives",
-        sql: include_str!("../../../migrations/sqlite/0007_derivatives.sql"),
+        sql: include_str!("../../migrations/sqlite/0007_derivatives.sql"),
     },
     Migration {
         version: 8,
         name: "governed_flips",
-        sql: include_str!("../../../migrations/sqlite/0008_governed_flips.sql"),
+        sql: include_str!("../../migrations/sqlite/0008_governed_flips.sql"),
     },
     Migration {
         version: 9,
         name: "keyed_audit",
-        sql: include_str!("../../../migrations/sqlite/0009_keyed_audit.sql"),
+        sql: include_str!("../../migrations/sqlite/0009_keyed_audit.sql"),
     },
     Migration {
         version: 10,
         name: "sessions_and_revocations",
-        sql: include_str!("../../../migrations/sqlite/0010_sessions_and_revocations.sql"),
+        sql: include_str!("../../migrations/sqlite/0010_sessions_and_revocations.sql"),
     },
 ];
 
@@ -63,52 +63,52 @@ pub const POSTGRES: &[Migration] = &[
     Migration {
         version: 1,
         name: "init",
-        sql: include_str!("../../../migrations/postgres/0001_init.sql"),
+        sql: include_str!("../../migrations/postgres/0001_init.sql"),
     },
     Migration {
         version: 2,
         name: "processors",
-        sql: include_str!("../../../migrations/postgres/0002_processors.sql"),
+        sql: include_str!("../../migrations/postgres/0002_processors.sql"),
     },
     Migration {
         version: 3,
         name: "audit_tenants",
-        sql: include_str!("../../../migrations/postgres/0003_audit_tenants.sql"),
+        sql: include_str!("../../migrations/postgres/0003_audit_tenants.sql"),
     },
     Migration {
         version: 4,
         name: "certificates",
-        sql: include_str!("../../../migrations/postgres/0004_certificates.sql"),
+        sql: include_str!("../../migrations/postgres/0004_certificates.sql"),
     },
     Migration {
         version: 5,
         name: "erasure_list",
-        sql: include_str!("../../../migrations/postgres/0005_erasure_list.sql"),
+        sql: include_str!("../../migrations/postgres/0005_erasure_list.sql"),
     },
     Migration {
         version: 6,
         name: "deadlines_and_rejections",
-        sql: include_str!("../../../migrations/postgres/0006_deadlines_and_rejections.sql"),
+        sql: include_str!("../../migrations/postgres/0006_deadlines_and_rejections.sql"),
     },
     Migration {
         version: 7,
         name: "derivatives",
-        sql: include_str!("../../../migrations/postgres/0007_derivatives.sql"),
+        sql: include_str!("../../migrations/postgres/0007_derivatives.sql"),
     },
     Migration {
         version: 8,
         name: "governed_flips",
-        sql: include_str!("../../../migrations/postgres/0008_governed_flips.sql"),
+        sql: include_str!("../../migrations/postgres/0008_governed_flips.sql"),
     },
     Migration {
         version: 9,
         name: "keyed_audit",
-        sql: include_str!("../../../migrations/postgres/0009_keyed_audit.sql"),
+        sql: include_str!("../../migrations/postgres/0009_keyed_audit.sql"),
     },
     Migration {
         version: 10,
         name: "sessions_and_revocations",
-        sql: include_str!("../../../migrations/postgres/0010_sessions_and_revocations.sql"),
+        sql: include_str!("../../migrations/postgres/0010_sessions_and_revocations.sql"),
     },
 ];
 
@@ -127,7 +127,7 @@ macro_rules! run_migrations {
             let mut tx = $begin.await?;
             sqlx::query($lock).execute(&mut *tx).await?;
             // Inside the lock: concurrent CREATE TABLE IF NOT EXISTS can collide on PostgreSQL.
-            sqlx::query(crate::state::migrate::BOOKKEEPING)
+            sqlx::query(crate::migrate::BOOKKEEPING)
                 .execute(&mut *tx)
                 .await?;
             let done: Option<i64> =

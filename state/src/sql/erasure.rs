@@ -2,7 +2,7 @@
 //! governed databases), for both backends. Expanded inside `impl_store!`, in its module: its
 //! imports, `Row`, `Tx` and shared helpers are in scope.
 
-/// Implements [`Erasures`](crate::state::Erasures) for `$store` over `$db`.
+/// Implements [`Erasures`](crate::Erasures) for `$store` over `$db`.
 macro_rules! erasure_sql {
     ($store:ty, $db:ty) => {
         const ERASURE_COLUMNS: &str = "id, tenant, subject, aliases, ticket, reason, \

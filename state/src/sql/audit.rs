@@ -2,7 +2,7 @@
 //! Expanded inside `impl_store!`, in its module: its imports, `Row`, `Tx` and shared helpers are in
 //! scope.
 
-/// Implements [`AuditLog`](crate::state::AuditLog) for `$store` over `$db`.
+/// Implements [`AuditLog`](crate::AuditLog) for `$store` over `$db`.
 macro_rules! audit_sql {
     ($store:ty, $db:ty) => {
         fn audit_from_row(row: &Row) -> Result<AuditRecord, StoreError> {
@@ -56,7 +56,7 @@ macro_rules! audit_sql {
                 seq: head.try_get("seq")?,
                 hash: head.try_get("hash")?,
             };
-            if version != crate::state::KEYED_CHAIN {
+            if version != crate::KEYED_CHAIN {
                 return Err(StoreError::AuditUnkeyed);
             }
             let check = lethe_policy::audit::key_check(key);
@@ -322,7 +322,7 @@ macro_rules! audit_sql {
                     .fetch_one(&mut *tx)
                     .await?;
                 let version: i32 = head.try_get("chain_version")?;
-                if version == crate::state::KEYED_CHAIN {
+                if version == crate::KEYED_CHAIN {
                     return Ok(None);
                 }
                 let old = ChainHead {
@@ -337,7 +337,7 @@ macro_rules! audit_sql {
                 )
                 .bind(head.seq)
                 .bind(&head.hash)
-                .bind(crate::state::KEYED_CHAIN)
+                .bind(crate::KEYED_CHAIN)
                 .bind(lethe_policy::audit::key_check(key))
                 .execute(&mut *tx)
                 .await?;
@@ -367,7 +367,7 @@ macro_rules! audit_sql {
                 .await?;
                 let version: i32 = row.try_get("chain_version")?;
                 Ok((
-                    version == crate::state::KEYED_CHAIN,
+                    version == crate::KEYED_CHAIN,
                     row.try_get("key_check")?,
                 ))
             }
@@ -441,7 +441,7 @@ macro_rules! audit_sql {
                             seq: row.try_get("seq")?,
                             hash: row.try_get("hash")?,
                             signed_at: row.try_get("signed_at")?,
-                            signature: crate::state::HeadSignature::ed25519(
+                            signature: crate::HeadSignature::ed25519(
                                 row.try_get("public_key")?,
                                 row.try_get("signature")?,
                             ),

@@ -1,47 +1,125 @@
-//! One suite, run against both backends: every test below exists once for SQLite and once for
-//! PostgreSQL (a fresh database on the local server).
+//! Helpers for tests that need a real state store. PostgreSQL tests get a fresh database each,
+//! created on the server `LETHE_TEST_POSTGRES` names (default: the local one, trust auth).
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use chrono::{DateTime, Months, TimeDelta, Utc};
+use chrono::TimeDelta;
 use lethe_policy::audit::{AuditEntry, subject_ref};
-use lethe_policy::{
-    Action, ConsentGrant, Layer, LegalHold, RetentionPolicy, RetentionRule, SubjectStatus,
+use lethe_policy::{Action, ConsentGrant, Layer, LegalHold};
+
+use crate::{
+    Derived, Edge, ErasureRecord, HoldRecord, ItemKey, ItemRecord, JobOutcome, ProcessorUse,
+    Shared, Sharing, Store, now,
 };
 
-use super::*;
-use crate::now;
-use crate::testing::{fresh_postgres_database, fresh_sqlite_url, migrated};
-
-macro_rules! on_both_backends {
-    ($($name:ident),* $(,)?) => {
-        mod sqlite {
-            $(#[tokio::test] async fn $name() { super::$name(&crate::testing::migrated(&crate::testing::fresh_sqlite_url()).await).await })*
-        }
-        mod postgres {
-            $(#[tokio::test] async fn $name() {
-                let url = crate::testing::fresh_postgres_database().await.expect("create a PostgreSQL test database");
-                super::$name(&crate::testing::migrated(&url).await).await
-            })*
-        }
-    };
+pub fn postgres_admin_url() -> String {
+    std::env::var("LETHE_TEST_POSTGRES")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned())
 }
 
-mod audit;
-mod consent;
-mod derivatives;
-mod erasure;
-mod forgetting;
-mod lineage;
+/// A new, empty PostgreSQL database; returns its URL.
+pub async fn fresh_postgres_database() -> Result<String, sqlx::Error> {
+    use sqlx::Connection as _;
+    let admin = postgres_admin_url();
+    let name = format!("lethe_test_{}", uuid::Uuid::new_v4().simple());
+    let mut conn = sqlx::PgConnection::connect(&admin).await?;
+    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+        .execute(&mut conn)
+        .await?;
+    let base = admin
+        .rsplit_once('/')
+        .map_or(admin.as_str(), |(base, _)| base);
+    Ok(format!("{base}/{name}"))
+}
+
+/// A new SQLite file in a fresh temporary folder; returns its URL.
+pub fn fresh_sqlite_url() -> String {
+    let dir = std::env::temp_dir().join(format!("lethe-test-{}", uuid::Uuid::new_v4().simple()));
+    format!("sqlite://{}/state.db", dir.display())
+}
+
+/// The key of subject references in tests.
+pub const AUDIT_KEY: &[u8] = b"audit-key";
+
+/// Connects to `url`, applies the migrations and gives the store the test [`AUDIT_KEY`].
+pub async fn migrated(url: &str) -> Arc<dyn Store> {
+    let store = crate::connect(url)
+        .await
+        .expect("connect to the test state store");
+    store.migrate().await.expect("migrate the test state store");
+    store.use_subject_key(AUDIT_KEY);
+    store
+}
+
+/// Runs statements on the database behind `url`, outside Lethe (to tamper with it in tests).
+pub async fn execute_raw(url: &str, sql: &str) -> Result<u64, sqlx::Error> {
+    use sqlx::Connection as _;
+    let sql = sqlx::AssertSqlSafe(sql.to_owned());
+    let affected = if url.starts_with("sqlite:") {
+        let mut conn = sqlx::SqliteConnection::connect(url).await?;
+        sqlx::raw_sql(sql).execute(&mut conn).await?.rows_affected()
+    } else {
+        let mut conn = sqlx::PgConnection::connect(url).await?;
+        sqlx::raw_sql(sql).execute(&mut conn).await?.rows_affected()
+    };
+    Ok(affected)
+}
+
+/// An erasure request for `subject` of tenant `acme`, filed by `dpo` at `at`, not yet approved.
+pub fn erasure_request(
+    id: &str,
+    subject: &str,
+    at: chrono::DateTime<chrono::Utc>,
+) -> crate::ErasureRecord {
+    crate::ErasureRecord {
+        id: id.into(),
+        tenant: "acme".into(),
+        subject: subject.into(),
+        aliases: vec![],
+        ticket: "DSR-7".into(),
+        reason: "art. 17".into(),
+        state: lethe_policy::ErasureState::Requested,
+        requested_by: "dpo".into(),
+        requested_at: at,
+        deadline: crate::deadline(at, 1),
+        approvals: vec![],
+        suppressed_at: None,
+        completed_at: None,
+        updated_at: at,
+        extension: None,
+        rejection: None,
+    }
+}
+
+/// A lineage row: `subject`'s item `id` of tenant `acme` in `store`'s collection `c1`, a day
+/// from its deadline.
+pub fn item(store: &str, id: &str, subject: &str) -> crate::ItemRecord {
+    let now = crate::now();
+    crate::ItemRecord {
+        store: store.into(),
+        collection: "c1".into(),
+        item_id: id.into(),
+        tenant: "acme".into(),
+        subject: subject.into(),
+        purpose: "p".into(),
+        category: "c".into(),
+        layer: lethe_policy::Layer::Raw,
+        created_at: now,
+        expires_at: now + chrono::TimeDelta::days(1),
+        epoch: 0,
+        source_ref: None,
+        parents: vec![],
+    }
+}
 
 /// The raw keys of the erased subject in the test below: distinct enough that no hash, id or
 /// timestamp contains them by chance.
-pub(crate) const ERASED_KEYS: [&str; 2] = ["subject-qx7", "subject-qx7-old"];
+pub const ERASED_KEYS: [&str; 2] = ["subject-qx7", "subject-qx7-old"];
 
 /// Files an erasure of `ERASED_KEYS` over a subject with a grant, a hold, lineage and a
 /// provider, purges it and completes it; returns the completed record.
-pub(crate) async fn erase_to_completion(store: &Arc<dyn Store>) -> ErasureRecord {
+pub async fn erase_to_completion(store: &Arc<dyn Store>) -> ErasureRecord {
     use lethe_policy::ErasureState;
     let [key, alias] = ERASED_KEYS;
     store
@@ -145,7 +223,7 @@ pub(crate) async fn erase_to_completion(store: &Arc<dyn Store>) -> ErasureRecord
         .unwrap();
     let record = ErasureRecord {
         aliases: vec![alias.into()],
-        ..crate::testing::erasure_request("er1", key, at)
+        ..erasure_request("er1", key, at)
     };
     store
         .create_erasure(
@@ -190,7 +268,8 @@ pub(crate) async fn erase_to_completion(store: &Arc<dyn Store>) -> ErasureRecord
     done
 }
 
-fn audit(action: &str, target_ref: Option<&str>) -> AuditEntry {
+/// An audit event of tenant `acme` by `dpo@test`.
+pub fn audit(action: &str, target_ref: Option<&str>) -> AuditEntry {
     AuditEntry {
         at: now(),
         tenant: Some("acme".into()),
@@ -206,7 +285,7 @@ fn audit(action: &str, target_ref: Option<&str>) -> AuditEntry {
 }
 
 /// A lineage row of tenant `acme`, kept for personalization, expiring in a day.
-fn lineage_row(store: &str, collection: &str, id: &str, subject: &str) -> ItemRecord {
+pub fn lineage_row(store: &str, collection: &str, id: &str, subject: &str) -> ItemRecord {
     ItemRecord {
         store: store.into(),
         collection: collection.into(),
@@ -224,7 +303,8 @@ fn lineage_row(store: &str, collection: &str, id: &str, subject: &str) -> ItemRe
     }
 }
 
-fn grant(id: &str, subject: &str) -> ConsentGrant {
+/// A grant of `store` and `retrieve` for personalization, 30 days long, of tenant `acme`.
+pub fn grant(id: &str, subject: &str) -> ConsentGrant {
     ConsentGrant {
         id: id.into(),
         tenant: "acme".into(),

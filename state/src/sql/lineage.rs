@@ -2,7 +2,7 @@
 //! backends. Expanded inside `impl_store!`, in its module: its imports, `Row`, `Tx` and shared
 //! helpers are in scope.
 
-/// Implements [`Lineage`](crate::state::Lineage) for `$store` over `$db`.
+/// Implements [`Lineage`](crate::Lineage) for `$store` over `$db`.
 macro_rules! lineage_sql {
     ($store:ty, $db:ty) => {
         /// `items` as they must be recorded once the consent withdrawals since they were
@@ -22,10 +22,8 @@ macro_rules! lineage_sql {
             let owners: Vec<_> = owners.into_iter().collect();
             let mut grants: BTreeMap<(String, String), Vec<ConsentGrant>> = BTreeMap::new();
             for chunk in owners.chunks(400) {
-                let mut select = sqlx::QueryBuilder::<$db>::new(concat!(
-                    crate::state::sql::select_grants!(),
-                    "WHERE "
-                ));
+                let mut select =
+                    sqlx::QueryBuilder::<$db>::new(concat!(crate::sql::select_grants!(), "WHERE "));
                 let mut either = select.separated(" OR ");
                 for (tenant, subject) in chunk {
                     either
@@ -158,7 +156,7 @@ macro_rules! lineage_sql {
 
             async fn record_processors(
                 &self,
-                uses: &[crate::state::ProcessorUse],
+                uses: &[crate::ProcessorUse],
             ) -> Result<(), StoreError> {
                 let mut tx = self.write_tx().await?;
                 for u in uses {
@@ -188,7 +186,7 @@ macro_rules! lineage_sql {
                 &self,
                 tenant: &str,
                 subject: &str,
-            ) -> Result<Vec<crate::state::ProcessorUse>, StoreError> {
+            ) -> Result<Vec<crate::ProcessorUse>, StoreError> {
                 let rows = sqlx::query(
                     "SELECT processor, first_at, last_at FROM \
                     processors WHERE tenant = $1 AND subject = $2 ORDER BY processor",
@@ -199,7 +197,7 @@ macro_rules! lineage_sql {
                 .await?;
                 rows.iter()
                     .map(|r| {
-                        Ok(crate::state::ProcessorUse {
+                        Ok(crate::ProcessorUse {
                             tenant: tenant.to_owned(),
                             subject: subject.to_owned(),
                             processor: r.try_get("processor")?,
@@ -221,7 +219,7 @@ macro_rules! lineage_sql {
                 // store held) is the new writer's.
                 // One statement may not touch a row twice (PostgreSQL refuses it): the rows
                 // are applied in passes, the n-th write of an id in the n-th, as if in order.
-                for chunk in crate::state::in_passes(items)
+                for chunk in crate::in_passes(items)
                     .iter()
                     .flat_map(|pass| pass.chunks(500))
                 {
@@ -405,7 +403,7 @@ macro_rules! lineage_sql {
                     .collect()
             }
 
-            fn shared_memory(&self) -> Option<&dyn crate::state::SharedMemory> {
+            fn shared_memory(&self) -> Option<&dyn crate::SharedMemory> {
                 <$store>::shared(self)
             }
 

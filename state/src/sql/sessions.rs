@@ -1,7 +1,7 @@
 //! The SQL of console sessions and revoked tokens, for both backends. Expanded inside
 //! `impl_store!`, in its module: its imports, `Row`, `Tx` and shared helpers are in scope.
 
-/// Implements [`Sessions`](crate::state::Sessions) for `$store` over `$db`.
+/// Implements [`Sessions`](crate::Sessions) for `$store` over `$db`.
 macro_rules! sessions_sql {
     ($store:ty, $db:ty) => {
         #[async_trait]

@@ -19,12 +19,14 @@ mod retention;
 mod sessions;
 mod sql;
 mod sqlite;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, SubsecRound, Utc};
 use lethe_policy::audit::{
     AuditEntry, AuditRecord, ChainBreak, ChainHead, ChainVerifier, Links, TenantChainVerifier,
 };
@@ -43,6 +45,12 @@ pub use purge::*;
 pub use retention::*;
 pub use sessions::*;
 pub use sqlite::SqliteStore;
+
+/// The current time at the precision both state stores keep (microseconds), so that what is
+/// written, read back and hashed is the same instant.
+pub fn now() -> DateTime<Utc> {
+    Utc::now().trunc_subsecs(6)
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {

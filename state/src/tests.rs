@@ -1,0 +1,37 @@
+//! One suite, run against both backends: every test below exists once for SQLite and once for
+//! PostgreSQL (a fresh database on the local server).
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use chrono::{DateTime, Months, TimeDelta, Utc};
+use lethe_policy::audit::AuditEntry;
+use lethe_policy::{Layer, LegalHold, RetentionPolicy, RetentionRule, SubjectStatus};
+
+use super::*;
+use crate::now;
+use crate::testing::{
+    ERASED_KEYS, audit, erase_to_completion, fresh_postgres_database, fresh_sqlite_url, grant,
+    lineage_row, migrated,
+};
+
+macro_rules! on_both_backends {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite {
+            $(#[tokio::test] async fn $name() { super::$name(&crate::testing::migrated(&crate::testing::fresh_sqlite_url()).await).await })*
+        }
+        mod postgres {
+            $(#[tokio::test] async fn $name() {
+                let url = crate::testing::fresh_postgres_database().await.expect("create a PostgreSQL test database");
+                super::$name(&crate::testing::migrated(&url).await).await
+            })*
+        }
+    };
+}
+
+mod audit;
+mod consent;
+mod derivatives;
+mod erasure;
+mod forgetting;
+mod lineage;
