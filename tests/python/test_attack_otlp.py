@@ -362,3 +362,26 @@ def test_a_withheld_span_keeps_no_text_of_the_clients_in_its_name_or_under_a_nam
     assert "positive" not in json.dumps(span)
     kept = [k for k in span["attributes"] if k.startswith("llm.")]
     assert len(kept) == 32 and "llm.model_name" in kept and "llm.token_count.prompt" in kept, kept
+
+
+def test_a_genai_conversation_of_one_tenant_is_never_anothers_session(gate, phoenix):
+    """Third attack, O-1: Phoenix takes `gen_ai.conversation.id` for a span's session when it
+    names none, and keys sessions over the whole store; Lethe named only `session.id` under its
+    tenant, so an acme span and a globex span of one conversation id shared a Phoenix session.
+    Both attributes are named under the tenant now."""
+    project, alice, carol = f"p-{uuid.uuid4().hex[:8]}", someone(), someone(GLOBEX)
+    consent(gate, alice)
+    consent(gate, carol, GLOBEX)
+    conversation = f"conv-{uuid.uuid4().hex[:6]}"
+    spans = lambda who, text: [{"user.id": who, "input.value": text, "gen_ai.operation.name": "chat",  # noqa: E731
+                                "gen_ai.conversation.id": conversation}]
+    ours, _ = export_spans(endpoint(gate), spans(alice, "alice's"), token=gate.token("agent"), project=project)
+    theirs, _ = export_spans(endpoint(gate), spans(carol, "carol's"), token=gate.token("agent", tenant=GLOBEX),
+                             project=project)
+    held = stored(phoenix, project, ours)
+    stored(phoenix, project, theirs, tenant=GLOBEX)
+    status, session = send(phoenix, "GET", f"/v1/sessions/{conversation}")
+    assert status == 404, f"a session of the client's name: {session}"
+    # The session Phoenix made of it is the tenant's.
+    assert [(s["attributes"]["gen_ai.conversation.id"], s["attributes"]["session.id"]) for s in held] == [
+        (stored_project(conversation, TENANT),) * 2], held

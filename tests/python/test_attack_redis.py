@@ -326,7 +326,9 @@ def test_a_write_that_answers_with_stored_data_needs_retrieve_consent(lethe, dir
     consent(lethe, carol, actions=("store",))
     r = agent(lethe, carol)
     key, counter, stack = f"{TENANT}:{carol}:k", f"{TENANT}:{carol}:n", f"{TENANT}:{carol}:l"
-    assert r.set(key, "secret") is True and r.rpush(stack, "secret") == 1 and r.set(counter, 41) is True
+    assert r.set(key, "secret") is True and r.set(counter, 41) is True
+    direct.rpush(stack, "secret")
+    direct.pexpire(stack, RETENTION_MS)
     for call in (
         lambda: r.getset(key, "x"), lambda: r.set(key, "x", get=True), lambda: r.getdel(key),
         lambda: r.lpop(stack), lambda: r.incr(counter),
@@ -682,7 +684,7 @@ def test_a_writer_without_retrieve_consent_reads_nothing_through_what_a_write_an
             r.execute_command(*args)
     assert (direct.zscore(z, "diagnosis"), direct.smembers(s), direct.hget(h, "ssn"), direct.strlen(st)) == (
         42.5, {"condition"}, "123-45-6789", 23)
-    assert r.rpush(f"{TENANT}:{carol}:l", "kept") == 1, "a write that answers nothing of hers is served"
+    assert r.set(f"{TENANT}:{carol}:l2", "kept") is True, "a write that answers nothing of hers is served"
 
 
 def test_one_scan_walks_a_bounded_part_of_the_keyspace(lethe, direct):
@@ -695,3 +697,70 @@ def test_one_scan_walks_a_bounded_part_of_the_keyspace(lethe, direct):
         p.execute()
     cursor, _ = agent(lethe, tenant=GLOBEX).execute_command("SCAN", 0, "COUNT", 2**31 - 1)
     assert int(cursor) != 0, "the whole keyspace walked in one command"
+
+
+def test_no_write_but_the_four_that_answer_ok_serves_a_writer_without_retrieve_consent(lethe, direct):
+    """Third attack, R-1: with `store` consent only, ZREMRANGEBYSCORE answered whether a score
+    was held, XDEL whether an entry was, RPUSHX and LSET a list's length, SETNX, SET NX, MSETNX,
+    RENAMENX, EXPIRE and PERSIST whether a key existed, XADD with an id the stream's order; and
+    COPY copied a key she could not read. Every write needs `retrieve` now but SET (no NX, XX,
+    GET), SETEX, PSETEX and MSET; Redis holds what it held."""
+    carol = someone()
+    consent(lethe, carol, actions=("store",))
+    k = lambda n: f"{TENANT}:{carol}:{n}"  # noqa: E731
+    direct.zadd(k("z"), {"diagnosis": 42.5, "hiv": 7})
+    direct.rpush(k("l"), "a", "b", "c")
+    direct.set(k("s"), "secret")
+    direct.xadd(k("x"), {"f": "v"}, id="1700000000000-0")
+    for n in ("z", "l", "s", "x"):
+        direct.pexpire(k(n), RETENTION_MS)
+    r = agent(lethe, carol)
+    assert r.get(k("s")) is None and r.exists(k("s")) == 0, "reads hide her keys: no retrieve consent"
+    for args in (
+        ("ZREMRANGEBYLEX", k("z"), "[hiv", "[hiv"), ("ZREMRANGEBYSCORE", k("z"), "42.5", "42.5"),
+        ("XDEL", k("x"), "1700000000000-0"), ("XADD", k("x"), "1-0", "f", "v"), ("RPUSHX", k("l"), "d"),
+        ("RPUSH", k("l"), "d"), ("LSET", k("l"), "10", "x"), ("SETNX", k("s"), "x"), ("SET", k("s"), "x", "NX"),
+        ("MSETNX", k("s"), "x", k("new"), "y"), ("RENAMENX", k("l"), k("s")), ("COPY", k("s"), k("copy")),
+        ("EXPIRE", k("s"), "100000000", "GT"), ("EXPIRE", k("missing"), "100"), ("PERSIST", k("s")),
+        ("HSET", k("h"), "f", "v"), ("DEL", k("s")),
+    ):
+        with pytest.raises(redis.exceptions.ResponseError, match="lethe:consent_required"):
+            r.execute_command(*args)
+    assert direct.zrange(k("z"), 0, -1, withscores=True) == [("hiv", 7.0), ("diagnosis", 42.5)]
+    assert direct.lrange(k("l"), 0, -1) == ["a", "b", "c"] and direct.get(k("s")) == "secret"
+    assert direct.xlen(k("x")) == 1 and not direct.exists(k("copy"), k("new"), k("h"))
+    for args in (("SET", k("a"), "1"), ("SET", k("a"), "1", "PX", "100000"), ("SETEX", k("b"), "100", "2"),
+                 ("PSETEX", k("c"), "100000", "3"), ("MSET", k("d"), "4", k("e"), "5")):
+        assert r.execute_command(*args) in (True, "OK", b"OK"), args
+    assert direct.mget(k("a"), k("b"), k("c"), k("d"), k("e")) == ["1", "2", "3", "4", "5"]
+
+
+def test_watch_on_a_key_the_caller_cannot_read_is_refused(lethe, direct):
+    """Third attack, R-2: WATCH was served on a key Lethe hides (no consent, or suppressed), and
+    EXEC's nil then told the watcher it was written. It is decided as a read now."""
+    alice, dan, erin = someone(), someone(), someone()
+    consent(lethe, alice)
+    consent(lethe, erin)
+    hidden = f"{TENANT}:{dan}:s"  # dan: no consent, so his keys read as missing
+    direct.set(hidden, "dan's", px=WEEK_MS)
+    host, port = lethe.listens["redis"].split(":")
+    # One connection: WATCH, MULTI and EXEC are one connection's.
+    r = redis.Redis(host=host, port=int(port), username="agent", password=lethe.token("agent"),
+                    decode_responses=True, single_connection_client=True)
+    assert r.get(hidden) is None and r.exists(hidden) == 0
+    with pytest.raises(redis.exceptions.ResponseError, match="lethe:consent_required"):
+        r.execute_command("WATCH", hidden)
+    direct.set(hidden, "dan wrote again", px=WEEK_MS)
+    r.execute_command("MULTI")
+    r.execute_command("SET", f"{TENANT}:{alice}:mine", "x")
+    assert r.execute_command("EXEC") is not None, "nothing was watched: EXEC ran"
+    # A suppressed subject's key, alike; her own readable key is watched as Redis does.
+    lethe.flip(erin)
+    with pytest.raises(redis.exceptions.ResponseError, match="lethe:subject_suppressed"):
+        r.execute_command("WATCH", f"{TENANT}:{erin}:s")
+    mine = f"{TENANT}:{alice}:w"
+    assert r.execute_command("WATCH", mine) in (True, "OK", b"OK")
+    direct.set(mine, "changed", px=WEEK_MS)
+    r.execute_command("MULTI")
+    r.execute_command("SET", f"{TENANT}:{alice}:mine", "y")
+    assert r.execute_command("EXEC") is None, "a readable key's write aborts the transaction"

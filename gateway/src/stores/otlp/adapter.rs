@@ -205,26 +205,36 @@ impl SpanRules {
         Some(format!("{prefix}{}", key.replacen('.', "_", 1)))
     }
 
-    /// Whether an attribute is Lethe's stamp, in either place, or could stand for it, for a
-    /// subject attribute or for the session where a store nests dotted names (Phoenix keeps
-    /// `lethe.tenant` as `{"lethe": {"tenant": ..}}`: a client's `lethe`, `user`, `user.id.x` or
-    /// `session` would shadow them): a client's own are dropped.
-    fn is_stamp(&self, key: &str) -> bool {
-        let nests = |path: &str| {
+    /// Whether an attribute is Lethe's stamp, in either place, or could stand for it or for a
+    /// subject attribute where a store nests dotted names (Phoenix keeps `lethe.tenant` as
+    /// `{"lethe": {"tenant": ..}}`: a client's `lethe`, `user` or `user.id.x` would shadow them),
+    /// or could name a session Lethe did not name under its tenant (`session.id.x`, or a
+    /// `session` or `gen_ai` map holding one): a client's own are dropped.
+    fn is_stamp(&self, kv: &KeyValue) -> bool {
+        let key = kv.key.as_str();
+        let below = |path: &str| {
+            key.strip_prefix(path)
+                .is_some_and(|rest| rest.starts_with('.'))
+        };
+        let above = |path: &str| {
             path.strip_prefix(key)
                 .is_some_and(|rest| rest.starts_with('.'))
-                || key
-                    .strip_prefix(path)
-                    .is_some_and(|rest| rest.starts_with('.'))
+        };
+        // A map above a session attribute is content like any other unless it holds one.
+        let holds_session = |path: &str| {
+            path.strip_prefix(key)
+                .and_then(|rest| rest.strip_prefix('.'))
+                .is_some_and(|rest| holds(kv.value.as_ref(), rest))
         };
         key.starts_with(STAMP_PREFIX)
             || key == STAMP_PREFIX.trim_end_matches('.')
             || self
                 .subject_attributes
                 .iter()
-                .map(String::as_str)
-                .chain([super::ids::SESSION])
-                .any(nests)
+                .any(|path| below(path) || above(path))
+            || super::ids::SESSIONS
+                .iter()
+                .any(|path| below(path) || holds_session(path))
             || self
                 .metadata_prefix
                 .as_deref()
@@ -236,7 +246,7 @@ impl SpanRules {
     /// (or a short list of them) of a few characters, a subject attribute (it holds the
     /// reference by then), or Lethe's stamp (a client's own was dropped before).
     fn keeps_without_content(&self, kv: &KeyValue) -> bool {
-        if self.subject_attributes.contains(&kv.key) || self.is_stamp(&kv.key) {
+        if self.subject_attributes.contains(&kv.key) || self.is_stamp(kv) {
             return true;
         }
         let Some(name) = self
@@ -473,10 +483,10 @@ fn one_span(
         return Err(scope_violation());
     }
     for event in &mut span.events {
-        event.attributes.retain(|kv| !rules.is_stamp(&kv.key));
+        event.attributes.retain(|kv| !rules.is_stamp(kv));
     }
     for link in &mut span.links {
-        link.attributes.retain(|kv| !rules.is_stamp(&kv.key));
+        link.attributes.retain(|kv| !rules.is_stamp(kv));
     }
     // A span is one subject's, wherever it names her: its attributes, its events', its links'.
     let named = subject_named(all_attributes(span).flatten(), rules, caller)?;
@@ -634,7 +644,7 @@ fn unstamped(attributes: &mut Vec<KeyValue>, rules: &SpanRules) -> Option<String
         .iter()
         .find(|kv| kv.key == TENANT || Some(&kv.key) == mirrored.as_ref())
         .map(|kv| string_of(kv).unwrap_or_default());
-    attributes.retain(|kv| !rules.is_stamp(&kv.key));
+    attributes.retain(|kv| !rules.is_stamp(kv));
     claimed
 }
 
@@ -721,7 +731,7 @@ fn replace_text(value: &mut AnyValue, from: &str, to: &str) {
 fn keep_structural(attributes: &mut Vec<KeyValue>, rules: &SpanRules) {
     let mut structural = 0;
     attributes.retain(|kv| {
-        let ours = rules.subject_attributes.contains(&kv.key) || rules.is_stamp(&kv.key);
+        let ours = rules.subject_attributes.contains(&kv.key) || rules.is_stamp(kv);
         let keep = rules.keeps_without_content(kv) && (ours || structural < STRUCTURAL_COUNT);
         structural += usize::from(keep && !ours);
         keep
@@ -777,6 +787,21 @@ fn string_value(text: &str) -> AnyValue {
     AnyValue {
         value: Some(any_value::Value::StringValue(text.to_owned())),
     }
+}
+
+/// Whether `value` is a map that holds the dotted name `path` (`conversation.id`), in nested
+/// maps or dotted names, at any depth (each step takes at least one of the path's names).
+fn holds(value: Option<&AnyValue>, path: &str) -> bool {
+    let Some(any_value::Value::KvlistValue(map)) = value.and_then(|v| v.value.as_ref()) else {
+        return false;
+    };
+    map.values.iter().any(|kv| {
+        kv.key == path
+            || path
+                .strip_prefix(kv.key.as_str())
+                .and_then(|rest| rest.strip_prefix('.'))
+                .is_some_and(|rest| holds(kv.value.as_ref(), rest))
+    })
 }
 
 /// A text attribute.

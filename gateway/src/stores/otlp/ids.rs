@@ -21,9 +21,11 @@ pub const PROJECT: &str = "openinference.project.name";
 /// The headers trace stores take a project from (Phoenix's, LangSmith's), which win over
 /// the resource's.
 pub const PROJECT_HEADERS: [&str; 2] = ["x-project-name", "langsmith-project"];
-/// The attribute naming a span's session (OpenInference's), which Phoenix keys its sessions by
-/// over the whole store, in the project of the first trace that named it.
-pub const SESSION: &str = "session.id";
+/// The attributes naming a span's session, which Phoenix keys its sessions by over the whole
+/// store, in the project of the first trace that named it: OpenInference's, and the GenAI
+/// semantic conventions' conversation, which Phoenix takes for the session when a span names
+/// none.
+pub const SESSIONS: [&str; 2] = ["session.id", "gen_ai.conversation.id"];
 /// The project of spans that name none (Phoenix's default).
 const DEFAULT_PROJECT: &str = "default";
 
@@ -86,7 +88,8 @@ pub fn own_ids(request: &mut ExportTraceServiceRequest, tenant: &str) -> BTreeMa
 }
 
 /// Names every resource's project under `tenant` (the default one when it names none, or
-/// names it with anything but text), and every span's session. After the spans are governed:
+/// names it with anything but text), and every span's session (each attribute that names one).
+/// After the spans are governed:
 /// the names Lethe gives are not the client's to lose to a length limit.
 pub fn own_names(request: &mut ExportTraceServiceRequest, tenant: &str) {
     for resource_spans in &mut request.resource_spans {
@@ -95,13 +98,18 @@ pub fn own_names(request: &mut ExportTraceServiceRequest, tenant: &str) {
             .iter_mut()
             .flat_map(|s| &mut s.spans);
         for span in spans {
-            for kv in span.attributes.iter_mut().filter(|kv| kv.key == SESSION) {
+            let sessions = span
+                .attributes
+                .iter_mut()
+                .filter(|kv| SESSIONS.contains(&kv.key.as_str()));
+            for kv in sessions {
                 let session = match kv.value.as_ref().and_then(|v| v.value.as_ref()) {
                     Some(any_value::Value::StringValue(text)) => text.clone(),
                     Some(any_value::Value::IntValue(n)) => n.to_string(),
                     _ => String::new(),
                 };
-                *kv = text(SESSION, &stored_project(tenant, &session));
+                let key = std::mem::take(&mut kv.key);
+                *kv = text(&key, &stored_project(tenant, &session));
             }
         }
         let resource = resource_spans.resource.get_or_insert_with(Default::default);
@@ -213,5 +221,41 @@ mod tests {
         assert!(span.parent_span_id.is_empty());
         assert_eq!(span.trace_id, [0; 16]);
         assert_eq!(stored_trace("acme", &[1, 2, 3]), [1, 2, 3]);
+    }
+
+    #[test]
+    fn every_attribute_a_store_takes_for_a_session_is_named_under_the_tenant() {
+        let mut sent = request(None, [7; 16], [3; 8], Vec::new());
+        sent.resource_spans[0].scope_spans[0].spans[0].attributes = vec![
+            text("session.id", "conv-1"),
+            text("gen_ai.conversation.id", "conv-1"),
+            text("gen_ai.request.model", "gpt"),
+        ];
+        own_names(&mut sent, "globex");
+        let held: Vec<(String, String)> = sent.resource_spans[0].scope_spans[0].spans[0]
+            .attributes
+            .iter()
+            .map(|kv| {
+                let value = kv.value.as_ref().unwrap().value.as_ref().unwrap();
+                (kv.key.clone(), format!("{value:?}"))
+            })
+            .collect();
+        assert_eq!(
+            held,
+            [
+                (
+                    "session.id".into(),
+                    r#"StringValue("globex/conv-1")"#.into()
+                ),
+                (
+                    "gen_ai.conversation.id".into(),
+                    r#"StringValue("globex/conv-1")"#.into()
+                ),
+                (
+                    "gen_ai.request.model".into(),
+                    r#"StringValue("gpt")"#.into()
+                ),
+            ]
+        );
     }
 }

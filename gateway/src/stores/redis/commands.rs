@@ -342,27 +342,25 @@ pub fn waits(args: &[Vec<u8>]) -> Result<Option<Option<std::time::Duration>>, St
     }
 }
 
-/// Whether a command that writes answers with what was stored (a popped element, the value
-/// replaced, a counter's new value, a score), or tells whether a member, an element or a
-/// field the caller names is stored, or a string's length: then it reads too, and needs what a
-/// read needs (a caller that may store but not retrieve would read through it).
+/// Whether a command that writes (or deletes, or sets a deadline) tells something of what was
+/// stored: then it reads too, and needs what a read needs (a caller that may store but not
+/// retrieve would read through it). Every write's answer does (a popped element, the value
+/// replaced, a score, a length, a count, whether a member, a field or the key was there, a type
+/// in `WRONGTYPE`, an order in an error) but those of an allow-list, which replace what a key
+/// held whatever it was and answer `OK`: `SET` without `NX`, `XX` or `GET`, `SETEX`, `PSETEX`
+/// and `MSET`.
 pub fn reveals(args: &[Vec<u8>]) -> bool {
     let name = Name::of(args);
-    match name.as_slice() {
-        b"GETSET" | b"GETDEL" | b"GETEX" | b"LPOP" | b"RPOP" | b"SPOP" | b"ZPOPMIN"
-        | b"ZPOPMAX" | b"BLPOP" | b"BRPOP" | b"BZPOPMIN" | b"BZPOPMAX"
-        // They store what they computed from other keys' data.
-        | b"SUNIONSTORE" | b"SINTERSTORE" | b"SDIFFSTORE" | b"ZUNIONSTORE" | b"ZINTERSTORE"
-        | b"ZDIFFSTORE" | b"ZRANGESTORE" | b"LMOVE" | b"RPOPLPUSH" | b"INCR" | b"INCRBY" | b"INCRBYFLOAT" | b"DECR" | b"DECRBY"
-        | b"HINCRBY" | b"HINCRBYFLOAT" | b"ZINCRBY"
-        // `ZADD ... INCR` answers the score; the others answer how many of the members,
-        // elements or fields named were (or were not) there, or a string's length.
-        | b"ZADD" | b"ZREM" | b"SADD" | b"SREM" | b"SMOVE" | b"HSETNX" | b"HDEL" | b"LREM"
-        | b"LINSERT" | b"APPEND" | b"SETRANGE" => true,
-        // `SET key value GET` answers the value it replaced.
-        b"SET" => args.iter().skip(3).any(|a| a.eq_ignore_ascii_case(b"GET")),
+    let answers_nothing = match name.as_slice() {
+        b"SET" => !args.iter().skip(3).any(|a| {
+            a.eq_ignore_ascii_case(b"NX")
+                || a.eq_ignore_ascii_case(b"XX")
+                || a.eq_ignore_ascii_case(b"GET")
+        }),
+        b"SETEX" | b"PSETEX" | b"MSET" => true,
         _ => false,
-    }
+    };
+    !answers_nothing
 }
 
 /// The positions of a command's keys among `args`, or why the command is malformed.
@@ -567,16 +565,37 @@ mod tests {
             "lrem k 0 x",
             "append k x",
             "setrange k 0 x",
+            // And the third a score, an entry, a length, existence and a type through these.
+            "zremrangebyscore k 1 1",
+            "zremrangebylex k [a [a",
+            "xdel k 1-0",
+            "xadd k 1-0 f v",
+            "rpushx k v",
+            "rpush k v",
+            "lset k 10 v",
+            "ltrim k 0 1",
+            "setnx k v",
+            "set k v nx",
+            "set k v xx",
+            "set k v get",
+            "msetnx a 1 b 2",
+            "renamenx a b",
+            "copy a b",
+            "expire k 1",
+            "persist k",
+            "del k",
+            "hset k f v",
+            "hmset k f v",
         ] {
             assert!(reveals(&args(line)), "{line}");
         }
         for line in [
             "set k v",
-            "rpush k v",
-            "del k",
-            "expire k 1",
+            "set k v px 100",
             "set k get",
-            "hset k f v",
+            "setex k 10 v",
+            "psetex k 10 v",
+            "mset a 1 b 2",
         ] {
             assert!(!reveals(&args(line)), "{line}");
         }

@@ -671,6 +671,37 @@ fn without_consent_a_span_keeps_only_its_structural_scalars_at_any_depth() {
 }
 
 #[test]
+fn a_map_that_names_a_session_of_its_own_is_dropped_and_other_maps_are_content() {
+    let mut sent = span(7, &[("user.id", "alice")]);
+    sent.attributes.extend([
+        kv(
+            "gen_ai",
+            nested(&[(
+                "conversation",
+                nested(&[("id", string("conv-of-another-tenant"))]),
+            )]),
+        ),
+        kv("gen_ai.conversation", nested(&[("id", string("conv-2"))])),
+        kv("session", nested(&[("id", string("conv-3"))])),
+        kv("session.id.x", string("conv-4")),
+        kv("gen_ai.conversation.id.x", string("conv-5")),
+        kv("gen_ai", nested(&[("prompt", string("kept with consent"))])),
+    ]);
+    let governed = governed_as(request(&[], vec![sent]), None);
+    let held = format!("{:?}", spans(&governed.request)[0]);
+    for name in [
+        "conv-of-another-tenant",
+        "conv-2",
+        "conv-3",
+        "conv-4",
+        "conv-5",
+    ] {
+        assert!(!held.contains(name), "{name} passed: {held}");
+    }
+    assert!(held.contains("kept with consent"), "{held}");
+}
+
+#[test]
 fn client_attributes_that_would_shadow_the_stamp_or_a_subject_attribute_are_dropped() {
     let mut forged = span(6, &[("user.id", "alice")]);
     forged.attributes.extend([

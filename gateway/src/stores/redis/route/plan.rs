@@ -666,11 +666,7 @@ impl Connection<'_> {
             Command::Watch | Command::Unwatch if self.queue.is_some() => {
                 Err(Reply::error("ERR WATCH inside MULTI is not allowed"))
             }
-            Command::Watch => {
-                let keys: Vec<&str> = utf8_keys(args, &(1..args.len()).collect::<Vec<_>>())?;
-                self.owners(&keys)?;
-                Ok(Draft::Ready(Plan::forward(args.to_vec())))
-            }
+            Command::Watch => self.watch(args).await,
             Command::Unwatch => Ok(Draft::Ready(Plan::forward(args.to_vec()))),
             Command::Publish => self.publish(args).await,
             Command::Subscribe | Command::Unsubscribe => Err(Reply::error(format!(
@@ -697,6 +693,29 @@ impl Connection<'_> {
                 &format!("{} is not a command Lethe serves", name_of(args)),
             )),
         }
+    }
+
+    /// `WATCH` tells, at `EXEC`, whether its keys were written since: a read of them, decided as
+    /// one (a key the caller may not read now is refused, not watched, for its changes would
+    /// tell what a read hides).
+    async fn watch(&mut self, args: &[Vec<u8>]) -> Result<Draft, Reply> {
+        let keys: Vec<&str> = utf8_keys(args, &(1..args.len()).collect::<Vec<_>>())?;
+        let owners = self.owners(&keys)?;
+        let policy = self.decided_policy(&owners).await?;
+        let now = crate::now();
+        for owner in &owners {
+            let bound = policy.bound.as_deref();
+            readable(
+                &policy.view,
+                &policy.tenant,
+                &self.route.name,
+                bound,
+                owner,
+                now,
+            )
+            .map_err(refused)?;
+        }
+        Ok(Draft::Ready(Plan::forward(args.to_vec())))
     }
 
     /// A message carries its subject's data to the subscribers: the subject must be active, with
