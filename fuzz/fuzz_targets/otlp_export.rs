@@ -74,7 +74,10 @@ fuzz_target!(|data: &[u8]| {
             exporters.contains_key(&hex::encode(&span.trace_id)),
             "a trace id of acme's making"
         );
-        let sessions = span.attributes.iter().filter(|kv| kv.key == ids::SESSION);
+        let sessions = span
+            .attributes
+            .iter()
+            .filter(|kv| ids::SESSIONS.contains(&kv.key.as_str()));
         assert!(sessions.clone().all(acmes), "sessions are acme's");
         let stamps: Vec<_> = span
             .attributes

@@ -352,15 +352,29 @@ pub fn waits(args: &[Vec<u8>]) -> Result<Option<Option<std::time::Duration>>, St
 pub fn reveals(args: &[Vec<u8>]) -> bool {
     let name = Name::of(args);
     let answers_nothing = match name.as_slice() {
-        b"SET" => !args.iter().skip(3).any(|a| {
-            a.eq_ignore_ascii_case(b"NX")
-                || a.eq_ignore_ascii_case(b"XX")
-                || a.eq_ignore_ascii_case(b"GET")
-        }),
+        b"SET" => only_deadline_options(args.get(3..).unwrap_or_default()),
         b"SETEX" | b"PSETEX" | b"MSET" => true,
         _ => false,
     };
     !answers_nothing
+}
+
+/// Whether `SET`'s options only set the key's deadline (`EX`, `PX`, `EXAT`, `PXAT` with their
+/// number, `KEEPTTL`): an allow-list, for every other option makes the answer tell something
+/// (`NX`, `XX`, `GET`, and the conditions newer servers take, `IFEQ`, `IFNE`, `IFDEQ`, ...).
+fn only_deadline_options(options: &[Vec<u8>]) -> bool {
+    let mut options = options.iter();
+    while let Some(option) = options.next() {
+        let is = |name: &[u8]| option.eq_ignore_ascii_case(name);
+        if is(b"EX") || is(b"PX") || is(b"EXAT") || is(b"PXAT") {
+            if options.next().is_none() {
+                return false;
+            }
+        } else if !is(b"KEEPTTL") {
+            return false;
+        }
+    }
+    true
 }
 
 /// The positions of a command's keys among `args`, or why the command is malformed.
@@ -578,6 +592,9 @@ mod tests {
             "set k v nx",
             "set k v xx",
             "set k v get",
+            "set k v ifeq guess",
+            "set k v ex 10 ifne guess",
+            "set k v px",
             "msetnx a 1 b 2",
             "renamenx a b",
             "copy a b",
@@ -592,6 +609,7 @@ mod tests {
         for line in [
             "set k v",
             "set k v px 100",
+            "set k v EXAT 1900000000 keepttl",
             "set k get",
             "setex k 10 v",
             "psetex k 10 v",

@@ -772,7 +772,8 @@ impl Connection<'_> {
                     _ => keys.written(positions.len()),
                 };
                 if reveals(args) {
-                    // Its answer is stored data: the caller must be allowed to read it too.
+                    // Its answer tells something of what was stored: the caller must be allowed
+                    // to read it too.
                     for owner in &owners {
                         readable(view, tenant, &self.route.name, bound.as_deref(), owner, now)
                             .map_err(refused)?;
