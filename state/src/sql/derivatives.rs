@@ -61,13 +61,7 @@ macro_rules! derivative_sql {
             if closure == Closure::Off {
                 return Ok(false);
             }
-            let targets: Vec<String> = sqlx::query_scalar(
-                "SELECT target FROM \
-                purge_jobs WHERE request_id = $1 AND state <> 'cancelled'",
-            )
-            .bind(&record.id)
-            .fetch_all(&mut **tx)
-            .await?;
+            let targets = purge_targets_of(tx, &record.id).await?;
             let stores = target_stores(&targets);
             let keys: Vec<String> = record.keys().map(str::to_owned).collect();
             let found = closure_in(

@@ -489,13 +489,7 @@ macro_rules! lineage_sql {
                 let mut record = flipped_request(&mut tx, request_id).await?;
                 let known = derivatives_in(&mut tx, request_id).await?;
                 let keys: Vec<String> = record.keys().map(str::to_owned).collect();
-                let targets: Vec<String> = sqlx::query_scalar(
-                    "SELECT target FROM \
-                    purge_jobs WHERE request_id = $1 AND state <> 'cancelled'",
-                )
-                .bind(request_id)
-                .fetch_all(&mut *tx)
-                .await?;
+                let targets = purge_targets_of(&mut tx, request_id).await?;
                 let purged = target_stores(&targets);
                 for reference in refs {
                     let derivative = decidable(&known, &purged, reference, decision)?;

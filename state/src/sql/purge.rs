@@ -31,6 +31,19 @@ macro_rules! purge_sql {
                 .collect::<Result<_, StoreError>>()
         }
 
+        /// The targets the request's purge jobs that count (not cancelled) reach.
+        async fn purge_targets_of(
+            tx: &mut Tx,
+            request_id: &str,
+        ) -> Result<Vec<String>, StoreError> {
+            Ok(sqlx::query_scalar(
+                "SELECT target FROM purge_jobs WHERE request_id = $1 AND state <> 'cancelled'",
+            )
+            .bind(request_id)
+            .fetch_all(&mut **tx)
+            .await?)
+        }
+
         /// What a completed erasure leaves: which keys it erased, in which targets, and when.
         async fn tombstone(
             tx: &mut Tx,
