@@ -1,7 +1,7 @@
 //! A configuration file: read or refused with its problems, never a panic.
 #![no_main]
 
-use lethe_gateway::config::Config;
+use lethe_data::config::Config;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -2,7 +2,7 @@
 //! nesting bounded by the parser, not by the stack.
 #![no_main]
 
-use lethe_gateway::stores::azure_search::odata;
+use lethe_stores::azure_search::odata;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -8,10 +8,10 @@
 use std::collections::BTreeMap;
 
 use chrono::{TimeZone, Utc};
-use lethe_gateway::stores::otlp::adapter::{
+use lethe_stores::otlp::adapter::{
     self, Caller, Encoding, Name, SUBJECT_REF, SpanRules, TENANT,
 };
-use lethe_gateway::stores::otlp::ids;
+use lethe_stores::otlp::ids;
 use lethe_policy::{
     Action, ConsentGrant, PolicySnapshot, RetentionPolicy, RetentionRule, SubjectPolicy,
     SubjectState, SubjectStatus,

@@ -5,7 +5,7 @@
 #![no_main]
 
 use bytes::BytesMut;
-use lethe_gateway::stores::redis::resp::CommandDecoder;
+use lethe_stores::redis::resp::CommandDecoder;
 use libfuzzer_sys::fuzz_target;
 
 const LIMIT: usize = 4096;

@@ -3,7 +3,7 @@
 //! limit and the depth bound, and each frame decodes or is refused without a panic.
 #![no_main]
 
-use lethe_gateway::stores::redis::resp::{Proto, Replies, ReplyScanner};
+use lethe_stores::redis::resp::{Proto, Replies, ReplyScanner};
 use libfuzzer_sys::fuzz_target;
 
 const LIMIT: usize = 4096;

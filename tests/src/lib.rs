@@ -9,8 +9,8 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-pub use lethe_gateway::cli::control_api::call;
-pub use lethe_gateway::testing::{execute_raw, fresh_postgres_database, fresh_sqlite_url};
+pub use lethe::cli::control_api::call;
+pub use lethe::testing::{execute_raw, fresh_postgres_database, fresh_sqlite_url};
 
 /// The workspace root.
 pub fn workspace() -> PathBuf {
@@ -27,13 +27,13 @@ pub fn lethe_binary() -> PathBuf {
                 return PathBuf::from(path);
             }
             let status = Command::new(env!("CARGO"))
-                // The features a workspace build gives the gateway (this crate turns on `testing`):
+                // The features a workspace build gives the binary's crate (this crate turns on `testing`):
                 // building with others would replace the binary under tests already running it.
                 .args([
                     "build",
                     "-q",
                     "-p",
-                    "lethe-gateway",
+                    "lethe",
                     "--features",
                     "testing",
                     "--bin",

@@ -1,0 +1,59 @@
+use std::time::Duration;
+
+use super::*;
+
+#[test]
+fn overrides_win_over_the_file() {
+    let mut config = Config::check(BUILT_IN).unwrap();
+    let overrides = Overrides {
+        data_listen: Some("127.0.0.1:9400".parse().unwrap()),
+        control_listen: Some("127.0.0.1:9401".parse().unwrap()),
+        state_url: Some("postgres://localhost/lethe".into()),
+    };
+    config.apply(&overrides, |name| {
+        (name == "LETHE_UPSTREAM_CHROMA").then(|| "http://127.0.0.1:18000".to_owned())
+    });
+    assert_eq!(config.data_plane.listen.port(), 9400);
+    assert_eq!(config.control_plane.listen.port(), 9401);
+    assert_eq!(config.state.url, "postgres://localhost/lethe");
+    assert_eq!(config.routes[0].upstream, "http://127.0.0.1:18000");
+    assert_eq!(
+        config.routes[1].upstream, "http://127.0.0.1:2024",
+        "other routes keep theirs"
+    );
+    assert_eq!(upstream_env_var("langgraph"), "LETHE_UPSTREAM_LANGGRAPH");
+}
+
+#[test]
+fn durations() {
+    let cases = [
+        ("500ms", Ok(Duration::from_millis(500))),
+        ("30s", Ok(Duration::from_secs(30))),
+        ("5m", Ok(Duration::from_secs(300))),
+        ("1h", Ok(Duration::from_secs(3600))),
+    ];
+    for (text, expected) in cases {
+        assert_eq!(parse_duration(text), expected, "{text}");
+    }
+    for bad in ["0s", "30", "s", "1.5s", "-1s", "10d", ""] {
+        assert!(parse_duration(bad).is_err(), "{bad} should be refused");
+    }
+}
+
+#[test]
+fn secrets_come_from_values_files_and_the_environment_and_never_print() {
+    let dir = std::env::temp_dir().join(format!("lethe-secret-{}", uuid::Uuid::new_v4().simple()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("key");
+    std::fs::write(&file, "s3cret\n").unwrap();
+    assert_eq!(Secret::File(file).resolve().unwrap(), b"s3cret");
+    assert_eq!(Secret::Value("v".into()).resolve().unwrap(), b"v");
+    assert!(
+        Secret::Env("LETHE_TEST_SURELY_UNSET_VARIABLE".into())
+            .resolve()
+            .unwrap_err()
+            .contains("not set")
+    );
+    assert!(Secret::File(dir.join("missing")).resolve().is_err());
+    assert!(!format!("{:?}", Secret::Value("hunter2".into())).contains("hunter2"));
+}
