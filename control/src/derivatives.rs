@@ -139,13 +139,7 @@ pub(crate) async fn decide_as(
     );
     problems.text("reason", &req.reason);
     problems.into_result()?;
-    let audit = caller.audit(
-        &record.tenant,
-        "erasure.decide",
-        Some(&record.subject),
-        "erasure",
-        Some(id),
-    );
+    let audit = caller.erasure_audit(&record, "erasure.decide");
     Ok(state
         .store
         .decide_derivatives(

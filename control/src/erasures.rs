@@ -250,13 +250,7 @@ pub(crate) async fn file_as(
         extension: None,
         rejection: None,
     };
-    let audit = caller.audit(
-        &record.tenant,
-        "erasure.request",
-        Some(&record.subject),
-        "erasure",
-        Some(&record.id),
-    );
+    let audit = caller.erasure_audit(&record, "erasure.request");
     state
         .store
         .create_erasure(&record, &state.erasure.targets, audit)
@@ -297,13 +291,7 @@ pub(crate) async fn approve_as(
     id: &str,
 ) -> Result<ErasureRecord, ApiError> {
     let record = visible(state, caller, id).await?;
-    let audit = caller.audit(
-        &record.tenant,
-        "erasure.approve",
-        Some(&record.subject),
-        "erasure",
-        Some(id),
-    );
+    let audit = caller.erasure_audit(&record, "erasure.approve");
     let required = state.erasure.approvals_required;
     let approved = state
         .store
@@ -388,13 +376,7 @@ pub(crate) async fn extend_as(
         by: caller.claims.sub.clone(),
         at: now,
     };
-    let audit = caller.audit(
-        &record.tenant,
-        "erasure.extend_deadline",
-        Some(&record.subject),
-        "erasure",
-        Some(id),
-    );
+    let audit = caller.erasure_audit(&record, "erasure.extend_deadline");
     Ok(state.store.extend_erasure(id, &extension, audit).await?)
 }
 
@@ -431,13 +413,7 @@ pub(crate) async fn reject_as(
         by: caller.claims.sub.clone(),
         at: crate::now(),
     };
-    let audit = caller.audit(
-        &record.tenant,
-        "erasure.reject",
-        Some(&record.subject),
-        "erasure",
-        Some(id),
-    );
+    let audit = caller.erasure_audit(&record, "erasure.reject");
     Ok(state.store.reject_erasure(id, &rejection, audit).await?)
 }
 
@@ -467,13 +443,7 @@ async fn step_by_person(
     action: &str,
 ) -> Result<Json<ErasureView>, ApiError> {
     let record = visible(&state, &caller, &id).await?;
-    let audit = caller.audit(
-        &record.tenant,
-        action,
-        Some(&record.subject),
-        "erasure",
-        Some(&id),
-    );
+    let audit = caller.erasure_audit(&record, action);
     let record = state
         .store
         .review_erasure(&id, event, crate::now(), audit)

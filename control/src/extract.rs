@@ -3,6 +3,7 @@
 use crate::error_shape::Code;
 use std::sync::Arc;
 
+use crate::state::ErasureRecord;
 use axum::extract::rejection::JsonRejection;
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::StatusCode;
@@ -118,6 +119,12 @@ impl Caller {
             result: "ok".to_owned(),
             attempt: 1,
         }
+    }
+
+    /// The audit event of `action` on the erasure request `record`.
+    pub fn erasure_audit(&self, record: &ErasureRecord, action: &str) -> AuditEntry {
+        let (tenant, subject) = (&record.tenant, Some(record.subject.as_str()));
+        self.audit(tenant, action, subject, "erasure", Some(&record.id))
     }
 }
 

@@ -29,6 +29,20 @@ pub struct PurgeReport {
     pub probe_hits: Option<u64>,
 }
 
+impl PurgeReport {
+    /// A purge before it counts anything: the copies the store keeps, and whether it probes
+    /// (then its hits start at zero).
+    pub fn starting(physical: physical::Physical, probing: bool) -> PurgeReport {
+        PurgeReport {
+            before: 0,
+            deleted: 0,
+            remaining: 0,
+            physical,
+            probe_hits: probing.then_some(0),
+        }
+    }
+}
+
 /// A store Lethe can purge.
 #[async_trait]
 pub trait Connector: Send + Sync {

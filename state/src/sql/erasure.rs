@@ -20,6 +20,16 @@ macro_rules! erasure_sql {
             }
         }
 
+        /// The request `id`, locked until `tx` ends (`FOR UPDATE` on PostgreSQL; SQLite's one
+        /// writer holds the whole store already).
+        async fn locked_erasure(tx: &mut Tx, id: &str) -> Result<ErasureRecord, StoreError> {
+            let sql = sqlx::AssertSqlSafe(format!(
+                "SELECT {ERASURE_COLUMNS} FROM erasure_requests WHERE id = $1{}",
+                <$store>::FOR_UPDATE
+            ));
+            erasure_from_row(&sqlx::query(sql).bind(id).fetch_one(&mut **tx).await?)
+        }
+
         fn erasure_from_row(row: &Row) -> Result<ErasureRecord, StoreError> {
             let state: String = row.try_get("state")?;
             let aliases: Json<Vec<String>> = row.try_get("aliases")?;
@@ -226,13 +236,7 @@ macro_rules! erasure_sql {
                 audit: AuditEntry,
             ) -> Result<ErasureRecord, StoreError> {
                 let mut tx = self.write_tx().await?;
-                let sql = sqlx::AssertSqlSafe(format!(
-                    "SELECT {ERASURE_COLUMNS} FROM \
-                    erasure_requests WHERE id = $1{}",
-                    <$store>::FOR_UPDATE
-                ));
-                let mut record =
-                    erasure_from_row(&sqlx::query(sql).bind(id).fetch_one(&mut *tx).await?)?;
+                let mut record = locked_erasure(&mut tx, id).await?;
                 // Refused once flipped: a suppressed subject is never made readable again.
                 record.state =
                     lethe_policy::erasure::transition(record.state, ErasureEvent::Reject)?;
@@ -270,13 +274,7 @@ macro_rules! erasure_sql {
                 audit: AuditEntry,
             ) -> Result<ErasureRecord, StoreError> {
                 let mut tx = self.write_tx().await?;
-                let sql = sqlx::AssertSqlSafe(format!(
-                    "SELECT {ERASURE_COLUMNS} FROM \
-                    erasure_requests WHERE id = $1{}",
-                    <$store>::FOR_UPDATE
-                ));
-                let mut record =
-                    erasure_from_row(&sqlx::query(sql).bind(id).fetch_one(&mut *tx).await?)?;
+                let mut record = locked_erasure(&mut tx, id).await?;
                 // Once, while the request is open and within its first deadline.
                 if record.extension.is_some()
                     || record.state.is_final()
@@ -357,13 +355,7 @@ macro_rules! erasure_sql {
                 audit: AuditEntry,
             ) -> Result<ErasureRecord, StoreError> {
                 let mut tx = self.write_tx().await?;
-                let sql = sqlx::AssertSqlSafe(format!(
-                    "SELECT {ERASURE_COLUMNS} FROM \
-                    erasure_requests WHERE id = $1{}",
-                    <$store>::FOR_UPDATE
-                ));
-                let mut record =
-                    erasure_from_row(&sqlx::query(sql).bind(id).fetch_one(&mut *tx).await?)?;
+                let mut record = locked_erasure(&mut tx, id).await?;
                 let authorised = lethe_policy::erasure::approve(
                     record.state,
                     &mut record.approvals,
@@ -400,13 +392,7 @@ macro_rules! erasure_sql {
                 audit: AuditEntry,
             ) -> Result<ErasureRecord, StoreError> {
                 let mut tx = self.write_tx().await?;
-                let sql = sqlx::AssertSqlSafe(format!(
-                    "SELECT {ERASURE_COLUMNS} FROM \
-                    erasure_requests WHERE id = $1{}",
-                    <$store>::FOR_UPDATE
-                ));
-                let mut record =
-                    erasure_from_row(&sqlx::query(sql).bind(id).fetch_one(&mut *tx).await?)?;
+                let mut record = locked_erasure(&mut tx, id).await?;
                 let to = match event {
                     ErasureEvent::Escalate | ErasureEvent::Resume => {
                         lethe_policy::erasure::transition(record.state, event)?
@@ -508,17 +494,7 @@ macro_rules! erasure_sql {
                 audit: AuditEntry,
             ) -> Result<ErasureRecord, StoreError> {
                 let mut tx = self.write_tx().await?;
-                let sql = sqlx::AssertSqlSafe(format!(
-                    "SELECT {ERASURE_COLUMNS} FROM \
-                    erasure_requests WHERE id = $1{}",
-                    <$store>::FOR_UPDATE
-                ));
-                let mut record = erasure_from_row(
-                    &sqlx::query(sql)
-                        .bind(request_id)
-                        .fetch_one(&mut *tx)
-                        .await?,
-                )?;
+                let mut record = locked_erasure(&mut tx, request_id).await?;
                 let applied = sqlx::query(
                     "UPDATE erasure_flips SET applied_at = $3 \
                     WHERE request_id = $1 AND database = $2 AND applied_at IS NULL",

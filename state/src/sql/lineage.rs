@@ -5,6 +5,20 @@
 /// Implements [`Lineage`](crate::Lineage) for `$store` over `$db`.
 macro_rules! lineage_sql {
     ($store:ty, $db:ty) => {
+        /// Adds to `query` the condition that an item is one of `ids` in `collection` (the
+        /// store is named before it; a caller sends a thousand ids at most).
+        fn push_items_in(query: &mut sqlx::QueryBuilder<$db>, collection: &str, ids: &[String]) {
+            query
+                .push(" AND collection = ")
+                .push_bind(collection.to_owned())
+                .push(" AND item_id IN (");
+            let mut list = query.separated(", ");
+            for id in ids {
+                list.push_bind(id.clone());
+            }
+            query.push(")");
+        }
+
         /// `items` as they must be recorded once the consent withdrawals since they were
         /// decided are applied: a write decided before a withdrawal and recorded after it (the
         /// lineage writer batches) expires when the withdrawal came, as it would have had it
@@ -70,17 +84,7 @@ macro_rules! lineage_sql {
             tx: &mut Tx,
             request_id: &str,
         ) -> Result<ErasureRecord, StoreError> {
-            let sql = sqlx::AssertSqlSafe(format!(
-                "SELECT {ERASURE_COLUMNS} FROM \
-                erasure_requests WHERE id = $1{}",
-                <$store>::FOR_UPDATE
-            ));
-            let record = erasure_from_row(
-                &sqlx::query(sql)
-                    .bind(request_id)
-                    .fetch_one(&mut **tx)
-                    .await?,
-            )?;
+            let record = locked_erasure(tx, request_id).await?;
             if !record.state.is_suppressed()
                 || record.state.is_final()
                 || record.suppressed_at.is_none()
@@ -275,19 +279,8 @@ macro_rules! lineage_sql {
                         "SELECT item_id, \
                         tenant, subject FROM items WHERE store = ",
                     );
-                    select
-                        .push_bind(store.to_owned())
-                        .push(" AND collection = ")
-                        .push_bind(collection.to_owned())
-                        .push(
-                            " AND \
-                        item_id IN (",
-                        );
-                    let mut list = select.separated(", ");
-                    for id in chunk {
-                        list.push_bind(id.clone());
-                    }
-                    select.push(")");
+                    select.push_bind(store.to_owned());
+                    push_items_in(&mut select, collection, chunk);
                     for row in select.build().fetch_all(&self.pool).await? {
                         owners.insert(
                             row.try_get("item_id")?,
@@ -311,19 +304,8 @@ macro_rules! lineage_sql {
                             expires_at, epoch FROM items WHERE deleted_at IS NULL AND \
                             store = ",
                     );
-                    select
-                        .push_bind(store.to_owned())
-                        .push(" AND collection = ")
-                        .push_bind(collection.to_owned())
-                        .push(
-                            " AND \
-                        item_id IN (",
-                        );
-                    let mut list = select.separated(", ");
-                    for id in chunk {
-                        list.push_bind(id.clone());
-                    }
-                    select.push(")");
+                    select.push_bind(store.to_owned());
+                    push_items_in(&mut select, collection, chunk);
                     for row in select.build().fetch_all(&self.pool).await? {
                         let layer: String = row.try_get("layer")?;
                         let stamp = lethe_policy::Stamp {
@@ -362,18 +344,7 @@ macro_rules! lineage_sql {
                         .push_bind(at)
                         .push(" WHERE deleted_at IS NULL AND store = ")
                         .push_bind(store.to_owned());
-                    update
-                        .push(" AND collection = ")
-                        .push_bind(collection.to_owned())
-                        .push(
-                            " AND \
-                        item_id IN (",
-                        );
-                    let mut list = update.separated(", ");
-                    for id in chunk {
-                        list.push_bind(id.clone());
-                    }
-                    update.push(")");
+                    push_items_in(&mut update, collection, chunk);
                     marked += update.build().execute(&mut *tx).await?.rows_affected();
                     tx.commit().await?;
                 }

@@ -198,17 +198,7 @@ macro_rules! purge_sql {
                 .bind(&job_id)
                 .execute(&mut *tx)
                 .await?;
-                let sql = sqlx::AssertSqlSafe(format!(
-                    "SELECT {ERASURE_COLUMNS} FROM \
-                    erasure_requests WHERE id = $1{}",
-                    <$store>::FOR_UPDATE
-                ));
-                let mut record = erasure_from_row(
-                    &sqlx::query(sql)
-                        .bind(&request_id)
-                        .fetch_one(&mut *tx)
-                        .await?,
-                )?;
+                let mut record = locked_erasure(&mut tx, &request_id).await?;
                 let event = match record.state {
                     ErasureState::Suppressed => Some(ErasureEvent::PurgeStarted),
                     ErasureState::Retrying => Some(ErasureEvent::RetryStarted),
@@ -271,17 +261,7 @@ macro_rules! purge_sql {
                 .bind(job_id)
                 .fetch_one(&mut *tx)
                 .await?;
-                let sql = sqlx::AssertSqlSafe(format!(
-                    "SELECT {ERASURE_COLUMNS} FROM \
-                    erasure_requests WHERE id = $1{}",
-                    <$store>::FOR_UPDATE
-                ));
-                let mut record = erasure_from_row(
-                    &sqlx::query(sql)
-                        .bind(&request_id)
-                        .fetch_one(&mut *tx)
-                        .await?,
-                )?;
+                let mut record = locked_erasure(&mut tx, &request_id).await?;
                 let (attempt, result, error, next) = match &outcome {
                     JobOutcome::Done(result) => {
                         (Attempt::Done, Some(Json(result.clone())), None, now)

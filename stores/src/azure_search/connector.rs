@@ -247,6 +247,27 @@ impl AzureSearchConnector {
         Ok(subjects.found_among(owners.iter().map(String::as_str)))
     }
 
+    /// What `index` holds of `subjects`: the documents found (by stamp and by lineage's ids),
+    /// and how many that is, verified as the runbook verifies: the subject's filter counted by
+    /// Azure, the larger of the two. The purge's check and the dry run measure alike.
+    async fn held_in(
+        &self,
+        index: &str,
+        info: &IndexInfo,
+        known: &[String],
+        subjects: &Subjects,
+    ) -> Result<(BTreeSet<String>, u64), ConnectorError> {
+        let (found, _) = self
+            .subjects_documents(index, info, known, subjects)
+            .await?;
+        let counted = match stamped_by(subjects) {
+            Some(filter) => self.counted(index, &filter).await?,
+            None => 0,
+        };
+        let held = (found.len() as u64).max(counted);
+        Ok((found, held))
+    }
+
     /// Everything of the subjects an index holds: stamped with one of their keys, or known to
     /// lineage and not stamped as another's; and whether more are stamped so than Azure pages.
     async fn subjects_documents(
@@ -387,13 +408,7 @@ impl Connector for AzureSearchConnector {
         subjects: &Subjects,
         lineage: &[(String, String)],
     ) -> Result<PurgeReport, ConnectorError> {
-        let mut report = PurgeReport {
-            before: 0,
-            deleted: 0,
-            remaining: 0,
-            physical: Physical::default(),
-            probe_hits: (!self.probe.texts.is_empty()).then_some(0),
-        };
+        let mut report = PurgeReport::starting(Physical::default(), !self.probe.texts.is_empty());
         let indexers = self.indexers().await?;
         for (index, info) in self.indexes().await? {
             let known = known_in(&index, lineage);
@@ -415,15 +430,7 @@ impl Connector for AzureSearchConnector {
                     break;
                 }
             }
-            let (left, _) = self
-                .subjects_documents(&index, &info, &known, subjects)
-                .await?;
-            // Verified as the runbook verifies: the subject's filter, counted by Azure.
-            let counted = match stamped_by(subjects) {
-                Some(filter) => self.counted(&index, &filter).await?,
-                None => 0,
-            };
-            let remaining = (left.len() as u64).max(counted);
+            let (left, remaining) = self.held_in(&index, &info, &known, subjects).await?;
             report.before += deleted_here.union(&left).count() as u64;
             report.deleted += deleted_here.difference(&left).count() as u64;
             report.remaining += remaining;
@@ -454,14 +461,7 @@ impl Connector for AzureSearchConnector {
         for (index, info) in self.indexes().await? {
             let known = known_in(&index, lineage);
             let subjects = &self.found_again(&index, &info, subjects).await?;
-            let (found, _) = self
-                .subjects_documents(&index, &info, &known, subjects)
-                .await?;
-            let counted = match stamped_by(subjects) {
-                Some(filter) => self.counted(&index, &filter).await?,
-                None => 0,
-            };
-            held += (found.len() as u64).max(counted);
+            held += self.held_in(&index, &info, &known, subjects).await?.1;
         }
         Ok(held)
     }

@@ -314,13 +314,7 @@ impl Connector for ChromaConnector {
         subjects: &Subjects,
         lineage: &[(String, String)],
     ) -> Result<PurgeReport, ConnectorError> {
-        let mut report = PurgeReport {
-            before: 0,
-            deleted: 0,
-            remaining: 0,
-            physical: physical(),
-            probe_hits: (!self.probes.is_empty()).then_some(0),
-        };
+        let mut report = PurgeReport::starting(physical(), !self.probes.is_empty());
         for place in &self.collections().await? {
             let known = known_in(place, lineage);
             let subjects = &self.found_again(place, subjects).await?;

@@ -591,18 +591,33 @@ pub fn narrow_item_search(
     subject: Option<&str>,
 ) -> Result<Vec<u8>, AdapterError> {
     let mut map = parse_object(body)?;
-    let filter = map.entry("filter").or_insert(Value::Null);
-    if filter.is_null() {
-        *filter = Value::Object(Map::new());
-    }
-    let Value::Object(f) = filter else {
-        return Err(AdapterError::Invalid("filter must be an object".into()));
-    };
-    f.insert(TENANT.into(), json!(tenant));
-    if let Some(subject) = subject {
-        f.insert(SUBJECT.into(), json!(subject));
-    }
+    let f = object_at(&mut map, "filter")?;
+    narrow(f, tenant, subject);
     serde_json::to_vec(&map).map_err(|e| AdapterError::Invalid(e.to_string()))
+}
+
+/// The object under `key` in a request's body, made when absent or null; anything else there
+/// is refused, not narrowed or stamped over.
+fn object_at<'m>(
+    map: &'m mut Map<String, Value>,
+    key: &str,
+) -> Result<&'m mut Map<String, Value>, AdapterError> {
+    let value = map.entry(key).or_insert(Value::Null);
+    if value.is_null() {
+        *value = Value::Object(Map::new());
+    }
+    match value {
+        Value::Object(object) => Ok(object),
+        _ => Err(AdapterError::Invalid(format!("{key} must be an object"))),
+    }
+}
+
+/// A filter narrowed to the caller's tenant and, for a caller bound to one, subject.
+fn narrow(filter: &mut Map<String, Value>, tenant: &str, subject: Option<&str>) {
+    filter.insert(TENANT.into(), json!(tenant));
+    if let Some(subject) = subject {
+        filter.insert(SUBJECT.into(), json!(subject));
+    }
 }
 
 fn items_of(answer: &Value) -> Result<&Vec<Value>, AdapterError> {

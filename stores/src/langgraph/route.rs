@@ -426,10 +426,11 @@ async fn put_item(
     }];
     let derivations = state.derivation.parents(ctx, &writes).await?;
     planned.layer = derivations.layer(0);
-    let subjects: Vec<&str> = std::iter::once(planned.subject.as_str())
+    // The owners of what the write derives from decide it too.
+    let owners: Vec<&str> = std::iter::once(planned.subject.as_str())
         .chain(derivations.owners())
         .collect();
-    let view = state.policy.view(ctx.tenant(), subjects).await?;
+    let view = state.policy.view(ctx.tenant(), owners).await?;
     adapter::check_item(&planned, ctx.tenant(), &view, crate::now())?;
     derivations.check(&view, ctx.tenant())?;
     let (namespace, key) = adapter::parse_item_id(&id).unwrap_or_default();

@@ -58,12 +58,8 @@ impl Connector for OpenAiConnector {
         lineage: &[(String, String)],
     ) -> Result<PurgeReport, ConnectorError> {
         let paths = paths_of(lineage);
-        let mut report = PurgeReport {
-            before: 0,
-            deleted: 0,
-            remaining: 0,
-            // Every request of the subject left before the flip: none is kept past this.
-            physical: Physical::default().with(Copy::until(
+        // Every request of the subject left before the flip: none is kept past this.
+        let kept = Physical::default().with(Copy::until(
                 "the provider's retention copies (abuse monitoring)",
                 "the requests sent and the answers given for the subject",
                 &format!(
@@ -71,9 +67,8 @@ impl Connector for OpenAiConnector {
                     self.window.num_days()
                 ),
                 crate::now() + self.window,
-            )),
-            probe_hits: None,
-        };
+            ));
+        let mut report = PurgeReport::starting(kept, false);
         for path in &paths {
             if self.exists(path).await? {
                 report.before += 1;

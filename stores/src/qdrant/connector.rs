@@ -406,13 +406,7 @@ impl Connector for QdrantConnector {
         subjects: &Subjects,
         lineage: &[(String, String)],
     ) -> Result<PurgeReport, ConnectorError> {
-        let mut report = PurgeReport {
-            before: 0,
-            deleted: 0,
-            remaining: 0,
-            physical: physical(),
-            probe_hits: self.probes().then_some(0),
-        };
+        let mut report = PurgeReport::starting(physical(), self.probes());
         for collection in self.collections().await? {
             let known = known_in(&collection, lineage);
             let subjects = &self.found_again(&collection, subjects).await?;

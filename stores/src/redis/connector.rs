@@ -570,13 +570,7 @@ impl Connector for RedisConnector {
         subjects: &Subjects,
         _lineage: &[(String, String)],
     ) -> Result<PurgeReport, ConnectorError> {
-        let mut report = PurgeReport {
-            probe_hits: None,
-            before: 0,
-            deleted: 0,
-            remaining: 0,
-            physical: Physical::default(),
-        };
+        let mut report = PurgeReport::starting(Physical::default(), false);
         let mut unreached = Vec::new();
         for server in self.servers()? {
             let mut con = self.connect(server).await?;

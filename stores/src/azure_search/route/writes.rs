@@ -53,12 +53,13 @@ impl Call<'_, '_> {
             .derivation
             .derive(self.ctx, index, &mut planned.facts, String::clone, &texts)
             .await?;
-        let subjects: Vec<&str> = planned
+        // The owners of what the write derives from decide it too.
+        let owners: Vec<&str> = planned
             .subjects()
             .into_iter()
             .chain(derivations.owners())
             .collect();
-        let view = state.policy.view(tenant, subjects).await?;
+        let view = state.policy.view(tenant, owners).await?;
         if let Err(AdapterError::Refused(refused)) = derivations.check(&view, tenant) {
             // A derivation's refusal names its record; the client's batch names its action.
             let refused: Vec<RecordRefusal> = refused

@@ -78,13 +78,7 @@ pub fn decide_thread_write(
 /// `PATCH /threads/{id}`: the new metadata keeps the registered stamp, whatever it says.
 pub fn restamp_patch(body: &[u8], registered: &Stamp) -> Result<Vec<u8>, AdapterError> {
     let mut map = parse_object(body)?;
-    let metadata = map.entry("metadata").or_insert(Value::Null);
-    if metadata.is_null() {
-        *metadata = Value::Object(Map::new());
-    }
-    let Value::Object(m) = metadata else {
-        return Err(AdapterError::Invalid("metadata must be an object".into()));
-    };
+    let m = object_at(&mut map, "metadata")?;
     write_stamp(m, registered);
     serde_json::to_vec(&map).map_err(|e| AdapterError::Invalid(e.to_string()))
 }
@@ -97,17 +91,8 @@ pub fn narrow_thread_search(
     subject: Option<&str>,
 ) -> Result<Map<String, Value>, AdapterError> {
     let mut map = parse_object(body)?;
-    let metadata = map.entry("metadata").or_insert(Value::Null);
-    if metadata.is_null() {
-        *metadata = Value::Object(Map::new());
-    }
-    let Value::Object(m) = metadata else {
-        return Err(AdapterError::Invalid("metadata must be an object".into()));
-    };
-    m.insert(TENANT.into(), json!(tenant));
-    if let Some(subject) = subject {
-        m.insert(SUBJECT.into(), json!(subject));
-    }
+    let m = object_at(&mut map, "metadata")?;
+    narrow(m, tenant, subject);
     match map.get_mut("select") {
         None | Some(Value::Null) => {}
         Some(Value::Array(select)) => {

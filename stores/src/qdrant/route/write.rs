@@ -40,12 +40,13 @@ pub(super) async fn upsert(
         .derivation
         .derive(ctx, collection, &mut planned.facts, PointId::key, &texts)
         .await?;
-    let subjects: Vec<&str> = planned
+    // The owners of what the write derives from decide it too.
+    let owners: Vec<&str> = planned
         .subjects()
         .into_iter()
         .chain(derivations.owners())
         .collect();
-    let view = state.policy.view(tenant, subjects).await?;
+    let view = state.policy.view(tenant, owners).await?;
     adapter::check_upsert(&planned, tenant, &view, crate::now())?;
     derivations.check(&view, tenant)?;
     // The stamps Qdrant holds under these ids decide who owns them, not lineage.

@@ -1,3 +1,4 @@
+use super::read::combine_plan;
 use super::*;
 use crate::redis::commands::classify;
 
