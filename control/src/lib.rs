@@ -57,6 +57,10 @@ pub struct ControlState {
     pub sessions: SessionLimits,
     /// Failed console sign-ins, per client address.
     pub sign_ins: Arc<console::SignInLimit>,
+    /// The organisation's OpenID provider people sign in to the console through, if configured.
+    pub oidc: Option<Arc<crate::auth::oidc::Provider>>,
+    /// Whether the console also takes a pasted token.
+    pub token_sign_in: bool,
 }
 
 /// How long a console session lasts: unused, and at most (and never past its token's expiry).

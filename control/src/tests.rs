@@ -35,6 +35,8 @@ async fn harness() -> Harness {
         folding: lethe_policy::names::Folding::new(["mail".to_owned()]),
         revocations: crate::revocations::Revocations::new(Arc::clone(&store)),
         sign_ins: Arc::default(),
+        oidc: None,
+        token_sign_in: true,
         sessions: super::SessionLimits {
             idle: std::time::Duration::from_secs(600),
             max: std::time::Duration::from_secs(3600),
@@ -77,6 +79,7 @@ fn token(role: Role, tenant: &str) -> String {
         subject: None,
         exp: jsonwebtoken::get_current_timestamp() + 600,
         jti: None,
+        name: None,
     };
     mint_hs256(SECRET, "lethe", &claims).unwrap()
 }
@@ -186,6 +189,7 @@ async fn callers_must_hold_a_valid_control_token() {
             subject: None,
             exp: jsonwebtoken::get_current_timestamp() + 600,
             jti: None,
+            name: None,
         },
     )
     .unwrap();
@@ -808,6 +812,7 @@ fn token_as(role: Role, actor: &str) -> String {
         subject: None,
         exp: jsonwebtoken::get_current_timestamp() + 600,
         jti: None,
+        name: None,
     };
     mint_hs256(SECRET, "lethe", &claims).unwrap()
 }
@@ -2466,6 +2471,7 @@ async fn a_console_session_ends_at_sign_out_when_idle_and_when_its_token_is_revo
             subject: None,
             exp: jsonwebtoken::get_current_timestamp() + 600,
             jti: Some(jti.clone()),
+            name: None,
         },
     )
     .unwrap();

@@ -16,6 +16,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::{AuthConfig, PublicKeyAlgorithm};
 
+pub mod oidc;
+
 pub const AUDIENCE: &str = "lethe";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, clap::ValueEnum)]
@@ -53,6 +55,9 @@ pub struct Claims {
     /// The token's id, by which it can be revoked before it expires.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub jti: Option<String>,
+    /// A person's name for people to read (from their sign-in provider); never who acts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -218,6 +218,7 @@ fn token(role: Role, subject: Option<&str>) -> String {
         subject: subject.map(str::to_owned),
         exp: jsonwebtoken::get_current_timestamp() + 600,
         jti: None,
+        name: None,
     };
     mint_hs256(SECRET, "lethe", &claims).unwrap()
 }
@@ -288,6 +289,7 @@ async fn bad_tokens_are_refused_before_anything_moves() {
                 subject: None,
                 exp: 0,
                 jti: None,
+                name: None,
             }
         },
     )
@@ -302,6 +304,7 @@ async fn bad_tokens_are_refused_before_anything_moves() {
             subject: None,
             exp: jsonwebtoken::get_current_timestamp() + 60,
             jti: None,
+            name: None,
         },
     )
     .unwrap();

@@ -451,11 +451,11 @@ def upstreams_of(chroma_url, urls):
 
 
 class Lethe:
-    def __init__(self, state_url, chroma_url, workdir, config=None, **urls):
+    def __init__(self, state_url, chroma_url, workdir, config=None, control=None, **urls):
         self.state_url = state_url
         self.chroma_url = chroma_url
         self.workdir = workdir
-        self.control = f"127.0.0.1:{free_port()}"
+        self.control = control or f"127.0.0.1:{free_port()}"
         self.data = f"127.0.0.1:{free_port()}"
         env = {k: v for k, v in os.environ.items() if not k.startswith("LETHE_")}
         env.update({
@@ -705,3 +705,25 @@ def collection(lethe):
     name = f"memories-{uuid.uuid4().hex[:12]}"
     lethe.client(lethe.token("admin")).create_collection(name, embedding_function=None)
     return name
+
+
+@pytest.fixture
+def browsers():
+    """Opens headless Chromium windows on demand (Debian's chromium and chromium-driver); closes
+    them all at the end."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+    opened = []
+
+    def open_one():
+        options = webdriver.ChromeOptions()
+        options.binary_location = shutil.which("chromium")
+        for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1280,900"):
+            options.add_argument(arg)
+        driver = webdriver.Chrome(service=Service(shutil.which("chromedriver")), options=options)
+        opened.append(driver)
+        return driver
+
+    yield open_one
+    for driver in opened:
+        driver.quit()

@@ -3,7 +3,6 @@
 with a real Chroma. Two people of one tenant work an erasure through it; screenshots of the main
 pages are saved under target/console-screenshots."""
 
-import shutil
 import subprocess
 import urllib.request
 import uuid
@@ -20,27 +19,6 @@ def lethe(chroma, tmp_path):
     instance = two_tenant_lethe(chroma, tmp_path, erasure)
     yield instance
     instance.stop()
-
-
-@pytest.fixture
-def browsers():
-    """Opens headless Chromium windows on demand; closes them all at the end."""
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-    opened = []
-
-    def open_one():
-        options = webdriver.ChromeOptions()
-        options.binary_location = shutil.which("chromium")
-        for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1280,900"):
-            options.add_argument(arg)
-        driver = webdriver.Chrome(service=Service(shutil.which("chromedriver")), options=options)
-        opened.append(driver)
-        return driver
-
-    yield open_one
-    for driver in opened:
-        driver.quit()
 
 
 def token(lethe, role, actor, tenant=TENANT):

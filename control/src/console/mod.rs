@@ -7,6 +7,7 @@
 mod audit;
 mod derivatives;
 mod filing;
+mod oidc;
 mod page;
 mod policy;
 mod request;
@@ -39,6 +40,8 @@ pub fn routes() -> Router<ControlState> {
             get(session::sign_in_form).post(session::sign_in),
         )
         .route("/console/sign-out", post(session::sign_out))
+        .route("/console/oidc/login", get(oidc::login))
+        .route("/console/oidc/callback", get(oidc::callback))
         .route(
             "/console/requests",
             get(requests::requests).post(filing::file),

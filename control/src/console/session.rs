@@ -47,7 +47,9 @@ impl Session {
         Frame {
             title: title.to_owned(),
             nav: Some(Nav {
-                actor: self.caller.claims.sub.clone(),
+                actor: (self.caller.claims.name.as_ref())
+                    .unwrap_or(&self.caller.claims.sub)
+                    .clone(),
                 csrf: self.csrf.clone(),
             }),
         }
@@ -172,8 +174,16 @@ impl Default for SignInLimit {
 /// The answer to send instead of the page asked for (sign in first, a refused form).
 pub type Elsewhere = Box<Response>;
 
+/// Whether the browser reached Lethe over TLS (through a TLS-terminating proxy): cookies are
+/// then sent back over TLS only.
+pub(super) fn behind_tls(headers: &HeaderMap) -> bool {
+    headers
+        .get("x-forwarded-proto")
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"https"))
+}
+
 /// A cookie's value.
-fn cookie<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
+pub(super) fn cookie<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
     headers
         .get_all(header::COOKIE)
         .iter()
@@ -184,7 +194,7 @@ fn cookie<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
 }
 
 /// 32 random bytes, hex.
-fn random_hex() -> Result<String, Elsewhere> {
+pub(super) fn random_hex() -> Result<String, Elsewhere> {
     let mut bytes = [0u8; 32];
     aws_lc_rs::rand::fill(&mut bytes).map_err(|_| unavailable())?;
     Ok(hex::encode(bytes))
@@ -196,11 +206,11 @@ fn hash(id: &str) -> String {
 }
 
 /// Whether two tokens are equal, in time that does not depend on where they differ.
-fn same(a: &str, b: &str) -> bool {
+pub(super) fn same(a: &str, b: &str) -> bool {
     a.len() == b.len() && a.bytes().zip(b.bytes()).fold(0, |d, (x, y)| d | (x ^ y)) == 0
 }
 
-fn unavailable() -> Elsewhere {
+pub(super) fn unavailable() -> Elsewhere {
     Box::new(message(
         StatusCode::SERVICE_UNAVAILABLE,
         Frame::bare("Unavailable"),
@@ -263,10 +273,18 @@ struct SignInPage<'a> {
     frame: Frame,
     message: Option<&'a str>,
     csrf: String,
+    /// "Sign in with <provider>", offered first, when an OpenID provider is configured.
+    provider: Option<&'a str>,
+    /// Whether a pasted token is taken too.
+    token: bool,
 }
 
 /// The sign-in page, with a fresh CSRF token in its form and in its cookie.
-fn sign_in_page(status: StatusCode, message: Option<&str>) -> Response {
+pub(super) fn sign_in_page(
+    state: &ControlState,
+    status: StatusCode,
+    message: Option<&str>,
+) -> Response {
     let csrf = match random_hex() {
         Ok(token) => token,
         Err(unavailable) => return *unavailable,
@@ -279,6 +297,8 @@ fn sign_in_page(status: StatusCode, message: Option<&str>) -> Response {
             frame: Frame::bare("Sign in"),
             message,
             csrf,
+            provider: state.oidc.as_ref().map(|p| p.config().name.as_str()),
+            token: state.token_sign_in,
         },
     );
     if let Ok(value) = HeaderValue::from_str(&cookie) {
@@ -287,9 +307,10 @@ fn sign_in_page(status: StatusCode, message: Option<&str>) -> Response {
     response
 }
 
-pub async fn sign_in_form(request: Request) -> Response {
+pub async fn sign_in_form(State(state): State<ControlState>, request: Request) -> Response {
     let expired = request.uri().query() == Some("expired");
     sign_in_page(
+        &state,
         StatusCode::OK,
         expired.then_some("Your session ended (signed out, unused too long, or its token expired or was revoked). Sign in again."),
     )
@@ -305,20 +326,35 @@ fn address(parts: &Parts) -> IpAddr {
 
 pub async fn sign_in(State(state): State<ControlState>, request: Request) -> Response {
     let (parts, body) = request.into_parts();
+    if !state.token_sign_in {
+        return sign_in_page(
+            &state,
+            StatusCode::FORBIDDEN,
+            Some(
+                "Signing in with a token is turned off here: sign in with your organisation's account.",
+            ),
+        );
+    }
     let from = address(&parts);
     if state.sign_ins.failures(from) >= SIGN_IN_FAILURES {
         return sign_in_page(
+            &state,
             StatusCode::TOO_MANY_REQUESTS,
             Some("Too many failed sign-ins from this address; wait a minute."),
         );
     }
     let Ok(bytes) = axum::body::to_bytes(body, state.max_body_bytes).await else {
-        return sign_in_page(StatusCode::BAD_REQUEST, Some("The form could not be read."));
+        return sign_in_page(
+            &state,
+            StatusCode::BAD_REQUEST,
+            Some("The form could not be read."),
+        );
     };
     let fields = Fields::parse(&bytes);
     let sent = fields.text("csrf");
     if sent.is_empty() || !cookie(&parts.headers, SIGN_IN_COOKIE).is_some_and(|c| same(c, sent)) {
         return sign_in_page(
+            &state,
             StatusCode::FORBIDDEN,
             Some("This form was not sent from the sign-in page. Sign in from it."),
         );
@@ -330,9 +366,20 @@ pub async fn sign_in(State(state): State<ControlState>, request: Request) -> Res
             if e.status != StatusCode::SERVICE_UNAVAILABLE {
                 state.sign_ins.failed(from);
             }
-            return sign_in_page(e.status, Some(&format!("Not signed in: {}", e.message)));
+            return sign_in_page(
+                &state,
+                e.status,
+                Some(&format!("Not signed in: {}", e.message)),
+            );
         }
     };
+    begin(&state, &parts.headers, &caller).await
+}
+
+/// A session for `caller`, who has just signed in: the cookie that names it, and the way to
+/// the requests. It ends at `session_max` at the latest, or when the caller's token (or ID
+/// token) expires, whichever comes first.
+pub(super) async fn begin(state: &ControlState, headers: &HeaderMap, caller: &Caller) -> Response {
     let now = crate::now();
     let max = chrono::TimeDelta::from_std(state.sessions.max).unwrap_or(chrono::TimeDelta::MAX);
     let token_ends = i64::try_from(caller.claims.exp)
@@ -358,11 +405,7 @@ pub async fn sign_in(State(state): State<ControlState>, request: Request) -> Res
     if state.store.create_session(&session).await.is_err() {
         return *unavailable();
     }
-    // Behind a TLS-terminating proxy the cookie is sent back over TLS only.
-    let secure = parts
-        .headers
-        .get("x-forwarded-proto")
-        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"https"));
+    let secure = behind_tls(headers);
     let seconds = (expires_at - now).num_seconds().max(0);
     let cookie = format!(
         "{COOKIE}={id}; Path=/console; HttpOnly; SameSite=Strict; Max-Age={seconds}{}",

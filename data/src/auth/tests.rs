@@ -15,6 +15,7 @@ fn claims() -> Claims {
         subject: Some("u1".into()),
         exp: jsonwebtoken::get_current_timestamp() + 600,
         jti: None,
+        name: None,
     }
 }
 

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use super::oidc::OidcConfig;
 use super::values::{ConfigDuration, Secret};
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -52,6 +53,11 @@ pub struct ControlPlaneConfig {
     pub session_idle: ConfigDuration,
     /// A console session ends this long after sign-in at the latest (or when its token expires).
     pub session_max: ConfigDuration,
+    /// Sign-in through the organisation's OpenID provider.
+    pub oidc: Option<OidcConfig>,
+    /// Whether the console's sign-in page also takes a pasted token: by default only when no
+    /// OpenID provider is configured.
+    pub allow_token_sign_in: Option<bool>,
 }
 
 impl Default for ControlPlaneConfig {
@@ -61,6 +67,8 @@ impl Default for ControlPlaneConfig {
             max_body_bytes: 1024 * 1024,
             session_idle: ConfigDuration(Duration::from_secs(30 * 60)),
             session_max: ConfigDuration(Duration::from_secs(12 * 3600)),
+            oidc: None,
+            allow_token_sign_in: None,
         }
     }
 }
@@ -115,8 +123,22 @@ impl DataPlaneConfig {
 }
 
 impl ControlPlaneConfig {
+    /// Whether the console takes a pasted token (see [`ControlPlaneConfig::allow_token_sign_in`]).
+    pub fn token_sign_in(&self) -> bool {
+        self.allow_token_sign_in.unwrap_or(self.oidc.is_none())
+    }
+
     pub(super) fn problems(&self) -> Vec<String> {
-        let mut problems = Vec::new();
+        let mut problems = self
+            .oidc
+            .as_ref()
+            .map(OidcConfig::problems)
+            .unwrap_or_default();
+        if self.oidc.is_none() && self.allow_token_sign_in == Some(false) {
+            problems.push(
+                "control_plane.allow_token_sign_in: false leaves no way into the console without [control_plane.oidc]".to_owned(),
+            );
+        }
         if self.max_body_bytes == 0 {
             problems.push("control_plane.max_body_bytes: must be greater than zero".to_owned());
         }

@@ -57,3 +57,61 @@ fn secrets_come_from_values_files_and_the_environment_and_never_print() {
     assert!(Secret::File(dir.join("missing")).resolve().is_err());
     assert!(!format!("{:?}", Secret::Value("hunter2".into())).contains("hunter2"));
 }
+
+#[test]
+fn oidc_sign_in_problems_are_all_reported_and_token_sign_in_follows_it() {
+    let text = r#"
+        [control_plane]
+        allow_token_sign_in = false
+        "#;
+    let problems = Config::check(text).unwrap_err().problems.join("\n");
+    assert!(problems.contains("allow_token_sign_in"), "{problems}");
+    let text = r#"
+        [control_plane.oidc]
+        issuer = "http://idp.example"
+        client_id = ""
+        client_secret = { value = "s" }
+        redirect_url = "https://lethe.example/console/elsewhere"
+        scopes = ["profile", "two words"]
+        [[control_plane.oidc.roles]]
+        group = "g"
+        role = "agent"
+        tenant = "acme"
+        "#;
+    let problems = Config::check(text).unwrap_err().problems.join("\n");
+    for expected in [
+        "oidc.issuer",
+        "oidc.redirect_url",
+        "oidc.client_id",
+        "must include openid",
+        "without spaces",
+        "roles[0].role",
+    ] {
+        assert!(
+            problems.contains(expected),
+            "{expected} not in:\n{problems}"
+        );
+    }
+    let good = r#"
+        [control_plane.oidc]
+        issuer = "https://idp.example"
+        client_id = "lethe"
+        client_secret = { env = "LETHE_OIDC_CLIENT_SECRET" }
+        redirect_url = "https://lethe.example/console/oidc/callback"
+        [[control_plane.oidc.roles]]
+        group = "dpo"
+        role = "compliance"
+        tenant = "acme"
+        "#;
+    let config = Config::check(good).unwrap();
+    assert!(
+        !config.control_plane.token_sign_in(),
+        "off by default with a provider"
+    );
+    assert!(Config::check("").unwrap().control_plane.token_sign_in());
+    let both = good.replace(
+        "[control_plane.oidc]",
+        "[control_plane]\nallow_token_sign_in = true\n[control_plane.oidc]",
+    );
+    assert!(Config::check(&both).unwrap().control_plane.token_sign_in());
+}

@@ -26,6 +26,7 @@ pub(super) async fn token(config: &Config, args: TokenArgs) -> Result<(), Failur
         subject: args.subject,
         exp: jsonwebtoken::get_current_timestamp().saturating_add(ttl.as_secs()),
         jti: Some(uuid::Uuid::new_v4().to_string()),
+        name: None,
     };
     println!("{}", development_token(config, &claims).await?);
     Ok(())
@@ -51,6 +52,7 @@ impl ControlArgs {
                     subject: None,
                     exp: jsonwebtoken::get_current_timestamp() + 300,
                     jti: Some(uuid::Uuid::new_v4().to_string()),
+                    name: None,
                 };
                 development_token(config, &claims).await?
             }

@@ -147,10 +147,21 @@ fn control_state(
         Arc::clone(&keyed.audit_key),
         std::time::Duration::from_secs(10),
     ));
+    let oidc = match &config.control_plane.oidc {
+        Some(oidc) => {
+            let tls = crate::data::forward::tls_of(config).map_err(|e| Failure(e, 2))?;
+            let provider = crate::auth::oidc::Provider::new(oidc, config.auth.leeway_seconds, &tls)
+                .map_err(|e| Failure(e, 2))?;
+            Some(Arc::new(provider))
+        }
+        None => None,
+    };
     Ok(ControlState {
         folding: config.folding(),
         revocations: Arc::clone(&data_state.revocations),
         sign_ins: Arc::default(),
+        oidc,
+        token_sign_in: config.control_plane.token_sign_in(),
         sessions: control::SessionLimits {
             idle: config.control_plane.session_idle.0,
             max: config.control_plane.session_max.0,

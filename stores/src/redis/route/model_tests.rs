@@ -276,6 +276,7 @@ impl<'w> Case<'w> {
                 subject: bound.map(|s| names[s].clone()),
                 exp: jsonwebtoken::get_current_timestamp() + 600,
                 jti: Some(jti.clone()),
+                name: None,
             };
             tokens.push((mint_hs256(SECRET, "lethe", &claims).expect("a token"), jti));
         }

@@ -1,0 +1,321 @@
+//! Signing in through the organisation's OpenID provider (`[control_plane.oidc]`): the
+//! authorization code flow with PKCE, `state` and `nonce`. What the callback must match travels
+//! in a cookie of the browser that started the sign-in (`HttpOnly`, `SameSite=Lax` so that the
+//! provider's redirect brings it, ten minutes), sealed with an HMAC of the audit key, so any
+//! replica can finish a sign-in another started. A person's roles come from their groups; one
+//! with none is refused, and the refusal is audited.
+
+use std::time::Duration;
+
+use askama::Template;
+use aws_lc_rs::hmac;
+use axum::extract::{Query, State};
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Redirect, Response};
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use lethe_policy::audit::AuditEntry;
+use serde::{Deserialize, Serialize};
+
+use super::page::{Frame, message, render};
+use super::session::{begin, behind_tls, cookie, random_hex, same, sign_in_page};
+use crate::ControlState;
+use crate::auth::Claims;
+use crate::auth::oidc::{OidcError, Person, roles};
+use crate::extract::Caller;
+
+const COOKIE: &str = "lethe_oidc";
+/// How long a sign-in may take at the provider.
+const PENDING: Duration = Duration::from_secs(600);
+/// What the cookie's seal is keyed with, besides the audit key: no other use of the key can
+/// make a seal that passes here.
+const SEAL_CONTEXT: &[u8] = b"lethe console oidc sign-in\0";
+
+/// What the callback must match, kept by the browser that started the sign-in.
+#[derive(Debug, Serialize, Deserialize)]
+struct Pending {
+    state: String,
+    nonce: String,
+    verifier: String,
+    /// The tenant asked for, when the person's groups give roles in several.
+    tenant: Option<String>,
+    /// Seconds since the epoch after which it is stale.
+    until: i64,
+}
+
+fn seal_key(state: &ControlState) -> hmac::Key {
+    hmac::Key::new(hmac::HMAC_SHA256, &state.audit_key)
+}
+
+fn seal(state: &ControlState, pending: &Pending) -> Option<String> {
+    let body = URL_SAFE_NO_PAD.encode(serde_json::to_vec(pending).ok()?);
+    let tag = hmac::sign(&seal_key(state), &[SEAL_CONTEXT, body.as_bytes()].concat());
+    Some(format!("{body}.{}", URL_SAFE_NO_PAD.encode(tag.as_ref())))
+}
+
+fn unseal(state: &ControlState, sealed: &str) -> Option<Pending> {
+    let (body, tag) = sealed.split_once('.')?;
+    let tag = URL_SAFE_NO_PAD.decode(tag).ok()?;
+    hmac::verify(
+        &seal_key(state),
+        &[SEAL_CONTEXT, body.as_bytes()].concat(),
+        &tag,
+    )
+    .ok()?;
+    let pending: Pending = serde_json::from_slice(&URL_SAFE_NO_PAD.decode(body).ok()?).ok()?;
+    (crate::now().timestamp() < pending.until).then_some(pending)
+}
+
+fn pending_cookie(value: &str, max_age: u64, headers: &HeaderMap) -> Option<HeaderValue> {
+    let secure = if behind_tls(headers) { "; Secure" } else { "" };
+    HeaderValue::from_str(&format!(
+        "{COOKIE}={value}; Path=/console/oidc; HttpOnly; SameSite=Lax; Max-Age={max_age}{secure}"
+    ))
+    .ok()
+}
+
+/// A page of the sign-in that went wrong, with the pending sign-in forgotten.
+fn refused(status: StatusCode, text: &str, headers: &HeaderMap) -> Response {
+    let mut response = message(status, Frame::bare("Not signed in"), text, true);
+    if let Some(forget) = pending_cookie("", 0, headers) {
+        response.headers_mut().append(header::SET_COOKIE, forget);
+    }
+    response
+}
+
+fn provider_failed(e: &OidcError, headers: &HeaderMap) -> Response {
+    let status = match e {
+        OidcError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+        OidcError::Refused(_) | OidcError::Invalid(_) => StatusCode::FORBIDDEN,
+    };
+    refused(
+        status,
+        &format!("Not signed in: {e}. Start again from the sign-in page."),
+        headers,
+    )
+}
+
+#[derive(Deserialize)]
+pub struct LoginQuery {
+    tenant: Option<String>,
+}
+
+/// `GET /console/oidc/login`: off to the provider, with this browser's pending sign-in.
+pub async fn login(
+    State(state): State<ControlState>,
+    Query(query): Query<LoginQuery>,
+    headers: HeaderMap,
+) -> Response {
+    let Some(provider) = state.oidc.clone() else {
+        return sign_in_page(
+            &state,
+            StatusCode::NOT_FOUND,
+            Some("No sign-in provider is configured here."),
+        );
+    };
+    let metadata = match provider.metadata().await {
+        Ok(metadata) => metadata,
+        Err(e) => return provider_failed(&e, &headers),
+    };
+    let (Ok(state_value), Ok(nonce), Ok(verifier)) = (random_hex(), random_hex(), random_hex())
+    else {
+        return refused(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "No randomness to sign in with.",
+            &headers,
+        );
+    };
+    let pending = Pending {
+        state: state_value,
+        nonce,
+        verifier,
+        tenant: query.tenant.filter(|t| !t.is_empty()),
+        until: crate::now().timestamp() + PENDING.as_secs() as i64,
+    };
+    let to =
+        provider.authorization_url(metadata, &pending.state, &pending.nonce, &pending.verifier);
+    let Some(value) =
+        seal(&state, &pending).and_then(|s| pending_cookie(&s, PENDING.as_secs(), &headers))
+    else {
+        return refused(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "The sign-in could not be started.",
+            &headers,
+        );
+    };
+    let mut response = Redirect::to(&to).into_response();
+    response.headers_mut().append(header::SET_COOKIE, value);
+    response
+}
+
+#[derive(Deserialize)]
+pub struct Callback {
+    code: Option<String>,
+    state: Option<String>,
+    error: Option<String>,
+}
+
+#[derive(Template)]
+#[template(path = "console/tenants.html")]
+struct TenantsPage {
+    frame: Frame,
+    who: String,
+    tenants: Vec<(String, String)>,
+}
+
+/// `GET /console/oidc/callback`: the provider's answer, checked against this browser's pending
+/// sign-in; the code exchanged, the ID token verified, the person's role found, a session begun.
+pub async fn callback(
+    State(state): State<ControlState>,
+    Query(answer): Query<Callback>,
+    parts: Parts,
+) -> Response {
+    let headers = &parts.headers;
+    let Some(provider) = state.oidc.clone() else {
+        return sign_in_page(
+            &state,
+            StatusCode::NOT_FOUND,
+            Some("No sign-in provider is configured here."),
+        );
+    };
+    let pending = cookie(headers, COOKIE).and_then(|sealed| unseal(&state, sealed));
+    let Some(pending) = pending else {
+        return refused(
+            StatusCode::FORBIDDEN,
+            "This sign-in was not started in this browser, or took longer than ten minutes. Start again from the sign-in page.",
+            headers,
+        );
+    };
+    if let Some(error) = answer.error {
+        return refused(
+            StatusCode::FORBIDDEN,
+            &format!("The sign-in provider did not sign you in ({error})."),
+            headers,
+        );
+    }
+    let (Some(code), Some(sent_state)) = (answer.code, answer.state) else {
+        return refused(
+            StatusCode::BAD_REQUEST,
+            "The provider's answer has no code or state.",
+            headers,
+        );
+    };
+    if !same(&sent_state, &pending.state) {
+        return refused(
+            StatusCode::FORBIDDEN,
+            "This answer belongs to another sign-in (its state is not this browser's). Start again from the sign-in page.",
+            headers,
+        );
+    }
+    let person = match provider
+        .sign_in(&code, &pending.verifier, &pending.nonce)
+        .await
+    {
+        Ok(person) => person,
+        Err(e) => return provider_failed(&e, headers),
+    };
+    let mut granted = roles(provider.config(), &person.groups);
+    if let Some(tenant) = &pending.tenant {
+        granted.retain(|(t, _)| t == tenant);
+    }
+    let who = person
+        .display
+        .clone()
+        .unwrap_or_else(|| person.subject.clone());
+    let (tenant, role) = match &granted[..] {
+        [] => {
+            let why = match &pending.tenant {
+                Some(tenant) => format!("no role in the tenant {tenant}"),
+                None => "no role in Lethe".to_owned(),
+            };
+            if audit_sign_in(&state, &person, None, &parts, "refused")
+                .await
+                .is_err()
+            {
+                return *super::session::unavailable();
+            }
+            return refused(
+                StatusCode::FORBIDDEN,
+                &format!(
+                    "{who}: your account is in no group that gives {why}. Ask whoever manages Lethe's access to add you to one."
+                ),
+                headers,
+            );
+        }
+        [(tenant, role)] => (tenant.clone(), *role),
+        several => {
+            let tenants = several
+                .iter()
+                .map(|(t, _)| {
+                    let query: String = form_urlencoded::Serializer::new(String::new())
+                        .append_pair("tenant", t)
+                        .finish();
+                    (t.clone(), format!("/console/oidc/login?{query}"))
+                })
+                .collect();
+            let page = TenantsPage {
+                frame: Frame::bare("Choose a tenant"),
+                who,
+                tenants,
+            };
+            let mut response = render(StatusCode::OK, &page);
+            if let Some(forget) = pending_cookie("", 0, headers) {
+                response.headers_mut().append(header::SET_COOKIE, forget);
+            }
+            return response;
+        }
+    };
+    let claims = Claims {
+        sub: person.actor(),
+        tenant: tenant.clone(),
+        role,
+        subject: None,
+        exp: person.expires,
+        jti: None,
+        name: person.display.clone(),
+    };
+    let caller = match Caller::of_claims(&state, claims, &parts).await {
+        Ok(caller) => caller,
+        Err(e) => return refused(e.status, &format!("Not signed in: {}", e.message), headers),
+    };
+    if audit_sign_in(&state, &person, Some(&tenant), &parts, "ok")
+        .await
+        .is_err()
+    {
+        return *super::session::unavailable();
+    }
+    let mut response = begin(&state, headers, &caller).await;
+    if let Some(forget) = pending_cookie("", 0, headers) {
+        response.headers_mut().append(header::SET_COOKIE, forget);
+    }
+    response
+}
+
+/// The audit event of a sign-in through the provider, by the person's issuer and subject.
+async fn audit_sign_in(
+    state: &ControlState,
+    person: &Person,
+    tenant: Option<&str>,
+    parts: &Parts,
+    result: &str,
+) -> Result<(), crate::state::StoreError> {
+    let request_id = parts
+        .extensions
+        .get::<crate::error::RequestId>()
+        .map(|r| r.0.clone())
+        .unwrap_or_default();
+    let entry = AuditEntry {
+        at: crate::now(),
+        tenant: tenant.map(str::to_owned),
+        actor: person.actor(),
+        action: "console.sign_in".to_owned(),
+        request_id,
+        subject_ref: None,
+        target: "console".to_owned(),
+        target_ref: None,
+        result: result.to_owned(),
+        attempt: 1,
+    };
+    state.store.append_audit(entry).await.map(|_| ())
+}

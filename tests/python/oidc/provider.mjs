@@ -1,0 +1,43 @@
+// A real OpenID provider for the tests (the npm package oidc-provider, certified), with static
+// people and the groups an organisation's directory would give them.
+//   node provider.mjs PORT REDIRECT_URI
+// Prints "ready" once it listens. Its login page takes any password (devInteractions).
+import Provider from 'oidc-provider';
+
+const [port, redirect] = process.argv.slice(2);
+
+const people = {
+  'dpo-alice': { name: 'Alice Dupont', email: 'alice@acme.example', groups: ['lethe-acme-dpo'] },
+  'dpo-bob': { name: 'Bob Martin', email: 'bob@acme.example', groups: ['lethe-acme-dpo'] },
+  'globex-dpo': { name: 'Gina Globex', email: 'gina@globex.example', groups: ['lethe-globex-dpo'] },
+  'two-tenants': { name: 'Tess Two', email: 'tess@corp.example', groups: ['lethe-acme-dpo', 'lethe-globex-dpo'] },
+  'ops-admin': { name: 'Olga Ops', email: 'olga@corp.example', groups: ['lethe-admins'] },
+  nobody: { name: 'Ned Nobody', email: 'ned@corp.example', groups: ['staff'] },
+};
+
+const client = (id, secret) => ({
+  client_id: id,
+  client_secret: secret,
+  redirect_uris: [redirect],
+  grant_types: ['authorization_code'],
+  response_types: ['code'],
+  token_endpoint_auth_method: 'client_secret_basic',
+});
+
+const provider = new Provider(`http://127.0.0.1:${port}`, {
+  clients: [client('lethe-console', 'console-secret'), client('other-app', 'other-secret')],
+  async findAccount(_ctx, id) {
+    const person = people[id];
+    if (!person) return undefined;
+    return { accountId: id, async claims() { return { sub: id, ...person }; } };
+  },
+  claims: { openid: ['sub'], profile: ['name'], email: ['email'], groups: ['groups'] },
+  scopes: ['openid', 'profile', 'email', 'groups'],
+  // The claims asked for by scope go in the ID token too, as Entra ID and Keycloak put groups.
+  conformIdTokenClaims: false,
+  pkce: { required: () => true },
+  cookies: { keys: ['test-only-cookie-key'] },
+  features: { devInteractions: { enabled: true } },
+});
+provider.proxy = false;
+provider.listen(Number(port), '127.0.0.1', () => console.log('ready'));

@@ -1,0 +1,207 @@
+"""Signing in to the console through a real OpenID provider (npm's oidc-provider, certified; its
+own login and consent pages): a person's roles come from their groups, the audit log names them
+by issuer and subject, and every way around the flow is refused. The happy path runs in Debian's
+Chromium; the attacks are raw HTTP (httpx), each counted in what Lethe answers and audits."""
+
+import re
+import subprocess
+import urllib.parse
+
+import httpx
+import pytest
+
+from conftest import GLOBEX, REPO, TENANT, free_port, served, two_tenant_lethe, wait_for
+
+PROVIDER = REPO / ".cache" / "oidc-provider"
+
+
+@pytest.fixture(scope="module")
+def idp(tmp_path_factory):
+    """The provider and the control address its client is registered for."""
+    port, control = free_port(), f"127.0.0.1:{free_port()}"
+    issuer = f"http://127.0.0.1:{port}"
+    redirect = f"http://{control}/console/oidc/callback"
+    argv = ["node", str(PROVIDER / "provider.mjs"), str(port), redirect]
+    ready = lambda: httpx.get(f"{issuer}/.well-known/openid-configuration").status_code == 200
+    with served("the OpenID provider", argv, tmp_path_factory.mktemp("idp"), ready, 30, cwd=PROVIDER):
+        yield issuer, control
+
+
+@pytest.fixture(scope="module")
+def lethe(chroma, idp, tmp_path_factory):
+    issuer, control = idp
+    oidc = f'''
+[control_plane.oidc]
+issuer = "{issuer}"
+name = "Corp SSO"
+client_id = "lethe-console"
+client_secret = {{ value = "console-secret" }}
+redirect_url = "http://{control}/console/oidc/callback"
+scopes = ["openid", "profile", "email", "groups"]
+[[control_plane.oidc.roles]]
+group = "lethe-acme-dpo"
+role = "compliance"
+tenant = "{TENANT}"
+[[control_plane.oidc.roles]]
+group = "lethe-globex-dpo"
+role = "compliance"
+tenant = "{GLOBEX}"
+[[control_plane.oidc.roles]]
+group = "lethe-admins"
+role = "admin"
+tenant = "{TENANT}"
+'''
+    instance = two_tenant_lethe(chroma, tmp_path_factory.mktemp("lethe-oidc"), oidc, control=control)
+    yield instance
+    instance.stop()
+
+
+def provider_sign_in(browser, start, login):
+    """Follows a sign-in from `start` through the provider's login and consent pages (any
+    password); answers the provider's last answer: its redirect to Lethe's callback, unfollowed."""
+    page = browser.get(start, follow_redirects=True)
+    for prompt in ("login", "consent"):
+        if f'value="{prompt}"' not in page.text:
+            continue
+        action = re.search(r'action="([^"]+)"', page.text).group(1)
+        fields = {"prompt": prompt, "login": login, "password": "any"} if prompt == "login" else {"prompt": prompt}
+        page = browser.post(urllib.parse.urljoin(str(page.url), action), data=fields)
+        while page.is_redirect and "/console/oidc/callback" not in page.headers["location"]:
+            page = browser.get(urllib.parse.urljoin(str(page.url), page.headers["location"]))
+    assert page.is_redirect and "/console/oidc/callback" in page.headers["location"], page.text[:500]
+    return page.headers["location"]
+
+
+def browser():
+    return httpx.Client(follow_redirects=False, timeout=30)
+
+
+def started(lethe, tenant=None):
+    """A browser that has started a sign-in at Lethe (holding its pending cookie), and the
+    provider's URL Lethe sent it to."""
+    b = browser()
+    query = f"?tenant={tenant}" if tenant else ""
+    answer = b.get(f"http://{lethe.control}/console/oidc/login{query}")
+    assert answer.status_code == 303, answer.text
+    return b, answer.headers["location"]
+
+
+def sign_in_events(lethe):
+    """Every sign-in through the provider the whole audit log holds (an admin reads it all)."""
+    status, page = lethe.call("GET", "/v1/audit?limit=1000", token=lethe.token("admin"))
+    assert status == 200, page
+    return [e for e in page["items"] if e["action"] == "console.sign_in"]
+
+
+def test_a_person_signs_in_with_their_organisations_account_in_a_real_browser(lethe, idp, browsers):
+    from selenium.webdriver.common.by import By
+    issuer, _ = idp
+    driver = browsers()
+    driver.get(f"http://{lethe.control}/console/sign-in")
+    assert driver.find_elements(By.NAME, "token") == [], "token sign-in is off when a provider is configured"
+    # A link, not a form: the console's CSP (`form-action 'self'`) holds a form's redirect too.
+    driver.find_element(By.LINK_TEXT, "Sign in with Corp SSO").click()
+    wait_for("the provider's login page", lambda: driver.find_elements(By.NAME, "login"))
+    driver.find_element(By.NAME, "login").send_keys("dpo-alice")
+    driver.find_element(By.NAME, "password").send_keys("any")
+    driver.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    wait_for("the provider's consent page", lambda: "Continue" in driver.page_source)
+    driver.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    wait_for("the console", lambda: driver.current_url.endswith("/console/requests"))
+    assert "Alice Dupont" in driver.page_source
+    assert any(e["actor"] == f"{issuer}#dpo-alice" and e["result"] == "ok" for e in sign_in_events(lethe))
+
+
+def test_a_person_acts_as_issuer_and_subject_and_sees_only_their_tenant(lethe, idp):
+    issuer, _ = idp
+    b, to_provider = started(lethe)
+    back = provider_sign_in(b, to_provider, "globex-dpo")
+    signed = b.get(back)
+    assert signed.status_code == 303 and signed.headers["location"] == "/console/requests", signed.text
+    # A compliance officer of globex, not of acme: one request filed in each, only globex's shown.
+    filed = {}
+    for tenant in (TENANT, GLOBEX):
+        status, body = lethe.call("POST", "/v1/erasures", {"tenant": tenant, "subject": f"oidc-{tenant}@x.example",
+                                                           "ticket": "DSR-O", "reason": "art. 17"},
+                                  token=lethe.token("compliance", tenant=tenant))
+        assert status == 201, body
+        filed[tenant] = body["id"]
+    page = b.get(f"http://{lethe.control}/console/requests")
+    assert page.status_code == 200 and "Gina Globex" in page.text
+    assert filed[GLOBEX] in page.text and filed[TENANT] not in page.text
+    assert b.get(f"http://{lethe.control}/console/requests/{filed[TENANT]}").status_code in (403, 404)
+    events = sign_in_events(lethe)
+    assert any(e["actor"] == f"{issuer}#globex-dpo" and e["tenant"] == GLOBEX for e in events), events
+
+
+def test_a_person_in_no_mapped_group_is_refused_and_the_refusal_is_audited(lethe, idp):
+    issuer, _ = idp
+    b, to_provider = started(lethe)
+    refused = b.get(provider_sign_in(b, to_provider, "nobody"))
+    assert refused.status_code == 403 and "in no group" in refused.text
+    assert "lethe_console=" not in refused.headers.get("set-cookie", "")
+    assert b.get(f"http://{lethe.control}/console/requests").status_code == 303
+    refusals = [e for e in sign_in_events(lethe) if e["result"] == "refused"]
+    assert any(e["actor"] == f"{issuer}#nobody" for e in refusals), refusals
+
+
+def test_a_person_of_two_tenants_chooses_one(lethe):
+    b, to_provider = started(lethe)
+    choice = b.get(provider_sign_in(b, to_provider, "two-tenants"))
+    assert choice.status_code == 200
+    assert f"/console/oidc/login?tenant={TENANT}" in choice.text and f"/console/oidc/login?tenant={GLOBEX}" in choice.text
+    b2, to_provider = started(lethe, tenant=GLOBEX)
+    signed = b2.get(provider_sign_in(b2, to_provider, "two-tenants"))
+    assert signed.status_code == 303 and signed.headers["location"] == "/console/requests"
+
+
+def test_an_answer_for_another_browser_or_another_sign_in_is_refused(lethe):
+    # Browser A starts and completes the provider's part; its answer is taken to browser B,
+    # which never started a sign-in, and to browser C, which started one of its own.
+    a, to_provider = started(lethe)
+    back = provider_sign_in(a, to_provider, "dpo-alice")
+    b = browser()
+    other = b.get(back)
+    assert other.status_code == 403 and "not started in this browser" in other.text
+    c, _ = started(lethe)
+    crossed = c.get(back)
+    assert crossed.status_code == 403 and "another sign-in" in crossed.text
+    for refused in (other, crossed):
+        assert "lethe_console=" not in refused.headers.get("set-cookie", "")
+    # A forged pending cookie (its seal not Lethe's) is no sign-in either.
+    forged = browser()
+    forged.cookies.set("lethe_oidc", "eyJzdGF0ZSI6IngifQ.AAAA", domain="127.0.0.1", path="/console/oidc")
+    assert forged.get(back).status_code == 403
+
+
+def test_a_replayed_code_is_refused(lethe):
+    a, to_provider = started(lethe)
+    back = provider_sign_in(a, to_provider, "dpo-alice")
+    pending = a.cookies.get("lethe_oidc", path="/console/oidc")
+    assert a.get(back).status_code == 303
+    replay = browser()
+    replay.cookies.set("lethe_oidc", pending, domain="127.0.0.1", path="/console/oidc")
+    again = replay.get(back)
+    assert again.status_code == 403 and "invalid_grant" in again.text, again.text
+    assert "lethe_console=" not in again.headers.get("set-cookie", "")
+
+
+def test_a_provider_error_and_a_missing_code_sign_no_one_in(lethe):
+    a, _ = started(lethe)
+    state = a.cookies.get("lethe_oidc", path="/console/oidc")
+    assert state
+    denied = a.get(f"http://{lethe.control}/console/oidc/callback?error=access_denied&state=x")
+    assert denied.status_code == 403 and "access_denied" in denied.text
+    b, _ = started(lethe)
+    assert b.get(f"http://{lethe.control}/console/oidc/callback?state=x").status_code in (400, 403)
+
+
+def test_token_sign_in_is_off_when_a_provider_is_configured(lethe):
+    b = browser()
+    form = b.get(f"http://{lethe.control}/console/sign-in")
+    assert 'name="token"' not in form.text and "Sign in with Corp SSO" in form.text
+    csrf = b.cookies.get("lethe_console_sign_in")
+    posted = b.post(f"http://{lethe.control}/console/sign-in",
+                    data={"csrf": csrf or "", "token": lethe.token("admin")})
+    assert posted.status_code == 403 and "turned off" in posted.text
+    assert "lethe_console=" not in posted.headers.get("set-cookie", "")
