@@ -59,15 +59,16 @@ impl Connector for OpenAiConnector {
     ) -> Result<PurgeReport, ConnectorError> {
         let paths = paths_of(lineage);
         // Every request of the subject left before the flip: none is kept past this.
+        let why = format!(
+            "the provider keeps what it was sent for its retention window of {} days, deleted or not",
+            self.window.num_days()
+        );
         let kept = Physical::default().with(Copy::until(
-                "the provider's retention copies (abuse monitoring)",
-                "the requests sent and the answers given for the subject",
-                &format!(
-                    "the provider keeps what it was sent for its retention window of {} days, deleted or not",
-                    self.window.num_days()
-                ),
-                crate::now() + self.window,
-            ));
+            "the provider's retention copies (abuse monitoring)",
+            "the requests sent and the answers given for the subject",
+            &why,
+            crate::now() + self.window,
+        ));
         let mut report = PurgeReport::starting(kept, false);
         for path in &paths {
             if self.exists(path).await? {
