@@ -57,6 +57,11 @@ pub const SQLITE: &[Migration] = &[
         name: "sessions_and_revocations",
         sql: include_str!("../../migrations/sqlite/0010_sessions_and_revocations.sql"),
     },
+    Migration {
+        version: 11,
+        name: "session_actors",
+        sql: include_str!("../../migrations/sqlite/0011_session_actors.sql"),
+    },
 ];
 
 pub const POSTGRES: &[Migration] = &[
@@ -109,6 +114,11 @@ pub const POSTGRES: &[Migration] = &[
         version: 10,
         name: "sessions_and_revocations",
         sql: include_str!("../../migrations/postgres/0010_sessions_and_revocations.sql"),
+    },
+    Migration {
+        version: 11,
+        name: "session_actors",
+        sql: include_str!("../../migrations/postgres/0011_session_actors.sql"),
     },
 ];
 

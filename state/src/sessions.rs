@@ -6,6 +6,8 @@ use super::*;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConsoleSession {
     pub id_hash: String,
+    /// Who it is: the claims' `sub`.
+    pub actor: String,
     /// The claims of the token the person signed in with (JSON), never the token itself.
     pub claims: String,
     /// The session's CSRF token, which every form of it carries.
@@ -29,6 +31,9 @@ pub trait Sessions: Send + Sync {
 
     /// Ends a session (sign-out); whether one was kept.
     async fn end_session(&self, id_hash: &str) -> Result<bool, StoreError>;
+
+    /// Ends every session of `actor` (their sign-in provider signed them out); how many.
+    async fn end_sessions_of(&self, actor: &str) -> Result<u64, StoreError>;
 
     /// Revokes a token by its id, with its audit event; every cache hears of it before this
     /// returns. A token revoked already: `AlreadyRevoked`.

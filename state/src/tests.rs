@@ -35,3 +35,4 @@ mod derivatives;
 mod erasure;
 mod forgetting;
 mod lineage;
+mod sessions;

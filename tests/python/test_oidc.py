@@ -3,8 +3,9 @@ own login and consent pages): a person's roles come from their groups, the audit
 by issuer and subject, and every way around the flow is refused. The happy path runs in Debian's
 Chromium; the attacks are raw HTTP (httpx), each counted in what Lethe answers and audits."""
 
+import base64
+import json
 import re
-import subprocess
 import urllib.parse
 
 import httpx
@@ -205,3 +206,56 @@ def test_token_sign_in_is_off_when_a_provider_is_configured(lethe):
                     data={"csrf": csrf or "", "token": lethe.token("admin")})
     assert posted.status_code == 403 and "turned off" in posted.text
     assert "lethe_console=" not in posted.headers.get("set-cookie", "")
+
+
+def test_signing_out_at_the_provider_ends_every_console_session_of_that_person(lethe, idp):
+    issuer, _ = idp
+    # Alice signs in twice (two browsers: two Lethe sessions, one provider session each); Bob once.
+    browsers_of = {}
+    for who in ("dpo-alice", "dpo-alice", "dpo-bob"):
+        b, to_provider = started(lethe)
+        assert b.get(provider_sign_in(b, to_provider, who)).status_code == 303
+        assert b.get(f"http://{lethe.control}/console/requests").status_code == 200
+        browsers_of.setdefault(who, []).append(b)
+    # Alice signs out at the provider, in her first browser: it calls Lethe back before it answers.
+    first = browsers_of["dpo-alice"][0]
+    confirm = first.get(f"{issuer}/session/end")
+    assert confirm.status_code == 200, confirm.text[:300]
+    action = re.search(r'id="op.logoutForm" method="post" action="([^"]+)"', confirm.text).group(1)
+    xsrf = re.search(r'name="xsrf" value="([^"]+)"', confirm.text).group(1)
+    done = first.post(urllib.parse.urljoin(str(confirm.url), action), data={"xsrf": xsrf, "logout": "yes"})
+    assert done.status_code in (200, 303), done.text[:300]
+    for b in browsers_of["dpo-alice"]:
+        ended = b.get(f"http://{lethe.control}/console/requests")
+        assert ended.status_code == 303 and "sign-in" in ended.headers["location"]
+    # Bob's session stays; the sign-out is in the audit log, by Alice's issuer and subject.
+    assert browsers_of["dpo-bob"][0].get(f"http://{lethe.control}/console/requests").status_code == 200
+    status, page = lethe.call("GET", "/v1/audit?limit=1000", token=lethe.token("admin"))
+    assert any(e["action"] == "console.sign_out" and e["actor"] == f"{issuer}#dpo-alice" for e in page["items"])
+
+
+def test_a_forged_back_channel_logout_ends_nothing(lethe, idp):
+    issuer, _ = idp
+    b, to_provider = started(lethe)
+    assert b.get(provider_sign_in(b, to_provider, "dpo-bob")).status_code == 303
+    header = "eyJhbGciOiJub25lIn0"  # {"alg":"none"}
+    body = base64.urlsafe_b64encode(json.dumps({
+        "iss": issuer, "aud": "lethe-console", "sub": "dpo-bob", "iat": 1, "jti": "x",
+        "events": {"http://schemas.openid.net/event/backchannel-logout": {}},
+    }).encode()).rstrip(b"=").decode()
+    for token in (f"{header}.{body}.", "not-a-jwt", ""):
+        answer = httpx.post(f"http://{lethe.control}/console/oidc/backchannel-logout", data={"logout_token": token})
+        assert answer.status_code == 400, answer.text
+    assert b.get(f"http://{lethe.control}/console/requests").status_code == 200
+
+
+def test_signing_out_of_lethe_offers_signing_out_of_the_provider(lethe, idp):
+    issuer, _ = idp
+    b, to_provider = started(lethe)
+    assert b.get(provider_sign_in(b, to_provider, "dpo-bob")).status_code == 303
+    page = b.get(f"http://{lethe.control}/console/requests")
+    csrf = re.search(r'action="/console/sign-out"><input type="hidden" name="csrf" value="([^"]+)"', page.text).group(1)
+    out = b.post(f"http://{lethe.control}/console/sign-out", data={"csrf": csrf})
+    assert out.status_code == 200 and "You are signed out of Lethe" in out.text
+    assert f'href="{issuer}/session/end?client_id=lethe-console"' in out.text
+    assert b.get(f"http://{lethe.control}/console/requests").status_code == 303

@@ -43,6 +43,10 @@ pub fn routes() -> Router<ControlState> {
         .route("/console/oidc/login", get(oidc::login))
         .route("/console/oidc/callback", get(oidc::callback))
         .route(
+            "/console/oidc/backchannel-logout",
+            post(oidc::backchannel_logout),
+        )
+        .route(
             "/console/requests",
             get(requests::requests).post(filing::file),
         )

@@ -149,6 +149,42 @@ pub async fn login(
     response
 }
 
+#[derive(Template)]
+#[template(path = "console/signed_out.html")]
+struct SignedOutPage<'a> {
+    frame: Frame,
+    provider: &'a str,
+    provider_sign_out: String,
+}
+
+/// For a person who signed in through the provider, and a provider that offers RP-initiated
+/// logout: the page that says they are signed out of Lethe, with a link to sign out there too (a
+/// link: the console's CSP holds a form's redirect to another site).
+pub(super) async fn provider_sign_out(state: &ControlState, caller: &Caller) -> Option<Response> {
+    let provider = state.oidc.as_ref()?;
+    let config = provider.config();
+    caller
+        .claims
+        .sub
+        .strip_prefix(&format!("{}#", config.issuer))?;
+    let end = provider
+        .metadata()
+        .await
+        .ok()?
+        .end_session_endpoint
+        .clone()?;
+    let query = form_urlencoded::Serializer::new(String::new())
+        .append_pair("client_id", &config.client_id)
+        .finish();
+    let joiner = if end.contains('?') { '&' } else { '?' };
+    let page = SignedOutPage {
+        frame: Frame::bare("Signed out"),
+        provider: &config.name,
+        provider_sign_out: format!("{end}{joiner}{query}"),
+    };
+    Some(render(StatusCode::OK, &page))
+}
+
 #[derive(Deserialize)]
 pub struct Callback {
     code: Option<String>,
@@ -292,12 +328,82 @@ pub async fn callback(
     response
 }
 
+/// `POST /console/oidc/backchannel-logout` (OpenID Connect Back-Channel Logout 1.0): the
+/// provider signed a person out; every console session of theirs ends, on every replica (they
+/// are kept in the state store), and the sign-out is audited. The provider is told 200, or 400
+/// for a logout token that does not verify.
+pub async fn backchannel_logout(
+    State(state): State<ControlState>,
+    parts: Parts,
+    body: axum::body::Bytes,
+) -> Response {
+    let answer = |status: StatusCode, body: &'static str| {
+        (
+            status,
+            [
+                (header::CACHE_CONTROL, "no-store"),
+                (header::CONTENT_TYPE, "application/json"),
+            ],
+            body,
+        )
+            .into_response()
+    };
+    let Some(provider) = state.oidc.clone() else {
+        return answer(StatusCode::NOT_FOUND, r#"{"error":"invalid_request"}"#);
+    };
+    let token = form_urlencoded::parse(&body)
+        .find(|(k, _)| k == "logout_token")
+        .map(|(_, v)| v);
+    let Some(token) = token else {
+        return answer(StatusCode::BAD_REQUEST, r#"{"error":"invalid_request"}"#);
+    };
+    let actor = match provider.signed_out(&token).await {
+        Ok(actor) => actor,
+        Err(OidcError::Unavailable(_)) => {
+            return answer(
+                StatusCode::SERVICE_UNAVAILABLE,
+                r#"{"error":"temporarily_unavailable"}"#,
+            );
+        }
+        Err(_) => return answer(StatusCode::BAD_REQUEST, r#"{"error":"invalid_request"}"#),
+    };
+    let ended = state.store.end_sessions_of(&actor).await;
+    let audited = audit(&state, &actor, None, &parts, "console.sign_out", "provider").await;
+    match (ended, audited) {
+        (Ok(_), Ok(())) => answer(StatusCode::OK, "{}"),
+        _ => answer(
+            StatusCode::SERVICE_UNAVAILABLE,
+            r#"{"error":"temporarily_unavailable"}"#,
+        ),
+    }
+}
+
 /// The audit event of a sign-in through the provider, by the person's issuer and subject.
 async fn audit_sign_in(
     state: &ControlState,
     person: &Person,
     tenant: Option<&str>,
     parts: &Parts,
+    result: &str,
+) -> Result<(), crate::state::StoreError> {
+    audit(
+        state,
+        &person.actor(),
+        tenant,
+        parts,
+        "console.sign_in",
+        result,
+    )
+    .await
+}
+
+/// An audit event of the console's sign-ins and sign-outs, by who it concerns.
+async fn audit(
+    state: &ControlState,
+    actor: &str,
+    tenant: Option<&str>,
+    parts: &Parts,
+    action: &str,
     result: &str,
 ) -> Result<(), crate::state::StoreError> {
     let request_id = parts
@@ -308,8 +414,8 @@ async fn audit_sign_in(
     let entry = AuditEntry {
         at: crate::now(),
         tenant: tenant.map(str::to_owned),
-        actor: person.actor(),
-        action: "console.sign_in".to_owned(),
+        actor: actor.to_owned(),
+        action: action.to_owned(),
         request_id,
         subject_ref: None,
         target: "console".to_owned(),

@@ -396,6 +396,7 @@ pub(super) async fn begin(state: &ControlState, headers: &HeaderMap, caller: &Ca
     };
     let session = ConsoleSession {
         id_hash: hash(&id),
+        actor: caller.claims.sub.clone(),
         claims,
         csrf,
         created_at: now,
@@ -425,7 +426,10 @@ pub async fn sign_out(
     if state.store.end_session(&session.id_hash).await.is_err() {
         return *unavailable();
     }
-    let mut response = Redirect::to("/console/sign-in").into_response();
+    let mut response = match super::oidc::provider_sign_out(&state, &session.caller).await {
+        Some(page) => page,
+        None => Redirect::to("/console/sign-in").into_response(),
+    };
     response.headers_mut().insert(
         header::SET_COOKIE,
         HeaderValue::from_static(

@@ -109,16 +109,23 @@ pub fn challenge(verifier: &str) -> String {
     URL_SAFE_NO_PAD.encode(sha2::Sha256::digest(verifier.as_bytes()))
 }
 
-/// The checks of an ID token against the key it names: signature by an accepted algorithm,
-/// `iss`, `aud` (and `azp`), `exp` and `nbf` within `leeway`, and the `nonce` the sign-in sent.
-pub fn verify_id_token(
+/// The event a back-channel logout token carries (OpenID Connect Back-Channel Logout 1.0).
+const LOGOUT_EVENT: &str = "http://schemas.openid.net/event/backchannel-logout";
+
+fn invalid(why: &str) -> OidcError {
+    OidcError::Invalid(why.to_owned())
+}
+
+/// A token's claims once its signature (by an accepted algorithm, with the key it names), `iss`,
+/// `aud` (and `azp`), and `exp`, `nbf` within `leeway` hold; `required` names the claims it must
+/// carry (an `exp` it carries is checked either way).
+fn verified_claims(
     token: &str,
     key: &Jwk,
     config: &OidcConfig,
-    nonce: &str,
     leeway: u64,
-) -> Result<Person, OidcError> {
-    let invalid = |why: &str| OidcError::Invalid(why.to_owned());
+    required: &[&str],
+) -> Result<Value, OidcError> {
     let header = decode_header(token).map_err(|_| invalid("it is not a JWT"))?;
     if !ACCEPTED.contains(&header.alg) {
         return Err(invalid(
@@ -137,24 +144,37 @@ pub fn verify_id_token(
     let mut validation = Validation::new(header.alg);
     validation.set_issuer(&[&config.issuer]);
     validation.set_audience(&[&config.client_id]);
-    validation.set_required_spec_claims(&["exp", "iss", "aud", "sub"]);
+    validation.set_required_spec_claims(required);
     validation.validate_nbf = true;
     validation.leeway = leeway;
     let claims = decode::<Value>(token, &decoding, &validation)
         .map_err(|e| OidcError::Invalid(e.to_string()))?
         .claims;
-    let text = |name: &str| claims.get(name).and_then(Value::as_str).map(str::to_owned);
     let audiences = match &claims["aud"] {
         Value::Array(list) => list.len(),
         _ => 1,
     };
-    match text("azp") {
+    match claims.get("azp").and_then(Value::as_str) {
         Some(azp) if azp != config.client_id => {
             return Err(invalid("it was issued to another client (azp)"));
         }
         None if audiences > 1 => return Err(invalid("it names several audiences and no azp")),
         _ => {}
     }
+    Ok(claims)
+}
+
+/// The checks of an ID token against the key it names: those of [`verified_claims`], with
+/// `exp` and `sub` required, and the `nonce` the sign-in sent.
+pub fn verify_id_token(
+    token: &str,
+    key: &Jwk,
+    config: &OidcConfig,
+    nonce: &str,
+    leeway: u64,
+) -> Result<Person, OidcError> {
+    let claims = verified_claims(token, key, config, leeway, &["exp", "iss", "aud", "sub"])?;
+    let text = |name: &str| claims.get(name).and_then(Value::as_str).map(str::to_owned);
     if text("nonce").as_deref() != Some(nonce) {
         return Err(invalid("its nonce is not this sign-in's"));
     }
@@ -184,6 +204,35 @@ pub fn verify_id_token(
 struct Keys {
     set: JwkSet,
     read_at: Option<Instant>,
+}
+
+/// Whom a back-channel logout token signs out: the actor of its `sub` (`<issuer>#<sub>`). Its
+/// checks are [`verified_claims`]' with `iat` and `jti` required, the logout event, and no
+/// `nonce` (an ID token is no logout token). A token naming only a provider session (`sid`) is
+/// refused: Lethe keeps people, not the provider's sessions.
+pub fn verify_logout_token(
+    token: &str,
+    key: &Jwk,
+    config: &OidcConfig,
+    leeway: u64,
+) -> Result<String, OidcError> {
+    let claims = verified_claims(token, key, config, leeway, &["iss", "aud"])?;
+    // Beyond jsonwebtoken's own spec claims: when it was issued, and its id.
+    let jti = claims["jti"].as_str().is_some_and(|j| !j.is_empty());
+    if !claims["iat"].is_u64() || !jti {
+        return Err(invalid("it lacks iat or jti"));
+    }
+    if !claims["events"][LOGOUT_EVENT].is_object() {
+        return Err(invalid("it carries no back-channel logout event"));
+    }
+    if claims.get("nonce").is_some() {
+        return Err(invalid(
+            "it carries a nonce: an ID token is no logout token",
+        ));
+    }
+    let subject = claims["sub"].as_str().filter(|s| !s.is_empty());
+    let subject = subject.ok_or_else(|| invalid("it names no sub"))?;
+    Ok(format!("{}#{subject}", config.issuer))
 }
 
 /// The console's client of one OpenID provider.
@@ -304,6 +353,13 @@ impl Provider {
             .ok_or_else(|| OidcError::Refused("no ID token in its answer".into()))?;
         let key = self.key_of(id_token, &metadata.jwks_uri).await?;
         verify_id_token(id_token, &key, &self.config, nonce, self.leeway)
+    }
+
+    /// The actor a back-channel logout token from the provider signs out.
+    pub async fn signed_out(&self, logout_token: &str) -> Result<String, OidcError> {
+        let metadata = self.metadata().await?;
+        let key = self.key_of(logout_token, &metadata.jwks_uri).await?;
+        verify_logout_token(logout_token, &key, &self.config, self.leeway)
     }
 
     /// The provider's key a token names by `kid` (or its only key of the token's algorithm),

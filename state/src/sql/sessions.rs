@@ -13,10 +13,11 @@ macro_rules! sessions_sql {
                     .execute(&mut *tx)
                     .await?;
                 sqlx::query(
-                    "INSERT INTO console_sessions (id_hash, claims, csrf, created_at, \
-                        last_seen_at, expires_at) VALUES ($1, $2, $3, $4, $5, $6)",
+                    "INSERT INTO console_sessions (id_hash, actor, claims, csrf, created_at, \
+                        last_seen_at, expires_at) VALUES ($1, $2, $3, $4, $5, $6, $7)",
                 )
                 .bind(&session.id_hash)
+                .bind(&session.actor)
                 .bind(&session.claims)
                 .bind(&session.csrf)
                 .bind(session.created_at)
@@ -30,7 +31,7 @@ macro_rules! sessions_sql {
 
             async fn session(&self, id_hash: &str) -> Result<Option<ConsoleSession>, StoreError> {
                 let row = sqlx::query(
-                    "SELECT id_hash, claims, csrf, created_at, \
+                    "SELECT id_hash, actor, claims, csrf, created_at, \
                     last_seen_at, expires_at FROM console_sessions WHERE id_hash = $1",
                 )
                 .bind(id_hash)
@@ -39,6 +40,7 @@ macro_rules! sessions_sql {
                 row.map(|row| {
                     Ok(ConsoleSession {
                         id_hash: row.try_get("id_hash")?,
+                        actor: row.try_get("actor")?,
                         claims: row.try_get("claims")?,
                         csrf: row.try_get("csrf")?,
                         created_at: row.try_get("created_at")?,
@@ -79,6 +81,21 @@ macro_rules! sessions_sql {
                 .rows_affected();
                 tx.commit().await?;
                 Ok(ended == 1)
+            }
+
+            async fn end_sessions_of(&self, actor: &str) -> Result<u64, StoreError> {
+                // Sessions from before actors were kept have none: no actor ends them.
+                if actor.is_empty() {
+                    return Ok(0);
+                }
+                let mut tx = self.write_tx().await?;
+                let ended = sqlx::query("DELETE FROM console_sessions WHERE actor = $1")
+                    .bind(actor)
+                    .execute(&mut *tx)
+                    .await?
+                    .rows_affected();
+                tx.commit().await?;
+                Ok(ended)
             }
 
             async fn revoke_token(

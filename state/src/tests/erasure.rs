@@ -325,7 +325,7 @@ async fn before_deadlines_were_kept(
 
 /// Requests filed before deadlines were kept get the default month, to the month's last day.
 async fn the_deadline_of_an_earlier_request_is_its_default_month(store: Arc<dyn Store>) {
-    assert_eq!(store.migrate().await.unwrap(), [6, 7, 8, 9, 10]);
+    assert_eq!(store.migrate().await.unwrap(), [6, 7, 8, 9, 10, 11]);
     let old = store.erasure("er_old").await.unwrap();
     assert_eq!(
         old.deadline,

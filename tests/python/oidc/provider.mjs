@@ -1,6 +1,8 @@
 // A real OpenID provider for the tests (the npm package oidc-provider, certified), with static
 // people and the groups an organisation's directory would give them.
 //   node provider.mjs PORT REDIRECT_URI
+// Signing out at the provider signs the person out of Lethe too (back-channel logout, to the
+// redirect URI's sibling /console/oidc/backchannel-logout).
 // Prints "ready" once it listens. Its login page takes any password (devInteractions).
 import Provider from 'oidc-provider';
 
@@ -15,10 +17,13 @@ const people = {
   nobody: { name: 'Ned Nobody', email: 'ned@corp.example', groups: ['staff'] },
 };
 
+const backchannel = redirect.replace(/\/callback$/, '/backchannel-logout');
+
 const client = (id, secret) => ({
   client_id: id,
   client_secret: secret,
   redirect_uris: [redirect],
+  backchannel_logout_uri: backchannel,
   grant_types: ['authorization_code'],
   response_types: ['code'],
   token_endpoint_auth_method: 'client_secret_basic',
@@ -37,7 +42,16 @@ const provider = new Provider(`http://127.0.0.1:${port}`, {
   conformIdTokenClaims: false,
   pkce: { required: () => true },
   cookies: { keys: ['test-only-cookie-key'] },
-  features: { devInteractions: { enabled: true } },
+  features: { devInteractions: { enabled: true }, backchannelLogout: { enabled: true } },
+  // Lethe listens on 127.0.0.1 here, which the provider's SSRF protection refuses to call.
+  fetch(url, options) {
+    delete options.dispatcher;
+    return globalThis.fetch(url, options);
+  },
 });
 provider.proxy = false;
+for (const event of ['backchannel.error', 'backchannel.success', 'end_session.error']) {
+  const name = event;
+  provider.on(name, (...args) => console.log(name, ...args.filter((a) => a instanceof Error || typeof a === 'string').map(String)));
+}
 provider.listen(Number(port), '127.0.0.1', () => console.log('ready'));

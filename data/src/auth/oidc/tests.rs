@@ -205,3 +205,52 @@ fn the_pkce_challenge_is_rfc_7636s() {
         "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM"
     );
 }
+
+fn logout(changes: Value) -> Value {
+    let mut body = json!({
+        "iss": ISSUER, "aud": "lethe-console", "sub": "u-8412", "iat": now(), "jti": "j-1",
+        "events": {"http://schemas.openid.net/event/backchannel-logout": {}},
+    });
+    for (k, v) in changes.as_object().unwrap() {
+        match v {
+            Value::Null => body.as_object_mut().unwrap().remove(k),
+            _ => body.as_object_mut().unwrap().insert(k.clone(), v.clone()),
+        };
+    }
+    body
+}
+
+#[test]
+fn a_logout_token_names_the_person_it_signs_out_and_nothing_else_passes_for_one() {
+    let token = signed(Algorithm::RS256, &rsa(), &logout(json!({})));
+    assert_eq!(
+        verify_logout_token(&token, &jwk(), &config(), 0).unwrap(),
+        "https://idp.example#u-8412"
+    );
+    let cases = [
+        (
+            "another issuer",
+            logout(json!({"iss": "https://evil.example"})),
+        ),
+        ("another audience", logout(json!({"aud": "other-app"}))),
+        ("no logout event", logout(json!({"events": {}}))),
+        ("an ID token (a nonce)", logout(json!({"nonce": "n-1"}))),
+        (
+            "only a provider session",
+            logout(json!({"sub": null, "sid": "s-1"})),
+        ),
+        ("no jti", logout(json!({"jti": null}))),
+        ("no iat", logout(json!({"iat": null}))),
+        ("expired", logout(json!({"exp": now() - 60}))),
+    ];
+    for (case, body) in cases {
+        let token = signed(Algorithm::RS256, &rsa(), &body);
+        assert!(
+            verify_logout_token(&token, &jwk(), &config(), 0).is_err(),
+            "{case} was accepted"
+        );
+    }
+    // An ID token of the same provider is no logout token.
+    let id_token = signed(Algorithm::RS256, &rsa(), &claims());
+    assert!(verify_logout_token(&id_token, &jwk(), &config(), 0).is_err());
+}

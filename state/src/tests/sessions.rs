@@ -1,0 +1,39 @@
+//! Console sessions, on both backends: ended one by one, or every session of one person at once.
+
+use super::*;
+
+on_both_backends!(every_session_of_a_person_ends_together_and_no_one_elses);
+
+fn session(id: &str, actor: &str) -> ConsoleSession {
+    let now = crate::now();
+    ConsoleSession {
+        id_hash: id.to_owned(),
+        actor: actor.to_owned(),
+        claims: "{}".to_owned(),
+        csrf: format!("csrf-{id}"),
+        created_at: now,
+        last_seen_at: now,
+        expires_at: now + chrono::TimeDelta::hours(1),
+    }
+}
+
+/// A person signed out at their provider: both their sessions end, another person's and an
+/// old session without an actor stay.
+async fn every_session_of_a_person_ends_together_and_no_one_elses(store: &Arc<dyn Store>) {
+    let alice = "https://idp.example#alice";
+    for (id, actor) in [
+        ("a1", alice),
+        ("a2", alice),
+        ("b1", "https://idp.example#bob"),
+        ("old", ""),
+    ] {
+        store.create_session(&session(id, actor)).await.unwrap();
+    }
+    assert_eq!(store.session("a1").await.unwrap().unwrap().actor, alice);
+    assert_eq!(store.end_sessions_of(alice).await.unwrap(), 2);
+    assert_eq!(store.end_sessions_of("").await.unwrap(), 0);
+    for (id, kept) in [("a1", false), ("a2", false), ("b1", true), ("old", true)] {
+        assert_eq!(store.session(id).await.unwrap().is_some(), kept, "{id}");
+    }
+    assert_eq!(store.end_sessions_of(alice).await.unwrap(), 0);
+}
