@@ -32,6 +32,9 @@ def idp(tmp_path_factory):
 def lethe(chroma, idp, tmp_path_factory):
     issuer, control = idp
     oidc = f'''
+[erasure]
+approvals_required = 2
+
 [control_plane.oidc]
 issuer = "{issuer}"
 name = "Corp SSO"
@@ -259,3 +262,40 @@ def test_signing_out_of_lethe_offers_signing_out_of_the_provider(lethe, idp):
     assert out.status_code == 200 and "You are signed out of Lethe" in out.text
     assert f'href="{issuer}/session/end?client_id=lethe-console"' in out.text
     assert b.get(f"http://{lethe.control}/console/requests").status_code == 303
+
+
+def signed_in(lethe, who, tenant=None):
+    """A browser signed in to the console as `who` through the provider, and its CSRF token."""
+    b, to_provider = started(lethe, tenant)
+    assert b.get(provider_sign_in(b, to_provider, who)).status_code == 303
+    page = b.get(f"http://{lethe.control}/console/requests")
+    csrf = re.search(r'name="csrf" value="([^"]+)"', page.text).group(1)
+    return b, csrf
+
+
+def test_two_people_approve_as_themselves_and_no_one_approves_twice_or_their_own(lethe, idp):
+    issuer, _ = idp
+    alice, alice_csrf = signed_in(lethe, "dpo-alice")
+    filed = alice.post(f"http://{lethe.control}/console/requests", data={
+        "csrf": alice_csrf, "subject": "sso-subject@acme.example", "ticket": "DSR-SSO", "reason": "art. 17"})
+    assert filed.status_code == 303, filed.text
+    request_id = filed.headers["location"].rsplit("/", 1)[1]
+    approve = lambda b, csrf: b.post(f"http://{lethe.control}/console/requests/{request_id}/approve", data={"csrf": csrf})
+    state = lambda: lethe.call("GET", f"/v1/erasures/{request_id}")[1]
+    approve(alice, alice_csrf)
+    assert state()["approvals"] == [], "the requester approved her own request"
+    bob, bob_csrf = signed_in(lethe, "dpo-bob")
+    approve(bob, bob_csrf)
+    # Bob again, in another browser and session: the same person by issuer and subject.
+    bob_again, bob_again_csrf = signed_in(lethe, "dpo-bob")
+    approve(bob_again, bob_again_csrf)
+    assert state()["approvals"] == [f"{issuer}#dpo-bob"] and state()["state"] == "requested"
+    olga, olga_csrf = signed_in(lethe, "ops-admin")
+    approve(olga, olga_csrf)
+    done = state()
+    assert done["approvals"] == [f"{issuer}#dpo-bob", f"{issuer}#ops-admin"], done
+    assert done["requested_by"] == f"{issuer}#dpo-alice" and done["state"] != "requested", done
+    status, page = lethe.call("GET", "/v1/audit?limit=1000", token=lethe.token("admin"))
+    steps = [(e["action"], e["actor"]) for e in page["items"] if e.get("target_ref") == request_id]
+    assert ("erasure.request", f"{issuer}#dpo-alice") in steps
+    assert ("erasure.approve", f"{issuer}#dpo-bob") in steps and ("erasure.approve", f"{issuer}#ops-admin") in steps
