@@ -2523,7 +2523,7 @@ async fn a_console_session_ends_at_sign_out_when_idle_and_when_its_token_is_revo
         console(&h, Method::GET, "/console/requests", Some(&session), None).await;
     assert_eq!(
         (status, headers[header::LOCATION].to_str().unwrap()),
-        (StatusCode::SEE_OTHER, "/console/sign-in?expired")
+        (StatusCode::SEE_OTHER, "/console/sign-in?ended=gone")
     );
     let hold = format!("csrf={csrf}&subject=u1&reason=litigation");
     let (status, headers, _) = console(
@@ -2536,7 +2536,7 @@ async fn a_console_session_ends_at_sign_out_when_idle_and_when_its_token_is_revo
     .await;
     assert_eq!(
         (status, headers[header::LOCATION].to_str().unwrap()),
-        (StatusCode::SEE_OTHER, "/console/sign-in?expired")
+        (StatusCode::SEE_OTHER, "/console/sign-in?ended=gone")
     );
     let (_, holds) = h.as_dpo(Method::GET, "/v1/legal-holds", None).await;
     assert_eq!(holds["items"], json!([]), "no hold was placed");
@@ -2553,7 +2553,32 @@ async fn a_console_session_ends_at_sign_out_when_idle_and_when_its_token_is_revo
     .await
     .unwrap();
     let (_, headers, _) = console(&h, Method::GET, "/console/requests", Some(&session), None).await;
-    assert_eq!(headers[header::LOCATION], "/console/sign-in?expired");
+    assert_eq!(headers[header::LOCATION], "/console/sign-in?ended=idle");
+    let (_, _, page) = console(&h, Method::GET, "/console/sign-in?ended=idle", None, None).await;
+    assert!(page.contains("after 10 minutes unused"), "{page}");
+
+    // Past its token's expiry, which came before session_max: it says the sign-in expired.
+    let session = sign_in(&h, &token).await;
+    crate::testing::execute_raw(
+        &h.url,
+        &format!(
+            "UPDATE console_sessions SET expires_at = '{}'",
+            (crate::now() - chrono::TimeDelta::seconds(1)).to_rfc3339()
+        ),
+    )
+    .await
+    .unwrap();
+    let (_, headers, _) = console(&h, Method::GET, "/console/requests", Some(&session), None).await;
+    assert_eq!(headers[header::LOCATION], "/console/sign-in?ended=sign-in");
+    let (_, _, page) = console(
+        &h,
+        Method::GET,
+        "/console/sign-in?ended=sign-in",
+        None,
+        None,
+    )
+    .await;
+    assert!(page.contains("when your sign-in expired"), "{page}");
 
     // The token revoked: its session ends and the token is refused everywhere.
     let session = sign_in(&h, &token).await;
@@ -2595,7 +2620,7 @@ async fn a_console_session_ends_at_sign_out_when_idle_and_when_its_token_is_revo
     let (status, _) = h.send(Method::GET, "/v1/audit", Some(&token), None).await;
     assert_eq!(status, StatusCode::UNAUTHORIZED);
     let (_, headers, _) = console(&h, Method::GET, "/console/requests", Some(&session), None).await;
-    assert_eq!(headers[header::LOCATION], "/console/sign-in?expired");
+    assert_eq!(headers[header::LOCATION], "/console/sign-in?ended=revoked");
     let (status, _, page) = post_sign_in(&h, &token).await;
     assert!(
         status == StatusCode::UNAUTHORIZED && page.contains("revoked"),

@@ -16,21 +16,36 @@ from conftest import GLOBEX, REPO, TENANT, free_port, served, two_tenant_lethe, 
 PROVIDER = REPO / ".cache" / "oidc-provider"
 
 
+PEOPLE = {
+    "dpo-alice": {"name": "Alice Dupont", "email": "alice@acme.example", "groups": ["lethe-acme-dpo"]},
+    "dpo-bob": {"name": "Bob Martin", "email": "bob@acme.example", "groups": ["lethe-acme-dpo"]},
+    "dpo-carl": {"name": "Carl Moved", "email": "carl@acme.example", "groups": ["lethe-acme-dpo"]},
+    "globex-dpo": {"name": "Gina Globex", "email": "gina@globex.example", "groups": ["lethe-globex-dpo"]},
+    "two-tenants": {"name": "Tess Two", "email": "tess@corp.example", "groups": ["lethe-acme-dpo", "lethe-globex-dpo"]},
+    "ops-admin": {"name": "Olga Ops", "email": "olga@corp.example", "groups": ["lethe-admins"]},
+    "nobody": {"name": "Ned Nobody", "email": "ned@corp.example", "groups": ["staff"]},
+}
+
+
 @pytest.fixture(scope="module")
 def idp(tmp_path_factory):
-    """The provider and the control address its client is registered for."""
+    """The provider and the control address its client is registered for; its directory is
+    `idp.people`, read at every sign-in."""
     port, control = free_port(), f"127.0.0.1:{free_port()}"
     issuer = f"http://127.0.0.1:{port}"
     redirect = f"http://{control}/console/oidc/callback"
-    argv = ["node", str(PROVIDER / "provider.mjs"), str(port), redirect]
+    folder = tmp_path_factory.mktemp("idp")
+    people = folder / "people.json"
+    people.write_text(json.dumps(PEOPLE))
+    argv = ["node", str(PROVIDER / "provider.mjs"), str(port), redirect, str(people)]
     ready = lambda: httpx.get(f"{issuer}/.well-known/openid-configuration").status_code == 200
-    with served("the OpenID provider", argv, tmp_path_factory.mktemp("idp"), ready, 30, cwd=PROVIDER):
-        yield issuer, control
+    with served("the OpenID provider", argv, folder, ready, 30, cwd=PROVIDER):
+        yield issuer, control, people
 
 
 @pytest.fixture(scope="module")
 def lethe(chroma, idp, tmp_path_factory):
-    issuer, control = idp
+    issuer, control, _ = idp
     oidc = f'''
 [erasure]
 approvals_required = 2
@@ -99,7 +114,7 @@ def sign_in_events(lethe):
 
 def test_a_person_signs_in_with_their_organisations_account_in_a_real_browser(lethe, idp, browsers):
     from selenium.webdriver.common.by import By
-    issuer, _ = idp
+    issuer, _, _ = idp
     driver = browsers()
     driver.get(f"http://{lethe.control}/console/sign-in")
     assert driver.find_elements(By.NAME, "token") == [], "token sign-in is off when a provider is configured"
@@ -117,7 +132,7 @@ def test_a_person_signs_in_with_their_organisations_account_in_a_real_browser(le
 
 
 def test_a_person_acts_as_issuer_and_subject_and_sees_only_their_tenant(lethe, idp):
-    issuer, _ = idp
+    issuer, _, _ = idp
     b, to_provider = started(lethe)
     back = provider_sign_in(b, to_provider, "globex-dpo")
     signed = b.get(back)
@@ -139,7 +154,7 @@ def test_a_person_acts_as_issuer_and_subject_and_sees_only_their_tenant(lethe, i
 
 
 def test_a_person_in_no_mapped_group_is_refused_and_the_refusal_is_audited(lethe, idp):
-    issuer, _ = idp
+    issuer, _, _ = idp
     b, to_provider = started(lethe)
     refused = b.get(provider_sign_in(b, to_provider, "nobody"))
     assert refused.status_code == 403 and "in no group" in refused.text
@@ -212,7 +227,7 @@ def test_token_sign_in_is_off_when_a_provider_is_configured(lethe):
 
 
 def test_signing_out_at_the_provider_ends_every_console_session_of_that_person(lethe, idp):
-    issuer, _ = idp
+    issuer, _, _ = idp
     # Alice signs in twice (two browsers: two Lethe sessions, one provider session each); Bob once.
     browsers_of = {}
     for who in ("dpo-alice", "dpo-alice", "dpo-bob"):
@@ -238,7 +253,7 @@ def test_signing_out_at_the_provider_ends_every_console_session_of_that_person(l
 
 
 def test_a_forged_back_channel_logout_ends_nothing(lethe, idp):
-    issuer, _ = idp
+    issuer, _, _ = idp
     b, to_provider = started(lethe)
     assert b.get(provider_sign_in(b, to_provider, "dpo-bob")).status_code == 303
     header = "eyJhbGciOiJub25lIn0"  # {"alg":"none"}
@@ -253,7 +268,7 @@ def test_a_forged_back_channel_logout_ends_nothing(lethe, idp):
 
 
 def test_signing_out_of_lethe_offers_signing_out_of_the_provider(lethe, idp):
-    issuer, _ = idp
+    issuer, _, _ = idp
     b, to_provider = started(lethe)
     assert b.get(provider_sign_in(b, to_provider, "dpo-bob")).status_code == 303
     page = b.get(f"http://{lethe.control}/console/requests")
@@ -274,7 +289,7 @@ def signed_in(lethe, who, tenant=None):
 
 
 def test_two_people_approve_as_themselves_and_no_one_approves_twice_or_their_own(lethe, idp):
-    issuer, _ = idp
+    issuer, _, _ = idp
     alice, alice_csrf = signed_in(lethe, "dpo-alice")
     filed = alice.post(f"http://{lethe.control}/console/requests", data={
         "csrf": alice_csrf, "subject": "sso-subject@acme.example", "ticket": "DSR-SSO", "reason": "art. 17"})
@@ -299,3 +314,14 @@ def test_two_people_approve_as_themselves_and_no_one_approves_twice_or_their_own
     steps = [(e["action"], e["actor"]) for e in page["items"] if e.get("target_ref") == request_id]
     assert ("erasure.request", f"{issuer}#dpo-alice") in steps
     assert ("erasure.approve", f"{issuer}#dpo-bob") in steps and ("erasure.approve", f"{issuer}#ops-admin") in steps
+
+
+def test_a_group_removed_at_the_provider_leaves_no_role_at_the_next_sign_in(lethe, idp):
+    _, _, people = idp
+    signed_in(lethe, "dpo-carl")
+    directory = json.loads(people.read_text())
+    directory["dpo-carl"]["groups"] = ["staff"]
+    people.write_text(json.dumps(directory))
+    b, to_provider = started(lethe)
+    refused = b.get(provider_sign_in(b, to_provider, "dpo-carl"))
+    assert refused.status_code == 403 and "in no group" in refused.text

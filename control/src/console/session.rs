@@ -233,25 +233,32 @@ async fn signed_in(state: &ControlState, parts: &Parts) -> Result<Session, Elsew
         .session(&id_hash)
         .await
         .map_err(|_| unavailable())?
-        .ok_or_else(|| elsewhere("/console/sign-in?expired"))?;
+        .ok_or_else(|| elsewhere(Ended::Gone.at()))?;
     let now = crate::now();
     let idle = chrono::TimeDelta::from_std(state.sessions.idle).unwrap_or(chrono::TimeDelta::MAX);
+    let max = chrono::TimeDelta::from_std(state.sessions.max).unwrap_or(chrono::TimeDelta::MAX);
     let claims = serde_json::from_str(&kept.claims).ok();
-    let caller = match claims {
-        Some(claims) if now < kept.expires_at && now - kept.last_seen_at <= idle => {
-            match Caller::of_claims(state, claims, parts).await {
-                Ok(caller) => Some(caller),
-                // Whether its token was revoked cannot be known now: the session is not over.
-                Err(e) if e.status == StatusCode::SERVICE_UNAVAILABLE => return Err(unavailable()),
-                Err(_) => None,
-            }
+    let over = match claims {
+        _ if now >= kept.expires_at && kept.expires_at < kept.created_at + max => {
+            Err(Ended::SignIn)
         }
-        _ => None,
+        _ if now >= kept.expires_at => Err(Ended::Limit),
+        _ if now - kept.last_seen_at > idle => Err(Ended::Idle),
+        None => Err(Ended::Revoked),
+        Some(claims) => match Caller::of_claims(state, claims, parts).await {
+            Ok(caller) => Ok(caller),
+            // Whether its token was revoked cannot be known now: the session is not over.
+            Err(e) if e.status == StatusCode::SERVICE_UNAVAILABLE => return Err(unavailable()),
+            Err(_) => Err(Ended::Revoked),
+        },
     };
-    let Some(caller) = caller else {
-        // Over (idle, expired, its token revoked): it cannot come back.
-        let _ = state.store.end_session(&id_hash).await;
-        return Err(elsewhere("/console/sign-in?expired"));
+    let caller = match over {
+        Ok(caller) => caller,
+        Err(why) => {
+            // Over: it cannot come back, and the next page says why.
+            let _ = state.store.end_session(&id_hash).await;
+            return Err(elsewhere(why.at()));
+        }
     };
     if (now - kept.last_seen_at).to_std().unwrap_or_default() >= TOUCH_EVERY {
         state
@@ -308,12 +315,62 @@ pub(super) fn sign_in_page(
 }
 
 pub async fn sign_in_form(State(state): State<ControlState>, request: Request) -> Response {
-    let expired = request.uri().query() == Some("expired");
-    sign_in_page(
-        &state,
-        StatusCode::OK,
-        expired.then_some("Your session ended (signed out, unused too long, or its token expired or was revoked). Sign in again."),
-    )
+    let ended = request
+        .uri()
+        .query()
+        .and_then(|q| q.strip_prefix("ended="))
+        .and_then(Ended::of);
+    let message = ended.map(|why| why.message(&state));
+    sign_in_page(&state, StatusCode::OK, message.as_deref())
+}
+
+/// Why a session ended, told on the sign-in page it leads to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ended {
+    /// Signed out here, elsewhere, or by the sign-in provider.
+    Gone,
+    Idle,
+    /// `session_max` after sign-in.
+    Limit,
+    /// Its token, or the provider's ID token, expired.
+    SignIn,
+    /// Its token was revoked, or its role no longer opens the console.
+    Revoked,
+}
+
+impl Ended {
+    const ALL: [(Ended, &'static str); 5] = [
+        (Ended::Gone, "/console/sign-in?ended=gone"),
+        (Ended::Idle, "/console/sign-in?ended=idle"),
+        (Ended::Limit, "/console/sign-in?ended=limit"),
+        (Ended::SignIn, "/console/sign-in?ended=sign-in"),
+        (Ended::Revoked, "/console/sign-in?ended=revoked"),
+    ];
+
+    fn at(self) -> &'static str {
+        Self::ALL
+            .iter()
+            .find(|(e, _)| *e == self)
+            .map_or("/console/sign-in", |(_, at)| at)
+    }
+
+    fn of(reason: &str) -> Option<Ended> {
+        Self::ALL
+            .iter()
+            .find(|(_, at)| at.ends_with(&format!("={reason}")))
+            .map(|(e, _)| *e)
+    }
+
+    fn message(self, state: &ControlState) -> String {
+        let minutes = |d: std::time::Duration| d.as_secs() / 60;
+        match self {
+            Ended::Gone => "Your session ended: you signed out, here or at your sign-in provider. Sign in again.".to_owned(),
+            Ended::Idle => format!("Your session ended after {} minutes unused. Sign in again.", minutes(state.sessions.idle)),
+            Ended::Limit => format!("Your session reached its limit of {} minutes after sign-in. Sign in again.", minutes(state.sessions.max)),
+            Ended::SignIn => "Your session ended when your sign-in expired (your token, or your sign-in provider's ID token). Sign in again.".to_owned(),
+            Ended::Revoked => "Your session ended: its token was revoked, or your role no longer opens the console.".to_owned(),
+        }
+    }
 }
 
 /// The client's address, as the listener saw it (a proxy's own, behind one).

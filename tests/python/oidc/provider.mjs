@@ -1,21 +1,16 @@
-// A real OpenID provider for the tests (the npm package oidc-provider, certified), with static
-// people and the groups an organisation's directory would give them.
-//   node provider.mjs PORT REDIRECT_URI
+// A real OpenID provider for the tests (the npm package oidc-provider, certified), with the
+// people and groups an organisation's directory would give it.
+//   node provider.mjs PORT REDIRECT_URI PEOPLE_JSON
+// PEOPLE_JSON (id -> name, email, groups) is read at every sign-in: a test changes someone's
+// groups there as a directory would.
 // Signing out at the provider signs the person out of Lethe too (back-channel logout, to the
 // redirect URI's sibling /console/oidc/backchannel-logout).
 // Prints "ready" once it listens. Its login page takes any password (devInteractions).
+import { readFileSync } from 'node:fs';
+
 import Provider from 'oidc-provider';
 
-const [port, redirect] = process.argv.slice(2);
-
-const people = {
-  'dpo-alice': { name: 'Alice Dupont', email: 'alice@acme.example', groups: ['lethe-acme-dpo'] },
-  'dpo-bob': { name: 'Bob Martin', email: 'bob@acme.example', groups: ['lethe-acme-dpo'] },
-  'globex-dpo': { name: 'Gina Globex', email: 'gina@globex.example', groups: ['lethe-globex-dpo'] },
-  'two-tenants': { name: 'Tess Two', email: 'tess@corp.example', groups: ['lethe-acme-dpo', 'lethe-globex-dpo'] },
-  'ops-admin': { name: 'Olga Ops', email: 'olga@corp.example', groups: ['lethe-admins'] },
-  nobody: { name: 'Ned Nobody', email: 'ned@corp.example', groups: ['staff'] },
-};
+const [port, redirect, peopleFile] = process.argv.slice(2);
 
 const backchannel = redirect.replace(/\/callback$/, '/backchannel-logout');
 
@@ -30,9 +25,9 @@ const client = (id, secret) => ({
 });
 
 const provider = new Provider(`http://127.0.0.1:${port}`, {
-  clients: [client('lethe-console', 'console-secret'), client('other-app', 'other-secret')],
+  clients: [client('lethe-console', 'console-secret')],
   async findAccount(_ctx, id) {
-    const person = people[id];
+    const person = JSON.parse(readFileSync(peopleFile, 'utf8'))[id];
     if (!person) return undefined;
     return { accountId: id, async claims() { return { sub: id, ...person }; } };
   },
