@@ -290,6 +290,7 @@ pub(crate) async fn approve_as(
     caller: &Caller,
     id: &str,
 ) -> Result<ErasureRecord, ApiError> {
+    caller.second_factor(state)?;
     let record = visible(state, caller, id).await?;
     let audit = caller.erasure_audit(&record, "erasure.approve");
     let required = state.erasure.approvals_required;
@@ -442,6 +443,9 @@ async fn step_by_person(
     event: ErasureEvent,
     action: &str,
 ) -> Result<Json<ErasureView>, ApiError> {
+    if event == ErasureEvent::Resume {
+        caller.second_factor(&state)?;
+    }
     let record = visible(&state, &caller, &id).await?;
     let audit = caller.erasure_audit(&record, action);
     let record = state

@@ -14,6 +14,9 @@ use serde_json::json;
 
 use crate::state::StoreError;
 
+const SECOND_FACTOR_REQUIRED: &str =
+    "this step needs a second factor: sign in again through your sign-in provider with one";
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ApiError {
     pub status: StatusCode,
@@ -36,6 +39,14 @@ impl ApiError {
     }
     pub fn forbidden(message: impl Into<String>) -> Self {
         Self::new(StatusCode::FORBIDDEN, Code::Forbidden, message)
+    }
+    /// A step `[erasure] approval_requires_mfa` guards, by a caller whose sign-in showed no
+    /// second factor.
+    pub fn second_factor_required() -> Self {
+        Self::forbidden(SECOND_FACTOR_REQUIRED)
+    }
+    pub fn is_second_factor_required(&self) -> bool {
+        self.code == Code::Forbidden && self.message == SECOND_FACTOR_REQUIRED
     }
     pub fn not_found(what: &str) -> Self {
         Self::new(

@@ -121,6 +121,15 @@ impl Caller {
         }
     }
 
+    /// Whether the caller may take a step `[erasure] approval_requires_mfa` guards: their sign-in
+    /// showed a second factor, or none is required.
+    pub fn second_factor(&self, state: &ControlState) -> Result<(), ApiError> {
+        match state.erasure.approval_requires_mfa && !self.claims.second_factor {
+            true => Err(ApiError::second_factor_required()),
+            false => Ok(()),
+        }
+    }
+
     /// The audit event of `action` on the erasure request `record`.
     pub fn erasure_audit(&self, record: &ErasureRecord, action: &str) -> AuditEntry {
         let (tenant, subject) = (&record.tenant, Some(record.subject.as_str()));

@@ -105,6 +105,7 @@ pub async fn release(
     caller: Caller,
     Path(id): Path<String>,
 ) -> Result<Json<HoldView>, ApiError> {
+    caller.second_factor(&state)?;
     let found = state
         .store
         .hold(&id)

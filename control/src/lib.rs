@@ -74,6 +74,8 @@ pub struct SessionLimits {
 #[derive(Clone)]
 pub struct ErasureSettings {
     pub approvals_required: usize,
+    /// Approving, releasing a hold and resuming after an exception need a second factor.
+    pub approval_requires_mfa: bool,
     /// The purge targets every new request gets a job for (`chroma:<route>`, ...).
     pub targets: Vec<String>,
     pub certifier: Arc<crate::erasure::certificate::Certifier>,
@@ -91,6 +93,7 @@ impl ErasureSettings {
     ) -> Self {
         ErasureSettings {
             approvals_required: config.erasure.approvals_required,
+            approval_requires_mfa: config.erasure.approval_requires_mfa,
             targets: config.erasure_targets(),
             certifier,
             deadline_months: config.erasure.deadline_months,

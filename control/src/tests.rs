@@ -43,6 +43,7 @@ async fn harness() -> Harness {
         },
         erasure: ErasureSettings {
             approvals_required: 2,
+            approval_requires_mfa: false,
             targets: vec!["chroma:chroma".into()],
             certifier: Arc::new(crate::erasure::certificate::Certifier::new(
                 crate::erasure::certificate::Signer::from_seed(&[1; 32]).unwrap(),
@@ -80,6 +81,7 @@ fn token(role: Role, tenant: &str) -> String {
         exp: jsonwebtoken::get_current_timestamp() + 600,
         jti: None,
         name: None,
+        second_factor: false,
     };
     mint_hs256(SECRET, "lethe", &claims).unwrap()
 }
@@ -190,6 +192,7 @@ async fn callers_must_hold_a_valid_control_token() {
             exp: jsonwebtoken::get_current_timestamp() + 600,
             jti: None,
             name: None,
+            second_factor: false,
         },
     )
     .unwrap();
@@ -813,6 +816,7 @@ fn token_as(role: Role, actor: &str) -> String {
         exp: jsonwebtoken::get_current_timestamp() + 600,
         jti: None,
         name: None,
+        second_factor: false,
     };
     mint_hs256(SECRET, "lethe", &claims).unwrap()
 }
@@ -2472,6 +2476,7 @@ async fn a_console_session_ends_at_sign_out_when_idle_and_when_its_token_is_revo
             exp: jsonwebtoken::get_current_timestamp() + 600,
             jti: Some(jti.clone()),
             name: None,
+            second_factor: false,
         },
     )
     .unwrap();

@@ -58,6 +58,9 @@ pub struct Claims {
     /// A person's name for people to read (from their sign-in provider); never who acts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
+    /// Whether the sign-in provider showed a second factor for this sign-in.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub second_factor: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -219,6 +219,7 @@ fn token(role: Role, subject: Option<&str>) -> String {
         exp: jsonwebtoken::get_current_timestamp() + 600,
         jti: None,
         name: None,
+        second_factor: false,
     };
     mint_hs256(SECRET, "lethe", &claims).unwrap()
 }
@@ -290,6 +291,7 @@ async fn bad_tokens_are_refused_before_anything_moves() {
                 exp: 0,
                 jti: None,
                 name: None,
+                second_factor: false,
             }
         },
     )
@@ -305,6 +307,7 @@ async fn bad_tokens_are_refused_before_anything_moves() {
             exp: jsonwebtoken::get_current_timestamp() + 60,
             jti: None,
             name: None,
+            second_factor: false,
         },
     )
     .unwrap();

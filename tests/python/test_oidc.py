@@ -4,6 +4,7 @@ by issuer and subject, and every way around the flow is refused. The happy path 
 Chromium; the attacks are raw HTTP (httpx), each counted in what Lethe answers and audits."""
 
 import base64
+import html
 import json
 import re
 import urllib.parse
@@ -18,11 +19,11 @@ PROVIDER = REPO / ".cache" / "oidc-provider"
 
 PEOPLE = {
     "dpo-alice": {"name": "Alice Dupont", "email": "alice@acme.example", "groups": ["lethe-acme-dpo"]},
-    "dpo-bob": {"name": "Bob Martin", "email": "bob@acme.example", "groups": ["lethe-acme-dpo"]},
+    "dpo-bob": {"name": "Bob Martin", "email": "bob@acme.example", "groups": ["lethe-acme-dpo"], "amr": ["pwd", "otp"]},
     "dpo-carl": {"name": "Carl Moved", "email": "carl@acme.example", "groups": ["lethe-acme-dpo"]},
     "globex-dpo": {"name": "Gina Globex", "email": "gina@globex.example", "groups": ["lethe-globex-dpo"]},
     "two-tenants": {"name": "Tess Two", "email": "tess@corp.example", "groups": ["lethe-acme-dpo", "lethe-globex-dpo"]},
-    "ops-admin": {"name": "Olga Ops", "email": "olga@corp.example", "groups": ["lethe-admins"]},
+    "ops-admin": {"name": "Olga Ops", "email": "olga@corp.example", "groups": ["lethe-admins"], "amr": ["pwd", "hwk"]},
     "nobody": {"name": "Ned Nobody", "email": "ned@corp.example", "groups": ["staff"]},
 }
 
@@ -49,6 +50,7 @@ def lethe(chroma, idp, tmp_path_factory):
     oidc = f'''
 [erasure]
 approvals_required = 2
+approval_requires_mfa = true
 
 [control_plane.oidc]
 issuer = "{issuer}"
@@ -325,3 +327,39 @@ def test_a_group_removed_at_the_provider_leaves_no_role_at_the_next_sign_in(leth
     b, to_provider = started(lethe)
     refused = b.get(provider_sign_in(b, to_provider, "dpo-carl"))
     assert refused.status_code == 403 and "in no group" in refused.text
+
+
+def test_an_approval_without_a_second_factor_waits_for_one(lethe, idp):
+    issuer, _, people = idp
+    status, filed = lethe.call("POST", "/v1/erasures", {"subject": "mfa-subject@acme.example", "ticket": "DSR-MFA",
+                                                        "reason": "art. 17"})
+    assert status == 201, filed
+    request_id = filed["id"]
+    state = lambda: lethe.call("GET", f"/v1/erasures/{request_id}")[1]
+    # Alice signed in with a password only: the approval is refused, nothing changes, and the
+    # page offers a fresh sign-in with a second factor that comes back to the request.
+    alice, csrf = signed_in(lethe, "dpo-alice")
+    refused = alice.post(f"http://{lethe.control}/console/requests/{request_id}/approve", data={"csrf": csrf})
+    assert refused.status_code == 403 and "second factor" in refused.text
+    assert state()["approvals"] == []
+    found = re.search(r'href="([^"]*step_up[^"]*)"', refused.text)
+    assert found, refused.text
+    step_up = html.unescape(found.group(1))
+    assert step_up.startswith("/console/oidc/login?step_up=true&back="), step_up
+    to_provider = alice.get(f"http://{lethe.control}{step_up}")
+    assert to_provider.status_code == 303
+    asked = urllib.parse.parse_qs(urllib.parse.urlsplit(to_provider.headers["location"]).query)
+    assert asked["max_age"] == ["0"] and asked["prompt"] == ["login"]
+    # With a second factor this time (her provider asked for one): back at the request, she approves.
+    directory = json.loads(people.read_text())
+    directory["dpo-alice"]["amr"] = ["pwd", "otp"]
+    people.write_text(json.dumps(directory))
+    back = alice.get(provider_sign_in(alice, to_provider.headers["location"], "dpo-alice"))
+    assert back.status_code == 303 and back.headers["location"] == f"/console/requests/{request_id}"
+    page = alice.get(f"http://{lethe.control}{back.headers['location']}")
+    csrf = re.search(r'name="csrf" value="([^"]+)"', page.text).group(1)
+    alice.post(f"http://{lethe.control}/console/requests/{request_id}/approve", data={"csrf": csrf})
+    assert state()["approvals"] == [f"{issuer}#dpo-alice"]
+    # A token carries no second factor: the API refuses it too.
+    status, body = lethe.call("POST", f"/v1/erasures/{request_id}/approve", token=lethe.token("compliance"))
+    assert status == 403 and "second factor" in body["error"]["message"]

@@ -116,6 +116,7 @@ fn refused(session: &Session, title: &str, e: &ApiError) -> Response {
 fn then_to<T>(session: &Session, done: Result<T, ApiError>, to: &str, refused: &str) -> Response {
     match done {
         Ok(_) => Redirect::to(to).into_response(),
+        Err(e) if e.is_second_factor_required() => oidc::step_up(session, to),
         Err(e) => self::refused(session, refused, &e),
     }
 }

@@ -40,6 +40,8 @@ struct Pending {
     verifier: String,
     /// The tenant asked for, when the person's groups give roles in several.
     tenant: Option<String>,
+    /// The console page to return to (a step that waits for a second factor).
+    back: Option<String>,
     /// Seconds since the epoch after which it is stale.
     until: i64,
 }
@@ -99,6 +101,36 @@ fn provider_failed(e: &OidcError, headers: &HeaderMap) -> Response {
 #[derive(Deserialize)]
 pub struct LoginQuery {
     tenant: Option<String>,
+    /// A fresh sign-in with a second factor, for a step that needs one.
+    #[serde(default)]
+    step_up: bool,
+    back: Option<String>,
+}
+
+/// A console page to return to: a path of the console, never another site (`//host`, `/\\host`).
+fn console_page(back: Option<String>) -> Option<String> {
+    back.filter(|b| b.starts_with("/console/") && !b.contains(['\\', '\r', '\n']))
+}
+
+#[derive(Template)]
+#[template(path = "console/step_up.html")]
+struct StepUpPage {
+    frame: Frame,
+    step_up: String,
+}
+
+/// The page of a step refused for want of a second factor: a fresh sign-in with one, back to
+/// `to`, where the person takes the step again.
+pub(super) fn step_up(session: &super::session::Session, to: &str) -> Response {
+    let query = form_urlencoded::Serializer::new(String::new())
+        .append_pair("step_up", "true")
+        .append_pair("back", to)
+        .finish();
+    let page = StepUpPage {
+        frame: session.frame("Second factor needed"),
+        step_up: format!("/console/oidc/login?{query}"),
+    };
+    render(StatusCode::FORBIDDEN, &page)
 }
 
 /// `GET /console/oidc/login`: off to the provider, with this browser's pending sign-in.
@@ -131,10 +163,16 @@ pub async fn login(
         nonce,
         verifier,
         tenant: query.tenant.filter(|t| !t.is_empty()),
+        back: console_page(query.back),
         until: crate::now().timestamp() + PENDING.as_secs() as i64,
     };
-    let to =
-        provider.authorization_url(metadata, &pending.state, &pending.nonce, &pending.verifier);
+    let to = provider.authorization_url(
+        metadata,
+        &pending.state,
+        &pending.nonce,
+        &pending.verifier,
+        query.step_up,
+    );
     let Some(value) =
         seal(&state, &pending).and_then(|s| pending_cookie(&s, PENDING.as_secs(), &headers))
     else {
@@ -310,6 +348,7 @@ pub async fn callback(
         exp: person.expires,
         jti: None,
         name: person.display.clone(),
+        second_factor: person.second_factor,
     };
     let caller = match Caller::of_claims(&state, claims, &parts).await {
         Ok(caller) => caller,
@@ -321,7 +360,8 @@ pub async fn callback(
     {
         return *super::session::unavailable();
     }
-    let mut response = begin(&state, headers, &caller).await;
+    let back = pending.back.as_deref().unwrap_or("/console/requests");
+    let mut response = begin(&state, headers, &caller, back).await;
     if let Some(forget) = pending_cookie("", 0, headers) {
         response.headers_mut().append(header::SET_COOKIE, forget);
     }

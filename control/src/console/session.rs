@@ -430,13 +430,18 @@ pub async fn sign_in(State(state): State<ControlState>, request: Request) -> Res
             );
         }
     };
-    begin(&state, &parts.headers, &caller).await
+    begin(&state, &parts.headers, &caller, "/console/requests").await
 }
 
 /// A session for `caller`, who has just signed in: the cookie that names it, and the way to
 /// the requests. It ends at `session_max` at the latest, or when the caller's token (or ID
 /// token) expires, whichever comes first.
-pub(super) async fn begin(state: &ControlState, headers: &HeaderMap, caller: &Caller) -> Response {
+pub(super) async fn begin(
+    state: &ControlState,
+    headers: &HeaderMap,
+    caller: &Caller,
+    to: &str,
+) -> Response {
     let now = crate::now();
     let max = chrono::TimeDelta::from_std(state.sessions.max).unwrap_or(chrono::TimeDelta::MAX);
     let token_ends = i64::try_from(caller.claims.exp)
@@ -469,7 +474,7 @@ pub(super) async fn begin(state: &ControlState, headers: &HeaderMap, caller: &Ca
         "{COOKIE}={id}; Path=/console; HttpOnly; SameSite=Strict; Max-Age={seconds}{}",
         if secure { "; Secure" } else { "" }
     );
-    let mut response = Redirect::to("/console/requests").into_response();
+    let mut response = Redirect::to(to).into_response();
     if let Ok(value) = HeaderValue::from_str(&cookie) {
         response.headers_mut().insert(header::SET_COOKIE, value);
     }

@@ -72,6 +72,9 @@ pub struct Person {
     pub groups: Vec<String>,
     /// When the ID token expires (seconds since the epoch).
     pub expires: u64,
+    /// Whether the provider showed a second factor: an `amr` of `mfa`, `otp` or `hwk`, or the
+    /// configured `mfa_acr`.
+    pub second_factor: bool,
 }
 
 impl Person {
@@ -190,7 +193,16 @@ pub fn verify_id_token(
         Value::String(one) => vec![one.clone()],
         _ => Vec::new(),
     };
+    let amr = claims["amr"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    let by_amr = amr
+        .iter()
+        .any(|m| matches!(m.as_str(), Some("mfa" | "otp" | "hwk")));
+    let by_acr = config.mfa_acr.is_some() && config.mfa_acr == text("acr");
     Ok(Person {
+        second_factor: by_amr || by_acr,
         issuer: config.issuer.clone(),
         subject,
         display: text("name")
@@ -302,15 +314,27 @@ impl Provider {
             .await
     }
 
-    /// Where the browser is sent to sign in: the code flow with PKCE (S256), `state` and `nonce`.
+    /// Where the browser is sent to sign in: the code flow with PKCE (S256), `state` and `nonce`;
+    /// for a `step_up`, a fresh sign-in (`max_age=0`, `prompt=login`) asking for the second factor
+    /// (`acr_values`, when `mfa_acr` names it).
     pub fn authorization_url(
         &self,
         metadata: &Metadata,
         state: &str,
         nonce: &str,
         verifier: &str,
+        step_up: bool,
     ) -> String {
-        let query = form_urlencoded::Serializer::new(String::new())
+        let mut query = form_urlencoded::Serializer::new(String::new());
+        if step_up {
+            query
+                .append_pair("max_age", "0")
+                .append_pair("prompt", "login");
+            if let Some(acr) = &self.config.mfa_acr {
+                query.append_pair("acr_values", acr);
+            }
+        }
+        let query = query
             .append_pair("response_type", "code")
             .append_pair("client_id", &self.config.client_id)
             .append_pair("redirect_uri", &self.config.redirect_url)

@@ -16,6 +16,7 @@ fn claims() -> Claims {
         exp: jsonwebtoken::get_current_timestamp() + 600,
         jti: None,
         name: None,
+        second_factor: false,
     }
 }
 

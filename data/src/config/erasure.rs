@@ -11,6 +11,9 @@ use super::values::{ConfigDuration, Secret, unknown_field};
 pub struct ErasureConfig {
     /// 1 or 2 approvals, by different actors, before an erasure request is carried out.
     pub approvals_required: usize,
+    /// Approving, releasing a legal hold and resuming a request after an exception need a second
+    /// factor shown by the sign-in provider (a session signed in through it with one).
+    pub approval_requires_mfa: bool,
     /// Attempts per store before the request goes to `exception` (and a person looks).
     pub max_attempts: u32,
     /// The wait before the first retry; it doubles with every attempt.
@@ -73,6 +76,7 @@ impl Default for ErasureConfig {
     fn default() -> Self {
         ErasureConfig {
             approvals_required: 1,
+            approval_requires_mfa: false,
             max_attempts: 8,
             retry_backoff: ConfigDuration(Duration::from_secs(1)),
             signing_key: None,

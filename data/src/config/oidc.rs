@@ -26,6 +26,10 @@ pub struct OidcConfig {
     /// Which groups give which role in which tenant; a person in none is refused.
     #[serde(default)]
     pub roles: Vec<GroupRole>,
+    /// The `acr` that shows a second factor at this provider, asked for (`acr_values`) when a
+    /// step needs one; without it, an `amr` of `mfa`, `otp` or `hwk` shows one.
+    #[serde(default)]
+    pub mfa_acr: Option<String>,
 }
 
 /// `[[control_plane.oidc.roles]]`: members of `group` are `role` in `tenant`.

@@ -27,6 +27,7 @@ pub(super) async fn token(config: &Config, args: TokenArgs) -> Result<(), Failur
         exp: jsonwebtoken::get_current_timestamp().saturating_add(ttl.as_secs()),
         jti: Some(uuid::Uuid::new_v4().to_string()),
         name: None,
+        second_factor: false,
     };
     println!("{}", development_token(config, &claims).await?);
     Ok(())
@@ -53,6 +54,7 @@ impl ControlArgs {
                     exp: jsonwebtoken::get_current_timestamp() + 300,
                     jti: Some(uuid::Uuid::new_v4().to_string()),
                     name: None,
+                    second_factor: false,
                 };
                 development_token(config, &claims).await?
             }

@@ -31,7 +31,7 @@ const provider = new Provider(`http://127.0.0.1:${port}`, {
     if (!person) return undefined;
     return { accountId: id, async claims() { return { sub: id, ...person }; } };
   },
-  claims: { openid: ['sub'], profile: ['name'], email: ['email'], groups: ['groups'] },
+  claims: { openid: ['sub', 'amr'], profile: ['name'], email: ['email'], groups: ['groups'] },
   scopes: ['openid', 'profile', 'email', 'groups'],
   // The claims asked for by scope go in the ID token too, as Entra ID and Keycloak put groups.
   conformIdTokenClaims: false,
@@ -45,6 +45,16 @@ const provider = new Provider(`http://127.0.0.1:${port}`, {
   },
 });
 provider.proxy = false;
+// The login page takes any password; the directory says which people also showed a second
+// factor (`amr`), as a provider's MFA would put it in the ID token.
+const finished = provider.interactionFinished.bind(provider);
+provider.interactionFinished = (req, res, result, options) => {
+  if (result.login) {
+    const person = JSON.parse(readFileSync(peopleFile, 'utf8'))[result.login.accountId];
+    if (person?.amr) result.login.amr = person.amr;
+  }
+  return finished(req, res, result, options);
+};
 for (const event of ['backchannel.error', 'backchannel.success', 'end_session.error']) {
   const name = event;
   provider.on(name, (...args) => console.log(name, ...args.filter((a) => a instanceof Error || typeof a === 'string').map(String)));

@@ -21,6 +21,7 @@ fn config() -> OidcConfig {
         redirect_url: "https://lethe.example/console/oidc/callback".into(),
         scopes: vec!["openid".into()],
         groups_claim: "groups".into(),
+        mfa_acr: None,
         roles: vec![
             mapping("acme-dpo", "compliance", "acme"),
             mapping("acme-ops", "admin", "acme"),
@@ -253,4 +254,22 @@ fn a_logout_token_names_the_person_it_signs_out_and_nothing_else_passes_for_one(
     // An ID token of the same provider is no logout token.
     let id_token = signed(Algorithm::RS256, &rsa(), &claims());
     assert!(verify_logout_token(&id_token, &jwk(), &config(), 0).is_err());
+}
+
+#[test]
+fn a_second_factor_is_what_the_provider_says_it_was() {
+    let verify = |changes: Value, config: &OidcConfig| {
+        let token = signed(Algorithm::RS256, &rsa(), &with(changes));
+        verify_id_token(&token, &jwk(), config, "n-1", 0).unwrap().second_factor
+    };
+    let mut with_acr = config();
+    with_acr.mfa_acr = Some("urn:corp:mfa".into());
+    assert!(verify(json!({"amr": ["pwd", "otp"]}), &config()));
+    assert!(verify(json!({"amr": ["hwk"]}), &config()));
+    assert!(!verify(json!({"amr": ["pwd"]}), &config()));
+    assert!(!verify(json!({}), &config()));
+    assert!(!verify(json!({"amr": "mfa"}), &config()), "amr is a list");
+    assert!(verify(json!({"acr": "urn:corp:mfa"}), &with_acr));
+    assert!(!verify(json!({"acr": "urn:corp:mfa"}), &config()), "an acr counts only when configured");
+    assert!(!verify(json!({"acr": "urn:corp:pwd"}), &with_acr));
 }

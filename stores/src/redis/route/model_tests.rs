@@ -277,6 +277,7 @@ impl<'w> Case<'w> {
                 exp: jsonwebtoken::get_current_timestamp() + 600,
                 jti: Some(jti.clone()),
                 name: None,
+                second_factor: false,
             };
             tokens.push((mint_hs256(SECRET, "lethe", &claims).expect("a token"), jti));
         }
