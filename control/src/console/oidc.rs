@@ -21,8 +21,8 @@ use serde::{Deserialize, Serialize};
 use super::page::{Frame, message, render};
 use super::session::{begin, behind_tls, cookie, random_hex, same, sign_in_page};
 use crate::ControlState;
-use crate::auth::Claims;
-use crate::auth::oidc::{OidcError, Person, roles};
+use crate::auth::oidc::{OidcError, Person, Provider, roles};
+use crate::auth::{Claims, Role};
 use crate::extract::Caller;
 
 const COOKIE: &str = "lethe_oidc";
@@ -79,11 +79,10 @@ fn pending_cookie(value: &str, max_age: u64, headers: &HeaderMap) -> Option<Head
 
 /// A page of the sign-in that went wrong, with the pending sign-in forgotten.
 fn refused(status: StatusCode, text: &str, headers: &HeaderMap) -> Response {
-    let mut response = message(status, Frame::bare("Not signed in"), text, true);
-    if let Some(forget) = pending_cookie("", 0, headers) {
-        response.headers_mut().append(header::SET_COOKIE, forget);
-    }
-    response
+    forgetting_pending(
+        message(status, Frame::bare("Not signed in"), text, true),
+        headers,
+    )
 }
 
 fn provider_failed(e: &OidcError, headers: &HeaderMap) -> Response {
@@ -253,35 +252,10 @@ pub async fn callback(
             Some("No sign-in provider is configured here."),
         );
     };
-    let pending = cookie(headers, COOKIE).and_then(|sealed| unseal(&state, sealed));
-    let Some(pending) = pending else {
-        return refused(
-            StatusCode::FORBIDDEN,
-            "This sign-in was not started in this browser, or took longer than ten minutes. Start again from the sign-in page.",
-            headers,
-        );
+    let (pending, code) = match matched(&state, answer, headers) {
+        Ok(matched) => matched,
+        Err(refusal) => return *refusal,
     };
-    if let Some(error) = answer.error {
-        return refused(
-            StatusCode::FORBIDDEN,
-            &format!("The sign-in provider did not sign you in ({error})."),
-            headers,
-        );
-    }
-    let (Some(code), Some(sent_state)) = (answer.code, answer.state) else {
-        return refused(
-            StatusCode::BAD_REQUEST,
-            "The provider's answer has no code or state.",
-            headers,
-        );
-    };
-    if !same(&sent_state, &pending.state) {
-        return refused(
-            StatusCode::FORBIDDEN,
-            "This answer belongs to another sign-in (its state is not this browser's). Start again from the sign-in page.",
-            headers,
-        );
-    }
     let person = match provider
         .sign_in(&code, &pending.verifier, &pending.nonce)
         .await
@@ -289,56 +263,9 @@ pub async fn callback(
         Ok(person) => person,
         Err(e) => return provider_failed(&e, headers),
     };
-    let mut granted = roles(provider.config(), &person.groups);
-    if let Some(tenant) = &pending.tenant {
-        granted.retain(|(t, _)| t == tenant);
-    }
-    let who = person
-        .display
-        .clone()
-        .unwrap_or_else(|| person.subject.clone());
-    let (tenant, role) = match &granted[..] {
-        [] => {
-            let why = match &pending.tenant {
-                Some(tenant) => format!("no role in the tenant {tenant}"),
-                None => "no role in Lethe".to_owned(),
-            };
-            if audit_sign_in(&state, &person, None, &parts, "refused")
-                .await
-                .is_err()
-            {
-                return *super::session::unavailable();
-            }
-            return refused(
-                StatusCode::FORBIDDEN,
-                &format!(
-                    "{who}: your account is in no group that gives {why}. Ask whoever manages Lethe's access to add you to one."
-                ),
-                headers,
-            );
-        }
-        [(tenant, role)] => (tenant.clone(), *role),
-        several => {
-            let tenants = several
-                .iter()
-                .map(|(t, _)| {
-                    let query: String = form_urlencoded::Serializer::new(String::new())
-                        .append_pair("tenant", t)
-                        .finish();
-                    (t.clone(), format!("/console/oidc/login?{query}"))
-                })
-                .collect();
-            let page = TenantsPage {
-                frame: Frame::bare("Choose a tenant"),
-                who,
-                tenants,
-            };
-            let mut response = render(StatusCode::OK, &page);
-            if let Some(forget) = pending_cookie("", 0, headers) {
-                response.headers_mut().append(header::SET_COOKIE, forget);
-            }
-            return response;
-        }
+    let (tenant, role) = match role_of(&state, &provider, &person, &pending, &parts).await {
+        Ok(granted) => granted,
+        Err(elsewhere) => return *elsewhere,
     };
     let claims = Claims {
         sub: person.actor(),
@@ -361,7 +288,109 @@ pub async fn callback(
         return *super::session::unavailable();
     }
     let back = pending.back.as_deref().unwrap_or("/console/requests");
-    let mut response = begin(&state, headers, &caller, back).await;
+    forgetting_pending(begin(&state, headers, &caller, back).await, headers)
+}
+
+/// This browser's pending sign-in and the provider's code, when the provider's answer matches
+/// it (its `state`), else the refusal.
+fn matched(
+    state: &ControlState,
+    answer: Callback,
+    headers: &HeaderMap,
+) -> Result<(Pending, String), Box<Response>> {
+    let refuse = |status, text: &str| Box::new(refused(status, text, headers));
+    let pending = cookie(headers, COOKIE).and_then(|sealed| unseal(state, sealed));
+    let Some(pending) = pending else {
+        return Err(refuse(
+            StatusCode::FORBIDDEN,
+            "This sign-in was not started in this browser, or took longer than ten minutes. Start again from the sign-in page.",
+        ));
+    };
+    if let Some(error) = answer.error {
+        return Err(refuse(
+            StatusCode::FORBIDDEN,
+            &format!("The sign-in provider did not sign you in ({error})."),
+        ));
+    }
+    let (Some(code), Some(sent_state)) = (answer.code, answer.state) else {
+        return Err(refuse(
+            StatusCode::BAD_REQUEST,
+            "The provider's answer has no code or state.",
+        ));
+    };
+    if !same(&sent_state, &pending.state) {
+        return Err(refuse(
+            StatusCode::FORBIDDEN,
+            "This answer belongs to another sign-in (its state is not this browser's). Start again from the sign-in page.",
+        ));
+    }
+    Ok((pending, code))
+}
+
+/// The tenant and role the person signs in to, from their groups (and the tenant the sign-in
+/// asked for); else the refusal (audited) or, for a person of several tenants, the choice.
+async fn role_of(
+    state: &ControlState,
+    provider: &Provider,
+    person: &Person,
+    pending: &Pending,
+    parts: &Parts,
+) -> Result<(String, Role), Box<Response>> {
+    let headers = &parts.headers;
+    let mut granted = roles(provider.config(), &person.groups);
+    if let Some(tenant) = &pending.tenant {
+        granted.retain(|(t, _)| t == tenant);
+    }
+    let who = person
+        .display
+        .clone()
+        .unwrap_or_else(|| person.subject.clone());
+    match &granted[..] {
+        [] => {
+            let why = match &pending.tenant {
+                Some(tenant) => format!("no role in the tenant {tenant}"),
+                None => "no role in Lethe".to_owned(),
+            };
+            if audit_sign_in(state, person, None, parts, "refused")
+                .await
+                .is_err()
+            {
+                return Err(super::session::unavailable());
+            }
+            Err(Box::new(refused(
+                StatusCode::FORBIDDEN,
+                &format!(
+                    "{who}: your account is in no group that gives {why}. Ask whoever manages Lethe's access to add you to one."
+                ),
+                headers,
+            )))
+        }
+        [(tenant, role)] => Ok((tenant.clone(), *role)),
+        several => {
+            let tenants = several
+                .iter()
+                .map(|(t, _)| {
+                    let query: String = form_urlencoded::Serializer::new(String::new())
+                        .append_pair("tenant", t)
+                        .finish();
+                    (t.clone(), format!("/console/oidc/login?{query}"))
+                })
+                .collect();
+            let page = TenantsPage {
+                frame: Frame::bare("Choose a tenant"),
+                who,
+                tenants,
+            };
+            Err(Box::new(forgetting_pending(
+                render(StatusCode::OK, &page),
+                headers,
+            )))
+        }
+    }
+}
+
+/// `response`, with this browser's pending sign-in forgotten.
+fn forgetting_pending(mut response: Response, headers: &HeaderMap) -> Response {
     if let Some(forget) = pending_cookie("", 0, headers) {
         response.headers_mut().append(header::SET_COOKIE, forget);
     }

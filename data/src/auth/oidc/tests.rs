@@ -61,8 +61,8 @@ fn signed(alg: Algorithm, key: &EncodingKey, body: &Value) -> String {
     encode(&header, body, key).unwrap()
 }
 
-fn with(changes: Value) -> Value {
-    let mut body = claims();
+/// `body` with `changes`: each key set, or removed where it is null.
+fn changed(mut body: Value, changes: Value) -> Value {
     for (k, v) in changes.as_object().unwrap() {
         match v {
             Value::Null => body.as_object_mut().unwrap().remove(k),
@@ -70,6 +70,10 @@ fn with(changes: Value) -> Value {
         };
     }
     body
+}
+
+fn with(changes: Value) -> Value {
+    changed(claims(), changes)
 }
 
 #[test]
@@ -208,17 +212,11 @@ fn the_pkce_challenge_is_rfc_7636s() {
 }
 
 fn logout(changes: Value) -> Value {
-    let mut body = json!({
+    let body = json!({
         "iss": ISSUER, "aud": "lethe-console", "sub": "u-8412", "iat": now(), "jti": "j-1",
         "events": {"http://schemas.openid.net/event/backchannel-logout": {}},
     });
-    for (k, v) in changes.as_object().unwrap() {
-        match v {
-            Value::Null => body.as_object_mut().unwrap().remove(k),
-            _ => body.as_object_mut().unwrap().insert(k.clone(), v.clone()),
-        };
-    }
-    body
+    changed(body, changes)
 }
 
 #[test]
@@ -260,7 +258,9 @@ fn a_logout_token_names_the_person_it_signs_out_and_nothing_else_passes_for_one(
 fn a_second_factor_is_what_the_provider_says_it_was() {
     let verify = |changes: Value, config: &OidcConfig| {
         let token = signed(Algorithm::RS256, &rsa(), &with(changes));
-        verify_id_token(&token, &jwk(), config, "n-1", 0).unwrap().second_factor
+        verify_id_token(&token, &jwk(), config, "n-1", 0)
+            .unwrap()
+            .second_factor
     };
     let mut with_acr = config();
     with_acr.mfa_acr = Some("urn:corp:mfa".into());
@@ -270,6 +270,9 @@ fn a_second_factor_is_what_the_provider_says_it_was() {
     assert!(!verify(json!({}), &config()));
     assert!(!verify(json!({"amr": "mfa"}), &config()), "amr is a list");
     assert!(verify(json!({"acr": "urn:corp:mfa"}), &with_acr));
-    assert!(!verify(json!({"acr": "urn:corp:mfa"}), &config()), "an acr counts only when configured");
+    assert!(
+        !verify(json!({"acr": "urn:corp:mfa"}), &config()),
+        "an acr counts only when configured"
+    );
     assert!(!verify(json!({"acr": "urn:corp:pwd"}), &with_acr));
 }
