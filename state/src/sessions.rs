@@ -32,8 +32,9 @@ pub trait Sessions: Send + Sync {
     /// Ends a session (sign-out); whether one was kept.
     async fn end_session(&self, id_hash: &str) -> Result<bool, StoreError>;
 
-    /// Ends every session of `actor` (their sign-in provider signed them out); how many.
-    async fn end_sessions_of(&self, actor: &str) -> Result<u64, StoreError>;
+    /// Ends every session of `actor` begun before `before` (their sign-in provider signed them out
+    /// then); how many.
+    async fn end_sessions_of(&self, actor: &str, before: DateTime<Utc>) -> Result<u64, StoreError>;
 
     /// Revokes a token by its id, with its audit event; every cache hears of it before this
     /// returns. A token revoked already: `AlreadyRevoked`.

@@ -363,3 +363,19 @@ def test_an_approval_without_a_second_factor_waits_for_one(lethe, idp):
     # A token carries no second factor: the API refuses it too.
     status, body = lethe.call("POST", f"/v1/erasures/{request_id}/approve", token=lethe.token("compliance"))
     assert status == 403 and "second factor" in body["error"]["message"]
+
+
+def test_a_return_path_that_is_no_console_page_is_dropped_and_a_second_sign_in_ends_the_first(lethe):
+    b, _ = signed_in(lethe, "two-tenants", tenant=TENANT)
+    first = b.cookies.get("lethe_console")
+    # Back to another site, a control character, a backslash: each sign-in ends on the requests.
+    for back in ("//evil.example/x", "/console/\x01x", "/console/\\evil", "https://evil.example/console/"):
+        query = urllib.parse.urlencode({"step_up": "true", "back": back, "tenant": GLOBEX})
+        answer = b.get(f"http://{lethe.control}/console/oidc/login?{query}")
+        assert answer.status_code == 303, answer.text
+        signed = b.get(provider_sign_in(b, answer.headers["location"], "two-tenants"))
+        assert signed.status_code == 303 and signed.headers["location"] == "/console/requests", (back, signed.text[:300])
+    # The browser's first session ended when the next began.
+    stale = browser()
+    stale.cookies.set("lethe_console", first, domain="127.0.0.1", path="/console")
+    assert stale.get(f"http://{lethe.control}/console/requests").status_code == 303

@@ -42,6 +42,10 @@ struct Pending {
     tenant: Option<String>,
     /// The console page to return to (a step that waits for a second factor).
     back: Option<String>,
+    /// A fresh sign-in was asked for: the provider must have authenticated the person after it
+    /// began.
+    #[serde(default)]
+    step_up: bool,
     /// Seconds since the epoch after which it is stale.
     until: i64,
 }
@@ -108,7 +112,8 @@ pub struct LoginQuery {
 
 /// A console page to return to: a path of the console, never another site (`//host`, `/\\host`).
 fn console_page(back: Option<String>) -> Option<String> {
-    back.filter(|b| b.starts_with("/console/") && !b.contains(['\\', '\r', '\n']))
+    let visible = |b: &str| b.bytes().all(|c| c.is_ascii_graphic() && c != b'\\');
+    back.filter(|b| b.starts_with("/console/") && b.len() <= 512 && visible(b))
 }
 
 #[derive(Template)]
@@ -161,8 +166,12 @@ pub async fn login(
         state: state_value,
         nonce,
         verifier,
-        tenant: query.tenant.filter(|t| !t.is_empty()),
+        // Only a tenant some group gives a role in: anything else could never sign anyone in.
+        tenant: query
+            .tenant
+            .filter(|t| provider.config().roles.iter().any(|r| r.tenant == *t)),
         back: console_page(query.back),
+        step_up: query.step_up,
         until: crate::now().timestamp() + PENDING.as_secs() as i64,
     };
     let to = provider.authorization_url(
@@ -263,6 +272,17 @@ pub async fn callback(
         Ok(person) => person,
         Err(e) => return provider_failed(&e, headers),
     };
+    // A provider that ignored max_age=0 would pass an old sign-in off as the fresh one asked for.
+    let began = pending.until - PENDING.as_secs() as i64;
+    let leeway = i64::try_from(provider.leeway()).unwrap_or(0);
+    let authenticated = person.authenticated.and_then(|t| i64::try_from(t).ok());
+    if pending.step_up && authenticated.is_none_or(|t| t + leeway < began) {
+        return refused(
+            StatusCode::FORBIDDEN,
+            "Your sign-in provider did not sign you in again, and the step needs a fresh sign-in with a second factor. Start again from the page you were on.",
+            headers,
+        );
+    }
     let (tenant, role) = match role_of(&state, &provider, &person, &pending, &parts).await {
         Ok(granted) => granted,
         Err(elsewhere) => return *elsewhere,
@@ -351,7 +371,7 @@ async fn role_of(
                 Some(tenant) => format!("no role in the tenant {tenant}"),
                 None => "no role in Lethe".to_owned(),
             };
-            if audit_sign_in(state, person, None, parts, "refused")
+            if audit_sign_in(state, person, pending.tenant.as_deref(), parts, "refused")
                 .await
                 .is_err()
             {
@@ -426,8 +446,10 @@ pub async fn backchannel_logout(
     let Some(token) = token else {
         return answer(StatusCode::BAD_REQUEST, r#"{"error":"invalid_request"}"#);
     };
-    let actor = match provider.signed_out(&token).await {
-        Ok(actor) => actor,
+    let out = match provider.signed_out(&token).await {
+        Ok(Some(out)) => out,
+        // A logout token this replica took already: it ended what it could then.
+        Ok(None) => return answer(StatusCode::OK, "{}"),
         Err(OidcError::Unavailable(_)) => {
             return answer(
                 StatusCode::SERVICE_UNAVAILABLE,
@@ -436,8 +458,25 @@ pub async fn backchannel_logout(
         }
         Err(_) => return answer(StatusCode::BAD_REQUEST, r#"{"error":"invalid_request"}"#),
     };
-    let ended = state.store.end_sessions_of(&actor).await;
-    let audited = audit(&state, &actor, None, &parts, "console.sign_out", "provider").await;
+    // Sessions begun before it (its iat is in whole seconds, and the provider's clock may run
+    // behind within the leeway) end; one begun later is not its to end.
+    let until = out.issued.saturating_add(provider.leeway() + 1);
+    let before = i64::try_from(until)
+        .ok()
+        .and_then(|s| chrono::DateTime::from_timestamp(s, 0));
+    let Some(before) = before else {
+        return answer(StatusCode::BAD_REQUEST, r#"{"error":"invalid_request"}"#);
+    };
+    let ended = state.store.end_sessions_of(&out.actor, before).await;
+    let audited = audit(
+        &state,
+        &out.actor,
+        None,
+        &parts,
+        "console.sign_out",
+        "provider",
+    )
+    .await;
     match (ended, audited) {
         (Ok(_), Ok(())) => answer(StatusCode::OK, "{}"),
         _ => answer(

@@ -442,6 +442,10 @@ pub(super) async fn begin(
     caller: &Caller,
     to: &str,
 ) -> Response {
+    // The session this browser held before, if any, ends: one browser, one person signed in.
+    if let Some(old) = cookie(headers, COOKIE) {
+        let _ = state.store.end_session(&hash(old)).await;
+    }
     let now = crate::now();
     let max = chrono::TimeDelta::from_std(state.sessions.max).unwrap_or(chrono::TimeDelta::MAX);
     let token_ends = i64::try_from(caller.claims.exp)

@@ -75,6 +75,8 @@ pub struct Person {
     /// Whether the provider showed a second factor: an `amr` of `mfa`, `otp` or `hwk`, or the
     /// configured `mfa_acr`.
     pub second_factor: bool,
+    /// When the person last authenticated at the provider (`auth_time`), if it says.
+    pub authenticated: Option<u64>,
 }
 
 impl Person {
@@ -114,6 +116,9 @@ pub fn challenge(verifier: &str) -> String {
 
 /// The event a back-channel logout token carries (OpenID Connect Back-Channel Logout 1.0).
 const LOGOUT_EVENT: &str = "http://schemas.openid.net/event/backchannel-logout";
+/// How old a logout token may be (its `iat`, within the leeway): a provider sends it as the
+/// person signs out, so an older one is a replay.
+const LOGOUT_FRESH: u64 = 300;
 
 fn invalid(why: &str) -> OidcError {
     OidcError::Invalid(why.to_owned())
@@ -203,6 +208,7 @@ pub fn verify_id_token(
     let by_acr = config.mfa_acr.is_some() && config.mfa_acr == text("acr");
     Ok(Person {
         second_factor: by_amr || by_acr,
+        authenticated: claims["auth_time"].as_u64(),
         issuer: config.issuer.clone(),
         subject,
         display: text("name")
@@ -218,8 +224,19 @@ struct Keys {
     read_at: Option<Instant>,
 }
 
-/// Whom a back-channel logout token signs out: the actor of its `sub` (`<issuer>#<sub>`). Its
-/// checks are [`verified_claims`]' with `iat` and `jti` required, the logout event, and no
+/// Whom a back-channel logout token signs out, and when.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoggedOut {
+    /// The actor of its `sub` (`<issuer>#<sub>`).
+    pub actor: String,
+    /// Its `iat`: sessions begun after it are not its to end.
+    pub issued: u64,
+    /// Its `jti`, by which a replay is known.
+    pub id: String,
+}
+
+/// The checks of a back-channel logout token: [`verified_claims`]' with a `jti` and an `iat` at
+/// most [`LOGOUT_FRESH`] seconds old at `now` (both within `leeway`), the logout event, and no
 /// `nonce` (an ID token is no logout token). A token naming only a provider session (`sid`) is
 /// refused: Lethe keeps people, not the provider's sessions.
 pub fn verify_logout_token(
@@ -227,12 +244,16 @@ pub fn verify_logout_token(
     key: &Jwk,
     config: &OidcConfig,
     leeway: u64,
-) -> Result<String, OidcError> {
+    now: u64,
+) -> Result<LoggedOut, OidcError> {
     let claims = verified_claims(token, key, config, leeway, &["iss", "aud"])?;
     // Beyond jsonwebtoken's own spec claims: when it was issued, and its id.
-    let jti = claims["jti"].as_str().is_some_and(|j| !j.is_empty());
-    if !claims["iat"].is_u64() || !jti {
+    let id = claims["jti"].as_str().filter(|j| !j.is_empty());
+    let (Some(issued), Some(id)) = (claims["iat"].as_u64(), id) else {
         return Err(invalid("it lacks iat or jti"));
+    };
+    if issued + LOGOUT_FRESH + leeway < now || issued > now + leeway {
+        return Err(invalid("it was not issued in the last five minutes"));
     }
     if !claims["events"][LOGOUT_EVENT].is_object() {
         return Err(invalid("it carries no back-channel logout event"));
@@ -244,7 +265,11 @@ pub fn verify_logout_token(
     }
     let subject = claims["sub"].as_str().filter(|s| !s.is_empty());
     let subject = subject.ok_or_else(|| invalid("it names no sub"))?;
-    Ok(format!("{}#{subject}", config.issuer))
+    Ok(LoggedOut {
+        actor: format!("{}#{subject}", config.issuer),
+        issued,
+        id: id.to_owned(),
+    })
 }
 
 /// The console's client of one OpenID provider.
@@ -255,6 +280,8 @@ pub struct Provider {
     http: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
     metadata: tokio::sync::OnceCell<Metadata>,
     keys: tokio::sync::Mutex<Keys>,
+    /// The logout tokens already taken, by `jti`, for as long as one could still pass.
+    logouts: moka::sync::Cache<String, ()>,
 }
 
 impl Provider {
@@ -284,11 +311,20 @@ impl Provider {
                 set: JwkSet { keys: Vec::new() },
                 read_at: None,
             }),
+            logouts: moka::sync::Cache::builder()
+                .max_capacity(100_000)
+                .time_to_live(Duration::from_secs(LOGOUT_FRESH + 2 * leeway + 60))
+                .build(),
         })
     }
 
     pub fn config(&self) -> &OidcConfig {
         &self.config
+    }
+
+    /// The clock skew tolerated in the provider's times (seconds).
+    pub fn leeway(&self) -> u64 {
+        self.leeway
     }
 
     /// The provider's metadata, read once; its `issuer` must be the one configured.
@@ -379,11 +415,17 @@ impl Provider {
         verify_id_token(id_token, &key, &self.config, nonce, self.leeway)
     }
 
-    /// The actor a back-channel logout token from the provider signs out.
-    pub async fn signed_out(&self, logout_token: &str) -> Result<String, OidcError> {
+    /// Whom a back-channel logout token from the provider signs out; `None` for one this
+    /// replica took already (a replay ends nothing more).
+    pub async fn signed_out(&self, logout_token: &str) -> Result<Option<LoggedOut>, OidcError> {
         let metadata = self.metadata().await?;
         let key = self.key_of(logout_token, &metadata.jwks_uri).await?;
-        verify_logout_token(logout_token, &key, &self.config, self.leeway)
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let out = verify_logout_token(logout_token, &key, &self.config, self.leeway, now)?;
+        let fresh = self.logouts.entry(out.id.clone()).or_insert(()).is_fresh();
+        Ok(fresh.then_some(out))
     }
 
     /// The provider's key a token names by `kid` (or its only key of the token's algorithm),

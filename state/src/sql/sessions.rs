@@ -83,17 +83,24 @@ macro_rules! sessions_sql {
                 Ok(ended == 1)
             }
 
-            async fn end_sessions_of(&self, actor: &str) -> Result<u64, StoreError> {
+            async fn end_sessions_of(
+                &self,
+                actor: &str,
+                before: DateTime<Utc>,
+            ) -> Result<u64, StoreError> {
                 // Sessions from before actors were kept have none: no actor ends them.
                 if actor.is_empty() {
                     return Ok(0);
                 }
                 let mut tx = self.write_tx().await?;
-                let ended = sqlx::query("DELETE FROM console_sessions WHERE actor = $1")
-                    .bind(actor)
-                    .execute(&mut *tx)
-                    .await?
-                    .rows_affected();
+                let ended = sqlx::query(
+                    "DELETE FROM console_sessions WHERE actor = $1 AND created_at < $2",
+                )
+                .bind(actor)
+                .bind(before)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
                 tx.commit().await?;
                 Ok(ended)
             }

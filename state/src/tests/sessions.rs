@@ -17,8 +17,8 @@ fn session(id: &str, actor: &str) -> ConsoleSession {
     }
 }
 
-/// A person signed out at their provider: both their sessions end, another person's and an
-/// old session without an actor stay.
+/// A person signed out at their provider: both their sessions end, another person's, an old
+/// session without an actor, and one begun after the sign-out stay.
 async fn every_session_of_a_person_ends_together_and_no_one_elses(store: &Arc<dyn Store>) {
     let alice = "https://idp.example#alice";
     for (id, actor) in [
@@ -30,10 +30,20 @@ async fn every_session_of_a_person_ends_together_and_no_one_elses(store: &Arc<dy
         store.create_session(&session(id, actor)).await.unwrap();
     }
     assert_eq!(store.session("a1").await.unwrap().unwrap().actor, alice);
-    assert_eq!(store.end_sessions_of(alice).await.unwrap(), 2);
-    assert_eq!(store.end_sessions_of("").await.unwrap(), 0);
-    for (id, kept) in [("a1", false), ("a2", false), ("b1", true), ("old", true)] {
+    let signed_out = crate::now() + chrono::TimeDelta::seconds(1);
+    let mut later = session("a3", alice);
+    later.created_at = signed_out + chrono::TimeDelta::seconds(1);
+    store.create_session(&later).await.unwrap();
+    assert_eq!(store.end_sessions_of(alice, signed_out).await.unwrap(), 2);
+    assert_eq!(store.end_sessions_of("", signed_out).await.unwrap(), 0);
+    for (id, kept) in [
+        ("a1", false),
+        ("a2", false),
+        ("a3", true),
+        ("b1", true),
+        ("old", true),
+    ] {
         assert_eq!(store.session(id).await.unwrap().is_some(), kept, "{id}");
     }
-    assert_eq!(store.end_sessions_of(alice).await.unwrap(), 0);
+    assert_eq!(store.end_sessions_of(alice, signed_out).await.unwrap(), 0);
 }

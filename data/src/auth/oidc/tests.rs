@@ -223,7 +223,9 @@ fn logout(changes: Value) -> Value {
 fn a_logout_token_names_the_person_it_signs_out_and_nothing_else_passes_for_one() {
     let token = signed(Algorithm::RS256, &rsa(), &logout(json!({})));
     assert_eq!(
-        verify_logout_token(&token, &jwk(), &config(), 0).unwrap(),
+        verify_logout_token(&token, &jwk(), &config(), 0, now())
+            .unwrap()
+            .actor,
         "https://idp.example#u-8412"
     );
     let cases = [
@@ -241,17 +243,22 @@ fn a_logout_token_names_the_person_it_signs_out_and_nothing_else_passes_for_one(
         ("no jti", logout(json!({"jti": null}))),
         ("no iat", logout(json!({"iat": null}))),
         ("expired", logout(json!({"exp": now() - 60}))),
+        (
+            "issued six minutes ago, no exp",
+            logout(json!({"iat": now() - 360})),
+        ),
+        ("issued in the future", logout(json!({"iat": now() + 120}))),
     ];
     for (case, body) in cases {
         let token = signed(Algorithm::RS256, &rsa(), &body);
         assert!(
-            verify_logout_token(&token, &jwk(), &config(), 0).is_err(),
+            verify_logout_token(&token, &jwk(), &config(), 0, now()).is_err(),
             "{case} was accepted"
         );
     }
     // An ID token of the same provider is no logout token.
     let id_token = signed(Algorithm::RS256, &rsa(), &claims());
-    assert!(verify_logout_token(&id_token, &jwk(), &config(), 0).is_err());
+    assert!(verify_logout_token(&id_token, &jwk(), &config(), 0, now()).is_err());
 }
 
 #[test]
