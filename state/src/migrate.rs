@@ -59,8 +59,8 @@ pub const SQLITE: &[Migration] = &[
     },
     Migration {
         version: 11,
-        name: "session_actors",
-        sql: include_str!("../../migrations/sqlite/0011_session_actors.sql"),
+        name: "provider_sign_outs",
+        sql: include_str!("../../migrations/sqlite/0011_provider_sign_outs.sql"),
     },
 ];
 
@@ -117,8 +117,8 @@ pub const POSTGRES: &[Migration] = &[
     },
     Migration {
         version: 11,
-        name: "session_actors",
-        sql: include_str!("../../migrations/postgres/0011_session_actors.sql"),
+        name: "provider_sign_outs",
+        sql: include_str!("../../migrations/postgres/0011_provider_sign_outs.sql"),
     },
 ];
 

@@ -32,9 +32,18 @@ pub trait Sessions: Send + Sync {
     /// Ends a session (sign-out); whether one was kept.
     async fn end_session(&self, id_hash: &str) -> Result<bool, StoreError>;
 
-    /// Ends every session of `actor` begun before `before` (their sign-in provider signed them out
-    /// then); how many.
-    async fn end_sessions_of(&self, actor: &str, before: DateTime<Utc>) -> Result<u64, StoreError>;
+    /// A sign-out by the person's sign-in provider (a back-channel logout token, `token_id` its
+    /// `jti`, kept until `keep_until`): every session of `actor` begun before `before` ends, in
+    /// one transaction with the token taken and its audit event; how many. A token taken
+    /// already ends and writes nothing more: `None`, on every replica.
+    async fn signed_out_by_provider(
+        &self,
+        actor: &str,
+        before: DateTime<Utc>,
+        token_id: &str,
+        keep_until: DateTime<Utc>,
+        audit: AuditEntry,
+    ) -> Result<Option<u64>, StoreError>;
 
     /// Revokes a token by its id, with its audit event; every cache hears of it before this
     /// returns. A token revoked already: `AlreadyRevoked`.

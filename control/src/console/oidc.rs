@@ -447,9 +447,7 @@ pub async fn backchannel_logout(
         return answer(StatusCode::BAD_REQUEST, r#"{"error":"invalid_request"}"#);
     };
     let out = match provider.signed_out(&token).await {
-        Ok(Some(out)) => out,
-        // A logout token this replica took already: it ended what it could then.
-        Ok(None) => return answer(StatusCode::OK, "{}"),
+        Ok(out) => out,
         Err(OidcError::Unavailable(_)) => {
             return answer(
                 StatusCode::SERVICE_UNAVAILABLE,
@@ -460,26 +458,24 @@ pub async fn backchannel_logout(
     };
     // Sessions begun before it (its iat is in whole seconds, and the provider's clock may run
     // behind within the leeway) end; one begun later is not its to end.
-    let until = out.issued.saturating_add(provider.leeway() + 1);
-    let before = i64::try_from(until)
-        .ok()
-        .and_then(|s| chrono::DateTime::from_timestamp(s, 0));
-    let Some(before) = before else {
+    let time = |s: u64| {
+        i64::try_from(s)
+            .ok()
+            .and_then(|s| chrono::DateTime::from_timestamp(s, 0))
+    };
+    let before = time(out.issued.saturating_add(provider.leeway() + 1));
+    let keep_until = time(provider.logout_passes_until(out.issued));
+    let (Some(before), Some(keep_until)) = (before, keep_until) else {
         return answer(StatusCode::BAD_REQUEST, r#"{"error":"invalid_request"}"#);
     };
-    let ended = state.store.end_sessions_of(&out.actor, before).await;
-    let audited = audit(
-        &state,
-        &out.actor,
-        None,
-        &parts,
-        "console.sign_out",
-        "provider",
-    )
-    .await;
-    match (ended, audited) {
-        (Ok(_), Ok(())) => answer(StatusCode::OK, "{}"),
-        _ => answer(
+    let entry = audit_entry(&out.actor, None, &parts, "console.sign_out", "provider");
+    let taken = (state.store)
+        .signed_out_by_provider(&out.actor, before, &out.id, keep_until, entry)
+        .await;
+    // A token taken already, here or on another replica, ended what it could then.
+    match taken {
+        Ok(_) => answer(StatusCode::OK, "{}"),
+        Err(_) => answer(
             StatusCode::SERVICE_UNAVAILABLE,
             r#"{"error":"temporarily_unavailable"}"#,
         ),
@@ -494,32 +490,24 @@ async fn audit_sign_in(
     parts: &Parts,
     result: &str,
 ) -> Result<(), crate::state::StoreError> {
-    audit(
-        state,
-        &person.actor(),
-        tenant,
-        parts,
-        "console.sign_in",
-        result,
-    )
-    .await
+    let entry = audit_entry(&person.actor(), tenant, parts, "console.sign_in", result);
+    state.store.append_audit(entry).await.map(|_| ())
 }
 
 /// An audit event of the console's sign-ins and sign-outs, by who it concerns.
-async fn audit(
-    state: &ControlState,
+fn audit_entry(
     actor: &str,
     tenant: Option<&str>,
     parts: &Parts,
     action: &str,
     result: &str,
-) -> Result<(), crate::state::StoreError> {
+) -> AuditEntry {
     let request_id = parts
         .extensions
         .get::<crate::error::RequestId>()
         .map(|r| r.0.clone())
         .unwrap_or_default();
-    let entry = AuditEntry {
+    AuditEntry {
         at: crate::now(),
         tenant: tenant.map(str::to_owned),
         actor: actor.to_owned(),
@@ -530,6 +518,5 @@ async fn audit(
         target_ref: None,
         result: result.to_owned(),
         attempt: 1,
-    };
-    state.store.append_audit(entry).await.map(|_| ())
+    }
 }

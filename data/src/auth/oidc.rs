@@ -280,8 +280,6 @@ pub struct Provider {
     http: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
     metadata: tokio::sync::OnceCell<Metadata>,
     keys: tokio::sync::Mutex<Keys>,
-    /// The logout tokens already taken, by `jti`, for as long as one could still pass.
-    logouts: moka::sync::Cache<String, ()>,
 }
 
 impl Provider {
@@ -311,10 +309,6 @@ impl Provider {
                 set: JwkSet { keys: Vec::new() },
                 read_at: None,
             }),
-            logouts: moka::sync::Cache::builder()
-                .max_capacity(100_000)
-                .time_to_live(Duration::from_secs(LOGOUT_FRESH + 2 * leeway + 60))
-                .build(),
         })
     }
 
@@ -415,17 +409,19 @@ impl Provider {
         verify_id_token(id_token, &key, &self.config, nonce, self.leeway)
     }
 
-    /// Whom a back-channel logout token from the provider signs out; `None` for one this
-    /// replica took already (a replay ends nothing more).
-    pub async fn signed_out(&self, logout_token: &str) -> Result<Option<LoggedOut>, OidcError> {
+    /// Whom a back-channel logout token from the provider signs out.
+    pub async fn signed_out(&self, logout_token: &str) -> Result<LoggedOut, OidcError> {
         let metadata = self.metadata().await?;
         let key = self.key_of(logout_token, &metadata.jwks_uri).await?;
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
-        let out = verify_logout_token(logout_token, &key, &self.config, self.leeway, now)?;
-        let fresh = self.logouts.entry(out.id.clone()).or_insert(()).is_fresh();
-        Ok(fresh.then_some(out))
+        verify_logout_token(logout_token, &key, &self.config, self.leeway, now)
+    }
+
+    /// Until when a logout token issued at `issued` could still pass: it is kept that long.
+    pub fn logout_passes_until(&self, issued: u64) -> u64 {
+        issued + LOGOUT_FRESH + 2 * self.leeway
     }
 
     /// The provider's key a token names by `kid` (or its only key of the token's algorithm),

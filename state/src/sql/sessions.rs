@@ -83,26 +83,44 @@ macro_rules! sessions_sql {
                 Ok(ended == 1)
             }
 
-            async fn end_sessions_of(
+            async fn signed_out_by_provider(
                 &self,
                 actor: &str,
                 before: DateTime<Utc>,
-            ) -> Result<u64, StoreError> {
-                // Sessions from before actors were kept have none: no actor ends them.
-                if actor.is_empty() {
-                    return Ok(0);
-                }
+                token_id: &str,
+                keep_until: DateTime<Utc>,
+                audit: AuditEntry,
+            ) -> Result<Option<u64>, StoreError> {
                 let mut tx = self.write_tx().await?;
+                sqlx::query("DELETE FROM logout_tokens WHERE until < $1")
+                    .bind(crate::now())
+                    .execute(&mut *tx)
+                    .await?;
+                let taken = sqlx::query(
+                    "INSERT INTO logout_tokens (jti, until) VALUES ($1, $2) \
+                    ON CONFLICT (jti) DO NOTHING",
+                )
+                .bind(token_id)
+                .bind(keep_until)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+                if taken == 0 {
+                    return Ok(None);
+                }
+                // Sessions from before actors were kept have none: no actor ends them.
                 let ended = sqlx::query(
-                    "DELETE FROM console_sessions WHERE actor = $1 AND created_at < $2",
+                    "DELETE FROM console_sessions WHERE actor = $1 AND actor <> '' \
+                    AND created_at < $2",
                 )
                 .bind(actor)
                 .bind(before)
                 .execute(&mut *tx)
                 .await?
                 .rows_affected();
+                append_in(&mut tx, &self.subject_key, audit).await?;
                 tx.commit().await?;
-                Ok(ended)
+                Ok(Some(ended))
             }
 
             async fn revoke_token(

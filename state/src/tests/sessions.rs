@@ -34,8 +34,13 @@ async fn every_session_of_a_person_ends_together_and_no_one_elses(store: &Arc<dy
     let mut later = session("a3", alice);
     later.created_at = signed_out + chrono::TimeDelta::seconds(1);
     store.create_session(&later).await.unwrap();
-    assert_eq!(store.end_sessions_of(alice, signed_out).await.unwrap(), 2);
-    assert_eq!(store.end_sessions_of("", signed_out).await.unwrap(), 0);
+    let keep = signed_out + chrono::TimeDelta::minutes(6);
+    let out = |actor, jti| {
+        let audit = crate::testing::audit("console.sign_out", None);
+        store.signed_out_by_provider(actor, signed_out, jti, keep, audit)
+    };
+    assert_eq!(out(alice, "jti-1").await.unwrap(), Some(2));
+    assert_eq!(out("", "jti-2").await.unwrap(), Some(0));
     for (id, kept) in [
         ("a1", false),
         ("a2", false),
@@ -45,5 +50,8 @@ async fn every_session_of_a_person_ends_together_and_no_one_elses(store: &Arc<dy
     ] {
         assert_eq!(store.session(id).await.unwrap().is_some(), kept, "{id}");
     }
-    assert_eq!(store.end_sessions_of(alice, signed_out).await.unwrap(), 0);
+    // The same token again, after Alice signed in anew: taken already, it ends nothing.
+    store.create_session(&session("a4", alice)).await.unwrap();
+    assert_eq!(out(alice, "jti-1").await.unwrap(), None);
+    assert!(store.session("a4").await.unwrap().is_some());
 }
