@@ -21,9 +21,14 @@ struct Harness {
 }
 
 async fn harness() -> Harness {
+    harness_with(|_| {}).await
+}
+
+/// A harness whose state `change` adjusts first.
+async fn harness_with(change: impl FnOnce(&mut ControlState)) -> Harness {
     let url = fresh_sqlite_url();
     let store = migrated(&url).await;
-    let state = ControlState {
+    let mut state = ControlState {
         store: Arc::clone(&store),
         verifier: Arc::new(Verifier::hs256(SECRET, "lethe", 0).unwrap()),
         audit_key: Arc::from(crate::testing::AUDIT_KEY),
@@ -65,6 +70,7 @@ async fn harness() -> Harness {
             )),
         },
     };
+    change(&mut state);
     Harness {
         app: app(state),
         store,
@@ -2665,4 +2671,77 @@ async fn sign_in_needs_its_pages_csrf_token_and_failures_are_limited() {
         status == StatusCode::TOO_MANY_REQUESTS && page.contains("Too many failed sign-ins"),
         "{status}"
     );
+}
+
+/// A token is no sign-in through the provider: it shows no second factor whatever it claims,
+/// and cannot act as one of the provider's people (`<issuer>#<subject>`).
+#[tokio::test]
+async fn a_token_neither_shows_a_second_factor_nor_acts_as_a_person_of_the_provider() {
+    let config = crate::config::OidcConfig {
+        issuer: "https://idp.example".into(),
+        name: "IdP".into(),
+        client_id: "lethe".into(),
+        client_secret: crate::config::Secret::Value("s".into()),
+        redirect_url: "https://lethe.example/console/oidc/callback".into(),
+        scopes: vec!["openid".into()],
+        groups_claim: "groups".into(),
+        roles: Vec::new(),
+        mfa_acr: None,
+    };
+    let tls = crate::data::forward::tls_client(None).unwrap();
+    let provider = crate::auth::oidc::Provider::new(&config, 0, &tls).unwrap();
+    let h = harness_with(|state| {
+        state.erasure.approval_requires_mfa = true;
+        state.oidc = Some(Arc::new(provider));
+    })
+    .await;
+    let minted = |sub: &str, second_factor: bool| {
+        let claims = Claims {
+            sub: sub.into(),
+            tenant: "acme".into(),
+            role: Role::Compliance,
+            subject: None,
+            exp: jsonwebtoken::get_current_timestamp() + 600,
+            jti: None,
+            name: Some("Alice Dupont".into()),
+            second_factor,
+        };
+        mint_hs256(SECRET, "lethe", &claims).unwrap()
+    };
+    let filed = json!({"subject": "u1", "ticket": "DSR-1", "reason": "art. 17"}).to_string();
+    let requester = minted("dpo-a", false);
+    let (status, record) = h
+        .send(
+            Method::POST,
+            "/v1/erasures",
+            Some(&requester),
+            Some(Body::from(filed)),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{record}");
+    let approve = format!("/v1/erasures/{}/approve", record["id"].as_str().unwrap());
+    let (status, refused) = h
+        .send(Method::POST, &approve, Some(&minted("dpo-b", true)), None)
+        .await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{refused}");
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("second factor")
+    );
+    let (status, refused) = h
+        .send(
+            Method::POST,
+            &approve,
+            Some(&minted("https://idp.example#alice", true)),
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "{refused}");
+    let status_uri = approve.trim_end_matches("/approve");
+    let (_, now) = h
+        .send(Method::GET, status_uri, Some(&requester), None)
+        .await;
+    assert_eq!(now["approvals"], json!([]));
 }

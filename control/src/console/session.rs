@@ -239,7 +239,10 @@ async fn signed_in(state: &ControlState, parts: &Parts) -> Result<Session, Elsew
     let max = chrono::TimeDelta::from_std(state.sessions.max).unwrap_or(chrono::TimeDelta::MAX);
     let claims = serde_json::from_str(&kept.claims).ok();
     let over = match claims {
-        _ if now >= kept.expires_at && kept.expires_at < kept.created_at + max => {
+        _ if now >= kept.expires_at
+            && (kept.created_at.checked_add_signed(max))
+                .is_some_and(|end| kept.expires_at < end) =>
+        {
             Err(Ended::SignIn)
         }
         _ if now >= kept.expires_at => Err(Ended::Limit),

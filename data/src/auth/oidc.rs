@@ -252,7 +252,7 @@ pub fn verify_logout_token(
     let (Some(issued), Some(id)) = (claims["iat"].as_u64(), id) else {
         return Err(invalid("it lacks iat or jti"));
     };
-    if issued + LOGOUT_FRESH + leeway < now || issued > now + leeway {
+    if issued.saturating_add(LOGOUT_FRESH + leeway) < now || issued > now.saturating_add(leeway) {
         return Err(invalid("it was not issued in the last five minutes"));
     }
     if !claims["events"][LOGOUT_EVENT].is_object() {
@@ -421,7 +421,7 @@ impl Provider {
 
     /// Until when a logout token issued at `issued` could still pass: it is kept that long.
     pub fn logout_passes_until(&self, issued: u64) -> u64 {
-        issued + LOGOUT_FRESH + 2 * self.leeway
+        issued.saturating_add(LOGOUT_FRESH + 2 * self.leeway)
     }
 
     /// The provider's key a token names by `kid` (or its only key of the token's algorithm),
