@@ -30,23 +30,14 @@ impl Caller {
         token: &str,
         parts: &Parts,
     ) -> Result<Caller, ApiError> {
-        let mut claims = state
-            .verifier
-            .verify(token)
-            .map_err(|e| ApiError::unauthenticated(e.to_string()))?;
-        // Only a sign-in through the provider vouches for a person: a token neither shows a
-        // second factor nor names a person, and cannot act as one of the provider's people.
-        claims.second_factor = false;
-        claims.name = None;
-        if let Some(provider) = &state.oidc
-            && claims
-                .sub
-                .starts_with(&format!("{}#", provider.config().issuer))
-        {
-            return Err(ApiError::unauthenticated(
-                "a token cannot act as a person of the sign-in provider; sign in through it",
-            ));
-        }
+        let claims = state.tokens.verify(token).await.map_err(|e| match e {
+            crate::auth::AuthError::ProviderUnavailable(_) => ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                Code::ProviderUnavailable,
+                e.to_string(),
+            ),
+            _ => ApiError::unauthenticated(e.to_string()),
+        })?;
         Caller::of_claims(state, claims, parts).await
     }
 

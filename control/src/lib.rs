@@ -31,7 +31,7 @@ use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
 
-use crate::auth::Verifier;
+use crate::auth::access::Tokens;
 use crate::metrics::Metrics;
 use crate::state::Store;
 use error::ApiError;
@@ -40,7 +40,8 @@ use error::ApiError;
 #[derive(Clone)]
 pub struct ControlState {
     pub store: Arc<dyn Store>,
-    pub verifier: Arc<Verifier>,
+    /// The tokens callers may bring: Lethe's own and, with `[auth.oidc]`, the provider's.
+    pub tokens: Tokens,
     pub audit_key: Arc<[u8]>,
     pub metrics: Arc<Metrics>,
     pub max_body_bytes: usize,

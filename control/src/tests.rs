@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use tower::ServiceExt;
 
 use super::*;
-use crate::auth::{Claims, Role, mint_hs256};
+use crate::auth::{Claims, Role, Verifier, mint_hs256};
 use crate::testing::{fresh_sqlite_url, migrated};
 
 const SECRET: &[u8] = b"control-test-secret";
@@ -30,7 +30,7 @@ async fn harness_with(change: impl FnOnce(&mut ControlState)) -> Harness {
     let store = migrated(&url).await;
     let mut state = ControlState {
         store: Arc::clone(&store),
-        verifier: Arc::new(Verifier::hs256(SECRET, "lethe", 0).unwrap()),
+        tokens: Tokens::lethe(Arc::new(Verifier::hs256(SECRET, "lethe", 0).unwrap())),
         audit_key: Arc::from(crate::testing::AUDIT_KEY),
         metrics: Arc::default(),
         max_body_bytes: 64 * 1024,
@@ -2693,6 +2693,11 @@ async fn a_token_neither_shows_a_second_factor_nor_acts_as_a_person_of_the_provi
     let h = harness_with(|state| {
         state.erasure.approval_requires_mfa = true;
         state.oidc = Some(Arc::new(provider));
+        state.tokens = Tokens::new(
+            Arc::new(Verifier::hs256(SECRET, "lethe", 0).unwrap()),
+            None,
+            vec!["https://idp.example".into()],
+        );
     })
     .await;
     let minted = |sub: &str, second_factor: bool| {

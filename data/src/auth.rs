@@ -16,6 +16,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::{AuthConfig, PublicKeyAlgorithm};
 
+pub mod access;
+pub mod issuer;
 pub mod oidc;
 
 pub const AUDIENCE: &str = "lethe";
@@ -81,6 +83,14 @@ pub enum AuthError {
     BadClaims,
     #[error("the token must be sent once, in one header")]
     Repeated,
+    #[error("the sign-in provider's token is not accepted: {0}")]
+    ProviderToken(String),
+    #[error("the sign-in provider's token gives no role here: {0}")]
+    NoRole(String),
+    #[error("the sign-in provider's keys cannot be read: {0}")]
+    ProviderUnavailable(String),
+    #[error("a token cannot act as a person of the sign-in provider; sign in through it")]
+    PersonOfProvider,
 }
 
 impl From<jsonwebtoken::errors::Error> for AuthError {

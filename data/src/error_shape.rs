@@ -51,6 +51,7 @@ codes! {
     BodyTooLarge = "body_too_large", Both;
     SubjectSuppressed = "subject_suppressed", Both;
     StateUnavailable = "state_unavailable", Both;
+    ProviderUnavailable = "provider_unavailable", Both;
     Timeout = "timeout", Both;
     Internal = "internal", Both;
     UnknownRoute = "unknown_route", Data;

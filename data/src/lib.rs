@@ -80,7 +80,7 @@ impl DataState {
         config: &crate::config::Config,
         routes: Vec<Route>,
         store: Arc<dyn Store>,
-        verifier: Arc<crate::auth::Verifier>,
+        tokens: crate::auth::access::Tokens,
         audit_key: Arc<[u8]>,
     ) -> Result<(Arc<DataState>, tokio::task::JoinHandle<()>), String> {
         let (lineage, lineage_task) = LineageWriter::spawn(Arc::clone(&store));
@@ -89,7 +89,7 @@ impl DataState {
         let state = DataState {
             routes,
             revocations: crate::revocations::Revocations::new(Arc::clone(&store)),
-            tokens: TokenCache::new(verifier),
+            tokens: TokenCache::new(tokens),
             policy: PolicyCache::new(Arc::clone(&store), 100_000, config.lineage.window.0),
             derivation: Arc::new(derivation::Derivation::new(
                 &config.lineage,
@@ -342,12 +342,17 @@ async fn authenticated(
             e.to_string(),
         )
     })?;
-    let claims = state.tokens.verify(token).map_err(|e| {
-        DataError::new(
+    let claims = state.tokens.verify(token).await.map_err(|e| match e {
+        crate::auth::AuthError::ProviderUnavailable(_) => DataError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            Code::ProviderUnavailable,
+            e.to_string(),
+        ),
+        _ => DataError::new(
             StatusCode::UNAUTHORIZED,
             Code::Unauthenticated,
             e.to_string(),
-        )
+        ),
     })?;
     state
         .revocations

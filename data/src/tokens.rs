@@ -5,23 +5,24 @@ use std::time::Duration;
 
 use moka::sync::Cache;
 
-use crate::auth::{AuthError, Claims, Verifier};
+use crate::auth::access::Tokens;
+use crate::auth::{AuthError, Claims};
 
 pub struct TokenCache {
-    verifier: Arc<Verifier>,
+    tokens: Tokens,
     verified: Cache<String, Arc<Claims>>,
 }
 
 impl TokenCache {
-    pub fn new(verifier: Arc<Verifier>) -> Self {
+    pub fn new(tokens: Tokens) -> Self {
         let verified = Cache::builder()
             .max_capacity(100_000)
             .time_to_live(Duration::from_secs(300))
             .build();
-        TokenCache { verifier, verified }
+        TokenCache { tokens, verified }
     }
 
-    pub fn verify(&self, token: &str) -> Result<Arc<Claims>, AuthError> {
+    pub async fn verify(&self, token: &str) -> Result<Arc<Claims>, AuthError> {
         if let Some(claims) = self.verified.get(token) {
             if !Self::expired(&claims) {
                 return Ok(claims);
@@ -29,7 +30,7 @@ impl TokenCache {
             self.verified.invalidate(token);
             return Err(AuthError::Expired);
         }
-        let claims = Arc::new(self.verifier.verify(token)?);
+        let claims = Arc::new(self.tokens.verify(token).await?);
         self.verified.insert(token.to_owned(), Arc::clone(&claims));
         Ok(claims)
     }

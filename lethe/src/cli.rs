@@ -3,6 +3,7 @@
 mod audit;
 mod calls;
 pub mod control_api;
+mod login;
 mod serve;
 
 use std::net::SocketAddr;
@@ -60,8 +61,19 @@ enum Command {
         #[arg(long)]
         connect: bool,
     },
-    /// Mint a development token with the configured HS256 key (not possible with public keys).
+    /// Mint a token with the development HS256 key, for development only (not possible with
+    /// public keys): people sign in with `lethe login`.
     Token(TokenArgs),
+    /// Sign in as yourself through the organisation's provider (`[auth.oidc]`): a code to enter
+    /// in a browser (device authorization), else a browser sent back to this machine. Every
+    /// verb then acts as you, until `lethe logout`.
+    Login {
+        /// Sign in with a browser on this machine even where the provider offers device codes.
+        #[arg(long)]
+        browser: bool,
+    },
+    /// Forget the sign-in `lethe login` kept.
+    Logout,
     /// Grant, revoke and list consent, through the control plane.
     #[command(subcommand)]
     Consent(ConsentCommand),
@@ -172,7 +184,8 @@ struct ControlArgs {
     /// Control-plane URL [default: http://<control_plane.listen>]
     #[arg(long, env = "LETHE_CONTROL_URL")]
     url: Option<String>,
-    /// Bearer token [default: a development token minted for the tenant, role compliance]
+    /// Bearer token [default: yours after `lethe login`; without [auth.oidc], a development
+    /// token minted for the tenant, role compliance]
     #[arg(long, env = "LETHE_TOKEN", hide_env_values = true)]
     token: Option<String>,
     /// Tenant [default: the token's]
@@ -253,6 +266,7 @@ enum AuditCommand {
 }
 
 /// A command's failure: what to print, and the exit code.
+#[derive(Debug)]
 struct Failure(String, u8);
 
 impl<E: std::fmt::Display> From<E> for Failure {
@@ -291,6 +305,8 @@ async fn dispatch(cli: Cli) -> Result<(), Failure> {
             Ok(())
         }
         Command::Token(args) => token(&load()?, args).await,
+        Command::Login { browser } => login::login(&load()?, browser).await,
+        Command::Logout => login::logout(),
         Command::Consent(command) => consent(&load()?, command).await,
         Command::Erase(args) => {
             let step = [

@@ -16,6 +16,7 @@ use lethe_policy::{Action, ConsentGrant, RetentionPolicy, RetentionRule};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+use crate::auth::access::Tokens;
 use crate::auth::{Claims, Role, Verifier, mint_hs256};
 use crate::config::Config;
 use crate::data::forward::{Route, Upstreams};
@@ -186,7 +187,7 @@ async fn plane_with(answer: Answer, verifier: Verifier, max_body: usize) -> Plan
         &config,
         crate::routes(&config).unwrap(),
         Arc::clone(&store),
-        Arc::new(verifier),
+        Tokens::lethe(Arc::new(verifier)),
         Arc::from(&b"k"[..]),
     )
     .unwrap();
@@ -789,7 +790,7 @@ async fn an_unreachable_upstream_is_a_clear_502() {
         &config,
         crate::routes(&config).unwrap(),
         Arc::clone(&p.store),
-        Arc::new(Verifier::hs256(SECRET, "lethe", 0).unwrap()),
+        Tokens::lethe(Arc::new(Verifier::hs256(SECRET, "lethe", 0).unwrap())),
         Arc::from(&b"k"[..]),
     )
     .unwrap();
@@ -1039,7 +1040,7 @@ async fn an_upstream_500_does_not_cost_the_next_request_its_connection() {
             &config,
             crate::routes(&config).unwrap(),
             Arc::clone(&store),
-            Arc::new(Verifier::hs256(SECRET, "lethe", 0).unwrap()),
+            Tokens::lethe(Arc::new(Verifier::hs256(SECRET, "lethe", 0).unwrap())),
             Arc::from(&b"k"[..]),
         )
         .unwrap();
@@ -1182,7 +1183,7 @@ async fn without_routes() -> (Arc<DataState>, tokio::task::JoinHandle<()>) {
         &Config::check("").unwrap(),
         Vec::new(),
         store,
-        Arc::new(Verifier::hs256(SECRET, "lethe", 0).unwrap()),
+        Tokens::lethe(Arc::new(Verifier::hs256(SECRET, "lethe", 0).unwrap())),
         Arc::from(&b"k"[..]),
     )
     .unwrap()

@@ -4,6 +4,7 @@ by issuer and subject, and every way around the flow is refused. The happy path 
 Chromium; the attacks are raw HTTP (httpx), each counted in what Lethe answers and audits."""
 
 import base64
+import contextlib
 import html
 import json
 import re
@@ -28,26 +29,26 @@ PEOPLE = {
 }
 
 
-@pytest.fixture(scope="module")
-def idp(tmp_path_factory):
-    """The provider and the control address its client is registered for; its directory is
-    `idp.people`, read at every sign-in."""
+@contextlib.contextmanager
+def openid_provider(folder, jwks=None):
+    """The provider, and the control address its client is registered for; its directory is
+    the file `people`, read at every sign-in; `jwks` (a file) holds its signing keys."""
     port, control = free_port(), f"127.0.0.1:{free_port()}"
     issuer = f"http://127.0.0.1:{port}"
     redirect = f"http://{control}/console/oidc/callback"
-    folder = tmp_path_factory.mktemp("idp")
     people = folder / "people.json"
     people.write_text(json.dumps(PEOPLE))
     argv = ["node", str(PROVIDER / "provider.mjs"), str(port), redirect, str(people)]
+    argv += [str(jwks)] if jwks else []
     ready = lambda: httpx.get(f"{issuer}/.well-known/openid-configuration").status_code == 200
     with served("the OpenID provider", argv, folder, ready, 30, cwd=PROVIDER):
         yield issuer, control, people
 
 
-@pytest.fixture(scope="module")
-def lethe(chroma, idp, tmp_path_factory):
-    issuer, control, _ = idp
-    oidc = f'''
+def console_sign_in(issuer, control):
+    """The configuration of the console's sign-in through `issuer`, with the groups of `PEOPLE`
+    mapped; approvals need two people, each with a second factor."""
+    return f'''
 [erasure]
 approvals_required = 2
 approval_requires_mfa = true
@@ -72,7 +73,19 @@ group = "lethe-admins"
 role = "admin"
 tenant = "{TENANT}"
 '''
-    instance = two_tenant_lethe(chroma, tmp_path_factory.mktemp("lethe-oidc"), oidc, control=control)
+
+
+@pytest.fixture(scope="module")
+def idp(tmp_path_factory):
+    with openid_provider(tmp_path_factory.mktemp("idp")) as started:
+        yield started
+
+
+@pytest.fixture(scope="module")
+def lethe(chroma, idp, tmp_path_factory):
+    issuer, control, _ = idp
+    instance = two_tenant_lethe(chroma, tmp_path_factory.mktemp("lethe-oidc"), console_sign_in(issuer, control),
+                                control=control)
     yield instance
     instance.stop()
 

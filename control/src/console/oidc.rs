@@ -238,6 +238,15 @@ pub struct Callback {
     error: Option<String>,
 }
 
+/// Whether the provider authenticated the person (`auth_time`) after `began`, within `leeway`:
+/// a provider that ignored `max_age=0` would pass an old sign-in off as the fresh one asked for,
+/// and one that does not say when is not taken at its word.
+fn signed_in_since(authenticated: Option<u64>, began: i64, leeway: u64) -> bool {
+    let leeway = i64::try_from(leeway).unwrap_or(0);
+    let authenticated = authenticated.and_then(|t| i64::try_from(t).ok());
+    authenticated.is_some_and(|t| t.saturating_add(leeway) >= began)
+}
+
 #[derive(Template)]
 #[template(path = "console/tenants.html")]
 struct TenantsPage {
@@ -272,11 +281,8 @@ pub async fn callback(
         Ok(person) => person,
         Err(e) => return provider_failed(&e, headers),
     };
-    // A provider that ignored max_age=0 would pass an old sign-in off as the fresh one asked for.
     let began = pending.until - PENDING.as_secs() as i64;
-    let leeway = i64::try_from(provider.leeway()).unwrap_or(0);
-    let authenticated = person.authenticated.and_then(|t| i64::try_from(t).ok());
-    if pending.step_up && authenticated.is_none_or(|t| t + leeway < began) {
+    if pending.step_up && !signed_in_since(person.authenticated, began, provider.leeway()) {
         return refused(
             StatusCode::FORBIDDEN,
             "Your sign-in provider did not sign you in again, and the step needs a fresh sign-in with a second factor. Start again from the page you were on.",
@@ -357,7 +363,7 @@ async fn role_of(
     parts: &Parts,
 ) -> Result<(String, Role), Box<Response>> {
     let headers = &parts.headers;
-    let mut granted = roles(provider.config(), &person.groups);
+    let mut granted = roles(&provider.config().roles, &person.groups);
     if let Some(tenant) = &pending.tenant {
         granted.retain(|(t, _)| t == tenant);
     }
@@ -518,5 +524,32 @@ fn audit_entry(
         target_ref: None,
         result: result.to_owned(),
         attempt: 1,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::signed_in_since;
+
+    /// A step-up is a sign-in after it was asked for: an `auth_time` before (beyond the leeway),
+    /// or none at all, is the old sign-in passed off as a fresh one.
+    #[test]
+    fn a_step_up_needs_a_sign_in_after_it_was_asked_for() {
+        let asked = 1_800_000_000;
+        for (authenticated, leeway, fresh) in [
+            (Some(asked as u64 + 5), 0, true),
+            (Some(asked as u64), 0, true),
+            (Some(asked as u64 - 20), 30, true),
+            (Some(asked as u64 - 31), 30, false),
+            (Some(asked as u64 - 3600), 30, false),
+            (None, 30, false),
+            (Some(u64::MAX), 30, false),
+        ] {
+            assert_eq!(
+                signed_in_since(authenticated, asked, leeway),
+                fresh,
+                "{authenticated:?} with leeway {leeway}"
+            );
+        }
     }
 }

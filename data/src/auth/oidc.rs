@@ -1,26 +1,18 @@
-//! Lethe as an OpenID Connect relying party: the provider's metadata (read once from its
-//! discovery document), its keys (read again on a `kid` Lethe does not know, at most once a
-//! minute), an authorization code exchanged for tokens, the ID token verified, and a person's
-//! roles taken from their groups. The console's sign-in flow is built on it.
-
-use std::time::{Duration, Instant};
+//! Lethe as an OpenID Connect relying party of the console: an authorization code exchanged for
+//! tokens, the ID token verified, a back-channel logout token verified, and a person's roles
+//! taken from their groups. The console's sign-in flow is built on it.
 
 use base64::Engine;
-use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
-use bytes::Bytes;
-use http_body_util::{BodyExt, Full, Limited};
-use hyper::{Method, Request, header};
-use hyper_rustls::HttpsConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
-use jsonwebtoken::jwk::{Jwk, JwkSet};
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use jsonwebtoken::jwk::Jwk;
 use jsonwebtoken::{Algorithm, DecodingKey, Validation, decode, decode_header};
-use serde::Deserialize;
 use serde_json::Value;
 
 use super::Role;
-use crate::config::OidcConfig;
+use super::issuer::{ClientSecret, Issuer};
+use crate::config::{GroupRole, OidcConfig};
+
+pub use super::issuer::Metadata;
 
 /// The ID token's algorithms Lethe accepts: the provider's public keys only, never a shared
 /// secret (an HS256 token signed with a public key must not pass).
@@ -35,11 +27,6 @@ const ACCEPTED: &[Algorithm] = &[
     Algorithm::ES384,
     Algorithm::EdDSA,
 ];
-/// The provider's keys are read again at most this often, whatever `kid`s tokens name.
-const KEYS_REFRESH: Duration = Duration::from_secs(60);
-/// How long Lethe waits for the provider, and how much of an answer it reads.
-const PROVIDER_TIMEOUT: Duration = Duration::from_secs(10);
-const PROVIDER_ANSWER_BYTES: usize = 1024 * 1024;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum OidcError {
@@ -49,17 +36,6 @@ pub enum OidcError {
     Refused(String),
     #[error("the ID token is not valid: {0}")]
     Invalid(String),
-}
-
-/// What the provider's discovery document says Lethe needs.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-pub struct Metadata {
-    pub issuer: String,
-    pub authorization_endpoint: String,
-    pub token_endpoint: String,
-    pub jwks_uri: String,
-    #[serde(default)]
-    pub end_session_endpoint: Option<String>,
 }
 
 /// A person as the provider vouches for them in a verified ID token.
@@ -88,9 +64,9 @@ impl Person {
 }
 
 /// The role a person has in each tenant their groups map to, the higher one where two do.
-pub fn roles(config: &OidcConfig, groups: &[String]) -> Vec<(String, Role)> {
+pub fn roles(mapping: &[GroupRole], groups: &[String]) -> Vec<(String, Role)> {
     let mut roles: Vec<(String, Role)> = Vec::new();
-    for mapping in config.roles.iter().filter(|m| groups.contains(&m.group)) {
+    for mapping in mapping.iter().filter(|m| groups.contains(&m.group)) {
         let role = match mapping.role.as_str() {
             "admin" => Role::Admin,
             _ => Role::Compliance,
@@ -124,13 +100,32 @@ fn invalid(why: &str) -> OidcError {
     OidcError::Invalid(why.to_owned())
 }
 
+/// Whom a token must be from and for.
+pub(super) struct Expected<'a> {
+    pub issuer: &'a str,
+    pub audience: &'a str,
+    /// Whether it was issued to this client (an ID token's `azp`); an access token's `azp` is the
+    /// client that asked for it, not Lethe.
+    pub to_client: bool,
+}
+
+impl<'a> Expected<'a> {
+    fn id_token(config: &'a OidcConfig) -> Self {
+        Expected {
+            issuer: &config.issuer,
+            audience: &config.client_id,
+            to_client: true,
+        }
+    }
+}
+
 /// A token's claims once its signature (by an accepted algorithm, with the key it names), `iss`,
 /// `aud` (and `azp`), and `exp`, `nbf` within `leeway` hold; `required` names the claims it must
 /// carry (an `exp` it carries is checked either way).
-fn verified_claims(
+pub(super) fn verified_claims(
     token: &str,
     key: &Jwk,
-    config: &OidcConfig,
+    expected: &Expected<'_>,
     leeway: u64,
     required: &[&str],
 ) -> Result<Value, OidcError> {
@@ -150,8 +145,8 @@ fn verified_claims(
     let decoding =
         DecodingKey::from_jwk(key).map_err(|_| invalid("the provider's key is unusable"))?;
     let mut validation = Validation::new(header.alg);
-    validation.set_issuer(&[&config.issuer]);
-    validation.set_audience(&[&config.client_id]);
+    validation.set_issuer(&[expected.issuer]);
+    validation.set_audience(&[expected.audience]);
     validation.set_required_spec_claims(required);
     validation.validate_nbf = true;
     validation.leeway = leeway;
@@ -162,8 +157,11 @@ fn verified_claims(
         Value::Array(list) => list.len(),
         _ => 1,
     };
+    if !expected.to_client {
+        return Ok(claims);
+    }
     match claims.get("azp").and_then(Value::as_str) {
-        Some(azp) if azp != config.client_id => {
+        Some(azp) if azp != expected.audience => {
             return Err(invalid("it was issued to another client (azp)"));
         }
         None if audiences > 1 => return Err(invalid("it names several audiences and no azp")),
@@ -181,7 +179,8 @@ pub fn verify_id_token(
     nonce: &str,
     leeway: u64,
 ) -> Result<Person, OidcError> {
-    let claims = verified_claims(token, key, config, leeway, &["exp", "iss", "aud", "sub"])?;
+    let expected = Expected::id_token(config);
+    let claims = verified_claims(token, key, &expected, leeway, &["exp", "iss", "aud", "sub"])?;
     let text = |name: &str| claims.get(name).and_then(Value::as_str).map(str::to_owned);
     if text("nonce").as_deref() != Some(nonce) {
         return Err(invalid("its nonce is not this sign-in's"));
@@ -189,7 +188,20 @@ pub fn verify_id_token(
     let subject = text("sub")
         .filter(|s| !s.is_empty())
         .ok_or_else(|| invalid("no sub"))?;
-    let groups = match &claims[config.groups_claim.as_str()] {
+    Ok(Person {
+        second_factor: second_factor(&claims, config.mfa_acr.as_deref()),
+        authenticated: claims["auth_time"].as_u64(),
+        issuer: config.issuer.clone(),
+        subject,
+        display: display(&claims),
+        groups: groups(&claims, &config.groups_claim),
+        expires: claims["exp"].as_u64().ok_or_else(|| invalid("no exp"))?,
+    })
+}
+
+/// The groups a token's `claim` lists (a list, or one name).
+pub(super) fn groups(claims: &Value, claim: &str) -> Vec<String> {
+    match &claims[claim] {
         Value::Array(list) => list
             .iter()
             .filter_map(Value::as_str)
@@ -197,7 +209,12 @@ pub fn verify_id_token(
             .collect(),
         Value::String(one) => vec![one.clone()],
         _ => Vec::new(),
-    };
+    }
+}
+
+/// Whether a token shows a second factor: an `amr` of `mfa`, `otp` or `hwk`, or the `acr` that
+/// means one at this provider.
+pub(super) fn second_factor(claims: &Value, mfa_acr: Option<&str>) -> bool {
     let amr = claims["amr"]
         .as_array()
         .map(Vec::as_slice)
@@ -205,23 +222,15 @@ pub fn verify_id_token(
     let by_amr = amr
         .iter()
         .any(|m| matches!(m.as_str(), Some("mfa" | "otp" | "hwk")));
-    let by_acr = config.mfa_acr.is_some() && config.mfa_acr == text("acr");
-    Ok(Person {
-        second_factor: by_amr || by_acr,
-        authenticated: claims["auth_time"].as_u64(),
-        issuer: config.issuer.clone(),
-        subject,
-        display: text("name")
-            .or_else(|| text("email"))
-            .or_else(|| text("preferred_username")),
-        groups,
-        expires: claims["exp"].as_u64().ok_or_else(|| invalid("no exp"))?,
-    })
+    by_amr || mfa_acr.is_some_and(|acr| claims["acr"].as_str() == Some(acr))
 }
 
-struct Keys {
-    set: JwkSet,
-    read_at: Option<Instant>,
+/// A person's name for people to read: their name, else e-mail, else user name.
+pub(super) fn display(claims: &Value) -> Option<String> {
+    ["name", "email", "preferred_username"]
+        .iter()
+        .find_map(|claim| claims[*claim].as_str())
+        .map(str::to_owned)
 }
 
 /// Whom a back-channel logout token signs out, and when.
@@ -246,7 +255,13 @@ pub fn verify_logout_token(
     leeway: u64,
     now: u64,
 ) -> Result<LoggedOut, OidcError> {
-    let claims = verified_claims(token, key, config, leeway, &["iss", "aud"])?;
+    let claims = verified_claims(
+        token,
+        key,
+        &Expected::id_token(config),
+        leeway,
+        &["iss", "aud"],
+    )?;
     // Beyond jsonwebtoken's own spec claims: when it was issued, and its id.
     let id = claims["jti"].as_str().filter(|j| !j.is_empty());
     let (Some(issued), Some(id)) = (claims["iat"].as_u64(), id) else {
@@ -277,9 +292,7 @@ pub struct Provider {
     config: OidcConfig,
     secret: String,
     leeway: u64,
-    http: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
-    metadata: tokio::sync::OnceCell<Metadata>,
-    keys: tokio::sync::Mutex<Keys>,
+    issuer: Issuer,
 }
 
 impl Provider {
@@ -292,23 +305,11 @@ impl Provider {
         let secret = config.client_secret.resolve()?;
         let secret = String::from_utf8(secret)
             .map_err(|_| "control_plane.oidc.client_secret: not UTF-8".to_owned())?;
-        let mut http = HttpConnector::new();
-        http.enforce_http(false);
-        let connector = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_tls_config(tls.clone())
-            .https_or_http()
-            .enable_http1()
-            .wrap_connector(http);
         Ok(Provider {
             config: config.clone(),
             secret,
             leeway,
-            http: Client::builder(TokioExecutor::new()).build(connector),
-            metadata: tokio::sync::OnceCell::new(),
-            keys: tokio::sync::Mutex::new(Keys {
-                set: JwkSet { keys: Vec::new() },
-                read_at: None,
-            }),
+            issuer: Issuer::new(&config.issuer, tls),
         })
     }
 
@@ -323,25 +324,7 @@ impl Provider {
 
     /// The provider's metadata, read once; its `issuer` must be the one configured.
     pub async fn metadata(&self) -> Result<&Metadata, OidcError> {
-        self.metadata
-            .get_or_try_init(|| async {
-                let url = format!(
-                    "{}/.well-known/openid-configuration",
-                    self.config.issuer.trim_end_matches('/')
-                );
-                let metadata: Metadata = serde_json::from_slice(
-                    &self.read(Method::GET, &url, None).await?,
-                )
-                .map_err(|e| OidcError::Unavailable(format!("its discovery document: {e}")))?;
-                if metadata.issuer != self.config.issuer {
-                    return Err(OidcError::Unavailable(format!(
-                        "its discovery document names the issuer {:?}, not {:?}",
-                        metadata.issuer, self.config.issuer
-                    )));
-                }
-                Ok(metadata)
-            })
-            .await
+        self.issuer.metadata().await
     }
 
     /// Where the browser is sent to sign in: the code flow with PKCE (S256), `state` and `nonce`;
@@ -397,22 +380,24 @@ impl Provider {
             .append_pair("redirect_uri", &self.config.redirect_url)
             .append_pair("code_verifier", verifier)
             .finish();
-        let answer = self
-            .read(Method::POST, &metadata.token_endpoint, Some(form))
+        let client = ClientSecret {
+            id: &self.config.client_id,
+            secret: &self.secret,
+        };
+        let tokens = self
+            .issuer
+            .post(&metadata.token_endpoint, form, Some(client))
             .await?;
-        let tokens: Value = serde_json::from_slice(&answer)
-            .map_err(|_| OidcError::Unavailable("its token answer is not JSON".into()))?;
         let id_token = tokens["id_token"]
             .as_str()
             .ok_or_else(|| OidcError::Refused("no ID token in its answer".into()))?;
-        let key = self.key_of(id_token, &metadata.jwks_uri).await?;
+        let key = self.issuer.key_of(id_token).await?;
         verify_id_token(id_token, &key, &self.config, nonce, self.leeway)
     }
 
     /// Whom a back-channel logout token from the provider signs out.
     pub async fn signed_out(&self, logout_token: &str) -> Result<LoggedOut, OidcError> {
-        let metadata = self.metadata().await?;
-        let key = self.key_of(logout_token, &metadata.jwks_uri).await?;
+        let key = self.issuer.key_of(logout_token).await?;
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
@@ -423,95 +408,7 @@ impl Provider {
     pub fn logout_passes_until(&self, issued: u64) -> u64 {
         issued.saturating_add(LOGOUT_FRESH + 2 * self.leeway)
     }
-
-    /// The provider's key a token names by `kid` (or its only key of the token's algorithm),
-    /// reading the keys again when none matches and they were not read in the last minute.
-    async fn key_of(&self, token: &str, jwks_uri: &str) -> Result<Jwk, OidcError> {
-        let header =
-            decode_header(token).map_err(|_| OidcError::Invalid("it is not a JWT".into()))?;
-        let mut keys = self.keys.lock().await;
-        for attempt in 0..2 {
-            let matching: Vec<&Jwk> = keys
-                .set
-                .keys
-                .iter()
-                .filter(|k| match (&header.kid, &k.common.key_id) {
-                    (Some(wanted), Some(kid)) => wanted == kid,
-                    (Some(_), None) => false,
-                    (None, _) => true,
-                })
-                .collect();
-            if let [key] = matching[..] {
-                return Ok(key.clone());
-            }
-            let stale = keys.read_at.is_none_or(|at| at.elapsed() >= KEYS_REFRESH);
-            if attempt == 1 || !stale {
-                break;
-            }
-            let read = self.read(Method::GET, jwks_uri, None).await?;
-            keys.set = serde_json::from_slice(&read)
-                .map_err(|e| OidcError::Unavailable(format!("its keys: {e}")))?;
-            keys.read_at = Some(Instant::now());
-        }
-        Err(OidcError::Invalid(
-            "it names no key the provider publishes (or several match)".into(),
-        ))
-    }
-
-    /// A GET, or a POST of a form with the client's credentials (`client_secret_basic`), read
-    /// whole; a provider's refusal (4xx) is `Refused` with its `error`, anything else unavailable.
-    async fn read(
-        &self,
-        method: Method,
-        url: &str,
-        form: Option<String>,
-    ) -> Result<Bytes, OidcError> {
-        let unavailable = |why: String| OidcError::Unavailable(why);
-        let mut request = Request::builder()
-            .method(method)
-            .uri(url)
-            .header(header::ACCEPT, "application/json");
-        if form.is_some() {
-            let user = |s: &str| form_urlencoded::byte_serialize(s.as_bytes()).collect::<String>();
-            let basic = STANDARD.encode(format!(
-                "{}:{}",
-                user(&self.config.client_id),
-                user(&self.secret)
-            ));
-            request = request
-                .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
-                .header(header::AUTHORIZATION, format!("Basic {basic}"));
-        }
-        let request = request
-            .body(Full::new(Bytes::from(form.unwrap_or_default())))
-            .map_err(|_| unavailable(format!("{url} is not a URL")))?;
-        let exchange = async {
-            let response = self
-                .http
-                .request(request)
-                .await
-                .map_err(|e| unavailable(e.to_string()))?;
-            let status = response.status();
-            let body = Limited::new(response.into_body(), PROVIDER_ANSWER_BYTES)
-                .collect()
-                .await
-                .map_err(|_| unavailable("its answer was cut off or too large".into()))?
-                .to_bytes();
-            match status.as_u16() {
-                200..=299 => Ok(body),
-                400..=499 => {
-                    let error: Value = serde_json::from_slice(&body).unwrap_or_default();
-                    let code = error["error"].as_str().unwrap_or("no error code");
-                    Err(OidcError::Refused(format!("{status} {code}")))
-                }
-                _ => Err(unavailable(format!("it answered {status}"))),
-            }
-        };
-        tokio::time::timeout(PROVIDER_TIMEOUT, exchange)
-            .await
-            .map_err(|_| unavailable("it did not answer in time".into()))?
-    }
 }
 
 #[cfg(test)]
-mod tests;
+pub(super) mod tests;

@@ -15,7 +15,10 @@ mod planes;
 mod routes;
 mod values;
 
-pub use auth::{AuditConfig, AuthConfig, PublicKeyAlgorithm, PublicKeyConfig};
+pub use auth::{
+    AccessTokenConfig, AuditConfig, AuthConfig, MAX_LEEWAY_SECONDS, PublicKeyAlgorithm,
+    PublicKeyConfig,
+};
 pub use erasure::{BackupRetention, ErasureConfig, ErasureTargetConfig};
 pub use governed::{GovernedDatabase, GovernedTable, sql_identifier};
 pub use lineage::{CrossSubject, LineageConfig};
@@ -281,6 +284,7 @@ impl Config {
             }
         }
         problems.extend(self.auth.problems());
+        problems.extend(self.access_token_problems());
         problems.extend(RouteConfig::problems_of(&self.routes));
         for tenant in self.tenants.keys() {
             if lethe_policy::names::canonical_key(tenant, false).as_deref() != Ok(tenant.as_str()) {
@@ -288,6 +292,29 @@ impl Config {
                     "[tenants.{tenant:?}]: a tenant's name must be its canonical form (NFC, no invisible characters, no edge whitespace, no '/')"
                 ));
             }
+        }
+        problems
+    }
+}
+
+impl Config {
+    /// `[auth.oidc]` against the console's provider: roles from groups need its mapping, and
+    /// an ID token for the console must not pass as an access token.
+    fn access_token_problems(&self) -> Vec<String> {
+        let Some(access) = &self.auth.oidc else {
+            return Vec::new();
+        };
+        let console = self.control_plane.oidc.as_ref();
+        let mut problems = Vec::new();
+        if access.role_claim.is_none() && console.is_none_or(|c| c.issuer != access.issuer) {
+            problems.push(
+                "auth.oidc: without role_claim and tenant_claim, roles come from [[control_plane.oidc.roles]], which needs [control_plane.oidc] with the same issuer".to_owned(),
+            );
+        }
+        if console.is_some_and(|c| c.issuer == access.issuer && c.client_id == access.audience) {
+            problems.push(
+                "auth.oidc.audience: must not be the console's client_id (the console's ID tokens would pass as access tokens)".to_owned(),
+            );
         }
         problems
     }

@@ -58,7 +58,7 @@ fn default_groups_claim() -> String {
 }
 
 /// Whether `url` is `https://`, or `http://` to this machine (a provider run for tests).
-fn secure_or_local(url: &str) -> bool {
+pub(super) fn secure_or_local(url: &str) -> bool {
     let local = [
         "http://127.0.0.1:",
         "http://127.0.0.1/",

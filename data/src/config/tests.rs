@@ -115,3 +115,65 @@ fn oidc_sign_in_problems_are_all_reported_and_token_sign_in_follows_it() {
     );
     assert!(Config::check(&both).unwrap().control_plane.token_sign_in());
 }
+
+#[test]
+fn access_token_problems_are_all_reported() {
+    let console = r#"
+        [control_plane.oidc]
+        issuer = "https://idp.example"
+        client_id = "lethe-console"
+        client_secret = { value = "s" }
+        redirect_url = "https://lethe.example/console/oidc/callback"
+        [[control_plane.oidc.roles]]
+        group = "dpo"
+        role = "compliance"
+        tenant = "acme"
+        "#;
+    let text = format!(
+        r#"{console}
+        [auth]
+        leeway_seconds = 3600
+        [auth.oidc]
+        issuer = "http://idp.example/?x"
+        audience = "lethe-console"
+        tenant_claim = "tid"
+        data_plane = true
+        cli_client_id = " "
+        cli_scopes = ["profile"]
+        "#
+    );
+    let problems = Config::check(&text).unwrap_err().problems.join("\n");
+    for expected in [
+        "auth.leeway_seconds",
+        "auth.oidc.issuer",
+        "tenant_claim and role_claim go together",
+        "auth.oidc.data_plane",
+        "auth.oidc.cli_client_id",
+        "auth.oidc.cli_scopes",
+        "needs [control_plane.oidc] with the same issuer",
+    ] {
+        assert!(
+            problems.contains(expected),
+            "{expected} not in:\n{problems}"
+        );
+    }
+    // The console's own client as the audience: its ID tokens would pass as access tokens.
+    let text = format!(
+        "{console}\n[auth.oidc]\nissuer = \"https://idp.example\"\naudience = \"lethe-console\"\n"
+    );
+    let problems = Config::check(&text).unwrap_err().problems.join("\n");
+    assert!(problems.contains("auth.oidc.audience"), "{problems}");
+    let good = format!(
+        "{console}\n[auth.oidc]\nissuer = \"https://idp.example\"\naudience = \"api://lethe\"\ncli_client_id = \"lethe-cli\"\n"
+    );
+    let config = Config::check(&good).unwrap();
+    let access = config.auth.oidc.unwrap();
+    assert_eq!(
+        access.cli_scopes,
+        ["openid", "profile", "email", "offline_access"]
+    );
+    assert!(!access.data_plane);
+    // App roles need no console: service accounts on the data plane.
+    let agents = "[auth.oidc]\nissuer = \"https://idp.example\"\naudience = \"api://lethe\"\ntenant_claim = \"tid\"\nrole_claim = \"roles\"\ndata_plane = true\n";
+    assert!(Config::check(agents).is_ok());
+}

@@ -19,6 +19,9 @@ pub(super) async fn development_token(config: &Config, claims: &Claims) -> Resul
 
 pub(super) async fn token(config: &Config, args: TokenArgs) -> Result<(), Failure> {
     let ttl = parse_duration(&args.ttl)?;
+    eprintln!(
+        "lethe: a development token, for development only; people sign in with `lethe login` ([auth.oidc])"
+    );
     let claims = Claims {
         sub: args.actor.unwrap_or_else(|| format!("{}-cli", args.role)),
         tenant: args.tenant,
@@ -39,9 +42,20 @@ impl ControlArgs {
             .url
             .clone()
             .unwrap_or_else(|| format!("http://{}", config.control_plane.listen));
-        let token = match &self.token {
-            Some(token) => token.clone(),
-            None => {
+        let signed_in = match &self.token {
+            Some(_) => None,
+            None => super::login::signed_in_token(config).await?,
+        };
+        let token = match (self.token.clone(), signed_in) {
+            (Some(token), _) | (None, Some(token)) => token,
+            // With a provider, people act as themselves: never as a development token's name.
+            (None, None) if config.auth.oidc.is_some() => {
+                return Err(Failure(
+                    "not signed in: run `lethe login` (or give --token)".into(),
+                    2,
+                ));
+            }
+            (None, None) => {
                 let tenant = self
                     .tenant
                     .clone()

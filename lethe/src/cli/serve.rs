@@ -11,6 +11,7 @@ use tokio::sync::watch;
 
 use super::{Failure, connect, keyed_chain, purge_sources};
 use crate::auth::Verifier;
+use crate::auth::access::{AccessTokens, Tokens};
 use crate::config::Config;
 use crate::control::{self, ControlState};
 use crate::data::{DataState, forward::Route};
@@ -25,7 +26,7 @@ pub(super) async fn serve(config: Config) -> Result<(), Failure> {
         &config,
         routes.clone(),
         Arc::clone(&keyed.store),
-        Arc::clone(&keyed.verifier),
+        keyed.tokens(&config, Plane::Data),
         Arc::clone(&keyed.audit_key),
     )?;
     let certifier = Arc::new(Certifier::new(
@@ -95,7 +96,15 @@ pub(super) async fn serve(config: Config) -> Result<(), Failure> {
 struct Keyed {
     store: Arc<dyn Store>,
     verifier: Arc<Verifier>,
+    /// The provider's access tokens (`[auth.oidc]`), where configured.
+    provider: Option<Arc<AccessTokens>>,
     audit_key: Arc<[u8]>,
+}
+
+#[derive(PartialEq, Eq)]
+enum Plane {
+    Data,
+    Control,
 }
 
 impl Keyed {
@@ -116,11 +125,40 @@ impl Keyed {
                 "erased subjects' keys of earlier completions replaced by their references"
             );
         }
+        let provider = match &config.auth.oidc {
+            Some(access) => {
+                let tls = crate::data::forward::tls_of(config).map_err(|e| Failure(e, 2))?;
+                let console = config.control_plane.oidc.as_ref();
+                let leeway = config.auth.leeway_seconds;
+                Some(Arc::new(AccessTokens::new(access, console, leeway, &tls)))
+            }
+            None => None,
+        };
         Ok(Self {
             store,
             verifier,
+            provider,
             audit_key,
         })
+    }
+
+    /// The tokens `plane` takes: Lethe's own, and the provider's on the control plane (and on
+    /// the data plane where `[auth.oidc] data_plane` says so).
+    fn tokens(&self, config: &Config, plane: Plane) -> Tokens {
+        let data_plane = config.auth.oidc.as_ref().is_some_and(|a| a.data_plane);
+        let provider = self
+            .provider
+            .clone()
+            .filter(|_| plane == Plane::Control || data_plane);
+        let people = [
+            config.control_plane.oidc.as_ref().map(|c| c.issuer.clone()),
+            config.auth.oidc.as_ref().map(|a| a.issuer.clone()),
+        ];
+        Tokens::new(
+            Arc::clone(&self.verifier),
+            provider,
+            people.into_iter().flatten().collect(),
+        )
     }
 }
 
@@ -169,7 +207,7 @@ fn control_state(
         governed,
         lineage: Some(data_state.derivation.memory()),
         store: Arc::clone(&keyed.store),
-        verifier: Arc::clone(&keyed.verifier),
+        tokens: keyed.tokens(config, Plane::Control),
         audit_key: Arc::clone(&keyed.audit_key),
         metrics: Arc::default(),
         max_body_bytes: usize::try_from(config.control_plane.max_body_bytes).unwrap_or(usize::MAX),

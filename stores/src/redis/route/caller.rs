@@ -57,7 +57,7 @@ impl Connection<'_> {
         let Ok(token) = std::str::from_utf8(token) else {
             return wrong("the token is not text".to_owned());
         };
-        let claims = match self.state.tokens.verify(token) {
+        let claims = match self.state.tokens.verify(token).await {
             Ok(claims) => claims,
             Err(e) => return wrong(e.to_string()),
         };

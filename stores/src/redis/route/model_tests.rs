@@ -14,6 +14,7 @@ use lethe_policy::audit::AuditEntry;
 use lethe_policy::{Action, ConsentGrant, RetentionPolicy, RetentionRule};
 use proptest::prelude::*;
 
+use crate::auth::access::Tokens;
 use crate::auth::{Claims, Role, Verifier, mint_hs256};
 use crate::config::Config;
 use crate::data::{DataState, Limits, serve_connections};
@@ -188,7 +189,7 @@ async fn world() -> World {
         &config,
         routes,
         Arc::clone(&store),
-        verifier,
+        Tokens::lethe(verifier),
         Arc::from(&b"k"[..]),
     )
     .expect("the data plane");
