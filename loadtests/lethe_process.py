@@ -30,6 +30,8 @@ listen = "127.0.0.1:{port()}"
 max_connections_per_address = 4096
 [control_plane]
 listen = "{self.control}"
+[admin]
+listen = "127.0.0.1:{port()}"
 [state]
 url = "{state or f'sqlite://{work}/state.db'}"
 {config}''')

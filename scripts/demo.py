@@ -149,6 +149,9 @@ listen = "{self.data}"
 [control_plane]
 listen = "{self.control}"
 
+[admin]
+listen = "127.0.0.1:{free_port()}"
+
 [erasure]
 settle = "200ms"
 retry_backoff = "200ms"

@@ -1,5 +1,6 @@
 //! The control plane: an axum app on its own listener for compliance staff and operators.
 
+pub mod admin;
 pub mod metrics;
 
 // The layers below, named as before.
@@ -48,8 +49,8 @@ pub struct ControlState {
     pub erasure: ErasureSettings,
     /// The governed databases a policy change must reach before it is answered.
     pub governed: Arc<crate::governed::Governed>,
-    /// The data plane's memory of the lineage window, for its metrics (none without a data plane).
-    pub lineage: Option<Arc<crate::data::derivation::memory::Memory>>,
+    /// The data plane beside it, for its metrics (none without a data plane).
+    pub data: Option<Arc<crate::data::DataState>>,
     /// Which tenants' subject keys are case-insensitive.
     pub folding: lethe_policy::names::Folding,
     /// Tokens revoked before they expire (the data plane's list, where there is one).

@@ -50,14 +50,66 @@ pub async fn readyz(
 pub async fn metrics(State(state): State<ControlState>) -> impl IntoResponse {
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        state.metrics.render()
-            + &governed_metrics(&state.governed)
-            + &state
-                .lineage
-                .as_ref()
-                .map(|m| m.render())
-                .unwrap_or_default(),
+        render_metrics(&state).await,
     )
+}
+
+/// Every metric of the process: the control plane's requests, the governed databases, the data
+/// plane's, and where erasure requests and purge jobs stand (read from the state store at each
+/// scrape; `lethe_state_store_up` says whether it could be).
+pub async fn render_metrics(state: &ControlState) -> String {
+    let mut out = state.metrics.render();
+    out.push_str(&governed_metrics(&state.governed));
+    if let Some(data) = &state.data {
+        data.render_metrics(&mut out);
+    }
+    let overview = state.store.erasure_overview(crate::now()).await;
+    out.push_str(&erasure_metrics(overview.as_ref().ok()));
+    out
+}
+
+/// Open requests by state and overdue, unfinished purge jobs by state and the oldest due one's
+/// wait; no tenant is named.
+fn erasure_metrics(overview: Option<&crate::state::ErasureOverview>) -> String {
+    use std::fmt::Write as _;
+    let mut out = format!(
+        "# HELP lethe_state_store_up Whether the state store answered this scrape.\n# TYPE lethe_state_store_up gauge\nlethe_state_store_up {}\n",
+        u8::from(overview.is_some())
+    );
+    let Some(overview) = overview else {
+        return out;
+    };
+    out.push_str("# HELP lethe_erasure_requests Open erasure requests, by state.\n# TYPE lethe_erasure_requests gauge\n");
+    for state in lethe_policy::ErasureState::ALL {
+        let state = state.as_str();
+        if matches!(state, "completed" | "rejected") {
+            continue;
+        }
+        let count = overview.open.get(state).copied().unwrap_or(0);
+        let _ = writeln!(out, "lethe_erasure_requests{{state=\"{state}\"}} {count}");
+    }
+    let _ = write!(
+        out,
+        "# HELP lethe_erasure_requests_overdue Open erasure requests past their deadline.\n# TYPE lethe_erasure_requests_overdue gauge\nlethe_erasure_requests_overdue {}\n",
+        overview.overdue
+    );
+    out.push_str(
+        "# HELP lethe_purge_jobs Purge jobs not done, by state.\n# TYPE lethe_purge_jobs gauge\n",
+    );
+    for state in lethe_policy::progress::JobState::ALL {
+        let state = state.as_str();
+        if state == "done" {
+            continue;
+        }
+        let count = overview.jobs.get(state).copied().unwrap_or(0);
+        let _ = writeln!(out, "lethe_purge_jobs{{state=\"{state}\"}} {count}");
+    }
+    let _ = write!(
+        out,
+        "# HELP lethe_purge_oldest_due_seconds How long the longest-waiting due purge job has waited.\n# TYPE lethe_purge_oldest_due_seconds gauge\nlethe_purge_oldest_due_seconds {}\n",
+        overview.oldest_due_seconds
+    );
+    out
 }
 
 pub async fn openapi() -> impl IntoResponse {

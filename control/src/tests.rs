@@ -35,7 +35,7 @@ async fn harness_with(change: impl FnOnce(&mut ControlState)) -> Harness {
         metrics: Arc::default(),
         max_body_bytes: 64 * 1024,
         governed: crate::governed::Governed::none(),
-        lineage: None,
+        data: None,
         // Tenant `mail` keys its subjects by e-mail address, in any case.
         folding: lethe_policy::names::Folding::new(["mail".to_owned()]),
         revocations: crate::revocations::Revocations::new(Arc::clone(&store)),

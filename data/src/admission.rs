@@ -71,6 +71,12 @@ impl Gate {
     }
 }
 
+impl crate::metrics::OpenConnections for Gate {
+    fn open(&self) -> usize {
+        Gate::open(self)
+    }
+}
+
 impl Drop for Admission {
     fn drop(&mut self) {
         let mut open = self.gate.open.lock().unwrap_or_else(|p| p.into_inner());

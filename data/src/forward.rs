@@ -177,6 +177,8 @@ pub struct Upstreams {
     client: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
     tls: Arc<rustls::ClientConfig>,
     max_answer_bytes: usize,
+    /// Where each call is counted (the data plane's metrics; a purge's go nowhere).
+    metrics: Arc<crate::metrics::DataMetrics>,
 }
 
 impl Upstreams {
@@ -203,7 +205,13 @@ impl Upstreams {
             client,
             tls,
             max_answer_bytes,
+            metrics: Arc::default(),
         })
+    }
+
+    /// The same client, its calls counted in `metrics`.
+    pub fn observed_by(self, metrics: Arc<crate::metrics::DataMetrics>) -> Self {
+        Upstreams { metrics, ..self }
     }
 
     /// The client of a configuration (its `data_plane.upstream_ca`).
@@ -274,17 +282,21 @@ impl Upstreams {
         // Which pooled connection carries the request (hyper-util fills it in at checkout).
         let connection = capture_connection(&mut request);
 
-        let response = within(route, self.client.request(request))
-            .await?
-            .map_err(|e| {
-                // `?e` keeps hyper's cause (`IncompleteMessage`, `Io(ConnectionReset)`, ...):
-                // hyper-util's Display is only "client error (SendRequest)".
-                tracing::warn!(route = %route.name, error = ?e, "upstream request failed");
-                DataError::upstream_unavailable(format!(
-                    "the {} upstream is unavailable",
-                    route.name
-                ))
-            })?;
+        let started = std::time::Instant::now();
+        let called = |status: Option<u16>, error: &'static str| {
+            (self.metrics).called(&route.name, status, error, started.elapsed());
+        };
+        let answered = within(route, self.client.request(request))
+            .await
+            .inspect_err(|_| called(None, "timeout"))?;
+        let response = answered.map_err(|e| {
+            called(None, "unavailable");
+            // `?e` keeps hyper's cause (`IncompleteMessage`, `Io(ConnectionReset)`, ...):
+            // hyper-util's Display is only "client error (SendRequest)".
+            tracing::warn!(route = %route.name, error = ?e, "upstream request failed");
+            DataError::upstream_unavailable(format!("the {} upstream is unavailable", route.name))
+        })?;
+        called(Some(response.status().as_u16()), "");
         // A server may close its connection right after an error answer without saying so
         // (Starlette under uvicorn writes the 500, re-raises, and uvicorn closes the transport).
         // Kept in the pool, that connection would take the next request and lose it (hyper does

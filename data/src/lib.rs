@@ -24,6 +24,7 @@ pub mod derivation;
 pub mod error;
 pub mod forward;
 pub mod lineage;
+pub mod metrics;
 pub mod overtaken;
 pub mod policy_cache;
 pub mod records;
@@ -70,6 +71,8 @@ pub struct DataState {
     pub folding: lethe_policy::names::Folding,
     /// Tokens revoked before they expire.
     pub revocations: Arc<crate::revocations::Revocations>,
+    /// Requests, upstream calls and connections, for `/metrics`.
+    pub metrics: Arc<metrics::DataMetrics>,
 }
 
 impl DataState {
@@ -84,6 +87,7 @@ impl DataState {
         audit_key: Arc<[u8]>,
     ) -> Result<(Arc<DataState>, tokio::task::JoinHandle<()>), String> {
         let (lineage, lineage_task) = LineageWriter::spawn(Arc::clone(&store));
+        let metrics = Arc::new(metrics::DataMetrics::default());
         let max_body_bytes =
             usize::try_from(config.data_plane.max_body_bytes).unwrap_or(usize::MAX);
         let state = DataState {
@@ -98,13 +102,25 @@ impl DataState {
             )),
             store,
             // Answers may be larger than requests (a query returns many records).
-            upstreams: Upstreams::from_config(config, max_body_bytes.saturating_mul(8))?,
+            upstreams: Upstreams::from_config(config, max_body_bytes.saturating_mul(8))?
+                .observed_by(Arc::clone(&metrics)),
+            metrics,
             lineage,
             audit_key,
             max_body_bytes,
             folding: config.folding(),
         };
         Ok((Arc::new(state), lineage_task))
+    }
+}
+
+impl DataState {
+    /// The data plane's metrics, in Prometheus' text format: requests, upstream calls,
+    /// connections, the policy cache and the lineage window.
+    pub fn render_metrics(&self, out: &mut String) {
+        self.metrics.render(out);
+        self.policy.render(out);
+        out.push_str(&self.derivation.memory().render());
     }
 }
 
@@ -159,6 +175,7 @@ pub fn service(
 ) -> impl Service<Request<Incoming>, Response = Response<Body>, Error = Infallible, Future: Send>
 + Clone
 + Send {
+    let metrics = Arc::clone(&state.metrics);
     let inner = ServiceBuilder::new()
         .timeout(limits.timeout)
         .load_shed()
@@ -181,10 +198,18 @@ pub fn service(
             .map_or_else(new_request_id, str::to_owned);
         request.extensions_mut().insert(RequestId(id.clone()));
         let inner = inner.clone();
+        let metrics = Arc::clone(&metrics);
         async move {
+            let (method, started) = (request.method().clone(), Instant::now());
             let mut response = match inner.oneshot(request).await {
                 Ok(response) => response,
-                Err(e) => whole(overload_or_timeout(&e).into_response(&id)),
+                Err(e) => {
+                    // Shed or timed out before (or while) `handle` saw it: counted here.
+                    let refusal = overload_or_timeout(&e);
+                    let (status, code) = (refusal.status.as_u16(), refusal.code.as_str());
+                    metrics.served("-", &method, status, code, started.elapsed());
+                    whole(refusal.into_response(&id))
+                }
             };
             if let Ok(value) = HeaderValue::from_str(&id) {
                 response.headers_mut().insert("x-request-id", value);
@@ -243,10 +268,17 @@ async fn handle(state: &DataState, request: Request<Incoming>) -> Response<Body>
         .unwrap_or_default();
     let method = request.method().clone();
     let mut seen = Seen::default();
+    let mut error = "";
     let response = match run(state, request, &id, &mut seen).await {
         Ok(response) => response,
-        Err(e) => whole(e.into_response(&id)),
+        Err(e) => {
+            error = e.code.as_str();
+            whole(e.into_response(&id))
+        }
     };
+    let route = seen.route.as_deref().unwrap_or("-");
+    let status = response.status().as_u16();
+    (state.metrics).served(route, &method, status, error, started.elapsed());
     if !tracing::enabled!(tracing::Level::INFO) {
         return response;
     }
@@ -258,9 +290,10 @@ async fn handle(state: &DataState, request: Request<Incoming>) -> Response<Body>
     tracing::info!(
         request_id = %id,
         %method,
-        route = seen.route.as_deref().unwrap_or("-"),
+        route,
         subject_ref = subject_ref.as_deref().unwrap_or("-"),
-        status = response.status().as_u16(),
+        status,
+        error,
         micros = started.elapsed().as_micros() as u64,
         "data request"
     );
@@ -283,6 +316,7 @@ async fn run(
         route::Serving::Http(http) => Some(http),
         route::Serving::Connections(_) => None,
     });
+    seen.route = found.map(|(route, _)| route.name.clone());
     let claims = authenticated(state, &parts.headers, http.and_then(|h| h.token_header())).await?;
     let (route, rest) = found.ok_or_else(|| {
         DataError::new(
@@ -291,7 +325,6 @@ async fn run(
             "no route has this path prefix",
         )
     })?;
-    seen.route = Some(route.name.clone());
     let mut ctx = RequestContext::new(
         id.to_owned(),
         claims,
@@ -514,9 +547,11 @@ pub async fn serve(
     limits: Limits,
     shutdown: impl Future<Output = ()>,
 ) {
+    let metrics = Arc::clone(&state.metrics);
     let service = service(state, limits);
     let graceful = GracefulShutdown::new();
     let gate = admission::Gate::new(limits.connections);
+    metrics.listener("data", gate.clone());
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
         let (stream, peer) = tokio::select! {
@@ -587,6 +622,7 @@ pub async fn serve_connections(
 ) {
     let route = Arc::new(route);
     let gate = admission::Gate::new(limits.connections);
+    state.metrics.listener(&route.name, gate.clone());
     let timeouts = route::Timeouts {
         authenticate: limits.auth_timeout,
         idle: limits.idle_timeout,

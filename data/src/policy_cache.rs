@@ -5,6 +5,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use lethe_policy::{ConsentStatus, ItemRef, PolicyView, RetentionPolicy, SubjectPolicy};
@@ -25,7 +26,13 @@ pub struct PolicyCache {
     /// second list node for each entry.
     started: Instant,
     band: Duration,
+    /// Lookups answered from the cache, loaded from the store, and made while the feed was down
+    /// (the cache bypassed), for the metrics.
+    lookups: [AtomicU64; 3],
 }
+
+/// What the cache did for a lookup: its index in `lookups`, and its label.
+const LOOKUPS: [&str; 3] = ["hit", "miss", "bypassed"];
 
 /// How long a cached entry is used at most.
 const MAX_AGE: Duration = Duration::from_secs(300);
@@ -114,6 +121,7 @@ impl PolicyCache {
             started: Instant::now(),
             band: (max_age / 2).max(Duration::from_millis(1)),
             store: Arc::clone(&store),
+            lookups: Default::default(),
         });
         let weak = Arc::downgrade(&cache);
         store.feed().on_event(move |event| {
@@ -166,12 +174,15 @@ impl PolicyCache {
     {
         let feed = self.store.feed();
         let band = self.band();
-        if feed.is_healthy()
+        let healthy = feed.is_healthy();
+        if healthy
             && let Some(hit) = cache.get(&key)
             && band.saturating_sub(hit.band) < 2
         {
+            self.lookups[0].fetch_add(1, Ordering::Relaxed);
             return Ok(hit.value);
         }
+        self.lookups[if healthy { 1 } else { 2 }].fetch_add(1, Ordering::Relaxed);
         let seq = feed.seq();
         let value = load.await?;
         if feed.is_healthy() && feed.seq() == seq {
@@ -182,6 +193,17 @@ impl PolicyCache {
             cache.insert(key, loaded);
         }
         Ok(value)
+    }
+
+    /// The lookups so far, in Prometheus' text format.
+    pub fn render(&self, out: &mut String) {
+        out.push_str("# HELP lethe_policy_cache_lookups_total Policy lookups: answered from the cache (hit), loaded from the state store (miss), or loaded while the change feed was down (bypassed).\n# TYPE lethe_policy_cache_lookups_total counter\n");
+        for (result, count) in LOOKUPS.iter().zip(&self.lookups) {
+            let count = count.load(Ordering::Relaxed);
+            out.push_str(&format!(
+                "lethe_policy_cache_lookups_total{{result=\"{result}\"}} {count}\n"
+            ));
+        }
     }
 
     /// The band of time it is now (see `band`).

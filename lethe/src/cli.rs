@@ -27,7 +27,7 @@ use calls::{certificate, consent, control_call, encode, token};
     name = "lethe",
     version,
     about = "Lethe: a gateway that makes an AI agent's memory governable (consent, retention, erasure, audit).",
-    after_help = "Every global option can also be set with its environment variable (LETHE_CONFIG, LETHE_DATA_LISTEN,\nLETHE_CONTROL_LISTEN, LETHE_STATE_URL); LETHE_UPSTREAM_<NAME> overrides a route's upstream."
+    after_help = "Every global option can also be set with its environment variable (LETHE_CONFIG, LETHE_DATA_LISTEN,\nLETHE_CONTROL_LISTEN, LETHE_ADMIN_LISTEN, LETHE_STATE_URL); LETHE_UPSTREAM_<NAME> overrides a route's upstream."
 )]
 pub struct Cli {
     /// Configuration file [default: config/lethe.toml, else the built-in default]
@@ -39,6 +39,9 @@ pub struct Cli {
     /// Control-plane listen address (overrides control_plane.listen)
     #[arg(long, env = "LETHE_CONTROL_LISTEN", global = true)]
     control_listen: Option<SocketAddr>,
+    /// Admin listen address: probes and metrics (overrides admin.listen)
+    #[arg(long, env = "LETHE_ADMIN_LISTEN", global = true)]
+    admin_listen: Option<SocketAddr>,
     /// State store URL: sqlite://PATH or postgres://... (overrides state.url)
     #[arg(long = "state", env = "LETHE_STATE_URL", global = true)]
     state: Option<String>,
@@ -289,6 +292,7 @@ async fn dispatch(cli: Cli) -> Result<(), Failure> {
     let overrides = Overrides {
         data_listen: cli.data_listen,
         control_listen: cli.control_listen,
+        admin_listen: cli.admin_listen,
         state_url: cli.state.clone(),
     };
     let load = || Config::load(cli.config.as_deref(), &overrides);

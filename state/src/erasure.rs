@@ -31,6 +31,19 @@ pub struct ErasureStats {
     pub completion_s: Vec<i64>,
 }
 
+/// Every tenant's requests and purge jobs at one time, for the metrics (no tenant is named).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ErasureOverview {
+    /// Open requests by state.
+    pub open: BTreeMap<String, i64>,
+    /// Open requests past their deadline.
+    pub overdue: i64,
+    /// Purge jobs not done (nor cancelled), by state.
+    pub jobs: BTreeMap<String, i64>,
+    /// How long the longest-waiting due job (pending or retrying) has been due, in seconds.
+    pub oldest_due_seconds: f64,
+}
+
 /// An erasure request and where it stands.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ErasureRecord {
@@ -136,6 +149,10 @@ pub trait Erasures: Send + Sync {
         overdue_at: DateTime<Utc>,
         since: DateTime<Utc>,
     ) -> Result<ErasureStats, StoreError>;
+
+    /// Every tenant's open requests by state and how many are past their deadline at `now`, and
+    /// the unfinished purge jobs by state with how long the oldest due one has waited.
+    async fn erasure_overview(&self, now: DateTime<Utc>) -> Result<ErasureOverview, StoreError>;
 
     /// Refuses a request that is not flipped yet (`requested`, `held`): it is `rejected`, its
     /// purge jobs cancelled, with its event.

@@ -457,11 +457,13 @@ class Lethe:
         self.workdir = workdir
         self.control = control or f"127.0.0.1:{free_port()}"
         self.data = f"127.0.0.1:{free_port()}"
+        self.admin = f"127.0.0.1:{free_port()}"
         env = {k: v for k, v in os.environ.items() if not k.startswith("LETHE_")}
         env.update({
             "LETHE_STATE_URL": state_url,
             "LETHE_CONTROL_LISTEN": self.control,
             "LETHE_DATA_LISTEN": self.data,
+            "LETHE_ADMIN_LISTEN": self.admin,
             "LETHE_LOG": "warn",
         })
         env.update({f"LETHE_UPSTREAM_{kind.upper()}": url for kind, url in upstreams_of(chroma_url, urls).items()})

@@ -67,6 +67,7 @@ pub fn lethe(dir: &Path) -> Command {
         .env_remove("LETHE_STATE_URL")
         .env_remove("LETHE_CONTROL_LISTEN")
         .env_remove("LETHE_DATA_LISTEN")
+        .env_remove("LETHE_ADMIN_LISTEN")
         .env_remove("LETHE_JWT_SECRET")
         .env_remove("LETHE_AUDIT_KEY")
         .env_remove("LETHE_TOKEN")
@@ -101,6 +102,7 @@ pub struct Server {
     child: Child,
     pub control: SocketAddr,
     pub data: SocketAddr,
+    pub admin: SocketAddr,
     pub dir: PathBuf,
     pub state_url: String,
 }
@@ -125,6 +127,9 @@ impl Server {
         let data: SocketAddr = format!("127.0.0.1:{}", free_port())
             .parse()
             .expect("address");
+        let admin: SocketAddr = format!("127.0.0.1:{}", free_port())
+            .parse()
+            .expect("address");
         let child = lethe(dir)
             .args(["serve", "--state", state_url])
             .args([
@@ -132,6 +137,8 @@ impl Server {
                 &control.to_string(),
                 "--data-listen",
                 &data.to_string(),
+                "--admin-listen",
+                &admin.to_string(),
             ])
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
@@ -141,6 +148,7 @@ impl Server {
             child,
             control,
             data,
+            admin,
             dir: dir.to_owned(),
             state_url: state_url.to_owned(),
         };

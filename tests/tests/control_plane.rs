@@ -280,6 +280,7 @@ async fn a_chain_marked_unkeyed_is_neither_served_nor_sealed_again() {
         .args(["serve", "--state", &state])
         .env("LETHE_CONTROL_LISTEN", format!("127.0.0.1:{}", free_port()))
         .env("LETHE_DATA_LISTEN", format!("127.0.0.1:{}", free_port()))
+        .env("LETHE_ADMIN_LISTEN", format!("127.0.0.1:{}", free_port()))
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
@@ -350,6 +351,7 @@ async fn environment_overrides_choose_listeners_and_state() {
         .arg("serve")
         .env("LETHE_CONTROL_LISTEN", format!("127.0.0.1:{port}"))
         .env("LETHE_DATA_LISTEN", format!("127.0.0.1:{}", free_port()))
+        .env("LETHE_ADMIN_LISTEN", format!("127.0.0.1:{}", free_port()))
         .env(
             "LETHE_STATE_URL",
             format!("sqlite://{}", state_path.display()),

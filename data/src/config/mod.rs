@@ -23,7 +23,7 @@ pub use erasure::{BackupRetention, ErasureConfig, ErasureTargetConfig};
 pub use governed::{GovernedDatabase, GovernedTable, sql_identifier};
 pub use lineage::{CrossSubject, LineageConfig};
 pub use oidc::{CALLBACK_PATH, GroupRole, OidcConfig};
-pub use planes::{ControlPlaneConfig, DataPlaneConfig, StateConfig};
+pub use planes::{AdminConfig, ControlPlaneConfig, DataPlaneConfig, StateConfig};
 pub use routes::{CredentialConfig, RouteConfig, route_target, store_address, upstream_env_var};
 pub use values::{ConfigDuration, Secret, parse_duration, read_all};
 
@@ -38,6 +38,7 @@ pub const BUILT_IN: &str = include_str!("../../../config/lethe.toml");
 pub struct Config {
     pub data_plane: DataPlaneConfig,
     pub control_plane: ControlPlaneConfig,
+    pub admin: AdminConfig,
     pub state: StateConfig,
     pub auth: AuthConfig,
     pub audit: AuditConfig,
@@ -96,6 +97,7 @@ impl Config {
 pub struct Overrides {
     pub data_listen: Option<SocketAddr>,
     pub control_listen: Option<SocketAddr>,
+    pub admin_listen: Option<SocketAddr>,
     pub state_url: Option<String>,
 }
 
@@ -170,6 +172,7 @@ impl Config {
         }
         let data_plane = section(&mut table, "data_plane", &mut problems);
         let control_plane = section(&mut table, "control_plane", &mut problems);
+        let admin = section(&mut table, "admin", &mut problems);
         let state = section(&mut table, "state", &mut problems);
         let auth = section(&mut table, "auth", &mut problems);
         let audit = section(&mut table, "audit", &mut problems);
@@ -202,13 +205,14 @@ impl Config {
         }
         for key in table.keys() {
             problems.push(format!(
-                "unknown section `{key}` (expected data_plane, control_plane, state, auth, audit, erasure, lineage, routes, postgres or tenants)"
+                "unknown section `{key}` (expected data_plane, control_plane, admin, state, auth, audit, erasure, lineage, routes, postgres or tenants)"
             ));
         }
         Ok((
             Config {
                 data_plane,
                 control_plane,
+                admin,
                 state,
                 auth,
                 audit,
@@ -228,6 +232,9 @@ impl Config {
         }
         if let Some(addr) = overrides.control_listen {
             self.control_plane.listen = addr;
+        }
+        if let Some(addr) = overrides.admin_listen {
+            self.admin.listen = addr;
         }
         if let Some(url) = &overrides.state_url {
             self.state.url = url.clone();

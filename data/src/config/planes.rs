@@ -73,6 +73,23 @@ impl Default for ControlPlaneConfig {
     }
 }
 
+/// `[admin]`: the listener of probes and Prometheus (`/live`, `/ready`, `/metrics`), which
+/// serves nothing that reads or changes data, so it can be opened to the kubelet and the scraper
+/// without opening the console.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AdminConfig {
+    pub listen: SocketAddr,
+}
+
+impl Default for AdminConfig {
+    fn default() -> Self {
+        AdminConfig {
+            listen: SocketAddr::from(([127, 0, 0, 1], 7402)),
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct StateConfig {

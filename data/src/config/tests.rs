@@ -8,6 +8,7 @@ fn overrides_win_over_the_file() {
     let overrides = Overrides {
         data_listen: Some("127.0.0.1:9400".parse().unwrap()),
         control_listen: Some("127.0.0.1:9401".parse().unwrap()),
+        admin_listen: Some("127.0.0.1:9402".parse().unwrap()),
         state_url: Some("postgres://localhost/lethe".into()),
     };
     config.apply(&overrides, |name| {
@@ -15,6 +16,7 @@ fn overrides_win_over_the_file() {
     });
     assert_eq!(config.data_plane.listen.port(), 9400);
     assert_eq!(config.control_plane.listen.port(), 9401);
+    assert_eq!(config.admin.listen.port(), 9402);
     assert_eq!(config.state.url, "postgres://localhost/lethe");
     assert_eq!(config.routes[0].upstream, "http://127.0.0.1:18000");
     assert_eq!(

@@ -46,6 +46,7 @@ pub(super) async fn serve(config: Config) -> Result<(), Failure> {
     tracing::info!(
         control = %config.control_plane.listen,
         data = %config.data_plane.listen,
+        admin = %config.admin.listen,
         backend = control_state.store.backend(),
         routes = data_state.routes.len(),
         "listening"
@@ -65,6 +66,8 @@ pub(super) async fn serve(config: Config) -> Result<(), Failure> {
         &stopped,
     )?;
     let limits = crate::data::Limits::of(&config.data_plane);
+    let admin = axum::serve(listeners.admin, control::admin::app(control_state.clone()))
+        .with_graceful_shutdown(until_stopped(stopped.clone()));
     // The peer's address limits failed console sign-ins.
     let control = axum::serve(
         listeners.control,
@@ -83,9 +86,10 @@ pub(super) async fn serve(config: Config) -> Result<(), Failure> {
     }
     let own_routes = async move { while own_routes.join_next().await.is_some() {} };
     let data = crate::data::serve(listeners.data, data_state, limits, until_stopped(stopped));
-    let (control, (), (), (), ()) =
-        tokio::join!(control, data, own_routes, stop_signal, background);
+    let (control, admin, (), (), (), ()) =
+        tokio::join!(control, admin, data, own_routes, stop_signal, background);
     control?;
+    admin?;
     // The last lineage rows are written before the process ends.
     let _ = tokio::time::timeout(std::time::Duration::from_secs(10), lineage_task).await;
     tracing::info!("stopped");
@@ -165,7 +169,7 @@ impl Keyed {
 fn control_state(
     config: &Config,
     keyed: &Keyed,
-    data_state: &DataState,
+    data_state: &Arc<DataState>,
     routes: &[Route],
     governed_targets: &[PostgresTarget],
     certifier: Arc<Certifier>,
@@ -205,7 +209,7 @@ fn control_state(
             max: config.control_plane.session_max.0,
         },
         governed,
-        lineage: Some(data_state.derivation.memory()),
+        data: Some(Arc::clone(data_state)),
         store: Arc::clone(&keyed.store),
         tokens: keyed.tokens(config, Plane::Control),
         audit_key: Arc::clone(&keyed.audit_key),
@@ -219,6 +223,7 @@ fn control_state(
 struct Listeners {
     control: TcpListener,
     data: TcpListener,
+    admin: TcpListener,
     /// Routes whose stores speak a protocol of their own have listeners of their own.
     own: Vec<(TcpListener, Route)>,
 }
@@ -235,6 +240,7 @@ impl Listeners {
         Ok(Self {
             control: bind(config.control_plane.listen).await?,
             data: bind(config.data_plane.listen).await?,
+            admin: bind(config.admin.listen).await?,
             own,
         })
     }

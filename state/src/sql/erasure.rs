@@ -179,6 +179,51 @@ macro_rules! erasure_sql {
                 rows.iter().map(erasure_from_row).collect()
             }
 
+            async fn erasure_overview(
+                &self,
+                now: DateTime<Utc>,
+            ) -> Result<ErasureOverview, StoreError> {
+                let mut overview = ErasureOverview::default();
+                let by_state = |sql: &'static str| sqlx::query(sql).fetch_all(&self.pool);
+                for row in &by_state(
+                    "SELECT state, count(*) AS n FROM erasure_requests WHERE state NOT IN \
+                    ('completed', 'rejected') GROUP BY state",
+                )
+                .await?
+                {
+                    overview
+                        .open
+                        .insert(row.try_get("state")?, row.try_get("n")?);
+                }
+                for row in &by_state(
+                    "SELECT state, count(*) AS n FROM purge_jobs WHERE state NOT IN \
+                    ('done', 'cancelled') GROUP BY state",
+                )
+                .await?
+                {
+                    overview
+                        .jobs
+                        .insert(row.try_get("state")?, row.try_get("n")?);
+                }
+                overview.overdue = sqlx::query_scalar(
+                    "SELECT count(*) FROM erasure_requests WHERE state NOT IN ('completed', \
+                    'rejected') AND due_at < $1",
+                )
+                .bind(now)
+                .fetch_one(&self.pool)
+                .await?;
+                let oldest: Option<DateTime<Utc>> = sqlx::query_scalar(
+                    "SELECT next_attempt_at FROM purge_jobs WHERE state IN ('pending', \
+                    'retrying') ORDER BY next_attempt_at LIMIT 1",
+                )
+                .fetch_optional(&self.pool)
+                .await?;
+                overview.oldest_due_seconds = oldest.map_or(0.0, |due| {
+                    (now - due).num_milliseconds().max(0) as f64 / 1000.0
+                });
+                Ok(overview)
+            }
+
             async fn erasure_stats(
                 &self,
                 tenant: &str,

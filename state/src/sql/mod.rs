@@ -69,11 +69,11 @@ macro_rules! impl_store {
             use super::*;
             use crate::{
                 AuditLog, Closure, Consents, ConsoleSession, DeadlineExtension, Decision,
-                Derivative, Derived, DueWindow, Edge, ErasureFilter, ErasureRecord, ErasureStats,
-                Erasures, ExpiredItem, Feed, FeedEvent, GovernedFlip, HoldRecord, ItemKey,
-                ItemRecord, JobOutcome, Lineage, MAX_EXTENSION_MONTHS, PendingFlip, PolicyChange,
-                PurgeJob, Purges, Rejection, Retention, RetentionVersion, Sessions, SignedHead,
-                Store, StoreError, Tombstone, deadline,
+                Derivative, Derived, DueWindow, Edge, ErasureFilter, ErasureOverview,
+                ErasureRecord, ErasureStats, Erasures, ExpiredItem, Feed, FeedEvent, GovernedFlip,
+                HoldRecord, ItemKey, ItemRecord, JobOutcome, Lineage, MAX_EXTENSION_MONTHS,
+                PendingFlip, PolicyChange, PurgeJob, Purges, Rejection, Retention,
+                RetentionVersion, Sessions, SignedHead, Store, StoreError, Tombstone, deadline,
             };
 
             crate::sql::closure_sql!($db);

@@ -68,6 +68,16 @@ async fn an_approved_erasure_flips_its_keys_and_tells_every_cache(store: &Arc<dy
         );
     }
     assert_eq!(store.purge_jobs("er1").await.unwrap()[0].state, "pending");
+    let overview = (store.erasure_overview(now + TimeDelta::seconds(10)).await).unwrap();
+    let jobs = store.purge_jobs("er1").await.unwrap().len() as i64;
+    assert_eq!(
+        overview.jobs,
+        BTreeMap::from([("pending".to_owned(), jobs)])
+    );
+    assert!(
+        (overview.oldest_due_seconds - 10.0).abs() < 1.0,
+        "due since the flip: {overview:?}"
+    );
     assert!(matches!(
         store
             .approve_erasure(
@@ -155,6 +165,17 @@ async fn erasure_requests_are_listed_a_page_at_a_time_and_summed_up(store: &Arc<
         stats.online_ms.is_empty() && stats.completion_s.is_empty(),
         "none flipped yet"
     );
+    // The metrics' view, across tenants (globex's too); their jobs wait for approval.
+    let overview = store.erasure_overview(at).await.unwrap();
+    assert_eq!(
+        (overview.open, overview.overdue, overview.jobs),
+        (
+            BTreeMap::from([("requested".to_owned(), 4)]),
+            1,
+            BTreeMap::from([("waiting".to_owned(), 4)])
+        )
+    );
+    assert_eq!(overview.oldest_due_seconds, 0.0, "no job is due");
     // Extended by two months, a request falls due two months later; once, and never after its
     // deadline passed: the overdue one stays overdue.
     let extension = |months| DeadlineExtension {
