@@ -361,6 +361,10 @@ impl Worker {
                 }
             }
         };
+        let (failed, gave_up) = match &outcome {
+            JobOutcome::Failed { retry_at, .. } => (true, retry_at.is_none()),
+            JobOutcome::Done(_) => (false, false),
+        };
         // The store writes the job's event (and the request's) with the job's result.
         let audit = AuditEntry {
             at: crate::now(),
@@ -378,7 +382,17 @@ impl Worker {
             .store
             .finish_purge_job(&job.id, outcome, crate::now(), audit)
             .await?;
-        tracing::info!(request = %record.id, target = %job.target, state = %record.state, attempt = job.attempts, "purge job finished");
+        // Levels an alert can follow: a retry warns; a purge that gave up, leaving the request
+        // to a person, is an error. The failure itself is in the job, not in the log.
+        let (request, target, state, attempt) =
+            (&record.id, &job.target, record.state, job.attempts);
+        if gave_up || state == lethe_policy::ErasureState::Exception {
+            tracing::error!(%request, %target, %state, attempt, "purge gave up: the erasure request needs a person (review, then resume)");
+        } else if failed {
+            tracing::warn!(%request, %target, %state, attempt, "purge attempt failed; retrying after its backoff");
+        } else {
+            tracing::info!(%request, %target, %state, attempt, "purge job finished");
+        }
         if record.state == lethe_policy::ErasureState::Completed
             && let Some(certifier) = &self.certifier
             && let Err(e) = certifier.certificate(self.store.as_ref(), &record).await

@@ -278,6 +278,22 @@ impl<E: std::fmt::Display> From<E> for Failure {
     }
 }
 
+impl Cli {
+    /// How logs are written: the configuration's `[log] format`, else JSON when standard error
+    /// is no terminal (a file, a container's log) and text on one.
+    pub fn log_format(&self) -> crate::config::LogFormat {
+        use std::io::IsTerminal;
+        let configured = Config::load(self.config.as_deref(), &Overrides::default())
+            .ok()
+            .and_then(|config| config.log.format);
+        configured.unwrap_or(if std::io::stderr().is_terminal() {
+            crate::config::LogFormat::Text
+        } else {
+            crate::config::LogFormat::Json
+        })
+    }
+}
+
 pub async fn run(cli: Cli) -> ExitCode {
     match dispatch(cli).await {
         Ok(()) => ExitCode::SUCCESS,

@@ -112,15 +112,25 @@ impl Server {
     /// ready (at most 20 s). Free ports are picked, then bound by the child; if another test
     /// process took one in between, the start is tried again with new ports.
     pub async fn start(dir: &Path, state_url: &str) -> Server {
+        Self::start_with(dir, state_url, |_| {}).await
+    }
+
+    /// [`Server::start`], the command first changed by `change` (its environment, where its
+    /// output goes).
+    pub async fn start_with(dir: &Path, state_url: &str, change: impl Fn(&mut Command)) -> Server {
         for _ in 0..3 {
-            if let Some(server) = Self::try_start(dir, state_url).await {
+            if let Some(server) = Self::try_start(dir, state_url, &change).await {
                 return server;
             }
         }
         panic!("lethe serve did not start in three tries");
     }
 
-    async fn try_start(dir: &Path, state_url: &str) -> Option<Server> {
+    async fn try_start(
+        dir: &Path,
+        state_url: &str,
+        change: &impl Fn(&mut Command),
+    ) -> Option<Server> {
         let control: SocketAddr = format!("127.0.0.1:{}", free_port())
             .parse()
             .expect("address");
@@ -130,7 +140,10 @@ impl Server {
         let admin: SocketAddr = format!("127.0.0.1:{}", free_port())
             .parse()
             .expect("address");
-        let child = lethe(dir)
+        let mut command = lethe(dir);
+        command.stderr(Stdio::inherit());
+        change(&mut command);
+        let child = command
             .args(["serve", "--state", state_url])
             .args([
                 "--control-listen",
@@ -141,7 +154,6 @@ impl Server {
                 &admin.to_string(),
             ])
             .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
             .spawn()
             .expect("start lethe serve");
         let mut server = Server {

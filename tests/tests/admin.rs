@@ -160,3 +160,138 @@ async fn ready_names_the_check_that_fails() {
     let live = format!("http://{}/live", server.admin);
     assert_eq!(get(&live).await.0, StatusCode::OK);
 }
+
+/// Off a terminal, logs are JSON, one event per line, with no colour codes and no subject; a
+/// configured `[log] format = "text"` is plain text, still without colour codes.
+#[tokio::test]
+async fn logs_are_json_lines_off_a_terminal_and_never_carry_a_subject() {
+    for format in ["json", "text"] {
+        let dir = temp_dir();
+        let log = dir.join("lethe.log");
+        if format == "text" {
+            let shipped = std::fs::read_to_string(workspace().join("config/lethe.toml")).unwrap();
+            let text = shipped.replace("# format = \"json\"", "format = \"text\"");
+            assert_ne!(text, shipped);
+            std::fs::write(dir.join("lethe.toml"), text).unwrap();
+        }
+        let file = std::fs::File::create(&log).unwrap();
+        let server = Server::start_with(&dir, &fresh_sqlite_url(), |command| {
+            command
+                .env("LETHE_LOG", "info")
+                .stderr(file.try_clone().unwrap());
+            if format == "text" {
+                command.env("LETHE_CONFIG", dir.join("lethe.toml"));
+            }
+        })
+        .await;
+        let token = server.token_for("agent", "acme", Some("secret-subject-42"));
+        let heartbeat = format!("http://{}/chroma/api/v2/heartbeat", server.data);
+        let (status, _) = call(Method::GET, &heartbeat, &token, None).await.unwrap();
+        assert_eq!(status, StatusCode::BAD_GATEWAY);
+        drop(server);
+        let text = std::fs::read_to_string(&log).unwrap();
+        assert!(!text.contains("secret-subject-42"), "{text}");
+        assert!(!text.contains('\u{1b}'), "colour codes in a file: {text}");
+        let request = text
+            .lines()
+            .find(|line| line.contains("data request"))
+            .unwrap_or_else(|| panic!("no data request logged: {text}"));
+        if format == "json" {
+            for line in text.lines() {
+                let event: serde_json::Value = serde_json::from_str(line)
+                    .unwrap_or_else(|e| panic!("not one JSON event per line ({e}): {line}"));
+                assert!(
+                    event["level"].is_string() && event["timestamp"].is_string(),
+                    "{line}"
+                );
+            }
+            let event: serde_json::Value = serde_json::from_str(request).unwrap();
+            assert_eq!(event["route"], "chroma", "{event}");
+            assert_eq!(event["status"], 502, "{event}");
+            assert_eq!(event["error"], "upstream_unavailable", "{event}");
+            assert!(
+                event["request_id"].is_string() && event["micros"].is_u64(),
+                "{event}"
+            );
+            assert!(
+                event["subject_ref"].as_str().is_some_and(|r| r.len() == 16),
+                "{event}"
+            );
+        } else {
+            assert!(serde_json::from_str::<serde_json::Value>(request).is_err());
+            assert!(
+                request.contains("route=\"chroma\"") || request.contains("route=chroma"),
+                "{request}"
+            );
+        }
+    }
+}
+
+/// A purge that fails is logged at WARN while it retries and at ERROR once it gives up, so an
+/// alert on the level finds a request that needs a person.
+#[tokio::test]
+async fn a_purge_that_gives_up_is_logged_as_an_error() {
+    let dir = temp_dir();
+    let shipped = std::fs::read_to_string(workspace().join("config/lethe.toml")).unwrap();
+    let config = shipped
+        .replace("max_attempts = 8 ", "max_attempts = 2 ")
+        .replace("retry_backoff = \"1s\"", "retry_backoff = \"50ms\"")
+        .replace("settle = \"1s\"", "settle = \"50ms\"");
+    assert_ne!(config, shipped);
+    std::fs::write(dir.join("lethe.toml"), config).unwrap();
+    let log = dir.join("lethe.log");
+    let file = std::fs::File::create(&log).unwrap();
+    let state = fresh_sqlite_url();
+    let server = Server::start_with(&dir, &state, |command| {
+        command
+            .env("LETHE_LOG", "info")
+            .env("LETHE_CONFIG", dir.join("lethe.toml"))
+            .stderr(file.try_clone().unwrap());
+    })
+    .await;
+    let url = server.url("");
+    let cli = |args: &[&str]| {
+        run(lethe(&dir)
+            .env("LETHE_CONFIG", dir.join("lethe.toml"))
+            .args(args)
+            .args(["--url", &url, "--state", &state, "--tenant", "acme"]))
+    };
+    let filed = cli(&[
+        "erase",
+        "--subject",
+        "u9",
+        "--ticket",
+        "DSR-9",
+        "--reason",
+        "r",
+    ]);
+    assert!(filed.status.success(), "{}", stderr(&filed));
+    let filed: serde_json::Value = serde_json::from_str(&stdout(&filed)).unwrap();
+    let approved = cli(&["erase", "--approve", filed["id"].as_str().unwrap()]);
+    assert!(approved.status.success(), "{}", stderr(&approved));
+    // Every store of the shipped configuration is unreachable here: each job retries once,
+    // then gives up.
+    let events = |level: &str, message: &str| {
+        let text = std::fs::read_to_string(&log).unwrap();
+        text.lines()
+            .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+            .filter(|e| {
+                e["level"] == level
+                    && e["message"]
+                        .as_str()
+                        .is_some_and(|m| m.starts_with(message))
+            })
+            .count()
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while events("ERROR", "purge gave up") == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{}",
+            std::fs::read_to_string(&log).unwrap()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(events("WARN", "purge attempt failed; retrying") >= 1);
+    assert_eq!(events("INFO", "purge job finished"), 0, "no job finished");
+}

@@ -23,7 +23,9 @@ pub use erasure::{BackupRetention, ErasureConfig, ErasureTargetConfig};
 pub use governed::{GovernedDatabase, GovernedTable, sql_identifier};
 pub use lineage::{CrossSubject, LineageConfig};
 pub use oidc::{CALLBACK_PATH, GroupRole, OidcConfig};
-pub use planes::{AdminConfig, ControlPlaneConfig, DataPlaneConfig, StateConfig};
+pub use planes::{
+    AdminConfig, ControlPlaneConfig, DataPlaneConfig, LogConfig, LogFormat, StateConfig,
+};
 pub use routes::{CredentialConfig, RouteConfig, route_target, store_address, upstream_env_var};
 pub use values::{ConfigDuration, Secret, parse_duration, read_all};
 
@@ -39,6 +41,7 @@ pub struct Config {
     pub data_plane: DataPlaneConfig,
     pub control_plane: ControlPlaneConfig,
     pub admin: AdminConfig,
+    pub log: LogConfig,
     pub state: StateConfig,
     pub auth: AuthConfig,
     pub audit: AuditConfig,
@@ -173,6 +176,7 @@ impl Config {
         let data_plane = section(&mut table, "data_plane", &mut problems);
         let control_plane = section(&mut table, "control_plane", &mut problems);
         let admin = section(&mut table, "admin", &mut problems);
+        let log = section(&mut table, "log", &mut problems);
         let state = section(&mut table, "state", &mut problems);
         let auth = section(&mut table, "auth", &mut problems);
         let audit = section(&mut table, "audit", &mut problems);
@@ -205,7 +209,7 @@ impl Config {
         }
         for key in table.keys() {
             problems.push(format!(
-                "unknown section `{key}` (expected data_plane, control_plane, admin, state, auth, audit, erasure, lineage, routes, postgres or tenants)"
+                "unknown section `{key}` (expected data_plane, control_plane, admin, log, state, auth, audit, erasure, lineage, routes, postgres or tenants)"
             ));
         }
         Ok((
@@ -213,6 +217,7 @@ impl Config {
                 data_plane,
                 control_plane,
                 admin,
+                log,
                 state,
                 auth,
                 audit,

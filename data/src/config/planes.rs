@@ -73,6 +73,21 @@ impl Default for ControlPlaneConfig {
     }
 }
 
+/// `[log]`: how log lines are written.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LogConfig {
+    /// `json` (one object per line) or `text`; by default JSON when the output is no terminal.
+    pub format: Option<LogFormat>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    Json,
+    Text,
+}
+
 /// `[admin]`: the listener of probes and Prometheus (`/live`, `/ready`, `/metrics`), which
 /// serves nothing that reads or changes data, so it can be opened to the kubelet and the scraper
 /// without opening the console.
