@@ -51,11 +51,13 @@ impl Reading {
                 "it carries a nonce: an ID token is no access token",
             ));
         }
+        // In its one spelling, as Lethe's own tokens' actors: `<issuer>#<sub>` names one person
+        // in the audit log, not one that merely looks like another.
         let subject = token["sub"]
             .as_str()
-            .filter(|s| !s.is_empty() && s.len() <= MAX_SUBJECT_BYTES)
-            .filter(|s| !s.chars().any(char::is_control))
-            .ok_or_else(|| refused("its sub is missing, too long or not text"))?;
+            .filter(|s| s.len() <= MAX_SUBJECT_BYTES)
+            .filter(|s| lethe_policy::names::canonical(s, false).is_ok_and(|c| c == *s))
+            .ok_or_else(|| refused("its sub is missing, too long, or not in one spelling"))?;
         let (tenant, role) = self.role(token)?;
         let canonical = lethe_policy::names::canonical_key(&tenant, false);
         if canonical.as_deref() != Ok(tenant.as_str()) {
@@ -67,10 +69,12 @@ impl Reading {
             role,
             subject: None,
             exp: token["exp"].as_u64().ok_or_else(|| refused("no exp"))?,
-            jti: token["jti"]
-                .as_str()
-                .filter(|j| revocable_id(j))
-                .map(str::to_owned),
+            jti: match &token["jti"] {
+                Value::Null => None,
+                Value::String(jti) if revocable_id(jti) => Some(jti.clone()),
+                // One that could not be revoked as sent is refused, as in Lethe's own tokens.
+                _ => return Err(refused("its jti cannot be revoked as sent")),
+            },
             name: display(token),
             second_factor: second_factor(token, self.mfa_acr.as_deref()),
         })

@@ -1,7 +1,12 @@
 //! One OpenID provider as Lethe reads it: its discovery document (read once, naming the issuer
-//! configured), its keys (read again on a `kid` Lethe does not know, at most once a minute), and
-//! bounded exchanges with its endpoints. The console's sign-in, the access tokens of the API and
-//! `lethe login` all speak to their provider through it.
+//! configured), its keys, and bounded exchanges with its endpoints. The console's sign-in, the
+//! access tokens of the API and `lethe login` all speak to their provider through it.
+//!
+//! The keys are read again when a token names a `kid` Lethe does not know and when they are more
+//! than five minutes old (so a key the provider withdrew stops verifying), each at most once a
+//! minute whether the reading worked or not; only one reading runs at a time, and a token whose
+//! key is known never waits for it. Keys not read successfully for an hour verify nothing. A
+//! discovery that failed is not tried again for ten seconds.
 
 use std::time::{Duration, Instant};
 
@@ -21,8 +26,14 @@ use serde_json::Value;
 
 use super::oidc::OidcError;
 
-/// The provider's keys are read again at most this often, whatever `kid`s tokens name.
+/// The provider's keys are read at most this often, whatever `kid`s tokens name.
 const KEYS_REFRESH: Duration = Duration::from_secs(60);
+/// Keys this old are read again before they verify another token.
+const KEYS_MAX_AGE: Duration = Duration::from_secs(300);
+/// Keys that could not be read again for this long verify nothing.
+const KEYS_TRUSTED: Duration = Duration::from_secs(3600);
+/// A discovery that failed answers its failure this long before it is tried again.
+const DISCOVERY_RETRY: Duration = Duration::from_secs(10);
 /// How long Lethe waits for the provider, and how much of an answer it reads.
 const PROVIDER_TIMEOUT: Duration = Duration::from_secs(10);
 const PROVIDER_ANSWER_BYTES: usize = 1024 * 1024;
@@ -41,9 +52,12 @@ pub struct Metadata {
     pub device_authorization_endpoint: Option<String>,
 }
 
+#[derive(Default)]
 struct Keys {
-    set: JwkSet,
+    set: Vec<Jwk>,
+    /// When they were last read successfully, and when a reading was last tried.
     read_at: Option<Instant>,
+    tried_at: Option<Instant>,
 }
 
 /// A client's credentials, sent as `client_secret_basic`.
@@ -56,7 +70,11 @@ pub struct Issuer {
     url: String,
     http: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
     metadata: tokio::sync::OnceCell<Metadata>,
-    keys: tokio::sync::Mutex<Keys>,
+    /// The last failed discovery, answered again until [`DISCOVERY_RETRY`] has passed.
+    discovery_failed: std::sync::Mutex<Option<(Instant, OidcError)>>,
+    keys: std::sync::RwLock<Keys>,
+    /// Held by the one reading of the keys under way.
+    reading: tokio::sync::Mutex<()>,
 }
 
 impl Issuer {
@@ -73,10 +91,9 @@ impl Issuer {
             url: url.to_owned(),
             http: Client::builder(TokioExecutor::new()).build(connector),
             metadata: tokio::sync::OnceCell::new(),
-            keys: tokio::sync::Mutex::new(Keys {
-                set: JwkSet { keys: Vec::new() },
-                read_at: None,
-            }),
+            discovery_failed: std::sync::Mutex::new(None),
+            keys: std::sync::RwLock::new(Keys::default()),
+            reading: tokio::sync::Mutex::new(()),
         }
     }
 
@@ -86,58 +103,116 @@ impl Issuer {
 
     /// The provider's metadata, read once; its `issuer` must be the one configured.
     pub async fn metadata(&self) -> Result<&Metadata, OidcError> {
+        if let Some(metadata) = self.metadata.get() {
+            return Ok(metadata);
+        }
         self.metadata
             .get_or_try_init(|| async {
-                let url = format!(
-                    "{}/.well-known/openid-configuration",
-                    self.url.trim_end_matches('/')
-                );
-                let metadata: Metadata = serde_json::from_slice(&self.get(&url).await?)
-                    .map_err(|e| OidcError::Unavailable(format!("its discovery document: {e}")))?;
-                if metadata.issuer != self.url {
-                    return Err(OidcError::Unavailable(format!(
-                        "its discovery document names the issuer {:?}, not {:?}",
-                        metadata.issuer, self.url
-                    )));
+                let failed = self.discovery_failed.lock().ok().and_then(|f| f.clone());
+                if let Some((at, error)) = failed
+                    && at.elapsed() < DISCOVERY_RETRY
+                {
+                    return Err(error);
                 }
-                Ok(metadata)
+                let read = self.discover().await;
+                if let (Err(error), Ok(mut failed)) = (&read, self.discovery_failed.lock()) {
+                    *failed = Some((Instant::now(), error.clone()));
+                }
+                read
             })
             .await
     }
 
+    async fn discover(&self) -> Result<Metadata, OidcError> {
+        let url = format!(
+            "{}/.well-known/openid-configuration",
+            self.url.trim_end_matches('/')
+        );
+        let metadata: Metadata = serde_json::from_slice(&self.get(&url).await?)
+            .map_err(|e| OidcError::Unavailable(format!("its discovery document: {e}")))?;
+        if metadata.issuer != self.url {
+            return Err(OidcError::Unavailable(format!(
+                "its discovery document names the issuer {:?}, not {:?}",
+                metadata.issuer, self.url
+            )));
+        }
+        Ok(metadata)
+    }
+
     /// The provider's key a token names by `kid` (or its only key, when the token names none),
-    /// reading the keys again when none matches and they were not read in the last minute.
+    /// from keys read in the last five minutes where they can be (see the module's comment).
     pub async fn key_of(&self, token: &str) -> Result<Jwk, OidcError> {
         let header =
             decode_header(token).map_err(|_| OidcError::Invalid("it is not a JWT".into()))?;
         let jwks_uri = &self.metadata().await?.jwks_uri;
-        let mut keys = self.keys.lock().await;
-        for attempt in 0..2 {
-            let matching: Vec<&Jwk> = keys
-                .set
-                .keys
-                .iter()
-                .filter(|k| match (&header.kid, &k.common.key_id) {
-                    (Some(wanted), Some(kid)) => wanted == kid,
-                    (Some(_), None) => false,
-                    (None, _) => true,
-                })
-                .collect();
-            if let [key] = matching[..] {
-                return Ok(key.clone());
-            }
-            let stale = keys.read_at.is_none_or(|at| at.elapsed() >= KEYS_REFRESH);
-            if attempt == 1 || !stale {
-                break;
-            }
-            let read = self.get(jwks_uri).await?;
-            keys.set = serde_json::from_slice(&read)
-                .map_err(|e| OidcError::Unavailable(format!("its keys: {e}")))?;
-            keys.read_at = Some(Instant::now());
+        let kid = header.kid.as_deref();
+        let (found, fresh, tried_lately) = self.known(kid);
+        if let Some(key) = found.as_ref().filter(|_| fresh) {
+            return Ok(key.clone());
         }
-        Err(OidcError::Invalid(
-            "it names no key the provider publishes (or several match)".into(),
-        ))
+        if !tried_lately {
+            // One reading at a time: whoever waited for another's finds its keys.
+            let _reading = self.reading.lock().await;
+            if !self.known(kid).2 {
+                self.read_keys(jwks_uri).await;
+            }
+        }
+        match self.known(kid) {
+            (Some(key), _, _) if self.trusted() => Ok(key),
+            (Some(_), _, _) => Err(OidcError::Unavailable(
+                "its keys could not be read for an hour".into(),
+            )),
+            (None, _, _) if self.trusted() => Err(OidcError::Invalid(
+                "it names no key the provider publishes (or several match)".into(),
+            )),
+            (None, _, _) => Err(OidcError::Unavailable("its keys could not be read".into())),
+        }
+    }
+
+    /// The one key `kid` names (the only key, without a `kid`), whether the keys are fresh, and
+    /// whether a reading was tried in the last minute.
+    fn known(&self, kid: Option<&str>) -> (Option<Jwk>, bool, bool) {
+        let keys = self.keys.read().unwrap_or_else(|p| p.into_inner());
+        let matching: Vec<&Jwk> = keys
+            .set
+            .iter()
+            .filter(|k| match (kid, &k.common.key_id) {
+                (Some(wanted), Some(id)) => wanted == id,
+                (Some(_), None) => false,
+                (None, _) => true,
+            })
+            .collect();
+        let key = match matching[..] {
+            [key] => Some(key.clone()),
+            _ => None,
+        };
+        let fresh = keys.read_at.is_some_and(|at| at.elapsed() < KEYS_MAX_AGE);
+        let tried = keys.tried_at.is_some_and(|at| at.elapsed() < KEYS_REFRESH);
+        (key, fresh, tried)
+    }
+
+    /// Whether the keys held were read successfully within the last hour.
+    fn trusted(&self) -> bool {
+        let keys = self.keys.read().unwrap_or_else(|p| p.into_inner());
+        keys.read_at.is_some_and(|at| at.elapsed() < KEYS_TRUSTED)
+    }
+
+    /// Reads the keys again; a failed reading keeps the keys held (they stay trusted for an hour
+    /// after they were read) and counts as tried.
+    async fn read_keys(&self, jwks_uri: &str) {
+        let read = self.get(jwks_uri).await.and_then(|bytes| {
+            serde_json::from_slice::<JwkSet>(&bytes)
+                .map_err(|e| OidcError::Unavailable(format!("its keys: {e}")))
+        });
+        let mut keys = self.keys.write().unwrap_or_else(|p| p.into_inner());
+        keys.tried_at = Some(Instant::now());
+        match read {
+            Ok(set) => {
+                keys.set = set.keys;
+                keys.read_at = keys.tried_at;
+            }
+            Err(e) => tracing::warn!(error = %e, "the sign-in provider's keys could not be read"),
+        }
     }
 
     pub async fn get(&self, url: &str) -> Result<Bytes, OidcError> {
@@ -209,3 +284,6 @@ impl Issuer {
             .map_err(|_| unavailable("it did not answer in time".into()))?
     }
 }
+
+#[cfg(test)]
+mod tests;

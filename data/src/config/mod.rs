@@ -323,9 +323,14 @@ impl Config {
                 "auth.oidc: without role_claim and tenant_claim, roles come from [[control_plane.oidc.roles]], which needs [control_plane.oidc] with the same issuer".to_owned(),
             );
         }
-        if console.is_some_and(|c| c.issuer == access.issuer && c.client_id == access.audience) {
+        let console_client = console.filter(|c| c.issuer == access.issuer);
+        let clients = [
+            console_client.map(|c| c.client_id.as_str()),
+            access.cli_client_id.as_deref(),
+        ];
+        if clients.contains(&Some(access.audience.as_str())) {
             problems.push(
-                "auth.oidc.audience: must not be the console's client_id (the console's ID tokens would pass as access tokens)".to_owned(),
+                "auth.oidc.audience: must not be the console's or the CLI's client id (their ID tokens would pass as access tokens)".to_owned(),
             );
         }
         problems

@@ -165,6 +165,11 @@ fn access_token_problems_are_all_reported() {
     );
     let problems = Config::check(&text).unwrap_err().problems.join("\n");
     assert!(problems.contains("auth.oidc.audience"), "{problems}");
+    let text = format!(
+        "{console}\n[auth.oidc]\nissuer = \"https://idp.example\"\naudience = \"lethe-cli\"\ncli_client_id = \"lethe-cli\"\n"
+    );
+    let problems = Config::check(&text).unwrap_err().problems.join("\n");
+    assert!(problems.contains("auth.oidc.audience"), "{problems}");
     let good = format!(
         "{console}\n[auth.oidc]\nissuer = \"https://idp.example\"\naudience = \"api://lethe\"\ncli_client_id = \"lethe-cli\"\n"
     );

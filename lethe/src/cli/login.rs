@@ -219,9 +219,11 @@ impl SignIn<'_> {
                 1,
             ));
         };
+        let (uri, user_code) = (printable(&uri), printable(&user_code));
         match text("verification_uri_complete") {
             Some(complete) => eprintln!(
-                "To sign in, open {complete}\n(or open {uri} and enter the code {user_code})."
+                "To sign in, open {}\n(or open {uri} and enter the code {user_code}).",
+                printable(&complete)
             ),
             None => eprintln!("To sign in, open {uri} and enter the code {user_code}."),
         }
@@ -270,7 +272,8 @@ impl SignIn<'_> {
         let endpoint = &self.metadata.authorization_endpoint;
         let joiner = if endpoint.contains('?') { '&' } else { '?' };
         eprintln!(
-            "To sign in, open this address in a browser on this machine:\n{endpoint}{joiner}{}",
+            "To sign in, open this address in a browser on this machine:\n{}{joiner}{}",
+            printable(endpoint),
             query.finish()
         );
         let code = tokio::time::timeout(SIGN_IN_WAIT, redirected_code(listener, &state))
@@ -288,21 +291,26 @@ impl SignIn<'_> {
     }
 }
 
-/// The code of the first answer to `/callback` that carries `state`; other requests (a
-/// browser's favicon, a stray page) are answered 404 and change nothing.
+/// The code of the first answer to `/callback` that carries `state`. Connections are served
+/// side by side, each with a few seconds to send its request; anything else (a browser's
+/// favicon, a stray page, a wrong `state`) is answered 404 and changes nothing.
 async fn redirected_code(
     listener: tokio::net::TcpListener,
     state: &str,
 ) -> Result<String, Failure> {
+    let (found, mut answers) = tokio::sync::mpsc::channel::<Result<String, Failure>>(1);
+    let state: std::sync::Arc<str> = state.into();
     loop {
-        let (stream, _) = listener
-            .accept()
-            .await
-            .map_err(|e| Failure(format!("the loopback listener failed: {e}"), 1))?;
-        let (sender, received) = tokio::sync::oneshot::channel();
-        let sender = std::sync::Mutex::new(Some(sender));
-        let service = hyper::service::service_fn(|request: hyper::Request<_>| {
-            let answer = callback_answer(request.uri(), state);
+        let stream = tokio::select! {
+            Some(answer) = answers.recv() => return answer,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(e) => return Err(Failure(format!("the loopback listener failed: {e}"), 1)),
+            },
+        };
+        let (found, state) = (found.clone(), std::sync::Arc::clone(&state));
+        let service = hyper::service::service_fn(move |request: hyper::Request<_>| {
+            let answer = callback_answer(request.uri(), &state);
             let (status, page) = match &answer {
                 Some(Ok(_)) => (
                     StatusCode::OK,
@@ -314,10 +322,8 @@ async fn redirected_code(
                 ),
                 None => (StatusCode::NOT_FOUND, "Not found."),
             };
-            if let Some(answer) = answer
-                && let Some(sender) = sender.lock().ok().and_then(|mut s| s.take())
-            {
-                let _ = sender.send(answer);
+            if let Some(answer) = answer {
+                let _ = found.try_send(answer);
             }
             let response = Response::builder()
                 .status(status)
@@ -325,14 +331,12 @@ async fn redirected_code(
                 .body(Full::new(Bytes::from_static(page.as_bytes())));
             async move { response }
         });
-        let io = hyper_util::rt::TokioIo::new(stream);
-        let _ = hyper::server::conn::http1::Builder::new()
+        let connection = hyper::server::conn::http1::Builder::new()
+            .timer(hyper_util::rt::TokioTimer::new())
+            .header_read_timeout(Duration::from_secs(5))
             .keep_alive(false)
-            .serve_connection(io, service)
-            .await;
-        if let Ok(answer) = received.await {
-            return answer;
-        }
+            .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+        tokio::spawn(connection);
     }
 }
 
@@ -360,7 +364,7 @@ fn callback_answer(uri: &hyper::Uri, state: &str) -> Option<Result<String, Failu
         (_, error) => Err(Failure(
             format!(
                 "the provider refused the sign-in: {}",
-                error.unwrap_or("no code")
+                printable(error.unwrap_or("no code"))
             ),
             1,
         )),
@@ -398,6 +402,16 @@ impl Credentials {
                 "others can read these credentials (mode {mode:o}): remove the file and run `lethe login`"
             )));
         }
+        // Others who can write the folder could put credentials of their own in place.
+        let folder = path.parent().map(std::fs::metadata);
+        if let Some(Ok(folder)) = folder
+            && folder.permissions().mode() & 0o022 != 0
+        {
+            return Err(unreadable(format!(
+                "others can write the folder of these credentials (mode {:o}): make it 0700",
+                folder.permissions().mode() & 0o777
+            )));
+        }
         let text = std::fs::read(path).map_err(|e| unreadable(e.to_string()))?;
         serde_json::from_slice(&text)
             .map(Some)
@@ -412,6 +426,9 @@ impl Credentials {
                 .recursive(true)
                 .mode(0o700)
                 .create(folder)
+                .map_err(failed)?;
+            // A folder that was there already is made the user's alone too.
+            std::fs::set_permissions(folder, std::fs::Permissions::from_mode(0o700))
                 .map_err(failed)?;
         }
         let written = path.with_extension(format!("json.{}", std::process::id()));
@@ -428,6 +445,12 @@ impl Credentials {
             .map_err(failed)?;
         std::fs::rename(&written, path).map_err(failed)
     }
+}
+
+/// What the provider said, fit for a terminal: no control characters (an escape sequence could
+/// rewrite what the person reads).
+fn printable(text: &str) -> String {
+    text.chars().filter(|c| !c.is_control()).collect()
 }
 
 /// 32 random bytes in hex: a PKCE verifier (RFC 7636 allows 43 to 128 such characters) or a
@@ -448,6 +471,54 @@ fn rfc3339(seconds: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn what_the_provider_says_is_printed_without_control_characters() {
+        assert_eq!(
+            printable("\u{1b}[2J\u{1b}]0;owned\u{7}ABCD-EFGH"),
+            "[2J]0;ownedABCD-EFGH"
+        );
+    }
+
+    /// Stray requests, a wrong `state` and a connection that never sends its request do not
+    /// keep the listener from taking the real answer.
+    #[tokio::test]
+    async fn the_loopback_listener_takes_the_real_answer_after_stray_requests() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
+            .await
+            .unwrap();
+        let address = listener.local_addr().unwrap();
+        let waiting = tokio::spawn(async move { redirected_code(listener, "s-1").await });
+        let _silent = tokio::net::TcpStream::connect(address).await.unwrap();
+        for path in [
+            "/favicon.ico",
+            "/callback?code=x",
+            "/callback?code=x&state=s-2",
+            "/callback?code=c-1&state=s-1",
+        ] {
+            let mut stream = tokio::net::TcpStream::connect(address).await.unwrap();
+            let request =
+                format!("GET {path} HTTP/1.1\r\nhost: 127.0.0.1\r\nconnection: close\r\n\r\n");
+            stream.write_all(request.as_bytes()).await.unwrap();
+            let mut answer = String::new();
+            stream.read_to_string(&mut answer).await.unwrap();
+            let expected = if path.ends_with("state=s-1") {
+                "200"
+            } else {
+                "404"
+            };
+            assert!(
+                answer.starts_with(&format!("HTTP/1.1 {expected}")),
+                "{path}: {answer}"
+            );
+        }
+        let code = tokio::time::timeout(Duration::from_secs(5), waiting)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(code.unwrap(), "c-1");
+    }
 
     #[test]
     fn only_the_callback_with_this_sign_ins_state_answers() {
@@ -488,6 +559,19 @@ mod tests {
         assert!(
             Credentials::load(&path).is_err(),
             "a file others can read is refused"
+        );
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let folder_of = path.parent().unwrap();
+        std::fs::set_permissions(folder_of, std::fs::Permissions::from_mode(0o777)).unwrap();
+        assert!(
+            Credentials::load(&path).is_err(),
+            "a folder others can write is refused"
+        );
+        credentials.save(&path).unwrap();
+        assert_eq!(
+            mode(folder_of),
+            0o700,
+            "saving makes the folder the user's alone"
         );
         std::fs::remove_dir_all(&folder).unwrap();
     }

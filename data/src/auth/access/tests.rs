@@ -129,6 +129,10 @@ fn app_roles_name_one_lethe_role_and_a_canonical_tenant() {
         json!({"lethe_tenant": "acme", "roles": ["agent"], "sub": "u".repeat(256)}),
         json!({"lethe_tenant": "acme", "roles": ["agent"], "exp": null}),
         json!({"lethe_tenant": "acme", "roles": ["agent"], "nonce": "n-1"}),
+        json!({"lethe_tenant": "acme", "roles": ["agent"], "sub": "\u{202e}ecila-opd"}),
+        json!({"lethe_tenant": "acme", "roles": ["agent"], "sub": " dpo-alice"}),
+        json!({"lethe_tenant": "acme", "roles": ["agent"], "jti": "j".repeat(201)}),
+        json!({"lethe_tenant": "acme", "roles": ["agent"], "jti": 7}),
     ] {
         assert!(
             matches!(read(changes.clone()), Err(AuthError::ProviderToken(_))),
