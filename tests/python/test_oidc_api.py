@@ -165,6 +165,14 @@ def test_an_expiring_sign_in_is_renewed_and_credentials_others_can_read_are_refu
     after = json.loads(kept.read_text())
     assert after["access_token"] != before["access_token"] and after["expires_at"] > time.time() + 60
     assert stat.S_IMODE(kept.stat().st_mode) == 0o600
+    # Verbs renewing at once spend the refresh token once: the provider rotates refresh tokens
+    # and, seeing one spent twice, would end the whole sign-in.
+    kept.write_text(json.dumps({**after, "expires_at": 0}))
+    verbs = [cli(lethe, tmp_path / "carl", "consent", "list", "--subject", "u-cli-2") for _ in range(4)]
+    for verb in verbs:
+        code, _, err = ran(verb)
+        assert code == 0, err
+    assert json.loads(kept.read_text())["refresh_token"] != after["refresh_token"]
     os.chmod(kept, 0o644)
     code, _, err = ran(cli(lethe, tmp_path / "carl", "consent", "list", "--subject", "u-cli-2"))
     assert code == 2 and "others can read" in err, err

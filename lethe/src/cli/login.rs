@@ -141,6 +141,14 @@ pub(super) async fn signed_in_token(config: &Config) -> Result<Option<String>, F
     if credentials.expires_at > now() + RENEW_BEFORE {
         return Ok(Some(credentials.access_token));
     }
+    // One renewal at a time among the CLI's processes: a provider that rotates refresh tokens
+    // revokes the whole sign-in when one is spent twice. Whoever waited finds it renewed.
+    let _renewing = renewal_lock(&path)?;
+    credentials = Credentials::load(&path)?
+        .ok_or_else(|| Failure("signed out meanwhile: run `lethe login`".into(), 2))?;
+    if credentials.expires_at > now() + RENEW_BEFORE {
+        return Ok(Some(credentials.access_token));
+    }
     let Some(refresh) = credentials.refresh_token.clone() else {
         return Err(Failure(
             "your sign-in has expired: run `lethe login`".into(),
@@ -170,6 +178,21 @@ pub(super) async fn signed_in_token(config: &Config) -> Result<Option<String>, F
     };
     credentials.save(&path)?;
     Ok(Some(credentials.access_token))
+}
+
+/// An exclusive lock beside the credentials, held until dropped.
+fn renewal_lock(path: &std::path::Path) -> Result<std::fs::File, Failure> {
+    let lock = path.with_extension("lock");
+    let failed = |e: std::io::Error| Failure(format!("{}: {e}", lock.display()), 1);
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(&lock)
+        .map_err(failed)?;
+    file.lock().map_err(failed)?;
+    Ok(file)
 }
 
 /// The form fields every request of the CLI's client carries: a public client names itself,
