@@ -383,15 +383,16 @@ impl Worker {
             .finish_purge_job(&job.id, outcome, crate::now(), audit)
             .await?;
         // Levels an alert can follow: a retry warns; a purge that gave up, leaving the request
-        // to a person, is an error. The failure itself is in the job, not in the log.
-        let (request, target, state, attempt) =
+        // to a person, is an error. The failure itself is in the job, not in the log; the store
+        // is `store`, as `target` is the event's own (its module).
+        let (request, store, state, attempt) =
             (&record.id, &job.target, record.state, job.attempts);
         if gave_up || state == lethe_policy::ErasureState::Exception {
-            tracing::error!(%request, %target, %state, attempt, "purge gave up: the erasure request needs a person (review, then resume)");
+            tracing::error!(%request, %store, %state, attempt, "purge gave up: the erasure request needs a person (review, then resume)");
         } else if failed {
-            tracing::warn!(%request, %target, %state, attempt, "purge attempt failed; retrying after its backoff");
+            tracing::warn!(%request, %store, %state, attempt, "purge attempt failed; retrying after its backoff");
         } else {
-            tracing::info!(%request, %target, %state, attempt, "purge job finished");
+            tracing::info!(%request, %store, %state, attempt, "purge job finished");
         }
         if record.state == lethe_policy::ErasureState::Completed
             && let Some(certifier) = &self.certifier
