@@ -1,6 +1,7 @@
 //! The control plane: an axum app on its own listener for compliance staff and operators.
 
 pub mod admin;
+pub mod listener;
 pub mod metrics;
 
 // The layers below, named as before.

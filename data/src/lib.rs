@@ -31,6 +31,7 @@ pub mod records;
 pub mod route;
 pub mod sse;
 pub mod stream;
+pub mod tls;
 pub mod tokens;
 
 use crate::error_shape::Code;
@@ -539,12 +540,13 @@ fn token<'h>(
     }
 }
 
-/// Serves the data plane on `listener` until `shutdown` resolves, then lets requests in flight
-/// finish (at most the request timeout).
+/// Serves the data plane on `listener` (over `tls` where given) until `shutdown` resolves, then
+/// lets requests in flight finish (at most the request timeout).
 pub async fn serve(
     listener: tokio::net::TcpListener,
     state: Arc<DataState>,
     limits: Limits,
+    tls: Option<tls::ServerTls>,
     shutdown: impl Future<Output = ()>,
 ) {
     let metrics = Arc::clone(&state.metrics);
@@ -572,16 +574,21 @@ pub async fn serve(
             }
         };
         let _ = stream.set_nodelay(true);
-        let connection = hyper::server::conn::http1::Builder::new()
-            .timer(hyper_util::rt::TokioTimer::new())
-            .header_read_timeout(Duration::from_secs(30))
-            .serve_connection(
-                TokioIo::new(stream),
-                hyper_util::service::TowerToHyperService::new(service.clone()),
-            );
-        let watched = graceful.watch(connection);
+        let (watcher, service, tls) = (graceful.watcher(), service.clone(), tls.clone());
+        // The handshake runs beside the accept loop: a client that never finishes one holds up
+        // nobody else (and keeps its place in the gate only until its deadline).
         tokio::spawn(async move {
-            let _ = watched.await;
+            let Some(stream) = tls::secured(stream, tls.as_ref()).await else {
+                return;
+            };
+            let connection = hyper::server::conn::http1::Builder::new()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(Duration::from_secs(30))
+                .serve_connection(
+                    TokioIo::new(stream),
+                    hyper_util::service::TowerToHyperService::new(service),
+                );
+            let _ = watcher.watch(connection).await;
             drop(admitted);
         });
     }

@@ -198,7 +198,7 @@ async fn plane_with(answer: Answer, verifier: Verifier, max_body: usize) -> Plan
         max_concurrency: 64,
         ..Limits::default()
     };
-    tokio::spawn(serve(listener, state, limits, std::future::pending()));
+    tokio::spawn(serve(listener, state, limits, None, std::future::pending()));
     Plane { addr, seen, store }
 }
 
@@ -804,6 +804,7 @@ async fn an_unreachable_upstream_is_a_clear_502() {
             max_concurrency: 8,
             ..Limits::default()
         },
+        None,
         std::future::pending(),
     ));
     let down = Plane {
@@ -1051,7 +1052,7 @@ async fn an_upstream_500_does_not_cost_the_next_request_its_connection() {
             max_concurrency: 8,
             ..Limits::default()
         };
-        tokio::spawn(serve(listener, state, limits, std::future::pending()));
+        tokio::spawn(serve(listener, state, limits, None, std::future::pending()));
         let p = Plane {
             addr,
             seen: Arc::default(),
@@ -1261,7 +1262,7 @@ async fn a_connection_past_the_listeners_limit_is_answered_overloaded() {
         },
         ..Limits::default()
     };
-    tokio::spawn(serve(listener, state, limits, std::future::pending()));
+    tokio::spawn(serve(listener, state, limits, None, std::future::pending()));
     // Of two connections, the one accepted second is refused; the other waits for a request.
     let mut first = tokio::net::TcpStream::connect(addr).await.unwrap();
     let mut second = tokio::net::TcpStream::connect(addr).await.unwrap();

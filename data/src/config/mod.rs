@@ -24,7 +24,7 @@ pub use governed::{GovernedDatabase, GovernedTable, sql_identifier};
 pub use lineage::{CrossSubject, LineageConfig};
 pub use oidc::{CALLBACK_PATH, GroupRole, OidcConfig};
 pub use planes::{
-    AdminConfig, ControlPlaneConfig, DataPlaneConfig, LogConfig, LogFormat, StateConfig,
+    AdminConfig, ControlPlaneConfig, DataPlaneConfig, LogConfig, LogFormat, StateConfig, TlsConfig,
 };
 pub use routes::{CredentialConfig, RouteConfig, route_target, store_address, upstream_env_var};
 pub use values::{ConfigDuration, Secret, parse_duration, read_all};

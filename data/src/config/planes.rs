@@ -1,6 +1,7 @@
 //! `[data_plane]`, `[control_plane]` and `[state]`: listeners, their limits, and the state store.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -26,6 +27,7 @@ pub struct DataPlaneConfig {
     /// A connection waiting this long for its next request or command is closed (not while a
     /// subscription or a waiting command of its runs).
     pub idle_timeout: ConfigDuration,
+    pub tls: Option<TlsConfig>,
 }
 
 impl Default for DataPlaneConfig {
@@ -40,6 +42,7 @@ impl Default for DataPlaneConfig {
             max_connections_per_address: 256,
             auth_timeout: ConfigDuration(Duration::from_secs(10)),
             idle_timeout: ConfigDuration(Duration::from_secs(300)),
+            tls: None,
         }
     }
 }
@@ -58,6 +61,7 @@ pub struct ControlPlaneConfig {
     /// Whether the console's sign-in page also takes a pasted token: by default only when no
     /// OpenID provider is configured.
     pub allow_token_sign_in: Option<bool>,
+    pub tls: Option<TlsConfig>,
 }
 
 impl Default for ControlPlaneConfig {
@@ -69,8 +73,21 @@ impl Default for ControlPlaneConfig {
             session_max: ConfigDuration(Duration::from_secs(12 * 3600)),
             oidc: None,
             allow_token_sign_in: None,
+            tls: None,
         }
     }
+}
+
+/// `[<listener>.tls]`: the listener speaks TLS 1.2 or 1.3 only, with this certificate chain and
+/// key (PEM files, read again when they change) and, with `client_ca`, takes only clients whose
+/// certificate that CA signed.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsConfig {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    #[serde(default)]
+    pub client_ca: Option<PathBuf>,
 }
 
 /// `[log]`: how log lines are written.
@@ -95,12 +112,14 @@ pub enum LogFormat {
 #[serde(deny_unknown_fields, default)]
 pub struct AdminConfig {
     pub listen: SocketAddr,
+    pub tls: Option<TlsConfig>,
 }
 
 impl Default for AdminConfig {
     fn default() -> Self {
         AdminConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 7402)),
+            tls: None,
         }
     }
 }

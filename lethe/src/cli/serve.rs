@@ -6,6 +6,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use axum::serve::ListenerExt;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
@@ -13,7 +14,9 @@ use super::{Failure, connect, keyed_chain, purge_sources};
 use crate::auth::Verifier;
 use crate::auth::access::{AccessTokens, Tokens};
 use crate::config::Config;
+use crate::control::listener::Incoming;
 use crate::control::{self, ControlState};
+use crate::data::tls::ServerTls;
 use crate::data::{DataState, forward::Route};
 use crate::erasure::{PostgresTarget, certificate::Certifier};
 use crate::state::Store;
@@ -66,11 +69,14 @@ pub(super) async fn serve(config: Config) -> Result<(), Failure> {
         &stopped,
     )?;
     let limits = crate::data::Limits::of(&config.data_plane);
-    let admin = axum::serve(listeners.admin, control::admin::app(control_state.clone()))
-        .with_graceful_shutdown(until_stopped(stopped.clone()));
+    let admin = axum::serve(
+        listeners.admin.tap_io(|_| {}),
+        control::admin::app(control_state.clone()),
+    )
+    .with_graceful_shutdown(until_stopped(stopped.clone()));
     // The peer's address limits failed console sign-ins.
     let control = axum::serve(
-        listeners.control,
+        listeners.control.tap_io(|_| {}),
         control::app(control_state).into_make_service_with_connect_info::<SocketAddr>(),
     )
     .with_graceful_shutdown(until_stopped(stopped.clone()));
@@ -85,7 +91,14 @@ pub(super) async fn serve(config: Config) -> Result<(), Failure> {
         ));
     }
     let own_routes = async move { while own_routes.join_next().await.is_some() {} };
-    let data = crate::data::serve(listeners.data, data_state, limits, until_stopped(stopped));
+    let (data_listener, data_tls) = listeners.data;
+    let data = crate::data::serve(
+        data_listener,
+        data_state,
+        limits,
+        data_tls,
+        until_stopped(stopped),
+    );
     let (control, admin, (), (), (), ()) =
         tokio::join!(control, admin, data, own_routes, stop_signal, background);
     control?;
@@ -221,9 +234,9 @@ fn control_state(
 
 /// Every listener, bound before anything is served: a port taken fails the start, not a plane.
 struct Listeners {
-    control: TcpListener,
-    data: TcpListener,
-    admin: TcpListener,
+    control: Incoming,
+    data: (TcpListener, Option<ServerTls>),
+    admin: Incoming,
     /// Routes whose stores speak a protocol of their own have listeners of their own.
     own: Vec<(TcpListener, Route)>,
 }
@@ -237,10 +250,26 @@ impl Listeners {
                 tracing::info!(route = %route.name, listen = %addr, "listening");
             }
         }
+        let tls = |tls: &Option<crate::config::TlsConfig>, at: &str| {
+            let loaded = tls
+                .as_ref()
+                .map(|tls| crate::data::tls::server_config(tls, at));
+            loaded.transpose().map_err(|e| Failure(e, 2))
+        };
+        let incoming = |listener, tls| Incoming::new(listener, tls).map_err(Failure::from);
         Ok(Self {
-            control: bind(config.control_plane.listen).await?,
-            data: bind(config.data_plane.listen).await?,
-            admin: bind(config.admin.listen).await?,
+            control: incoming(
+                bind(config.control_plane.listen).await?,
+                tls(&config.control_plane.tls, "control_plane")?,
+            )?,
+            data: (
+                bind(config.data_plane.listen).await?,
+                tls(&config.data_plane.tls, "data_plane")?,
+            ),
+            admin: incoming(
+                bind(config.admin.listen).await?,
+                tls(&config.admin.tls, "admin")?,
+            )?,
             own,
         })
     }
