@@ -37,6 +37,8 @@ url = "{state or f'sqlite://{work}/state.db'}"
 {config}''')
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("LETHE_")}
         self.env.update({"LETHE_CONFIG": str(work / "lethe.toml"), "LETHE_LOG": "warn"})
+        # On PostgreSQL only `lethe migrate` changes the schema.
+        subprocess.run([LETHE, "migrate"], env=self.env, check=True, stdout=subprocess.DEVNULL)
         self.process = subprocess.Popen([LETHE, "serve"], env=self.env)
         deadline = time.monotonic() + 30
         while True:

@@ -51,7 +51,8 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Run the gateway: apply migrations, then serve the control plane.
+    /// Run the gateway. On SQLite the migrations are applied first; on PostgreSQL `lethe
+    /// migrate` must have run (a schema behind this version is refused).
     Serve,
     /// Apply the state store's migrations and exit.
     Migrate,
@@ -421,13 +422,45 @@ async fn check_config(files: &[PathBuf], connect: bool) -> Result<(), Failure> {
     }
 }
 
-/// The state store, migrated, given the key of subject references and of the audit chain's
-/// links, and its chain keyed if it was written before links were.
+/// The state store, its schema ready (see [`schema_ready`]), given the key of subject
+/// references and of the audit chain's links.
 async fn open(config: &Config) -> Result<Arc<dyn Store>, Failure> {
     let store = connect(config).await?;
-    store.migrate().await?;
+    schema_ready(store.as_ref()).await?;
     store.use_subject_key(&crate::keys::audit_key(config, store.as_ref()).await?);
     Ok(store)
+}
+
+/// Brings the schema up to date where one process owns the store (SQLite); on PostgreSQL, shared
+/// by replicas, only `lethe migrate` changes it: a schema behind this Lethe's is refused with
+/// what to run, and one ahead (a newer Lethe migrated it, during a rolling upgrade) is served,
+/// as migrations only add what the version before can ignore.
+async fn schema_ready(store: &dyn Store) -> Result<(), Failure> {
+    if store.backend() == "sqlite" {
+        let applied = store.migrate().await?;
+        if !applied.is_empty() {
+            tracing::info!(?applied, "applied state store migrations");
+        }
+        return Ok(());
+    }
+    let schema = store.schema().await?;
+    if schema.applied < schema.latest {
+        return Err(Failure(
+            format!(
+                "the state store's schema is at version {}, and this Lethe needs {}: run `lethe migrate` (once, from one place), then start again",
+                schema.applied, schema.latest
+            ),
+            2,
+        ));
+    }
+    if schema.applied > schema.latest {
+        tracing::warn!(
+            applied = schema.applied,
+            known = schema.latest,
+            "the state store's schema is newer than this Lethe's: a newer Lethe migrated it; serving (migrations only add)"
+        );
+    }
+    Ok(())
 }
 
 /// The state store the configuration names, told how erasures reach derivatives and which

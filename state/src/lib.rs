@@ -115,6 +115,9 @@ pub trait Store:
     /// Applies pending migrations; returns the versions it applied.
     async fn migrate(&self) -> Result<Vec<i64>, StoreError>;
 
+    /// Which migrations the store has, against the ones this Lethe knows.
+    async fn schema(&self) -> Result<Schema, StoreError>;
+
     async fn ping(&self) -> Result<(), StoreError>;
 
     /// Key material Lethe generated for itself: stores `fresh` under `name` unless a value is
@@ -133,6 +136,13 @@ pub trait Store:
 
     /// Policy changes of this process and, on PostgreSQL, of every replica.
     fn feed(&self) -> &Arc<Feed>;
+}
+
+/// The newest migration a store has, and the newest this Lethe knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Schema {
+    pub applied: i64,
+    pub latest: i64,
 }
 
 /// The kinds of state store a URL can name.

@@ -135,7 +135,7 @@ macro_rules! run_migrations {
         let mut applied = Vec::new();
         for m in $list {
             let mut tx = $begin.await?;
-            sqlx::query($lock).execute(&mut *tx).await?;
+            sqlx::raw_sql($lock).execute(&mut *tx).await?;
             // Inside the lock: concurrent CREATE TABLE IF NOT EXISTS can collide on PostgreSQL.
             sqlx::query(crate::migrate::BOOKKEEPING)
                 .execute(&mut *tx)

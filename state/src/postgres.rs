@@ -26,6 +26,10 @@ pub struct PgStore {
 
 impl PgStore {
     const BACKEND: &'static str = "postgres";
+    /// The migrations this Lethe knows.
+    const MIGRATIONS: &'static [crate::migrate::Migration] = POSTGRES;
+    /// Whether migrations were ever applied.
+    const MIGRATED: &'static str = "SELECT to_regclass('lethe_migrations') IS NOT NULL";
     /// How a read inside a write transaction locks its row.
     const FOR_UPDATE: &'static str = " FOR UPDATE";
     /// How a read inside a write transaction keeps its rows from changing until it commits.
@@ -129,7 +133,8 @@ impl PgStore {
         // Replicas starting together take turns; the second finds the work done.
         run_migrations!(
             self.write_tx(),
-            "SELECT pg_advisory_xact_lock(7400)",
+            // The bookkeeping table's `IF NOT EXISTS` says so at NOTICE, once per migration.
+            "SET LOCAL client_min_messages TO warning; SELECT pg_advisory_xact_lock(7400)",
             POSTGRES
         )
     }

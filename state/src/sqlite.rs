@@ -22,6 +22,10 @@ pub struct SqliteStore {
 
 impl SqliteStore {
     const BACKEND: &'static str = "sqlite";
+    /// The migrations this Lethe knows.
+    const MIGRATIONS: &'static [crate::migrate::Migration] = SQLITE;
+    /// Whether migrations were ever applied.
+    const MIGRATED: &'static str = "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'lethe_migrations')";
     /// How a read inside a write transaction locks its row: `BEGIN IMMEDIATE` already holds the
     /// database's write lock for the whole transaction.
     const FOR_UPDATE: &'static str = "";

@@ -593,6 +593,9 @@ class Lethe:
                            **{"X-Lethe-Purpose": purpose, "X-Lethe-Category": category})
 
     def start(self):
+        # A shared store's schema is `lethe migrate`'s to change, as in a deployment.
+        if self.state_url.startswith("postgres"):
+            subprocess.run([str(LETHE), "migrate"], cwd=self.workdir, env=self.env, check=True, capture_output=True)
         self.process = subprocess.Popen([str(LETHE), "serve"], cwd=self.workdir, env=self.env)
         wait_for("lethe", lambda: http("GET", f"http://{self.control}/readyz")[0] == 200)
 

@@ -118,6 +118,15 @@ impl Server {
     /// [`Server::start`], the command first changed by `change` (its environment, where its
     /// output goes).
     pub async fn start_with(dir: &Path, state_url: &str, change: impl Fn(&mut Command)) -> Server {
+        // A shared store's schema is `lethe migrate`'s to change, as in a deployment.
+        if state_url.starts_with("postgres") {
+            let migrated = run(lethe(dir).args(["migrate", "--state", state_url]));
+            assert!(
+                migrated.status.success(),
+                "lethe migrate: {}",
+                stderr(&migrated)
+            );
+        }
         for _ in 0..3 {
             if let Some(server) = Self::try_start(dir, state_url, &change).await {
                 return server;

@@ -461,3 +461,48 @@ async fn the_cli_files_approves_and_follows_an_erasure() {
         "ticket and reason are required"
     );
 }
+
+/// On PostgreSQL only `lethe migrate` changes the schema: `serve` and every verb refuse a schema
+/// behind theirs and say what to run; `migrate` says nothing of what it skips.
+#[tokio::test]
+async fn only_lethe_migrate_changes_a_shared_schema() {
+    let state = fresh_postgres_database().await.unwrap();
+    let dir = temp_dir();
+    for args in [
+        vec!["serve", "--state", &state],
+        vec![
+            "token", "--role", "admin", "--tenant", "acme", "--state", &state,
+        ],
+        vec!["audit", "verify", "--state", &state],
+    ] {
+        let refused = run(lethe(&dir)
+            .args(&args)
+            .env("LETHE_CONTROL_LISTEN", format!("127.0.0.1:{}", free_port()))
+            .env("LETHE_DATA_LISTEN", format!("127.0.0.1:{}", free_port()))
+            .env("LETHE_ADMIN_LISTEN", format!("127.0.0.1:{}", free_port())));
+        assert_eq!(refused.status.code(), Some(2), "{args:?}");
+        assert!(
+            stderr(&refused).contains("schema is at version 0")
+                && stderr(&refused).contains("run `lethe migrate`"),
+            "{args:?}: {}",
+            stderr(&refused)
+        );
+    }
+    let untouched = execute_raw(&state, "SELECT 1 FROM lethe_migrations").await;
+    assert!(untouched.is_err(), "nothing but migrate creates the schema");
+    for round in 0..2 {
+        let migrated = run(lethe(&dir)
+            .args(["migrate", "--state", &state])
+            .env("LETHE_LOG", "info"));
+        assert!(migrated.status.success(), "{}", stderr(&migrated));
+        assert!(
+            !stderr(&migrated).contains("already exists"),
+            "round {round}: {}",
+            stderr(&migrated)
+        );
+    }
+    let token = run(lethe(&dir).args([
+        "token", "--role", "admin", "--tenant", "acme", "--state", &state,
+    ]));
+    assert!(token.status.success(), "{}", stderr(&token));
+}

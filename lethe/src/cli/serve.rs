@@ -10,7 +10,7 @@ use axum::serve::ListenerExt;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use super::{Failure, connect, keyed_chain, purge_sources};
+use super::{Failure, connect, keyed_chain, purge_sources, schema_ready};
 use crate::auth::Verifier;
 use crate::auth::access::{AccessTokens, Tokens};
 use crate::config::Config;
@@ -109,7 +109,7 @@ pub(super) async fn serve(config: Config) -> Result<(), Failure> {
     Ok(())
 }
 
-/// The state store, migrated, with the keys every plane checks and chains with.
+/// The state store, its schema ready (see `schema_ready`), with the keys every plane checks and chains with.
 struct Keyed {
     store: Arc<dyn Store>,
     verifier: Arc<Verifier>,
@@ -127,10 +127,7 @@ enum Plane {
 impl Keyed {
     async fn open(config: &Config) -> Result<Self, Failure> {
         let store = connect(config).await?;
-        let applied = store.migrate().await?;
-        if !applied.is_empty() {
-            tracing::info!(?applied, "applied state store migrations");
-        }
+        schema_ready(store.as_ref()).await?;
         let verifier = Arc::new(crate::keys::verifier(config, store.as_ref()).await?);
         let audit_key: Arc<[u8]> = Arc::from(crate::keys::audit_key(config, store.as_ref()).await?);
         store.use_subject_key(&audit_key);

@@ -73,7 +73,8 @@ macro_rules! impl_store {
                 ErasureRecord, ErasureStats, Erasures, ExpiredItem, Feed, FeedEvent, GovernedFlip,
                 HoldRecord, ItemKey, ItemRecord, JobOutcome, Lineage, MAX_EXTENSION_MONTHS,
                 PendingFlip, PolicyChange, PurgeJob, Purges, Rejection, Retention,
-                RetentionVersion, Sessions, SignedHead, Store, StoreError, Tombstone, deadline,
+                RetentionVersion, Schema, Sessions, SignedHead, Store, StoreError, Tombstone,
+                deadline,
             };
 
             crate::sql::closure_sql!($db);
@@ -121,6 +122,24 @@ macro_rules! impl_store {
             impl Store for $store {
                 fn backend(&self) -> &'static str {
                     <$store>::BACKEND
+                }
+
+                async fn schema(&self) -> Result<Schema, StoreError> {
+                    let latest = <$store>::MIGRATIONS.last().map_or(0, |m| m.version);
+                    let migrated: bool = sqlx::query_scalar(<$store>::MIGRATED)
+                        .fetch_one(&self.pool)
+                        .await?;
+                    let applied = if migrated {
+                        sqlx::query_scalar::<_, Option<i64>>(
+                            "SELECT max(version) FROM lethe_migrations",
+                        )
+                        .fetch_one(&self.pool)
+                        .await?
+                        .unwrap_or(0)
+                    } else {
+                        0
+                    };
+                    Ok(Schema { applied, latest })
                 }
 
                 async fn migrate(&self) -> Result<Vec<i64>, StoreError> {
