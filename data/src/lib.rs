@@ -121,6 +121,7 @@ impl DataState {
     pub fn render_metrics(&self, out: &mut String) {
         self.metrics.render(out);
         self.policy.render(out);
+        self.lineage.render(out);
         out.push_str(&self.derivation.memory().render());
     }
 }

@@ -30,6 +30,8 @@ pub struct LineageWriter {
     recent_uses: moka::sync::Cache<(String, String, String), ()>,
     /// Batches of rows the writer could not store, after its retries.
     dropped: Arc<AtomicU64>,
+    /// Item rows stored.
+    written: Arc<AtomicU64>,
 }
 
 impl LineageWriter {
@@ -40,13 +42,14 @@ impl LineageWriter {
             .max_capacity(100_000)
             .time_to_live(Duration::from_secs(60))
             .build();
-        let dropped = Arc::new(AtomicU64::new(0));
+        let (dropped, written) = (Arc::default(), Arc::default());
         let writer = LineageWriter {
             tx,
             recent_uses,
             dropped: Arc::clone(&dropped),
+            written: Arc::clone(&written),
         };
-        (writer, tokio::spawn(write(store, rx, dropped)))
+        (writer, tokio::spawn(write(store, rx, dropped, written)))
     }
 
     /// Queues rows; waits only when the writer is 10 000 rows behind.
@@ -87,6 +90,18 @@ impl LineageWriter {
         self.dropped.load(Ordering::Acquire)
     }
 
+    /// Rows written and batches dropped, and the rows waiting, in Prometheus' text format.
+    pub fn render(&self, out: &mut String) {
+        let queued = self.tx.max_capacity() - self.tx.capacity();
+        out.push_str(&format!(
+            "# HELP lethe_lineage_rows_written_total Lineage rows stored in the state store.\n# TYPE lethe_lineage_rows_written_total counter\nlethe_lineage_rows_written_total {}\n\
+             # HELP lethe_lineage_batches_dropped_total Batches of lineage rows not stored after their retries.\n# TYPE lethe_lineage_batches_dropped_total counter\nlethe_lineage_batches_dropped_total {}\n\
+             # HELP lethe_lineage_queued_rows Lineage rows waiting for the writer.\n# TYPE lethe_lineage_queued_rows gauge\nlethe_lineage_queued_rows {queued}\n",
+            self.written.load(Ordering::Acquire),
+            self.dropped(),
+        ));
+    }
+
     async fn queue(&self, row: Row) {
         if self.tx.send(row).await.is_err() {
             tracing::error!("lineage writer stopped; a lineage row was not recorded");
@@ -94,7 +109,12 @@ impl LineageWriter {
     }
 }
 
-async fn write(store: Arc<dyn Store>, mut rx: mpsc::Receiver<Row>, dropped: Arc<AtomicU64>) {
+async fn write(
+    store: Arc<dyn Store>,
+    mut rx: mpsc::Receiver<Row>,
+    dropped: Arc<AtomicU64>,
+    written: Arc<AtomicU64>,
+) {
     let mut batch = Vec::with_capacity(BATCH);
     let awaited = |batch: &[Row]| batch.iter().any(|r| matches!(r, Row::Flush(_)));
     while rx.recv_many(&mut batch, BATCH).await > 0 {
@@ -118,9 +138,13 @@ async fn write(store: Arc<dyn Store>, mut rx: mpsc::Receiver<Row>, dropped: Arc<
             }
         }
         let mut stored = true;
-        if !items.is_empty() && !retried("lineage batch", || store.record_items(&items)).await {
-            dropped.fetch_add(1, Ordering::Release);
-            stored = false;
+        if !items.is_empty() {
+            if retried("lineage batch", || store.record_items(&items)).await {
+                written.fetch_add(items.len() as u64, Ordering::Release);
+            } else {
+                dropped.fetch_add(1, Ordering::Release);
+                stored = false;
+            }
         }
         if !uses.is_empty() {
             stored &= retried("processor batch", || store.record_processors(&uses)).await;
@@ -190,6 +214,15 @@ mod tests {
             .expect("drop");
         assert!(!writer.record_now(vec![row("b", Layer::Raw)]).await);
         assert_eq!(writer.dropped(), 1);
+        let mut metrics = String::new();
+        writer.render(&mut metrics);
+        for line in [
+            "lethe_lineage_rows_written_total 1",
+            "lethe_lineage_batches_dropped_total 1",
+            "lethe_lineage_queued_rows 0",
+        ] {
+            assert!(metrics.lines().any(|l| l == line), "{line} in\n{metrics}");
+        }
     }
 
     #[tokio::test]

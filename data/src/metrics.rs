@@ -6,6 +6,7 @@
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -74,6 +75,10 @@ pub struct DataMetrics {
     served: Mutex<ByRoute<Served>>,
     called: Mutex<ByRoute<Called>>,
     listeners: Mutex<Vec<(String, Arc<dyn OpenConnections>)>>,
+    /// Retention sweeps that reached the state store and those that did not, and the items
+    /// they deleted.
+    sweeps: [AtomicU64; 2],
+    swept: AtomicU64,
 }
 
 fn observe<K: PartialEq>(series: &Mutex<ByRoute<K>>, route: &str, key: K, took: Duration) {
@@ -116,6 +121,13 @@ impl DataMetrics {
         observe(&self.called, route, Called { status, error }, took);
     }
 
+    /// A retention sweep: the items it deleted, or `None` when it could not reach the state store.
+    pub fn swept(&self, deleted: Option<u64>) {
+        self.sweeps[usize::from(deleted.is_none())].fetch_add(1, Ordering::Relaxed);
+        self.swept
+            .fetch_add(deleted.unwrap_or(0), Ordering::Relaxed);
+    }
+
     /// Counts `listener`'s open connections from now on.
     pub fn listener(&self, name: &str, open: Arc<dyn OpenConnections>) {
         let mut listeners = self.listeners.lock().unwrap_or_else(|p| p.into_inner());
@@ -148,6 +160,14 @@ impl DataMetrics {
             }
         }
         drop(called);
+        let [ok, failed] = &self.sweeps;
+        let _ = write!(
+            out,
+            "# HELP lethe_retention_sweeps_total Retention sweeps, by whether they reached the state store.\n# TYPE lethe_retention_sweeps_total counter\nlethe_retention_sweeps_total{{result=\"ok\"}} {}\nlethe_retention_sweeps_total{{result=\"failed\"}} {}\n# HELP lethe_retention_swept_items_total Expired or revoked items the retention sweeps deleted.\n# TYPE lethe_retention_swept_items_total counter\nlethe_retention_swept_items_total {}\n",
+            ok.load(Ordering::Relaxed),
+            failed.load(Ordering::Relaxed),
+            self.swept.load(Ordering::Relaxed)
+        );
         out.push_str("# HELP lethe_open_connections Client connections open, by listener.\n# TYPE lethe_open_connections gauge\n");
         let listeners = self.listeners.lock().unwrap_or_else(|p| p.into_inner());
         for (name, open) in listeners.iter() {
@@ -207,6 +227,8 @@ mod tests {
             Duration::ZERO,
         );
         metrics.called("chroma", None, "unavailable", Duration::from_millis(2));
+        metrics.swept(Some(3));
+        metrics.swept(None);
         let mut out = String::new();
         metrics.render(&mut out);
         let get = "lethe_route=\"chroma\",http_request_method=\"GET\",http_response_status_code=\"200\",error_type=\"\"";
@@ -219,6 +241,9 @@ mod tests {
             "http_server_request_duration_seconds_count{lethe_route=\"chroma\",http_request_method=\"_OTHER\",http_response_status_code=\"200\",error_type=\"\"} 2".to_owned(),
             "http_server_request_duration_seconds_count{lethe_route=\"chroma\",http_request_method=\"POST\",http_response_status_code=\"403\",error_type=\"scope_violation\"} 1".to_owned(),
             "http_client_request_duration_seconds_count{lethe_route=\"chroma\",http_response_status_code=\"\",error_type=\"unavailable\"} 1".to_owned(),
+            "lethe_retention_sweeps_total{result=\"ok\"} 1".to_owned(),
+            "lethe_retention_sweeps_total{result=\"failed\"} 1".to_owned(),
+            "lethe_retention_swept_items_total 3".to_owned(),
         ] {
             assert!(out.lines().any(|l| l == line), "{line} not in\n{out}");
         }

@@ -22,6 +22,8 @@ pub struct Sweeper {
     interval: Duration,
     /// `[lineage] window`.
     window: Duration,
+    /// Where each sweep is counted.
+    metrics: Arc<crate::data::metrics::DataMetrics>,
 }
 
 impl Sweeper {
@@ -40,7 +42,13 @@ impl Sweeper {
             connectors,
             interval: config.erasure.sweep_interval.0,
             window: config.lineage.window.0,
+            metrics: Arc::default(),
         })
+    }
+
+    /// The same sweeper, its sweeps counted in `metrics`.
+    pub fn observed_by(self, metrics: Arc<crate::data::metrics::DataMetrics>) -> Self {
+        Sweeper { metrics, ..self }
     }
 
     /// Sweeps every `interval` until `stop`, which also ends a pass under way: an interrupted
@@ -78,7 +86,9 @@ impl Sweeper {
                 }
             }
         }
-        match self.sweep_once().await {
+        let swept = self.sweep_once().await;
+        self.metrics.swept(swept.as_ref().ok().copied());
+        match swept {
             Ok(0) => {}
             Ok(n) => tracing::info!(items = n, "retention sweep deleted expired items"),
             Err(e) => tracing::warn!(error = %e, "retention sweep could not reach the state store"),

@@ -123,6 +123,28 @@ async fn the_admin_listener_serves_probes_and_metrics_and_nothing_of_the_data() 
         let series = format!("lethe_policy_cache_lookups_total{{result=\"{result}\"}}");
         assert!(value(&metrics, &series).is_some(), "{series} in\n{metrics}");
     }
+    for series in [
+        "lethe_lineage_rows_written_total",
+        "lethe_lineage_batches_dropped_total",
+        "lethe_lineage_queued_rows",
+        "lethe_retention_swept_items_total",
+    ] {
+        assert!(value(&metrics, series).is_some(), "{series} in\n{metrics}");
+    }
+    // The sweeper's first pass runs at start.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let (_, metrics) = get(&admin("/metrics")).await;
+        let swept = value(
+            metrics.as_str().unwrap(),
+            "lethe_retention_sweeps_total{result=\"ok\"}",
+        );
+        if swept.is_some_and(|n| n >= 1.0) {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "no sweep counted");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
     // No subject, key or tenant reaches a label.
     assert!(
         !metrics.contains("u1") && !metrics.contains("acme"),

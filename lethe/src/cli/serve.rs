@@ -66,6 +66,7 @@ pub(super) async fn serve(config: Config) -> Result<(), Failure> {
         &governed_targets,
         &keyed,
         certifier,
+        Arc::clone(&data_state.metrics),
         &stopped,
     )?;
     let limits = crate::data::Limits::of(&config.data_plane);
@@ -289,6 +290,7 @@ fn background(
     governed_targets: &[PostgresTarget],
     keyed: &Keyed,
     certifier: Arc<Certifier>,
+    metrics: Arc<crate::data::metrics::DataMetrics>,
     stopped: &watch::Receiver<bool>,
 ) -> Result<impl Future<Output = ()> + use<>, Failure> {
     let worker = crate::erasure::Worker::from_config(
@@ -308,7 +310,8 @@ fn background(
         Arc::clone(&keyed.store),
         &keyed.audit_key,
     )
-    .map_err(|e| Failure(e, 2))?;
+    .map_err(|e| Failure(e, 2))?
+    .observed_by(metrics);
     let sweep = sweeper.run(until_stopped(stopped.clone()));
     let anchor = sign_heads(
         certifier,
