@@ -62,22 +62,6 @@ impl Metrics {
     }
 }
 
-/// A request's method as a label: one of the methods the API knows, or `other`, so that a
-/// client inventing methods cannot grow the metrics without bound.
-fn method_label(method: &axum::http::Method) -> &'static str {
-    use axum::http::Method;
-    match *method {
-        Method::GET => "GET",
-        Method::POST => "POST",
-        Method::PUT => "PUT",
-        Method::PATCH => "PATCH",
-        Method::DELETE => "DELETE",
-        Method::HEAD => "HEAD",
-        Method::OPTIONS => "OPTIONS",
-        _ => "other",
-    }
-}
-
 /// Layer: records the request under its route template (never the raw path, which may hold a
 /// subject id) and logs one line per request.
 pub async fn record(State(metrics): State<Arc<Metrics>>, request: Request, next: Next) -> Response {
@@ -87,7 +71,7 @@ pub async fn record(State(metrics): State<Arc<Metrics>>, request: Request, next:
         .get::<MatchedPath>()
         .map_or("unmatched", MatchedPath::as_str)
         .to_owned();
-    let method = method_label(request.method()).to_owned();
+    let method = lethe_data::metrics::method_label(request.method()).to_owned();
     let response = next.run(request).await;
     let elapsed = started.elapsed();
     metrics.observe(

@@ -79,37 +79,53 @@ fn erasure_metrics(overview: Option<&crate::state::ErasureOverview>) -> String {
     let Some(overview) = overview else {
         return out;
     };
-    out.push_str("# HELP lethe_erasure_requests Open erasure requests, by state.\n# TYPE lethe_erasure_requests gauge\n");
-    for state in lethe_policy::ErasureState::ALL {
-        let state = state.as_str();
-        if matches!(state, "completed" | "rejected") {
-            continue;
-        }
-        let count = overview.open.get(state).copied().unwrap_or(0);
-        let _ = writeln!(out, "lethe_erasure_requests{{state=\"{state}\"}} {count}");
-    }
+    let open = lethe_policy::ErasureState::ALL.map(|s| s.as_str());
+    let open = open
+        .iter()
+        .filter(|s| !matches!(**s, "completed" | "rejected"));
+    by_state(
+        &mut out,
+        "lethe_erasure_requests",
+        "Open erasure requests, by state.",
+        open,
+        &overview.open,
+    );
     let _ = write!(
         out,
         "# HELP lethe_erasure_requests_overdue Open erasure requests past their deadline.\n# TYPE lethe_erasure_requests_overdue gauge\nlethe_erasure_requests_overdue {}\n",
         overview.overdue
     );
-    out.push_str(
-        "# HELP lethe_purge_jobs Purge jobs not done, by state.\n# TYPE lethe_purge_jobs gauge\n",
+    let unfinished = lethe_policy::progress::JobState::ALL.map(|s| s.as_str());
+    let unfinished = unfinished.iter().filter(|s| **s != "done");
+    by_state(
+        &mut out,
+        "lethe_purge_jobs",
+        "Purge jobs not done, by state.",
+        unfinished,
+        &overview.jobs,
     );
-    for state in lethe_policy::progress::JobState::ALL {
-        let state = state.as_str();
-        if state == "done" {
-            continue;
-        }
-        let count = overview.jobs.get(state).copied().unwrap_or(0);
-        let _ = writeln!(out, "lethe_purge_jobs{{state=\"{state}\"}} {count}");
-    }
     let _ = write!(
         out,
         "# HELP lethe_purge_oldest_due_seconds How long the longest-waiting due purge job has waited.\n# TYPE lethe_purge_oldest_due_seconds gauge\nlethe_purge_oldest_due_seconds {}\n",
         overview.oldest_due_seconds
     );
     out
+}
+
+/// A gauge per state, every state of `states` named (0 where none is counted).
+fn by_state<'a>(
+    out: &mut String,
+    name: &str,
+    help: &str,
+    states: impl Iterator<Item = &'a &'static str>,
+    counts: &std::collections::BTreeMap<String, i64>,
+) {
+    use std::fmt::Write as _;
+    let _ = write!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n");
+    for state in states {
+        let count = counts.get(*state).copied().unwrap_or(0);
+        let _ = writeln!(out, "{name}{{state=\"{state}\"}} {count}");
+    }
 }
 
 pub async fn openapi() -> impl IntoResponse {

@@ -188,7 +188,7 @@ fn sorted<K>(series: &ByRoute<K>) -> Vec<(&String, &Vec<(K, Histogram)>)> {
 
 /// A request's method as a label: one of the methods HTTP defines, or `_OTHER` (as
 /// OpenTelemetry's conventions say), so that a client inventing methods cannot grow the series.
-fn method_label(method: &hyper::Method) -> &'static str {
+pub fn method_label(method: &hyper::Method) -> &'static str {
     use hyper::Method;
     match *method {
         Method::GET => "GET",

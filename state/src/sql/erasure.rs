@@ -184,26 +184,21 @@ macro_rules! erasure_sql {
                 now: DateTime<Utc>,
             ) -> Result<ErasureOverview, StoreError> {
                 let mut overview = ErasureOverview::default();
-                let by_state = |sql: &'static str| sqlx::query(sql).fetch_all(&self.pool);
-                for row in &by_state(
-                    "SELECT state, count(*) AS n FROM erasure_requests WHERE state NOT IN \
-                    ('completed', 'rejected') GROUP BY state",
-                )
-                .await?
-                {
-                    overview
-                        .open
-                        .insert(row.try_get("state")?, row.try_get("n")?);
-                }
-                for row in &by_state(
-                    "SELECT state, count(*) AS n FROM purge_jobs WHERE state NOT IN \
-                    ('done', 'cancelled') GROUP BY state",
-                )
-                .await?
-                {
-                    overview
-                        .jobs
-                        .insert(row.try_get("state")?, row.try_get("n")?);
+                for (sql, counts) in [
+                    (
+                        "SELECT state, count(*) AS n FROM erasure_requests WHERE state NOT IN \
+                        ('completed', 'rejected') GROUP BY state",
+                        &mut overview.open,
+                    ),
+                    (
+                        "SELECT state, count(*) AS n FROM purge_jobs WHERE state NOT IN \
+                        ('done', 'cancelled') GROUP BY state",
+                        &mut overview.jobs,
+                    ),
+                ] {
+                    for row in &sqlx::query(sql).fetch_all(&self.pool).await? {
+                        counts.insert(row.try_get("state")?, row.try_get("n")?);
+                    }
                 }
                 overview.overdue = sqlx::query_scalar(
                     "SELECT count(*) FROM erasure_requests WHERE state NOT IN ('completed', \
