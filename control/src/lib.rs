@@ -1,7 +1,6 @@
 //! The control plane: an axum app on its own listener for compliance staff and operators.
 
 pub mod admin;
-pub mod listener;
 pub mod metrics;
 
 // The layers below, named as before.

@@ -297,6 +297,15 @@ impl Upstreams {
             DataError::upstream_unavailable(format!("the {} upstream is unavailable", route.name))
         })?;
         called(Some(response.status().as_u16()), "");
+        // An interim answer (101 Switching Protocols, say) is no answer: passed on, it would
+        // leave the client's connection in a protocol Lethe does not speak.
+        if response.status().is_informational() {
+            return Err(DataError::new(
+                StatusCode::BAD_GATEWAY,
+                Code::UpstreamInvalid,
+                format!("the {} upstream answered {}", route.name, response.status()),
+            ));
+        }
         // A server may close its connection right after an error answer without saying so
         // (Starlette under uvicorn writes the 500, re-raises, and uvicorn closes the transport).
         // Kept in the pool, that connection would take the next request and lose it (hyper does

@@ -24,6 +24,7 @@ pub mod derivation;
 pub mod error;
 pub mod forward;
 pub mod lineage;
+pub mod listen;
 pub mod metrics;
 pub mod overtaken;
 pub mod policy_cache;
@@ -44,8 +45,6 @@ use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use hyper::header::{self, HeaderValue};
 use hyper::{Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
-use hyper_util::server::graceful::GracefulShutdown;
 use tower::{BoxError, Service, ServiceBuilder, ServiceExt};
 
 pub use context::RequestContext;
@@ -550,72 +549,15 @@ pub async fn serve(
     tls: Option<tls::ServerTls>,
     shutdown: impl Future<Output = ()>,
 ) {
-    let metrics = Arc::clone(&state.metrics);
-    let service = service(state, limits);
-    let graceful = GracefulShutdown::new();
     let gate = admission::Gate::new(limits.connections);
-    metrics.listener("data", gate.clone());
-    let mut shutdown = std::pin::pin!(shutdown);
-    loop {
-        let (stream, peer) = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok(accepted) => accepted,
-                Err(e) => {
-                    tracing::warn!(error = %e, "accept failed");
-                    continue;
-                }
-            },
-            () = &mut shutdown => break,
-        };
-        let admitted = match gate.admit(peer.ip()) {
-            Ok(admitted) => admitted,
-            Err(refused) => {
-                tokio::spawn(refuse(stream, overloaded_response(&refused)));
-                continue;
-            }
-        };
-        let _ = stream.set_nodelay(true);
-        let (watcher, service, tls) = (graceful.watcher(), service.clone(), tls.clone());
-        // The handshake runs beside the accept loop: a client that never finishes one holds up
-        // nobody else (and keeps its place in the gate only until its deadline).
-        tokio::spawn(async move {
-            let Some(stream) = tls::secured(stream, tls.as_ref()).await else {
-                return;
-            };
-            let connection = hyper::server::conn::http1::Builder::new()
-                .timer(hyper_util::rt::TokioTimer::new())
-                .header_read_timeout(Duration::from_secs(30))
-                .serve_connection(
-                    TokioIo::new(stream),
-                    hyper_util::service::TowerToHyperService::new(service),
-                );
-            let _ = watcher.watch(connection).await;
-            drop(admitted);
-        });
-    }
-    let _ = tokio::time::timeout(limits.timeout, graceful.shutdown()).await;
-}
-
-/// An HTTP answer to a connection the data plane's listener cannot admit.
-fn overloaded_response(refused: &admission::Refused) -> Vec<u8> {
-    let body =
-        crate::error_shape::error_body(Code::Overloaded.as_str(), &refused.to_string(), "", None)
-            .to_string();
-    format!(
-        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\nretry-after: 1\r\n\r\n{body}",
-        body.len()
-    )
-    .into_bytes()
-}
-
-/// Tells a connection not admitted why, and closes it (without reading it).
-async fn refuse(mut stream: tokio::net::TcpStream, why: Vec<u8>) {
-    use tokio::io::AsyncWriteExt;
-    let told = async {
-        let _ = stream.write_all(&why).await;
-        let _ = stream.shutdown().await;
+    state.metrics.listener("data", gate.clone());
+    let service = service(state, limits);
+    let listening = listen::Listening {
+        gate,
+        tls,
+        grace: limits.timeout,
     };
-    let _ = tokio::time::timeout(Duration::from_secs(1), told).await;
+    listen::serve_http(listener, listening, |_| service.clone(), shutdown).await;
 }
 
 /// Serves a route with a listener of its own: each client connection is handed whole to the
@@ -639,16 +581,19 @@ pub async fn serve_connections(
     let grace = limits.timeout;
     let mut open = tokio::task::JoinSet::new();
     let mut stop = stopping.clone();
+    let mut failing = listen::AcceptFailures::default();
     loop {
-        let (stream, peer) = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok(accepted) => accepted,
-                Err(e) => {
-                    tracing::warn!(route = %route.name, error = %e, "accept failed");
-                    continue;
-                }
-            },
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
             _ = stop.wait_for(|stop| *stop) => break,
+        };
+        let (stream, peer) = match accepted {
+            Ok(accepted) => accepted,
+            Err(e) => {
+                failing.said(&e);
+                tokio::time::sleep(listen::AcceptFailures::PAUSE).await;
+                continue;
+            }
         };
         let route::Serving::Connections(store) = route.store.serving() else {
             continue;
@@ -656,7 +601,7 @@ pub async fn serve_connections(
         let admitted = match gate.admit(peer.ip()) {
             Ok(admitted) => admitted,
             Err(refused) => {
-                open.spawn(refuse(stream, store.refusal(&refused.to_string())));
+                open.spawn(listen::refuse(stream, store.refusal(&refused.to_string())));
                 continue;
             }
         };

@@ -49,7 +49,7 @@ impl Histogram {
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Served {
     method: &'static str,
-    status: u16,
+    status: Status,
     /// The error code Lethe answered with, empty for an answer that is no error of Lethe's.
     error: &'static str,
 }
@@ -58,8 +58,39 @@ struct Served {
 /// the call failed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Called {
-    status: Option<u16>,
+    status: Option<Status>,
     error: &'static str,
+}
+
+/// A status as a label: a status HTTP defines, else `_OTHER` (an upstream's answers pass through
+/// with their status, and an upstream may invent hundreds).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Status {
+    Known(u16),
+    Other,
+}
+
+impl Status {
+    fn of(status: u16) -> Status {
+        let known = hyper::StatusCode::from_u16(status)
+            .ok()
+            .and_then(|s| s.canonical_reason())
+            .is_some();
+        if known {
+            Status::Known(status)
+        } else {
+            Status::Other
+        }
+    }
+}
+
+impl std::fmt::Display for Status {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Status::Known(status) => write!(f, "{status}"),
+            Status::Other => f.write_str("_OTHER"),
+        }
+    }
 }
 
 /// A listener's count of open connections.
@@ -110,7 +141,7 @@ impl DataMetrics {
         let method = method_label(method);
         let key = Served {
             method,
-            status,
+            status: Status::of(status),
             error,
         };
         observe(&self.served, route, key, took);
@@ -118,6 +149,7 @@ impl DataMetrics {
 
     /// A call to `route`'s upstream: the status it answered, or `error` when it gave none.
     pub fn called(&self, route: &str, status: Option<u16>, error: &'static str, took: Duration) {
+        let status = status.map(Status::of);
         observe(&self.called, route, Called { status, error }, took);
     }
 
@@ -227,6 +259,10 @@ mod tests {
             Duration::ZERO,
         );
         metrics.called("chroma", None, "unavailable", Duration::from_millis(2));
+        for invented in [299, 599, 777] {
+            metrics.served("chroma", &hyper::Method::GET, invented, "", Duration::ZERO);
+            metrics.called("chroma", Some(invented), "", Duration::ZERO);
+        }
         metrics.swept(Some(3));
         metrics.swept(None);
         let mut out = String::new();
@@ -248,5 +284,9 @@ mod tests {
             assert!(out.lines().any(|l| l == line), "{line} not in\n{out}");
         }
         assert!(!out.contains("BREW") && !out.contains("STEEP"));
+        // Statuses HTTP does not define are one series, however many an upstream invents.
+        let other = "http_server_request_duration_seconds_count{lethe_route=\"chroma\",http_request_method=\"GET\",http_response_status_code=\"_OTHER\",error_type=\"\"} 3";
+        assert!(out.lines().any(|l| l == other), "{out}");
+        assert!(!out.contains("\"777\"") && !out.contains("\"299\""));
     }
 }

@@ -77,6 +77,7 @@ adapter = "chroma"
 ''')
     env = {k: v for k, v in os.environ.items() if not k.startswith("LETHE_")}
     env.update({"LETHE_CONFIG": str(config), "LETHE_STATE_URL": new_database(), "LETHE_LOG": "warn"})
+    subprocess.run([str(LETHE), "migrate"], cwd=folder, env=env, check=True, capture_output=True)
     process = subprocess.Popen([str(LETHE), "serve"], cwd=folder, env=env)
     live = lambda: httpx.get(f"https://{admin}/live", verify=trusting(str(ca), tuple(map(str, client)))).status_code == 200
     try:

@@ -317,3 +317,97 @@ async fn a_purge_that_gives_up_is_logged_as_an_error() {
     assert!(events("WARN", "purge attempt failed; retrying") >= 1);
     assert_eq!(events("INFO", "purge job finished"), 0, "no job finished");
 }
+
+/// The control and admin listeners bound their connections: a request head not sent in time
+/// closes the connection, one address holds at most 256 of them, and they are counted.
+#[tokio::test]
+async fn the_control_and_admin_listeners_bound_their_connections() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let server = Server::start(&temp_dir(), &fresh_sqlite_url()).await;
+    // Half a request head: closed once the head's deadline (30 s) passes, not held for ever.
+    let mut halves = Vec::new();
+    for address in [server.control, server.admin] {
+        let mut stream = tokio::net::TcpStream::connect(address).await.unwrap();
+        stream
+            .write_all(b"GET /live HTTP/1.1\r\nhost: x\r\n")
+            .await
+            .unwrap();
+        halves.push(stream);
+    }
+    // Each address's share: counted, and the 257th connection is told the listener is full.
+    let mut held = Vec::new();
+    for _ in 0..200 {
+        held.push(tokio::net::TcpStream::connect(server.admin).await.unwrap());
+    }
+    let (_, metrics) = get(&format!("http://{}/metrics", server.admin)).await;
+    let open = value(
+        metrics.as_str().unwrap(),
+        "lethe_open_connections{listener=\"admin\"}",
+    );
+    assert!(open.is_some_and(|n| n >= 201.0), "{metrics}");
+    for _ in 0..55 {
+        held.push(tokio::net::TcpStream::connect(server.admin).await.unwrap());
+    }
+    let mut refused = tokio::net::TcpStream::connect(server.admin).await.unwrap();
+    let mut answer = String::new();
+    refused.read_to_string(&mut answer).await.unwrap();
+    assert!(
+        answer.starts_with("HTTP/1.1 503") && answer.contains("overloaded"),
+        "{answer}"
+    );
+    drop(held);
+    let started = std::time::Instant::now();
+    for mut half in halves {
+        let mut rest = Vec::new();
+        let read = tokio::time::timeout(
+            std::time::Duration::from_secs(45),
+            half.read_to_end(&mut rest),
+        )
+        .await;
+        assert!(read.is_ok(), "a half-sent head held past its deadline");
+    }
+    assert!(started.elapsed() < std::time::Duration::from_secs(45));
+}
+
+/// Out of file descriptors, a listener neither spins nor floods the log: failed accepts are
+/// retried after a pause and said at most once a second.
+#[tokio::test]
+async fn running_out_of_file_descriptors_neither_spins_nor_floods_the_log() {
+    let dir = temp_dir();
+    let log = dir.join("lethe.log");
+    let file = std::fs::File::create(&log).unwrap();
+    // A shell lowers the limits before it becomes `lethe serve` (which raises its soft limit to
+    // the hard one, so both are lowered).
+    let server = Server::start_with(&dir, &fresh_sqlite_url(), |command| {
+        let program = command.get_program().to_owned();
+        *command = std::process::Command::new("sh");
+        command
+            .current_dir(&dir)
+            .env("LETHE_UPSTREAM_CHROMA", "http://127.0.0.1:9")
+            .env("LETHE_LOG", "warn")
+            .env_remove("LETHE_CONFIG")
+            .stderr(file.try_clone().unwrap())
+            .args(["-c", "ulimit -n 96 && exec \"$0\" \"$@\""])
+            .arg(program);
+    })
+    .await;
+    let mut held = Vec::new();
+    for _ in 0..150 {
+        match tokio::net::TcpStream::connect(server.data).await {
+            Ok(stream) => held.push(stream),
+            Err(_) => break,
+        }
+    }
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    let text = std::fs::read_to_string(&log).unwrap();
+    let failures = text.lines().filter(|l| l.contains("accept failed")).count();
+    assert!(
+        (1..=10).contains(&failures),
+        "{failures} lines in 3 s:\n{}",
+        &text[..text.len().min(2000)]
+    );
+    drop(held);
+    // Descriptors back, it serves again.
+    let (status, _) = get(&format!("http://{}/live", server.admin)).await;
+    assert_eq!(status, StatusCode::OK);
+}

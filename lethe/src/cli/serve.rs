@@ -6,7 +6,6 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use axum::serve::ListenerExt;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
@@ -14,14 +13,15 @@ use super::{Failure, connect, keyed_chain, purge_sources, schema_ready};
 use crate::auth::Verifier;
 use crate::auth::access::{AccessTokens, Tokens};
 use crate::config::Config;
-use crate::control::listener::Incoming;
 use crate::control::{self, ControlState};
+use crate::data::listen::serve_http;
 use crate::data::tls::ServerTls;
 use crate::data::{DataState, forward::Route};
 use crate::erasure::{PostgresTarget, certificate::Certifier};
 use crate::state::Store;
 
 pub(super) async fn serve(config: Config) -> Result<(), Failure> {
+    raise_open_files();
     // Built once, for the data plane and for the erasure targets.
     let (routes, governed_targets) = purge_sources(&config)?;
     let keyed = Keyed::open(&config).await?;
@@ -70,17 +70,31 @@ pub(super) async fn serve(config: Config) -> Result<(), Failure> {
         &stopped,
     )?;
     let limits = crate::data::Limits::of(&config.data_plane);
-    let admin = axum::serve(
-        listeners.admin.tap_io(|_| {}),
-        control::admin::app(control_state.clone()),
-    )
-    .with_graceful_shutdown(until_stopped(stopped.clone()));
-    // The peer's address limits failed console sign-ins.
-    let control = axum::serve(
-        listeners.control.tap_io(|_| {}),
-        control::app(control_state).into_make_service_with_connect_info::<SocketAddr>(),
-    )
-    .with_graceful_shutdown(until_stopped(stopped.clone()));
+    let listening = |(listener, tls), name| {
+        let gate = crate::data::admission::Gate::new(PEOPLE_LIMITS);
+        data_state.metrics.listener(name, gate.clone());
+        let grace = limits.timeout;
+        (
+            listener,
+            crate::data::listen::Listening { gate, tls, grace },
+        )
+    };
+    let (admin_listener, admin_listening) = listening(listeners.admin, "admin");
+    let admin_app = control::admin::app(control_state.clone());
+    let admin = serve_http(
+        admin_listener,
+        admin_listening,
+        move |peer| connection(admin_app.clone(), peer),
+        until_stopped(stopped.clone()),
+    );
+    let (control_listener, control_listening) = listening(listeners.control, "control");
+    let control_app = control::app(control_state);
+    let control = serve_http(
+        control_listener,
+        control_listening,
+        move |peer| connection(control_app.clone(), peer),
+        until_stopped(stopped.clone()),
+    );
     let mut own_routes = tokio::task::JoinSet::new();
     for (listener, route) in listeners.own {
         own_routes.spawn(crate::data::serve_connections(
@@ -100,10 +114,7 @@ pub(super) async fn serve(config: Config) -> Result<(), Failure> {
         data_tls,
         until_stopped(stopped),
     );
-    let (control, admin, (), (), (), ()) =
-        tokio::join!(control, admin, data, own_routes, stop_signal, background);
-    control?;
-    admin?;
+    tokio::join!(control, admin, data, own_routes, stop_signal, background);
     // The last lineage rows are written before the process ends.
     let _ = tokio::time::timeout(std::time::Duration::from_secs(10), lineage_task).await;
     tracing::info!("stopped");
@@ -232,9 +243,9 @@ fn control_state(
 
 /// Every listener, bound before anything is served: a port taken fails the start, not a plane.
 struct Listeners {
-    control: Incoming,
+    control: (TcpListener, Option<ServerTls>),
     data: (TcpListener, Option<ServerTls>),
-    admin: Incoming,
+    admin: (TcpListener, Option<ServerTls>),
     /// Routes whose stores speak a protocol of their own have listeners of their own.
     own: Vec<(TcpListener, Route)>,
 }
@@ -254,23 +265,70 @@ impl Listeners {
                 .map(|tls| crate::data::tls::server_config(tls, at));
             loaded.transpose().map_err(|e| Failure(e, 2))
         };
-        let incoming = |listener, tls| Incoming::new(listener, tls).map_err(Failure::from);
         Ok(Self {
-            control: incoming(
+            control: (
                 bind(config.control_plane.listen).await?,
                 tls(&config.control_plane.tls, "control_plane")?,
-            )?,
+            ),
             data: (
                 bind(config.data_plane.listen).await?,
                 tls(&config.data_plane.tls, "data_plane")?,
             ),
-            admin: incoming(
+            admin: (
                 bind(config.admin.listen).await?,
                 tls(&config.admin.tls, "admin")?,
-            )?,
+            ),
             own,
         })
     }
+}
+
+/// Raises the soft limit on open files to the hard one, as Go's runtime does: every connection
+/// holds a descriptor, and the usual soft limit (1024) is below the data plane's 4096.
+fn raise_open_files() {
+    use rustix::process::{Resource, getrlimit, setrlimit};
+    let limit = getrlimit(Resource::Nofile);
+    if limit.current < limit.maximum || limit.maximum.is_none() {
+        let raised = rustix::process::Rlimit {
+            current: limit.maximum,
+            ..limit
+        };
+        if let Err(e) = setrlimit(Resource::Nofile, raised) {
+            tracing::warn!(error = %e, "the limit on open files could not be raised");
+        }
+    }
+    let open_files = getrlimit(Resource::Nofile).current;
+    tracing::info!(?open_files, "open files allowed");
+}
+
+/// The connections the control and admin listeners each hold at most, and from one address:
+/// people, probes and scrapers, not agents.
+const PEOPLE_LIMITS: crate::data::admission::ConnectionLimits =
+    crate::data::admission::ConnectionLimits {
+        max_connections: 1024,
+        max_connections_per_address: 256,
+    };
+
+/// The service of one connection from `peer` to `app`: each request carries the peer's address
+/// (`ConnectInfo`, by which failed console sign-ins are bounded).
+fn connection(
+    app: axum::Router,
+    peer: SocketAddr,
+) -> impl tower::Service<
+    hyper::Request<hyper::body::Incoming>,
+    Response = axum::response::Response,
+    Error = std::convert::Infallible,
+    Future: Send + 'static,
+> + Clone
++ Send
++ 'static {
+    use tower::ServiceExt;
+    tower::service_fn(move |mut request: hyper::Request<hyper::body::Incoming>| {
+        request
+            .extensions_mut()
+            .insert(axum::extract::ConnectInfo(peer));
+        app.clone().oneshot(request.map(axum::body::Body::new))
+    })
 }
 
 async fn bind(addr: SocketAddr) -> Result<TcpListener, Failure> {
