@@ -1304,3 +1304,20 @@ fn routes_match_whole_path_segments() {
     assert_eq!(route.strip("/chromaX/api"), None);
     assert_eq!(route.strip("/other"), None);
 }
+
+/// An upstream's interim answer (101 Switching Protocols) is no answer: passed on, it would leave
+/// the client's connection in a protocol Lethe does not speak.
+#[tokio::test]
+async fn an_upstreams_interim_answer_is_refused_as_invalid() {
+    let p = plane(|_| (StatusCode::SWITCHING_PROTOCOLS, String::new())).await;
+    let agent = token(Role::Agent, Some("u1"));
+    let response = p
+        .send(
+            Method::GET,
+            "/chroma/api/v2/heartbeat",
+            &[("authorization", &bearer(&agent))],
+            "",
+        )
+        .await;
+    assert_refused(&response, StatusCode::BAD_GATEWAY, "upstream_invalid");
+}
