@@ -138,7 +138,8 @@ pub trait Store:
     fn feed(&self) -> &Arc<Feed>;
 }
 
-/// The newest migration a store has, and the newest this Lethe knows.
+/// Where a store's schema stands: `applied` is the migration before the first one it lacks (or
+/// its newest, when it lacks none of this Lethe's), `latest` the newest this Lethe knows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Schema {
     pub applied: i64,

@@ -36,3 +36,32 @@ mod erasure;
 mod forgetting;
 mod lineage;
 mod sessions;
+
+/// A store is at the migration before the first one it lacks, whatever came after it; a newer
+/// Lethe's migrations put it ahead.
+#[tokio::test]
+async fn a_store_lacking_a_migration_is_behind_and_one_with_newer_ones_ahead() {
+    let urls = [
+        crate::testing::fresh_sqlite_url(),
+        fresh_postgres_database()
+            .await
+            .expect("a PostgreSQL test database"),
+    ];
+    for url in urls {
+        let store = migrated(&url).await;
+        let schema = store.schema().await.unwrap();
+        assert_eq!(schema.applied, schema.latest, "{url}");
+        crate::testing::execute_raw(&url, "DELETE FROM lethe_migrations WHERE version = 5")
+            .await
+            .unwrap();
+        assert_eq!(store.schema().await.unwrap().applied, 4, "{url}");
+        crate::testing::execute_raw(
+            &url,
+            "INSERT INTO lethe_migrations (version, name, applied_at) VALUES (5, 'back', 'now'), \
+             (99, 'newer', 'now')",
+        )
+        .await
+        .unwrap();
+        assert_eq!(store.schema().await.unwrap().applied, 99, "{url}");
+    }
+}

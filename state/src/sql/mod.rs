@@ -129,15 +129,20 @@ macro_rules! impl_store {
                     let migrated: bool = sqlx::query_scalar(<$store>::MIGRATED)
                         .fetch_one(&self.pool)
                         .await?;
-                    let applied = if migrated {
-                        sqlx::query_scalar::<_, Option<i64>>(
-                            "SELECT max(version) FROM lethe_migrations",
-                        )
-                        .fetch_one(&self.pool)
-                        .await?
-                        .unwrap_or(0)
+                    let have: Vec<i64> = if migrated {
+                        sqlx::query_scalar("SELECT version FROM lethe_migrations")
+                            .fetch_all(&self.pool)
+                            .await?
                     } else {
-                        0
+                        Vec::new()
+                    };
+                    // A store lacking a migration is at the one before it, whatever came after.
+                    let lacking = <$store>::MIGRATIONS
+                        .iter()
+                        .find(|m| !have.contains(&m.version));
+                    let applied = match lacking {
+                        Some(m) => m.version - 1,
+                        None => have.iter().copied().max().unwrap_or(0),
                     };
                     Ok(Schema { applied, latest })
                 }
