@@ -144,7 +144,12 @@ async fn a_known_key_never_waits_for_a_reading_of_the_keys() {
             tokio::spawn(async move { issuer.key_of(&token(&format!("new-{i}"))).await })
         })
         .collect();
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The reading under way (the provider hangs it), a known key is asked for.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while provider.keys_read.load(Ordering::SeqCst) < 2 {
+        assert!(Instant::now() < deadline, "the keys were not read again");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     let started = Instant::now();
     assert!(issuer.key_of(&token("rsa-1")).await.is_ok());
     assert!(started.elapsed() < Duration::from_secs(1));
