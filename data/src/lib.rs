@@ -590,8 +590,7 @@ pub async fn serve_connections(
         let (stream, peer) = match accepted {
             Ok(accepted) => accepted,
             Err(e) => {
-                failing.said(&e);
-                tokio::time::sleep(listen::AcceptFailures::PAUSE).await;
+                failing.rest(&e).await;
                 continue;
             }
         };

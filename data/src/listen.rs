@@ -58,8 +58,7 @@ pub async fn serve_http<S, B>(
             accepted = listener.accept() => match accepted {
                 Ok(accepted) => accepted,
                 Err(e) => {
-                    failing.said(&e);
-                    tokio::time::sleep(ACCEPT_PAUSE).await;
+                    failing.rest(&e).await;
                     continue;
                 }
             },
@@ -94,7 +93,8 @@ pub async fn serve_http<S, B>(
     let _ = tokio::time::timeout(listening.grace, graceful.shutdown()).await;
 }
 
-/// Failed accepts, said at most once a second with how many there were.
+/// Failed accepts: each followed by a rest, and said at most once a second with how many
+/// there were.
 #[derive(Default)]
 pub struct AcceptFailures {
     since: u64,
@@ -102,7 +102,7 @@ pub struct AcceptFailures {
 }
 
 impl AcceptFailures {
-    pub fn said(&mut self, error: &std::io::Error) {
+    pub async fn rest(&mut self, error: &std::io::Error) {
         self.since += 1;
         if self
             .said_at
@@ -111,9 +111,8 @@ impl AcceptFailures {
             tracing::warn!(%error, failures = self.since, "accept failed; trying again shortly");
             (self.since, self.said_at) = (0, Some(Instant::now()));
         }
+        tokio::time::sleep(ACCEPT_PAUSE).await;
     }
-
-    pub const PAUSE: Duration = ACCEPT_PAUSE;
 }
 
 /// An HTTP answer to a connection the listener cannot admit.
